@@ -1,0 +1,210 @@
+//! A repository in a local directory.
+
+use super::{Backend, LockGuard};
+use crate::error::{Error, Result};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Name of the lock file in the repository directory.
+const LOCK_FILE: &str = "lock";
+
+/// Objects as files below a root directory. Writes go to a temporary file
+/// that is synced and renamed into place, then the directory is synced.
+pub struct Local {
+    root: PathBuf,
+    tmp_counter: AtomicU64,
+}
+
+impl Local {
+    /// A backend rooted at `root` (which need not exist yet).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Local {
+            root: root.into(),
+            tmp_counter: AtomicU64::new(0),
+        }
+    }
+
+    /// The root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf> {
+        let valid = !key.is_empty()
+            && key
+                .split('/')
+                .all(|part| !part.is_empty() && part != "." && part != ".." && !part.starts_with('.'));
+        if !valid {
+            return Err(Error::io(
+                format!("object key {key:?}"),
+                io::Error::new(io::ErrorKind::InvalidInput, "invalid object key"),
+            ));
+        }
+        Ok(self.root.join(key))
+    }
+
+    fn not_found_or(&self, key: &str, what: &str, e: io::Error) -> Error {
+        if e.kind() == io::ErrorKind::NotFound {
+            Error::NotFound(key.to_string())
+        } else {
+            Error::io(format!("{what} {}", self.root.join(key).display()), e)
+        }
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl Backend for Local {
+    fn location(&self) -> String {
+        self.root.display().to_string()
+    }
+
+    fn read(&self, key: &str) -> Result<Vec<u8>> {
+        let path = self.path(key)?;
+        fs::read(&path).map_err(|e| self.not_found_or(key, "reading", e))
+    }
+
+    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let path = self.path(key)?;
+        let mut f = File::open(&path).map_err(|e| self.not_found_or(key, "opening", e))?;
+        let io_err = |e| Error::io(format!("reading {}", path.display()), e);
+        f.seek(SeekFrom::Start(offset)).map_err(io_err)?;
+        let mut buf = Vec::with_capacity(len.min(1 << 30) as usize);
+        f.take(len).read_to_end(&mut buf).map_err(io_err)?;
+        Ok(buf)
+    }
+
+    fn size(&self, key: &str) -> Result<u64> {
+        let path = self.path(key)?;
+        fs::metadata(&path)
+            .map(|m| m.len())
+            .map_err(|e| self.not_found_or(key, "inspecting", e))
+    }
+
+    fn write(&self, key: &str, data: &[u8]) -> Result<()> {
+        let path = self.path(key)?;
+        let dir = path.parent().unwrap_or(&self.root).to_path_buf();
+        let io_err = |e| Error::io(format!("writing {}", path.display()), e);
+        fs::create_dir_all(&dir).map_err(io_err)?;
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
+        let result = (|| -> io::Result<()> {
+            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            f.write_all(data)?;
+            f.sync_all()?;
+            drop(f);
+            fs::rename(&tmp, &path)?;
+            sync_dir(&dir)
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result.map_err(io_err)
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        let path = self.path(key)?;
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                let dir = path.parent().unwrap_or(&self.root);
+                sync_dir(dir).map_err(|e| Error::io(format!("syncing {}", dir.display()), e))
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(format!("deleting {}", path.display()), e)),
+        }
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let path = self.path(dir)?;
+        let entries = match fs::read_dir(&path) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io(format!("listing {}", path.display()), e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io(format!("listing {}", path.display()), e))?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.starts_with('.') {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    fn exists(&self, key: &str) -> Result<bool> {
+        let path = self.path(key)?;
+        path.try_exists()
+            .map_err(|e| Error::io(format!("inspecting {}", path.display()), e))
+    }
+
+    fn lock(&self, exclusive: bool) -> Result<LockGuard> {
+        let path = self.root.join(LOCK_FILE);
+        let io_err = |e| Error::io(format!("locking {}", path.display()), e);
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io_err)?;
+        let taken = if exclusive {
+            file.try_lock()
+        } else {
+            file.try_lock_shared()
+        };
+        match taken {
+            Ok(()) => Ok(LockGuard::from_file(file)),
+            Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked(self.location())),
+            Err(std::fs::TryLockError::Error(e)) => Err(io_err(e)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn write_read_list_delete() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Local::new(dir.path());
+        b.write("data/0001", b"abc").unwrap();
+        b.write("data/0000", b"xyz").unwrap();
+        assert_eq!(b.read("data/0001").unwrap(), b"abc");
+        assert_eq!(b.read_range("data/0001", 1, 10).unwrap(), b"bc");
+        assert_eq!(b.list("data").unwrap(), vec!["0000", "0001"]);
+        assert_eq!(b.size("data/0000").unwrap(), 3);
+        b.delete("data/0000").unwrap();
+        b.delete("data/0000").unwrap();
+        assert!(matches!(b.read("data/0000"), Err(Error::NotFound(_))));
+        assert!(b.list("nothing").unwrap().is_empty());
+    }
+
+    #[test]
+    fn rejects_keys_that_escape_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Local::new(dir.path());
+        for key in ["../x", "a/../../x", "", "/abs", "a//b", ".hidden"] {
+            assert!(b.write(key, b"x").is_err(), "{key:?} accepted");
+        }
+    }
+
+    #[test]
+    fn exclusive_lock_excludes() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Local::new(dir.path());
+        let g = b.lock(true).unwrap();
+        assert!(matches!(b.lock(false), Err(Error::Locked(_))));
+        drop(g);
+        let _s1 = b.lock(false).unwrap();
+        let _s2 = b.lock(false).unwrap();
+        assert!(matches!(b.lock(true), Err(Error::Locked(_))));
+    }
+}

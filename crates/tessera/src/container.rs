@@ -1,0 +1,339 @@
+//! Containers: fixed-capacity objects holding chunks, with a metadata section
+//! (fingerprint, offset, length per chunk) before the data section
+//! (docs/FORMAT.md, "Containers").
+
+use crate::backend::Backend;
+use crate::envelope::{le4, le8};
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
+
+/// Container identifier; ids grow monotonically.
+pub type ContainerId = u64;
+
+/// Bytes of the fixed container header.
+pub const HEADER_LEN: usize = 40;
+/// Bytes of one metadata entry.
+pub const META_ENTRY_LEN: usize = FINGERPRINT_LEN + 8;
+/// Container format version.
+pub const CONTAINER_VERSION: u32 = 1;
+const MAGIC: &[u8; 4] = b"TSCN";
+/// Directory of container objects.
+pub const CONTAINER_DIR: &str = "containers";
+
+/// Object key of container `id`.
+pub fn key(id: ContainerId) -> String {
+    format!("{CONTAINER_DIR}/{id:016x}")
+}
+
+/// Parses a container object name back into its id.
+pub fn parse_key_name(name: &str) -> Option<ContainerId> {
+    if name.len() != 16 {
+        return None;
+    }
+    ContainerId::from_str_radix(name, 16).ok()
+}
+
+/// Where one chunk lies in a container's data section.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkMeta {
+    /// The chunk's fingerprint.
+    pub fp: Fingerprint,
+    /// Offset in the data section.
+    pub offset: u32,
+    /// Length in bytes.
+    pub len: u32,
+}
+
+/// The fixed header of a container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// The container's id.
+    pub id: ContainerId,
+    /// Number of chunks.
+    pub chunk_count: u32,
+    /// Bytes in the data section.
+    pub data_len: u32,
+    meta_crc: u32,
+    data_crc: u32,
+}
+
+impl Header {
+    /// Bytes of header plus metadata section.
+    pub fn meta_end(&self) -> usize {
+        HEADER_LEN + self.chunk_count as usize * META_ENTRY_LEN
+    }
+
+    /// Total object size.
+    pub fn total_len(&self) -> usize {
+        self.meta_end() + self.data_len as usize
+    }
+
+    /// Parses and checks the header of container `id`.
+    pub fn parse(id: ContainerId, bytes: &[u8]) -> Result<Header> {
+        let name = key(id);
+        if bytes.len() < HEADER_LEN {
+            return Err(Error::corrupt(name, "truncated header"));
+        }
+        if &bytes[0..4] != MAGIC {
+            return Err(Error::corrupt(name, "bad magic (not a container)"));
+        }
+        if crc32c::crc32c(&bytes[..36]) != u32::from_le_bytes(le4(&bytes[36..40])) {
+            return Err(Error::corrupt(name, "header checksum mismatch"));
+        }
+        let version = u32::from_le_bytes(le4(&bytes[4..8]));
+        if version != CONTAINER_VERSION {
+            return Err(Error::UnsupportedVersion {
+                object: name,
+                found: version,
+                supported: CONTAINER_VERSION,
+            });
+        }
+        let header = Header {
+            id: u64::from_le_bytes(le8(&bytes[8..16])),
+            chunk_count: u32::from_le_bytes(le4(&bytes[16..20])),
+            data_len: u32::from_le_bytes(le4(&bytes[20..24])),
+            meta_crc: u32::from_le_bytes(le4(&bytes[24..28])),
+            data_crc: u32::from_le_bytes(le4(&bytes[28..32])),
+        };
+        if header.id != id {
+            return Err(Error::corrupt(
+                name,
+                format!("header names container {:016x}", header.id),
+            ));
+        }
+        Ok(header)
+    }
+
+    /// Parses and checks the metadata section (`bytes` starts at the header).
+    pub fn parse_meta(&self, bytes: &[u8]) -> Result<Vec<ChunkMeta>> {
+        let name = key(self.id);
+        let end = self.meta_end();
+        if bytes.len() < end {
+            return Err(Error::corrupt(name, "truncated metadata section"));
+        }
+        let section = &bytes[HEADER_LEN..end];
+        if crc32c::crc32c(section) != self.meta_crc {
+            return Err(Error::corrupt(name, "metadata checksum mismatch"));
+        }
+        let mut metas = Vec::with_capacity(self.chunk_count as usize);
+        for (i, e) in section.chunks_exact(META_ENTRY_LEN).enumerate() {
+            let mut fp = [0u8; FINGERPRINT_LEN];
+            fp.copy_from_slice(&e[..FINGERPRINT_LEN]);
+            let offset = u32::from_le_bytes(le4(&e[FINGERPRINT_LEN..]));
+            let len = u32::from_le_bytes(le4(&e[FINGERPRINT_LEN + 4..]));
+            if u64::from(offset) + u64::from(len) > u64::from(self.data_len) {
+                return Err(Error::corrupt(
+                    name,
+                    format!("chunk {i} extends past the data section"),
+                ));
+            }
+            metas.push(ChunkMeta {
+                fp: Fingerprint(fp),
+                offset,
+                len,
+            });
+        }
+        Ok(metas)
+    }
+}
+
+/// Reads and checks the header and metadata section of container `id`
+/// (usually one ranged read).
+pub fn read_meta(backend: &dyn Backend, id: ContainerId) -> Result<(Header, Vec<ChunkMeta>)> {
+    const GUESS: u64 = 64 * 1024;
+    let k = key(id);
+    let mut bytes = backend.read_range(&k, 0, GUESS)?;
+    let header = Header::parse(id, &bytes)?;
+    if bytes.len() < header.meta_end() {
+        let rest = backend.read_range(
+            &k,
+            bytes.len() as u64,
+            (header.meta_end() - bytes.len()) as u64,
+        )?;
+        bytes.extend_from_slice(&rest);
+    }
+    let metas = header.parse_meta(&bytes)?;
+    Ok((header, metas))
+}
+
+/// Accumulates chunks into a container until it is full.
+pub struct Builder {
+    id: ContainerId,
+    capacity: usize,
+    metas: Vec<ChunkMeta>,
+    data: Vec<u8>,
+}
+
+impl Builder {
+    /// An empty container `id` of `capacity` bytes (header, metadata and data).
+    pub fn new(id: ContainerId, capacity: usize) -> Self {
+        Builder {
+            id,
+            capacity,
+            metas: Vec::new(),
+            data: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// The container's id.
+    pub fn id(&self) -> ContainerId {
+        self.id
+    }
+
+    /// Whether the container holds no chunk.
+    pub fn is_empty(&self) -> bool {
+        self.metas.is_empty()
+    }
+
+    /// Whether a chunk of `len` bytes still fits.
+    pub fn fits(&self, len: usize) -> bool {
+        HEADER_LEN + (self.metas.len() + 1) * META_ENTRY_LEN + self.data.len() + len
+            <= self.capacity
+    }
+
+    /// Appends a chunk (the caller checked [`Builder::fits`]).
+    pub fn push(&mut self, fp: Fingerprint, bytes: &[u8]) {
+        self.metas.push(ChunkMeta {
+            fp,
+            offset: self.data.len() as u32,
+            len: bytes.len() as u32,
+        });
+        self.data.extend_from_slice(bytes);
+    }
+
+    /// Serialises the container.
+    pub fn seal(self) -> Vec<u8> {
+        let mut meta = Vec::with_capacity(self.metas.len() * META_ENTRY_LEN);
+        for m in &self.metas {
+            meta.extend_from_slice(&m.fp.0);
+            meta.extend_from_slice(&m.offset.to_le_bytes());
+            meta.extend_from_slice(&m.len.to_le_bytes());
+        }
+        let mut out = Vec::with_capacity(HEADER_LEN + meta.len() + self.data.len());
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&CONTAINER_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.id.to_le_bytes());
+        out.extend_from_slice(&(self.metas.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.data.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32c::crc32c(&meta).to_le_bytes());
+        out.extend_from_slice(&crc32c::crc32c(&self.data).to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes()); // reserved
+        let header_crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&header_crc.to_le_bytes());
+        out.extend_from_slice(&meta);
+        out.extend_from_slice(&self.data);
+        out
+    }
+}
+
+/// A whole container read back and checked, with lookup by fingerprint.
+pub struct Container {
+    /// The header.
+    pub header: Header,
+    /// The chunks, in data order.
+    pub metas: Vec<ChunkMeta>,
+    bytes: Vec<u8>,
+    by_fp: FingerprintMap<u32>,
+}
+
+impl Container {
+    /// Parses container `id` and checks all its checksums.
+    pub fn parse(id: ContainerId, bytes: Vec<u8>) -> Result<Container> {
+        let header = Header::parse(id, &bytes)?;
+        if bytes.len() != header.total_len() {
+            return Err(Error::corrupt(
+                key(id),
+                format!(
+                    "size {} differs from the {} bytes its header announces (truncated?)",
+                    bytes.len(),
+                    header.total_len()
+                ),
+            ));
+        }
+        let metas = header.parse_meta(&bytes)?;
+        if crc32c::crc32c(&bytes[header.meta_end()..]) != header.data_crc {
+            return Err(Error::corrupt(key(id), "data checksum mismatch"));
+        }
+        let mut by_fp = FingerprintMap::with_capacity_and_hasher(metas.len(), Default::default());
+        for (i, m) in metas.iter().enumerate() {
+            by_fp.entry(m.fp).or_insert(i as u32);
+        }
+        Ok(Container {
+            header,
+            metas,
+            bytes,
+            by_fp,
+        })
+    }
+
+    /// Bytes of the `i`-th chunk (an index into `metas`).
+    pub fn chunk(&self, i: usize) -> &[u8] {
+        let m = &self.metas[i];
+        let start = self.header.meta_end() + m.offset as usize;
+        &self.bytes[start..start + m.len as usize]
+    }
+
+    /// Index of the chunk with fingerprint `fp`, if the container holds it.
+    pub fn find(&self, fp: &Fingerprint) -> Option<usize> {
+        self.by_fp.get(fp).map(|&i| i as usize)
+    }
+
+    /// Size of the whole object in bytes.
+    pub fn object_len(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fingerprint::FingerprintAlgo;
+
+    fn sample() -> (Vec<u8>, Vec<Vec<u8>>) {
+        let mut b = Builder::new(7, 1 << 16);
+        let chunks: Vec<Vec<u8>> = (0..5u8).map(|i| vec![i; 100 + i as usize]).collect();
+        for c in &chunks {
+            assert!(b.fits(c.len()));
+            b.push(FingerprintAlgo::Blake3.hash(c), c);
+        }
+        (b.seal(), chunks)
+    }
+
+    #[test]
+    fn round_trip() {
+        let (bytes, chunks) = sample();
+        let c = Container::parse(7, bytes).unwrap();
+        assert_eq!(c.metas.len(), 5);
+        for (i, chunk) in chunks.iter().enumerate() {
+            let fp = FingerprintAlgo::Blake3.hash(chunk);
+            assert_eq!(c.find(&fp), Some(i));
+            assert_eq!(c.chunk(i), &chunk[..]);
+        }
+    }
+
+    #[test]
+    fn every_byte_flip_is_detected() {
+        let (bytes, _) = sample();
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            assert!(Container::parse(7, bad).is_err(), "flip at {i} undetected");
+        }
+    }
+
+    #[test]
+    fn wrong_id_and_truncation_are_detected() {
+        let (bytes, _) = sample();
+        assert!(Container::parse(8, bytes.clone()).is_err());
+        assert!(Container::parse(7, bytes[..bytes.len() - 1].to_vec()).is_err());
+    }
+
+    #[test]
+    fn capacity_is_respected() {
+        let mut b = Builder::new(1, HEADER_LEN + 2 * META_ENTRY_LEN + 200);
+        assert!(b.fits(200));
+        b.push(Fingerprint::default(), &[0; 150]);
+        assert!(b.fits(50));
+        assert!(!b.fits(51));
+    }
+}

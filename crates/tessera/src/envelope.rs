@@ -1,0 +1,123 @@
+//! The envelope every repository object except containers is wrapped in:
+//! a magic number, the object kind, its format version, the payload length,
+//! the payload and a CRC-32C over all of it (docs/FORMAT.md, "Envelope").
+
+use crate::error::{Error, Result};
+
+/// Magic bytes at the start of every enveloped object.
+pub const MAGIC: &[u8; 4] = b"TSRA";
+const HEADER_LEN: usize = 4 + 4 + 4 + 8;
+const TRAILER_LEN: usize = 4;
+
+/// Wraps `payload` as an object of `kind` at format `version`.
+pub fn seal(kind: &[u8; 4], version: u32, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(HEADER_LEN + payload.len() + TRAILER_LEN);
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(kind);
+    out.extend_from_slice(&version.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(payload);
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Checks the envelope of `object` (named `name` in errors) and returns its payload.
+///
+/// Fails if the magic, kind, length or checksum do not hold, or if the
+/// version differs from `version`.
+pub fn open<'a>(name: &str, kind: &[u8; 4], version: u32, object: &'a [u8]) -> Result<&'a [u8]> {
+    if object.len() < HEADER_LEN + TRAILER_LEN {
+        return Err(Error::corrupt(
+            name,
+            format!("truncated: {} bytes is shorter than an envelope", object.len()),
+        ));
+    }
+    if &object[0..4] != MAGIC {
+        return Err(Error::corrupt(name, "bad magic (not a Tessera object)"));
+    }
+    if &object[4..8] != kind {
+        return Err(Error::corrupt(
+            name,
+            format!(
+                "object kind {:?}, expected {:?}",
+                String::from_utf8_lossy(&object[4..8]),
+                String::from_utf8_lossy(kind)
+            ),
+        ));
+    }
+    let payload_len = u64::from_le_bytes(le8(&object[12..20]));
+    let expected_len = (HEADER_LEN + TRAILER_LEN) as u64 + payload_len;
+    if object.len() as u64 != expected_len {
+        return Err(Error::corrupt(
+            name,
+            format!(
+                "length {} does not match the {} bytes its header announces (truncated?)",
+                object.len(),
+                expected_len
+            ),
+        ));
+    }
+    let body_end = object.len() - TRAILER_LEN;
+    let stored_crc = u32::from_le_bytes(le4(&object[body_end..]));
+    if crc32c::crc32c(&object[..body_end]) != stored_crc {
+        return Err(Error::corrupt(name, "checksum mismatch"));
+    }
+    let found = u32::from_le_bytes(le4(&object[8..12]));
+    if found != version {
+        return Err(Error::UnsupportedVersion {
+            object: name.to_string(),
+            found,
+            supported: version,
+        });
+    }
+    Ok(&object[HEADER_LEN..body_end])
+}
+
+/// Copies 4 bytes of a slice known to be 4 bytes long.
+pub(crate) fn le4(b: &[u8]) -> [u8; 4] {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[..4]);
+    a
+}
+
+/// Copies 8 bytes of a slice known to be 8 bytes long.
+pub(crate) fn le8(b: &[u8]) -> [u8; 8] {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip() {
+        let sealed = seal(b"TEST", 3, b"hello");
+        assert_eq!(open("t", b"TEST", 3, &sealed).unwrap(), b"hello");
+    }
+
+    #[test]
+    fn detects_every_single_byte_flip() {
+        let sealed = seal(b"TEST", 1, b"some payload bytes");
+        for i in 0..sealed.len() {
+            let mut bad = sealed.clone();
+            bad[i] ^= 0x01;
+            assert!(open("t", b"TEST", 1, &bad).is_err(), "flip at {i} undetected");
+        }
+    }
+
+    #[test]
+    fn detects_truncation_and_wrong_kind_and_version() {
+        let sealed = seal(b"TEST", 1, b"payload");
+        for n in 0..sealed.len() {
+            assert!(open("t", b"TEST", 1, &sealed[..n]).is_err());
+        }
+        assert!(matches!(open("t", b"OTHR", 1, &sealed), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            open("t", b"TEST", 2, &sealed),
+            Err(Error::UnsupportedVersion { found: 1, supported: 2, .. })
+        ));
+    }
+}

@@ -1,0 +1,147 @@
+//! Deduplication indexes: decide for each chunk whether it is new, a
+//! duplicate of a stored chunk, or a duplicate of an earlier chunk of the
+//! same stream.
+//!
+//! The interface is batch-oriented and allows an index to defer decisions
+//! (a lazy index buffers fingerprints until a bucket fills): `submit` may
+//! return decisions for any chunks submitted so far, in any order, and
+//! `finish` resolves the rest. The pipeline restores stream order with a
+//! [`Reorder`] buffer.
+
+mod exact;
+
+pub use exact::Exact;
+
+use crate::container::ContainerId;
+use crate::error::Result;
+use crate::fingerprint::Fingerprint;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A fingerprinted chunk travelling through the backup pipeline.
+#[derive(Clone, Debug)]
+pub struct Chunk {
+    /// Position in the stream (0, 1, 2, …).
+    pub seq: u64,
+    /// Fingerprint of the bytes.
+    pub fp: Fingerprint,
+    /// Length in bytes.
+    pub len: u32,
+    /// The bytes (`None` when replaying a fingerprint trace).
+    pub data: Option<Bytes>,
+}
+
+/// What the index decided for a chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// First occurrence: store it.
+    Unique,
+    /// Already stored by an earlier backup, in this container.
+    Duplicate(ContainerId),
+    /// Duplicate of an earlier chunk of the same stream (decided `Unique`).
+    InternalDuplicate,
+}
+
+/// Counters every index reports (policies fill what applies to them).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct IndexStats {
+    /// Index policy name.
+    pub policy: String,
+    /// Fingerprints in the index after the backup.
+    pub entries: u64,
+    /// Peak memory of the index's in-memory structures, in bytes.
+    pub memory_bytes: u64,
+    /// Lookups answered from memory.
+    pub lookups: u64,
+    /// Lookups that had to read the on-disk index.
+    pub disk_lookups: u64,
+    /// Whether the persisted index was missing or damaged and was rebuilt from the containers.
+    pub rebuilt: bool,
+    /// Containers added to the persisted index by scanning them (newer than the index).
+    pub containers_scanned: u64,
+}
+
+/// A deduplication index policy.
+pub trait DedupIndex: Send {
+    /// Offers chunks in stream order; appends every decision that is final now.
+    fn submit(&mut self, batch: Vec<Chunk>, decided: &mut Vec<(Chunk, Decision)>) -> Result<()>;
+    /// End of stream: appends the decisions still pending.
+    fn finish(&mut self, decided: &mut Vec<(Chunk, Decision)>) -> Result<()>;
+    /// Tells the index where chunks decided `Unique` were stored.
+    fn placed(&mut self, stored: &[(Fingerprint, ContainerId)]) -> Result<()>;
+    /// Persists the index once every container below `next_container` is durable.
+    fn commit(&mut self, next_container: ContainerId) -> Result<()>;
+    /// The counters.
+    fn stats(&self) -> IndexStats;
+}
+
+/// Hands decisions on in stream order, holding back those that arrive early.
+#[derive(Default)]
+pub struct Reorder {
+    next: u64,
+    early: BTreeMap<u64, (Chunk, Decision)>,
+}
+
+impl Reorder {
+    /// Accepts decisions in any order and appends to `ready` those whose
+    /// predecessors have all been decided, in stream order.
+    pub fn push(
+        &mut self,
+        decided: impl IntoIterator<Item = (Chunk, Decision)>,
+        ready: &mut Vec<(Chunk, Decision)>,
+    ) {
+        for item in decided {
+            if item.0.seq == self.next && self.early.is_empty() {
+                self.next += 1;
+                ready.push(item);
+            } else {
+                self.early.insert(item.0.seq, item);
+            }
+        }
+        while let Some(entry) = self.early.first_entry() {
+            if *entry.key() != self.next {
+                break;
+            }
+            ready.push(entry.remove());
+            self.next += 1;
+        }
+    }
+
+    /// Decisions held back, waiting for earlier ones.
+    pub fn waiting(&self) -> usize {
+        self.early.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunk(seq: u64) -> Chunk {
+        Chunk {
+            seq,
+            fp: Fingerprint::default(),
+            len: 1,
+            data: None,
+        }
+    }
+
+    #[test]
+    fn reorder_restores_stream_order() {
+        let mut r = Reorder::default();
+        let mut ready = Vec::new();
+        r.push([3, 1].map(|s| (chunk(s), Decision::Unique)), &mut ready);
+        assert!(ready.is_empty());
+        assert_eq!(r.waiting(), 2);
+        r.push([0].map(|s| (chunk(s), Decision::Unique)), &mut ready);
+        assert_eq!(ready.iter().map(|c| c.0.seq).collect::<Vec<_>>(), vec![0, 1]);
+        r.push([2, 4].map(|s| (chunk(s), Decision::Unique)), &mut ready);
+        assert_eq!(
+            ready.iter().map(|c| c.0.seq).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 4]
+        );
+        assert_eq!(r.waiting(), 0);
+    }
+}

@@ -1,0 +1,26 @@
+//! Tessera: a deduplicating backup engine in which every technique of the
+//! papers it implements is a selectable policy over one pipeline.
+//!
+//! The engine is organised by concept: [`chunker`] finds chunk boundaries,
+//! [`fingerprint`] hashes chunks, [`index`] decides what to store,
+//! [`container`] is the storage format, [`snapshot`] the per-backup recipe
+//! and metadata, [`backend`] the counted storage access, and [`backup`],
+//! [`restore`] and [`check`] are the user-facing operations on a
+//! [`Repository`].
+
+pub mod backend;
+pub mod backup;
+pub mod check;
+pub mod chunker;
+pub mod config;
+pub mod container;
+pub mod envelope;
+pub mod error;
+pub mod fingerprint;
+pub mod index;
+pub mod repo;
+pub mod restore;
+pub mod snapshot;
+
+pub use error::{Error, Result};
+pub use repo::Repository;

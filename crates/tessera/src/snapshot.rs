@@ -1,0 +1,226 @@
+//! Backups as stored: the recipe (the chunk sequence that rebuilds the
+//! stream) and the snapshot (the backup's metadata and statistics, whose
+//! write commits the backup). See docs/FORMAT.md, "Recipes" and "Snapshots".
+
+use crate::container::ContainerId;
+use crate::envelope;
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use serde::{Deserialize, Serialize};
+
+/// Backup identifier: 1, 2, 3, … never reused.
+pub type BackupId = u64;
+
+/// Directory of snapshot objects.
+pub const SNAPSHOT_DIR: &str = "snapshots";
+/// Directory of recipe objects.
+pub const RECIPE_DIR: &str = "recipes";
+const SNAPSHOT_KIND: &[u8; 4] = b"SNAP";
+const RECIPE_KIND: &[u8; 4] = b"RCPE";
+/// Format version of snapshots and recipes.
+pub const SNAPSHOT_VERSION: u32 = 1;
+
+/// Object key of backup `id`'s snapshot.
+pub fn snapshot_key(id: BackupId) -> String {
+    format!("{SNAPSHOT_DIR}/{id:016x}")
+}
+
+/// Object key of backup `id`'s recipe.
+pub fn recipe_key(id: BackupId) -> String {
+    format!("{RECIPE_DIR}/{id:016x}")
+}
+
+/// Parses a snapshot or recipe object name back into a backup id.
+pub fn parse_key_name(name: &str) -> Option<BackupId> {
+    if name.len() != 16 {
+        return None;
+    }
+    BackupId::from_str_radix(name, 16).ok()
+}
+
+/// One chunk reference of a recipe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkRef {
+    /// The chunk's fingerprint.
+    pub fp: Fingerprint,
+    /// Its length in bytes.
+    pub len: u32,
+    /// The container holding it.
+    pub container: ContainerId,
+}
+
+/// The ordered chunk references that rebuild a backup.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recipe {
+    /// The backup this recipe belongs to.
+    pub backup: BackupId,
+    /// Chunk references in stream order.
+    pub chunks: Vec<ChunkRef>,
+}
+
+impl Recipe {
+    /// The recipe as a sealed object.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let payload = postcard::to_stdvec(self)
+            .map_err(|e| Error::Pipeline(format!("encoding recipe {}: {e}", self.backup)))?;
+        Ok(envelope::seal(RECIPE_KIND, SNAPSHOT_VERSION, &payload))
+    }
+
+    /// Parses the sealed recipe of backup `id`.
+    pub fn decode(id: BackupId, bytes: &[u8]) -> Result<Recipe> {
+        let name = recipe_key(id);
+        let payload = envelope::open(&name, RECIPE_KIND, SNAPSHOT_VERSION, bytes)?;
+        let recipe: Recipe = postcard::from_bytes(payload)
+            .map_err(|e| Error::corrupt(&name, format!("undecodable recipe: {e}")))?;
+        if recipe.backup != id {
+            return Err(Error::corrupt(&name, format!("belongs to backup {}", recipe.backup)));
+        }
+        Ok(recipe)
+    }
+
+    /// Sum of the chunk lengths.
+    pub fn logical_bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| u64::from(c.len)).sum()
+    }
+}
+
+/// Chunk counts and bytes of one class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassCount {
+    /// Number of chunks.
+    pub chunks: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+impl ClassCount {
+    /// Counts one chunk of `len` bytes.
+    pub fn add(&mut self, len: u32) {
+        self.chunks += 1;
+        self.bytes += u64::from(len);
+    }
+}
+
+/// Statistics of one backup run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BackupStats {
+    /// Bytes of the input stream.
+    pub logical_bytes: u64,
+    /// Bytes of chunk data newly stored.
+    pub stored_bytes: u64,
+    /// All chunks of the stream.
+    pub chunks: u64,
+    /// Chunks stored by this backup.
+    pub unique_chunks: u64,
+    /// Chunks and bytes stored by this backup.
+    pub unique: ClassCount,
+    /// Duplicates of an earlier chunk of the same stream.
+    pub internal_duplicates: ClassCount,
+    /// Duplicates of chunks stored by earlier backups.
+    pub duplicates: ClassCount,
+    /// Containers written.
+    pub containers_written: u64,
+    /// Bytes written to the backend (containers, index, recipe, snapshot).
+    pub bytes_written: u64,
+    /// Logical bytes / stored bytes of this backup (`None` when it stored nothing).
+    pub dedup_ratio: Option<f64>,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// Logical MB (10^6 bytes) per second.
+    pub throughput_mb_s: f64,
+    /// Time spent in each stage (seconds of the thread that runs it).
+    pub stage_seconds: StageSeconds,
+    /// Index counters.
+    pub index: crate::index::IndexStats,
+}
+
+/// Seconds spent per pipeline stage.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct StageSeconds {
+    /// Reading the input and finding chunk boundaries.
+    pub chunk: f64,
+    /// Fingerprinting (wall time of the parallel hashing stage).
+    pub fingerprint: f64,
+    /// Deduplication index decisions.
+    pub index: f64,
+    /// Filling containers and handing them to the writer.
+    pub store: f64,
+    /// Writing containers to the backend (writer thread).
+    pub write: f64,
+    /// Persisting index, recipe and snapshot.
+    pub commit: f64,
+}
+
+/// A committed backup: its metadata and statistics.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// The backup id.
+    pub id: BackupId,
+    /// Seconds since the Unix epoch when the backup finished.
+    pub time: u64,
+    /// Free-form label.
+    pub label: String,
+    /// Source lineage name.
+    pub source: String,
+    /// Bytes of the backed-up stream.
+    pub logical_bytes: u64,
+    /// Statistics of the run that made it.
+    pub stats: BackupStats,
+}
+
+impl Snapshot {
+    /// The snapshot as a sealed object.
+    pub fn encode(&self) -> Result<Vec<u8>> {
+        let payload = serde_json::to_vec(self)
+            .map_err(|e| Error::Pipeline(format!("encoding snapshot {}: {e}", self.id)))?;
+        Ok(envelope::seal(SNAPSHOT_KIND, SNAPSHOT_VERSION, &payload))
+    }
+
+    /// Parses the sealed snapshot of backup `id`.
+    pub fn decode(id: BackupId, bytes: &[u8]) -> Result<Snapshot> {
+        let name = snapshot_key(id);
+        let payload = envelope::open(&name, SNAPSHOT_KIND, SNAPSHOT_VERSION, bytes)?;
+        let snap: Snapshot = serde_json::from_slice(payload)
+            .map_err(|e| Error::corrupt(&name, format!("undecodable snapshot: {e}")))?;
+        if snap.id != id {
+            return Err(Error::corrupt(&name, format!("belongs to backup {}", snap.id)));
+        }
+        Ok(snap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recipe_round_trip_and_compactness() {
+        let chunks: Vec<ChunkRef> = (0..1000u32)
+            .map(|i| ChunkRef {
+                fp: Fingerprint([i as u8; 32]),
+                len: 8192 + i,
+                container: u64::from(i / 100),
+            })
+            .collect();
+        let r = Recipe { backup: 3, chunks };
+        let bytes = r.encode().unwrap();
+        assert!(bytes.len() < 1000 * 40, "recipe takes {} bytes", bytes.len());
+        assert_eq!(Recipe::decode(3, &bytes).unwrap(), r);
+        assert!(Recipe::decode(4, &bytes).is_err());
+    }
+
+    #[test]
+    fn snapshot_round_trip() {
+        let s = Snapshot {
+            id: 9,
+            time: 1,
+            label: "l".into(),
+            source: "s".into(),
+            logical_bytes: 5,
+            stats: BackupStats::default(),
+        };
+        assert_eq!(Snapshot::decode(9, &s.encode().unwrap()).unwrap(), s);
+    }
+}
