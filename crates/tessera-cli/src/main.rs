@@ -1,1 +1,479 @@
-fn main(){}
+//! `tessera`: the command line over the Tessera engine. It parses
+//! arguments, calls the library and prints results (human-readable or JSON).
+
+mod size;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::fs::File;
+use std::io::{self, IsTerminal, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use tessera::backend::Backend;
+use tessera::backup::{backup, BackupOptions};
+use tessera::check::{check, CheckOptions};
+use tessera::chunker::{ChunkerKind, ChunkerParams};
+use tessera::config::Config;
+use tessera::fingerprint::FingerprintAlgo;
+use tessera::restore::{restore, restore_to_path, RestoreOptions, DEFAULT_CACHE_CONTAINERS};
+use tessera::snapshot::BackupId;
+use tessera::Repository;
+
+/// Tessera: a deduplicating backup store.
+#[derive(Parser)]
+#[command(name = "tessera", version, about, max_term_width = 100)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Create a repository in a local directory (absent or empty).
+    Init(InitArgs),
+    /// Back up a file or standard input (`-`) as a new backup.
+    Backup {
+        /// The repository.
+        repo: PathBuf,
+        /// The file to back up, or `-` for standard input.
+        input: String,
+        /// A label stored with the backup.
+        #[arg(long, default_value = "")]
+        label: String,
+        /// The source lineage the backup belongs to.
+        #[arg(long, default_value = "default")]
+        source: String,
+        /// Print the result as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Restore a backup into a file, or to standard output (`-`).
+    Restore {
+        /// The repository.
+        repo: PathBuf,
+        /// The backup id (or `latest`).
+        id: String,
+        /// The output file, or `-` for standard output.
+        output: String,
+        /// Containers held by the restore cache.
+        #[arg(long, default_value_t = DEFAULT_CACHE_CONTAINERS)]
+        cache_size: usize,
+        /// Print the metrics as one JSON object (to stderr when restoring to stdout).
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the backups.
+    List {
+        /// The repository.
+        repo: PathBuf,
+        /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show repository totals, or one backup's statistics.
+    Stats {
+        /// The repository.
+        repo: PathBuf,
+        /// A backup id (or `latest`).
+        id: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a backup (garbage collection reclaims its space).
+    Delete {
+        /// The repository.
+        repo: PathBuf,
+        /// The backup id.
+        id: String,
+    },
+    /// Verify the repository's objects and references.
+    Check {
+        /// The repository.
+        repo: PathBuf,
+        /// Also read all data and re-hash every chunk.
+        #[arg(long)]
+        read_data: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Maintain the deduplication index.
+    Index {
+        #[command(subcommand)]
+        command: IndexCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum IndexCommand {
+    /// Recreate the index from the containers.
+    Rebuild {
+        /// The repository.
+        repo: PathBuf,
+    },
+}
+
+#[derive(Args)]
+struct InitArgs {
+    /// Directory of the new repository.
+    path: PathBuf,
+    /// Chunking algorithm: fastcdc, rabin or fixed.
+    #[arg(long, default_value = "fastcdc")]
+    chunker: ChunkerKind,
+    /// Minimum chunk size (e.g. 2KiB).
+    #[arg(long, default_value = "2KiB", value_parser = size::parse_u32)]
+    min_size: u32,
+    /// Average chunk size (the chunk size of `fixed`).
+    #[arg(long, default_value = "8KiB", value_parser = size::parse_u32)]
+    avg_size: u32,
+    /// Maximum chunk size.
+    #[arg(long, default_value = "64KiB", value_parser = size::parse_u32)]
+    max_size: u32,
+    /// Fingerprint hash: blake3, sha256 or sha1.
+    #[arg(long, default_value = "blake3")]
+    fingerprint: FingerprintAlgo,
+    /// Container capacity.
+    #[arg(long, default_value = "4MiB", value_parser = size::parse_u32)]
+    container_size: u32,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(code) => code,
+        Err(e) => {
+            let msg = format!("{e:#}").replace('\n', " ");
+            eprintln!("tessera: error: {msg}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<ExitCode> {
+    match command {
+        Command::Init(args) => init(args)?,
+        Command::Backup {
+            repo,
+            input,
+            label,
+            source,
+            json,
+        } => backup_cmd(&repo, &input, label, source, json)?,
+        Command::Restore {
+            repo,
+            id,
+            output,
+            cache_size,
+            json,
+        } => restore_cmd(&repo, &id, &output, cache_size, json)?,
+        Command::List { repo, json } => list(&repo, json)?,
+        Command::Stats { repo, id, json } => stats(&repo, id.as_deref(), json)?,
+        Command::Delete { repo, id } => {
+            let r = open(&repo, true)?;
+            let id = backup_id(&r, &id)?;
+            r.delete_backup(id)
+                .with_context(|| format!("deleting backup {id}"))?;
+            println!("deleted backup {id}");
+        }
+        Command::Check {
+            repo,
+            read_data,
+            json,
+        } => return check_cmd(&repo, read_data, json),
+        Command::Index {
+            command: IndexCommand::Rebuild { repo },
+        } => {
+            let r = open(&repo, true)?;
+            let s = r.rebuild_index().context("rebuilding the index")?;
+            println!(
+                "index rebuilt: {} entries from {} containers",
+                s.entries, s.containers_scanned
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn open(path: &Path, exclusive: bool) -> Result<Repository> {
+    Ok(Repository::open(path, exclusive)?)
+}
+
+/// Parses a backup id or `latest`.
+fn backup_id(repo: &Repository, text: &str) -> Result<BackupId> {
+    if text == "latest" {
+        return match repo.backups()?.last() {
+            Some(&id) => Ok(id),
+            None => bail!("{}: the repository holds no backup", repo.backend().location()),
+        };
+    }
+    text.parse()
+        .with_context(|| format!("{text:?} is not a backup id (a number or `latest`)"))
+}
+
+fn init(a: InitArgs) -> Result<()> {
+    let mut config = Config::new(random_id(&a.path));
+    config.chunker = ChunkerParams {
+        kind: a.chunker,
+        min_size: a.min_size,
+        avg_size: a.avg_size,
+        max_size: a.max_size,
+    };
+    config.fingerprint = a.fingerprint;
+    config.container_size = a.container_size;
+    Repository::init(&a.path, config)?;
+    println!("created repository {}", a.path.display());
+    Ok(())
+}
+
+/// A repository id unlikely to repeat: a hash of the path, time and process.
+fn random_id(path: &Path) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let seed = format!("{}|{nanos}|{}", path.display(), std::process::id());
+    FingerprintAlgo::Blake3.hash(seed.as_bytes()).hex(16)
+}
+
+fn progress_bar(total: Option<u64>) -> ProgressBar {
+    if !io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    match total {
+        Some(n) => ProgressBar::new(n).with_style(
+            ProgressStyle::with_template(
+                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ),
+        None => ProgressBar::new_spinner().with_style(
+            ProgressStyle::with_template("{spinner} {bytes} {bytes_per_sec}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        ),
+    }
+}
+
+fn backup_cmd(repo: &Path, input: &str, label: String, source: String, json: bool) -> Result<()> {
+    let r = open(repo, true)?;
+    let (mut reader, name, total): (Box<dyn Read + Send>, String, Option<u64>) = if input == "-" {
+        (Box::new(io::stdin()), "stdin".into(), None)
+    } else {
+        let f = File::open(input).with_context(|| format!("opening input {input}"))?;
+        let total = f.metadata().ok().map(|m| m.len());
+        (Box::new(f), input.to_string(), total)
+    };
+    let bar = progress_bar(total);
+    let on_progress = |n: u64| bar.set_position(n);
+    let options = BackupOptions {
+        label,
+        source,
+        progress: Some(&on_progress),
+    };
+    let snap = backup(&r, &mut reader, &name, &options)?;
+    bar.finish_and_clear();
+    let s = &snap.stats;
+    if json {
+        let mut v = serde_json::to_value(s)?;
+        v["id"] = snap.id.into();
+        v["time"] = snap.time.into();
+        v["label"] = snap.label.clone().into();
+        v["source"] = snap.source.clone().into();
+        println!("{v}");
+    } else {
+        println!(
+            "backup {} committed: {} logical, {} stored (dedup {}), {} chunks ({} new, {} internal duplicates), {} containers, {:.2} s, {:.0} MB/s",
+            snap.id,
+            human(s.logical_bytes),
+            human(s.stored_bytes),
+            ratio_text(s.dedup_ratio),
+            s.chunks,
+            s.unique.chunks,
+            s.internal_duplicates.chunks,
+            s.containers_written,
+            s.seconds,
+            s.throughput_mb_s
+        );
+    }
+    Ok(())
+}
+
+fn restore_cmd(repo: &Path, id: &str, output: &str, cache: usize, json: bool) -> Result<()> {
+    if cache == 0 {
+        bail!("--cache-size must be at least 1 container");
+    }
+    let r = open(repo, false)?;
+    let id = backup_id(&r, id)?;
+    let total = r.snapshot(id)?.logical_bytes;
+    let bar = progress_bar(Some(total));
+    let on_progress = |n: u64| bar.set_position(n);
+    let options = RestoreOptions {
+        cache_containers: cache,
+        progress: Some(&on_progress),
+    };
+    let stats = if output == "-" {
+        let stdout = io::stdout();
+        let mut lock = io::BufWriter::with_capacity(1 << 20, stdout.lock());
+        restore(&r, id, &mut lock, &options)
+            .with_context(|| format!("restoring backup {id} to stdout"))?
+    } else {
+        restore_to_path(&r, id, Path::new(output), &options)
+            .with_context(|| format!("restoring backup {id} to {output}"))?
+    };
+    bar.finish_and_clear();
+    let text = if json {
+        serde_json::to_string(&stats)?
+    } else {
+        format!(
+            "restored backup {}: {} in {:.2} s ({:.0} MB/s), {} containers read, {} read, read amplification {:.3}, speed factor {:.2} MiB/container",
+            stats.id,
+            human(stats.bytes_restored),
+            stats.seconds,
+            stats.throughput_mb_s,
+            stats.containers_read,
+            human(stats.bytes_read),
+            stats.read_amplification,
+            stats.speed_factor
+        )
+    };
+    if output == "-" {
+        eprintln!("{text}");
+    } else {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+fn list(repo: &Path, json: bool) -> Result<()> {
+    let r = open(repo, false)?;
+    let snaps = r.snapshots()?;
+    if json {
+        let arr: Vec<_> = snaps
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "id": s.id, "time": s.time, "label": s.label, "source": s.source,
+                    "logical_bytes": s.logical_bytes, "stored_bytes": s.stats.stored_bytes,
+                    "chunks": s.stats.chunks,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::Value::Array(arr));
+        return Ok(());
+    }
+    let mut out = io::stdout().lock();
+    writeln!(out, "{:>6}  {:>10}  {:>10}  {:>10}  {:<12}  label", "id", "time", "logical", "stored", "source")?;
+    for s in snaps {
+        writeln!(
+            out,
+            "{:>6}  {:>10}  {:>10}  {:>10}  {:<12}  {}",
+            s.id,
+            s.time,
+            human(s.logical_bytes),
+            human(s.stats.stored_bytes),
+            s.source,
+            s.label
+        )?;
+    }
+    Ok(())
+}
+
+fn stats(repo: &Path, id: Option<&str>, json: bool) -> Result<()> {
+    let r = open(repo, false)?;
+    if let Some(id) = id {
+        let id = backup_id(&r, id)?;
+        let snap = r.snapshot(id)?;
+        if json {
+            println!("{}", serde_json::to_string(&snap)?);
+        } else {
+            println!("{}", serde_json::to_string_pretty(&snap)?);
+        }
+        return Ok(());
+    }
+    let t = r.totals()?;
+    if json {
+        let mut v = serde_json::to_value(&t)?;
+        v["config"] = serde_json::to_value(r.config())?;
+        println!("{v}");
+    } else {
+        let c = r.config();
+        println!(
+            "{} backups, {} logical, {} physical in {} containers, dedup {}\nchunker {} {}/{}/{}, fingerprint {}, containers {}",
+            t.backups,
+            human(t.logical_bytes),
+            human(t.physical_bytes),
+            t.containers,
+            ratio_text(t.dedup_ratio),
+            c.chunker.kind.name(),
+            human(c.chunker.min_size.into()),
+            human(c.chunker.avg_size.into()),
+            human(c.chunker.max_size.into()),
+            c.fingerprint.name(),
+            human(c.container_size.into())
+        );
+    }
+    Ok(())
+}
+
+fn check_cmd(repo: &Path, read_data: bool, json: bool) -> Result<ExitCode> {
+    let r = open(repo, false)?;
+    let report = check(&r, CheckOptions { read_data })?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        for p in &report.problems {
+            let users: Vec<String> = p.affected_backups.iter().map(|b| b.to_string()).collect();
+            println!(
+                "problem: {}: {} (affects backups: {})",
+                p.object,
+                p.detail,
+                if users.is_empty() { "none".into() } else { users.join(", ") }
+            );
+        }
+        println!(
+            "checked {} containers ({} chunks{}), {} backups ({} references): {}{}",
+            report.containers,
+            report.stored_chunks,
+            if read_data { format!(", {} re-hashed", report.chunks_verified) } else { String::new() },
+            report.backups,
+            report.references,
+            if report.is_ok() { "no problems".to_string() } else { format!("{} problem(s)", report.problems.len()) },
+            if report.unreferenced_containers + report.uncommitted_recipes > 0 {
+                format!(
+                    "; {} unreferenced container(s) and {} uncommitted recipe(s) left by interrupted backups",
+                    report.unreferenced_containers, report.uncommitted_recipes
+                )
+            } else {
+                String::new()
+            }
+        );
+    }
+    if report.is_ok() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        if !json {
+            eprintln!("tessera: error: check found {} problem(s)", report.problems.len());
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// Bytes in human units (powers of 1024).
+fn human(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+fn ratio_text(r: Option<f64>) -> String {
+    r.map_or_else(|| "n/a (nothing stored)".into(), |r| format!("{r:.2}x"))
+}

@@ -278,8 +278,9 @@ fn store_chunks(
     let mut done_bytes = 0u64;
     let mut batches = rx.into_iter();
     loop {
+        let next = batches.next();
         let t = Instant::now();
-        let last = match batches.next() {
+        let last = match next {
             Some(batch) => {
                 index.submit(batch, &mut decided)?;
                 false

@@ -6,7 +6,7 @@ use crate::config::{Config, IndexKind, CONFIG_KEY};
 use crate::container::{self, ContainerId, CONTAINER_DIR};
 use crate::envelope;
 use crate::error::{Error, Result};
-use crate::index::{DedupIndex, Exact};
+use crate::index::{DedupIndex, Exact, IndexStats};
 use crate::snapshot::{self, BackupId, Recipe, Snapshot, RECIPE_DIR, SNAPSHOT_DIR};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -20,6 +20,21 @@ const STATE_VERSION: u32 = 1;
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 struct State {
     last_backup_id: BackupId,
+}
+
+/// Totals over a repository.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RepoTotals {
+    /// Committed backups.
+    pub backups: u64,
+    /// Sum of the backups' logical sizes.
+    pub logical_bytes: u64,
+    /// Bytes of all containers (data, metadata and headers).
+    pub physical_bytes: u64,
+    /// Containers.
+    pub containers: u64,
+    /// logical_bytes / physical_bytes (`None` when nothing is stored).
+    pub dedup_ratio: Option<f64>,
 }
 
 /// An open repository.
@@ -198,6 +213,37 @@ impl Repository {
         match self.config.index {
             IndexKind::Exact => Ok(Box::new(Exact::open(self.shared_backend(), &containers)?)),
         }
+    }
+
+    /// Rebuilds the index from the containers' metadata and persists it.
+    pub fn rebuild_index(&self) -> Result<IndexStats> {
+        let containers = self.containers()?;
+        let next = containers.last().map_or(1, |id| id + 1);
+        match self.config.index {
+            IndexKind::Exact => {
+                let mut index = Exact::rebuild(self.shared_backend(), &containers)?;
+                index.commit(next)?;
+                Ok(index.stats())
+            }
+        }
+    }
+
+    /// Totals over the whole repository.
+    pub fn totals(&self) -> Result<RepoTotals> {
+        let snapshots = self.snapshots()?;
+        let containers = self.containers()?;
+        let mut physical_bytes = 0;
+        for &c in &containers {
+            physical_bytes += self.backend.size(&container::key(c))?;
+        }
+        let logical_bytes = snapshots.iter().map(|s| s.logical_bytes).sum();
+        Ok(RepoTotals {
+            backups: snapshots.len() as u64,
+            logical_bytes,
+            physical_bytes,
+            containers: containers.len() as u64,
+            dedup_ratio: crate::backup::ratio(logical_bytes, physical_bytes),
+        })
     }
 
     /// Deletes backup `id` (its snapshot, then its recipe). Space is
