@@ -19,6 +19,7 @@ use tessera::fingerprint::FingerprintAlgo;
 use tessera::restore::{restore, restore_to_path, RestoreOptions, DEFAULT_CACHE_CONTAINERS};
 use tessera::snapshot::BackupId;
 use tessera::Repository;
+use tessera_lab::analyze::{analyze_paths, Input, VersionRow};
 
 /// Tessera: a deduplicating backup store.
 #[derive(Parser)]
@@ -99,6 +100,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Classify the chunks of version files (in order): internal, adjacent and
+    /// skip duplicates and unique chunks, with exact and NDF dedup ratios.
+    Analyze(AnalyzeArgs),
     /// Maintain the deduplication index.
     Index {
         #[command(subcommand)]
@@ -116,9 +120,23 @@ enum IndexCommand {
 }
 
 #[derive(Args)]
-struct InitArgs {
-    /// Directory of the new repository.
-    path: PathBuf,
+struct AnalyzeArgs {
+    /// Version files in backup order.
+    #[arg(required = true)]
+    paths: Vec<PathBuf>,
+    /// The files are Destor text traces, not data.
+    #[arg(long)]
+    trace: bool,
+    #[command(flatten)]
+    chunking: ChunkingArgs,
+    /// Print the analysis as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Chunking and fingerprint options shared by `init` and `analyze`.
+#[derive(Args)]
+struct ChunkingArgs {
     /// Chunking algorithm: fastcdc, rabin or fixed.
     #[arg(long, default_value = "fastcdc")]
     chunker: ChunkerKind,
@@ -134,6 +152,25 @@ struct InitArgs {
     /// Fingerprint hash: blake3, sha256 or sha1.
     #[arg(long, default_value = "blake3")]
     fingerprint: FingerprintAlgo,
+}
+
+impl ChunkingArgs {
+    fn params(&self) -> ChunkerParams {
+        ChunkerParams {
+            kind: self.chunker,
+            min_size: self.min_size,
+            avg_size: self.avg_size,
+            max_size: self.max_size,
+        }
+    }
+}
+
+#[derive(Args)]
+struct InitArgs {
+    /// Directory of the new repository.
+    path: PathBuf,
+    #[command(flatten)]
+    chunking: ChunkingArgs,
     /// Container capacity.
     #[arg(long, default_value = "4MiB", value_parser = size::parse_u32)]
     container_size: u32,
@@ -182,6 +219,7 @@ fn run(command: Command) -> Result<ExitCode> {
             read_data,
             json,
         } => return check_cmd(&repo, read_data, json),
+        Command::Analyze(args) => analyze(args)?,
         Command::Index {
             command: IndexCommand::Rebuild { repo },
         } => {
@@ -214,13 +252,8 @@ fn backup_id(repo: &Repository, text: &str) -> Result<BackupId> {
 
 fn init(a: InitArgs) -> Result<()> {
     let mut config = Config::new(random_id(&a.path));
-    config.chunker = ChunkerParams {
-        kind: a.chunker,
-        min_size: a.min_size,
-        avg_size: a.avg_size,
-        max_size: a.max_size,
-    };
-    config.fingerprint = a.fingerprint;
+    config.chunker = a.chunking.params();
+    config.fingerprint = a.chunking.fingerprint;
     config.container_size = a.container_size;
     Repository::init(&a.path, config)?;
     println!("created repository {}", a.path.display());
@@ -456,6 +489,65 @@ fn check_cmd(repo: &Path, read_data: bool, json: bool) -> Result<ExitCode> {
         }
         Ok(ExitCode::FAILURE)
     }
+}
+
+fn analyze(a: AnalyzeArgs) -> Result<()> {
+    let input = if a.trace {
+        Input::DestorTrace
+    } else {
+        Input::Data {
+            chunker: a.chunking.params(),
+            fingerprint: a.chunking.fingerprint,
+        }
+    };
+    let json = a.json;
+    if !json {
+        println!(
+            "{:<24} {:>12} {:>9} {:>9} {:>9} {:>9} {:>9}",
+            "version", "bytes", "chunks", "internal", "adjacent", "skip", "unique"
+        );
+    }
+    let mut print_row = |r: &VersionRow| {
+        if !json {
+            println!(
+                "{:<24} {:>12} {:>9} {:>9.4} {:>9.4} {:>9.4} {:>9.4}",
+                r.classes.version,
+                r.classes.bytes,
+                r.classes.chunks,
+                r.frac_internal,
+                r.frac_adjacent,
+                r.frac_skip,
+                r.frac_unique
+            );
+        }
+    };
+    let analysis = analyze_paths(&a.paths, input, &mut print_row)?;
+    if json {
+        let mut v = serde_json::to_value(&analysis)?;
+        v["chunker"] = if a.trace {
+            serde_json::Value::from("trace")
+        } else {
+            serde_json::to_value(a.chunking.params())?
+        };
+        if !a.trace {
+            v["fingerprint"] = a.chunking.fingerprint.name().into();
+        }
+        println!("{v}");
+    } else {
+        println!(
+            "all versions: {} bytes, {} chunks ({} distinct); internal {:.4}, adjacent {:.4}, skip {:.4}, unique {:.4}; exact dedup {:.3}x, NDF (skip stored again) {:.3}x",
+            analysis.logical_bytes,
+            analysis.chunks,
+            analysis.distinct_chunks,
+            analysis.frac_internal,
+            analysis.frac_adjacent,
+            analysis.frac_skip,
+            analysis.frac_unique,
+            analysis.exact_dedup_ratio,
+            analysis.ndf_ratio
+        );
+    }
+    Ok(())
 }
 
 /// Bytes in human units (powers of 1024).

@@ -15,16 +15,20 @@ use crate::index::{Chunk, Decision, DedupIndex, Reorder};
 use crate::repo::Repository;
 use crate::fingerprint::Fingerprint;
 use crate::snapshot::{self, BackupStats, ChunkRef, ClassCount, Recipe, Snapshot, StageSeconds};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
 use std::io::{ErrorKind, Read};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Bytes read from the input per block.
+/// Bytes read from the input per block (at least four maximum-size chunks).
 const BLOCK_SIZE: usize = 8 * 1024 * 1024;
 /// Blocks or batches queued between two stages.
 const QUEUE_DEPTH: usize = 2;
+/// Threads writing sealed containers. Each write is synced on its own, so
+/// several in flight keep the device busy while others wait for their sync.
+const WRITERS: usize = 4;
 
 /// Options of one backup.
 #[derive(Default)]
@@ -35,6 +39,91 @@ pub struct BackupOptions<'a> {
     pub source: String,
     /// Called with the number of input bytes processed so far.
     pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
+}
+
+/// A block of input as read, in a pooled buffer: the bytes are at
+/// `buf[layout.headroom..layout.headroom + len]`, leaving room in front for
+/// the bytes the previous block could not cut yet.
+struct RawBlock {
+    buf: Vec<u8>,
+    len: usize,
+    eof: bool,
+}
+
+/// Where input bytes go in a pooled block buffer.
+#[derive(Clone, Copy)]
+struct BlockLayout {
+    /// Room in front of the input for carried bytes (fewer than a maximum-size chunk).
+    headroom: usize,
+    /// Input bytes read per block.
+    read_len: usize,
+}
+
+impl BlockLayout {
+    fn new(max_chunk: usize) -> Self {
+        BlockLayout {
+            headroom: max_chunk,
+            // Every block that is not the last then cuts at least one chunk.
+            read_len: BLOCK_SIZE.max(4 * max_chunk),
+        }
+    }
+}
+
+/// Block buffers handed back when the last chunk referencing them is
+/// dropped, so that steady state neither allocates, page-faults nor zeroes
+/// memory. The pool only keeps idle buffers: when it is empty a new one is
+/// allocated, so it never blocks and memory stays bounded by the pipeline's
+/// queues as before.
+struct BufferPool {
+    size: usize,
+    idle_tx: Sender<Vec<u8>>,
+    idle_rx: Receiver<Vec<u8>>,
+}
+
+/// A pooled buffer owned by the `Bytes` of a block.
+struct PooledBuffer {
+    buf: Vec<u8>,
+    home: Sender<Vec<u8>>,
+}
+
+impl AsRef<[u8]> for PooledBuffer {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for PooledBuffer {
+    fn drop(&mut self) {
+        // The pool is full or gone: free the buffer.
+        let _ = self.home.try_send(std::mem::take(&mut self.buf));
+    }
+}
+
+impl BufferPool {
+    fn new(layout: BlockLayout) -> Self {
+        // Idle buffers kept: about as many as the queues can hold at once.
+        let (idle_tx, idle_rx) = bounded(3 * QUEUE_DEPTH + 4);
+        BufferPool {
+            size: layout.headroom + layout.read_len,
+            idle_tx,
+            idle_rx,
+        }
+    }
+
+    fn take(&self) -> Vec<u8> {
+        self.idle_rx
+            .try_recv()
+            .unwrap_or_else(|_| vec![0; self.size])
+    }
+
+    /// `buf[range]` as `Bytes`; the buffer returns to the pool when the last reference drops.
+    fn share(&self, buf: Vec<u8>, range: std::ops::Range<usize>) -> Bytes {
+        Bytes::from_owner(PooledBuffer {
+            buf,
+            home: self.idle_tx.clone(),
+        })
+        .slice(range)
+    }
 }
 
 /// A block of input cut into chunks.
@@ -61,28 +150,47 @@ pub fn backup(
     let next_container = repo.next_container_id()?;
     let backend = repo.shared_backend();
 
+    let layout = BlockLayout::new(chunker.max_size());
+    let pool = BufferPool::new(layout);
+    let stop = AtomicBool::new(false);
+
+    let (raw_tx, raw_rx) = bounded::<RawBlock>(QUEUE_DEPTH);
     let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
     let (chunk_tx, chunk_rx) = bounded::<Vec<Chunk>>(QUEUE_DEPTH);
-    let (container_tx, container_rx) = bounded::<(ContainerId, Vec<u8>)>(QUEUE_DEPTH);
+    let (container_tx, container_rx) = bounded::<Builder>(QUEUE_DEPTH);
 
     let (chunks, totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
-        let reader = s.spawn(|| read_and_chunk(input, input_name, chunker.as_ref(), block_tx));
+        let pool = &pool;
+        let reader = s.spawn(move || read_blocks(input, input_name, pool, layout, raw_tx));
+        let cutter = s.spawn(|| cut_blocks(chunker.as_ref(), pool, layout, raw_rx, block_tx));
         let hasher = s.spawn(|| fingerprint(config.fingerprint, block_rx, chunk_tx));
-        let writer = s.spawn(|| write_containers(backend.as_ref(), container_rx));
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|_| {
+                let (backend, rx, stop) = (backend.as_ref(), container_rx.clone(), &stop);
+                s.spawn(move || write_containers(backend, rx, stop))
+            })
+            .collect();
+        drop(container_rx);
         let mut store = Store::new(next_container, config.container_size as usize, container_tx);
         let stored = store_chunks(index.as_mut(), &mut store, chunk_rx, options);
-        // Close the container queue whatever happened, so that the writer ends.
+        // Close the container queue whatever happened, so that the writers end.
         let totals = store.finish();
-        let write_time = join(writer, "container writer");
+        // The writers run in parallel: report the busiest one's time.
+        let write_time = writers
+            .into_iter()
+            .map(|w| join(w, "container writer"))
+            .fold(Ok(Duration::ZERO), |acc, r| Ok(acc?.max(r?)));
         let hash_time = join(hasher, "fingerprinting");
+        let cut_time = join(cutter, "chunking");
         let read_time = join(reader, "input reader");
         // Report the earliest stage's error: a failing input explains the rest.
         let read_time = read_time?;
+        let cut_time = cut_time?;
         let hash_time = hash_time?;
         let write_time = write_time?;
         let chunks = stored?;
         let mut totals = totals?;
-        totals.read_time = read_time;
+        totals.read_time = read_time + cut_time;
         totals.hash_time = hash_time;
         totals.write_time = write_time;
         Ok((chunks, totals))
@@ -150,35 +258,73 @@ fn join<T>(handle: std::thread::ScopedJoinHandle<'_, Result<T>>, stage: &str) ->
         .map_err(|_| Error::Pipeline(format!("{stage} thread panicked")))?
 }
 
-/// Stage 1: reads blocks of input and cuts them into chunks. Bytes past the
-/// last final boundary of a block are carried into the next block.
-fn read_and_chunk(
+/// Stage 1a: reads blocks of input into pooled buffers.
+fn read_blocks(
     input: &mut (dyn Read + Send),
     input_name: &str,
-    chunker: &dyn Chunker,
-    tx: Sender<Block>,
+    pool: &BufferPool,
+    layout: BlockLayout,
+    tx: Sender<RawBlock>,
 ) -> Result<Duration> {
     let mut busy = Duration::ZERO;
-    let mut carry = BytesMut::new();
-    let mut seq = 0u64;
     loop {
-        let mut buf = BytesMut::with_capacity(BLOCK_SIZE.max(carry.len() * 2));
-        buf.extend_from_slice(&carry);
+        let mut buf = pool.take();
         let t = Instant::now();
-        let eof = fill(input, &mut buf, BLOCK_SIZE).map_err(|e| Error::Input {
+        let target = &mut buf[layout.headroom..layout.headroom + layout.read_len];
+        let (len, eof) = fill(input, target).map_err(|e| Error::Input {
             what: input_name.to_string(),
             source: e,
         })?;
-        let mut lengths = Vec::with_capacity(buf.len() / 4096 + 1);
-        let used = cut_all(chunker, &buf, eof, &mut lengths);
         busy += t.elapsed();
-        let mut data = buf.freeze();
-        carry = BytesMut::from(&data[used..]);
-        data.truncate(used);
+        // A closed queue means the consumer stopped: its error is reported, not ours.
+        if tx.send(RawBlock { buf, len, eof }).is_err() || eof {
+            return Ok(busy);
+        }
+    }
+}
+
+/// Fills `buf` from `input`; returns the bytes read and whether the input
+/// ended (fewer than `buf.len()` bytes read).
+fn fill(input: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<(usize, bool)> {
+    let mut len = 0;
+    while len < buf.len() {
+        match input.read(&mut buf[len..]) {
+            Ok(0) => return Ok((len, true)),
+            Ok(n) => len += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok((len, false))
+}
+
+/// Stage 1b: cuts blocks into chunks. Bytes past the last final boundary of
+/// a block are carried into the headroom of the next block.
+fn cut_blocks(
+    chunker: &dyn Chunker,
+    pool: &BufferPool,
+    layout: BlockLayout,
+    rx: Receiver<RawBlock>,
+    tx: Sender<Block>,
+) -> Result<Duration> {
+    let mut busy = Duration::ZERO;
+    let mut carry: Vec<u8> = Vec::with_capacity(layout.headroom);
+    let mut seq = 0u64;
+    for RawBlock { mut buf, len, eof } in rx {
+        let t = Instant::now();
+        // `cut_all` leaves fewer than `max_size` (= headroom) bytes uncut.
+        let start = layout.headroom - carry.len();
+        let end = layout.headroom + len;
+        buf[start..layout.headroom].copy_from_slice(&carry);
+        let mut lengths = Vec::with_capacity((end - start) / 4096 + 1);
+        let used = cut_all(chunker, &buf[start..end], eof, &mut lengths);
+        carry.clear();
+        carry.extend_from_slice(&buf[start + used..end]);
+        busy += t.elapsed();
         let n = lengths.len() as u64;
         if n > 0 {
             let block = Block {
-                data,
+                data: pool.share(buf, start..start + used),
                 lengths,
                 first_seq: seq,
             };
@@ -189,27 +335,10 @@ fn read_and_chunk(
         }
         seq += n;
         if eof {
-            return Ok(busy);
+            break;
         }
     }
-}
-
-/// Reads until `buf` holds `target` bytes or the input ends; returns whether it ended.
-fn fill(input: &mut dyn Read, buf: &mut BytesMut, target: usize) -> std::io::Result<bool> {
-    while buf.len() < target {
-        let start = buf.len();
-        buf.resize(target, 0);
-        match input.read(&mut buf[start..]) {
-            Ok(0) => {
-                buf.truncate(start);
-                return Ok(true);
-            }
-            Ok(n) => buf.truncate(start + n),
-            Err(e) if e.kind() == ErrorKind::Interrupted => buf.truncate(start),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(false)
+    Ok(busy)
 }
 
 /// Stage 2: fingerprints the chunks of each block in parallel.
@@ -249,16 +378,23 @@ fn fingerprint(
     Ok(busy)
 }
 
-/// Stage 4 (background): writes sealed containers.
-fn write_containers(
-    backend: &dyn Backend,
-    rx: Receiver<(ContainerId, Vec<u8>)>,
-) -> Result<Duration> {
+/// Stage 4 (background, [`WRITERS`] threads): seals full containers and
+/// writes each atomically. After a failure the other writers stop too; the
+/// backup then fails before anything refers to the containers.
+fn write_containers(backend: &dyn Backend, rx: Receiver<Builder>, stop: &AtomicBool) -> Result<Duration> {
     let mut busy = Duration::ZERO;
-    for (id, bytes) in rx {
+    for builder in rx {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
         let t = Instant::now();
-        backend.write(&container::key(id), &bytes)?;
+        let id = builder.id();
+        let written = backend.write(&container::key(id), &builder.seal());
         busy += t.elapsed();
+        if written.is_err() {
+            stop.store(true, Ordering::Relaxed);
+            return written.map(|()| busy);
+        }
     }
     Ok(busy)
 }
@@ -326,7 +462,7 @@ struct Store {
     open: Option<Builder>,
     next_container: ContainerId,
     capacity: usize,
-    tx: Sender<(ContainerId, Vec<u8>)>,
+    tx: Sender<Builder>,
     here: FingerprintMap<ContainerId>,
     placed: Vec<(Fingerprint, ContainerId)>,
     totals: StoreTotals,
@@ -348,7 +484,7 @@ struct StoreTotals {
 }
 
 impl Store {
-    fn new(next_container: ContainerId, capacity: usize, tx: Sender<(ContainerId, Vec<u8>)>) -> Self {
+    fn new(next_container: ContainerId, capacity: usize, tx: Sender<Builder>) -> Self {
         Store {
             open: None,
             next_container,
@@ -412,9 +548,9 @@ impl Store {
 
     fn seal(&mut self) -> Result<()> {
         if let Some(b) = self.open.take() {
-            let id = b.id();
+            // The writers serialise it, off this thread.
             self.tx
-                .send((id, b.seal()))
+                .send(b)
                 .map_err(|_| Error::Pipeline("container writer stopped".into()))?;
             self.totals.containers_written += 1;
         }

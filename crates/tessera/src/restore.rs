@@ -3,9 +3,10 @@
 //! before a byte of it is written.
 //!
 //! The container loads an LRU cache of the given size will make are known in
-//! advance from the recipe, so a reader thread fetches (and checksums)
-//! containers ahead of the assembler in exactly that order, while the
-//! assembler verifies chunk fingerprints in parallel.
+//! advance from the recipe, so reader threads fetch (and checksum)
+//! containers ahead of the assembler — several at once, handed over in
+//! exactly that order — while the assembler verifies chunk fingerprints in
+//! parallel.
 
 use crate::backend::Backend;
 use crate::container::{self, Container, ContainerId};
@@ -13,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::FingerprintAlgo;
 use crate::repo::Repository;
 use crate::snapshot::{BackupId, ChunkRef};
-use crossbeam_channel::{bounded, Receiver};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use lru::LruCache;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -28,6 +29,9 @@ use std::time::{Duration, Instant};
 pub const DEFAULT_CACHE_CONTAINERS: usize = 32;
 /// Containers read ahead of the assembler.
 const READ_AHEAD: usize = 4;
+/// Containers read concurrently (more requests in flight than one
+/// sequential reader keeps the device busier).
+const READERS: usize = 2;
 /// Bytes of chunks verified together in parallel.
 const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
 
@@ -105,22 +109,43 @@ pub fn restore(
     let loads = lru_loads(&recipe.chunks, capacity);
     let algo = repo.config().fingerprint;
     let backend = repo.shared_backend();
-    let (tx, rx) = bounded::<Result<Arc<Container>>>(READ_AHEAD);
+    // Each load gets a one-slot channel for its result; the slots travel to
+    // the assembler in load order, so readers may finish out of order.
+    let (slot_tx, slot_rx) = bounded::<Receiver<Result<Arc<Container>>>>(READ_AHEAD);
+    let (job_tx, job_rx) = bounded::<(ContainerId, Sender<Result<Arc<Container>>>)>(0);
 
     let mut stats = std::thread::scope(|s| -> Result<RestoreStats> {
-        let reader = s.spawn(|| {
-            for &cid in &loads {
-                let loaded = load_container(backend.as_ref(), cid);
-                let failed = loaded.is_err();
-                if tx.send(loaded).is_err() || failed {
+        let readers: Vec<_> = (0..READERS)
+            .map(|_| {
+                let (backend, jobs) = (backend.as_ref(), job_rx.clone());
+                s.spawn(move || {
+                    for (cid, result) in jobs {
+                        let loaded = load_container(backend, cid);
+                        let failed = loaded.is_err();
+                        // A closed slot means the assembler stopped.
+                        if result.send(loaded).is_err() || failed {
+                            break;
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(job_rx);
+        let loads = &loads;
+        let dispatcher = s.spawn(move || {
+            for &cid in loads {
+                let (result_tx, result_rx) = bounded(1);
+                if slot_tx.send(result_rx).is_err() || job_tx.send((cid, result_tx)).is_err() {
                     break;
                 }
             }
         });
-        let result = assemble(id, &recipe.chunks, capacity, algo, rx, out, options);
-        reader
-            .join()
-            .map_err(|_| Error::Pipeline("container reader thread panicked".into()))?;
+        let result = assemble(id, &recipe.chunks, capacity, algo, slot_rx, out, options);
+        let panicked = |_| Error::Pipeline("container reader thread panicked".into());
+        dispatcher.join().map_err(panicked)?;
+        for r in readers {
+            r.join().map_err(panicked)?;
+        }
         result
     })?;
     out.flush().map_err(|e| Error::Output {
@@ -194,7 +219,7 @@ fn assemble(
     chunks: &[ChunkRef],
     capacity: NonZeroUsize,
     algo: FingerprintAlgo,
-    loaded: Receiver<Result<Arc<Container>>>,
+    loaded: Receiver<Receiver<Result<Arc<Container>>>>,
     out: &mut dyn Write,
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
@@ -208,9 +233,8 @@ fn assemble(
             Some(ct) => ct.clone(),
             None => {
                 let t = Instant::now();
-                let ct = loaded
-                    .recv()
-                    .map_err(|_| Error::Pipeline("container reader stopped early".into()))??;
+                let stopped = |_| Error::Pipeline("container reader stopped early".into());
+                let ct = loaded.recv().map_err(stopped)?.recv().map_err(stopped)??;
                 wait += t.elapsed();
                 if ct.header.id != c.container {
                     return Err(Error::Pipeline(format!(

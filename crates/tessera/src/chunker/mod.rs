@@ -14,7 +14,9 @@ pub use self::fixed::FixedSize;
 pub use self::rabin::Rabin;
 
 use crate::error::{Error, Result};
+use bytes::{Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
+use std::io::{self, Read};
 use std::str::FromStr;
 
 /// Finds chunk boundaries.
@@ -168,6 +170,69 @@ pub fn cut_all(chunker: &dyn Chunker, data: &[u8], eof: bool, lengths: &mut Vec<
     pos
 }
 
+/// Reads an input in blocks and cuts each into chunks, carrying the bytes
+/// after the last final boundary over into the next block. Yields
+/// `(block, chunk lengths)` pairs; the chunks tile the block.
+pub struct Blocks<'a, R: Read + ?Sized> {
+    input: &'a mut R,
+    chunker: &'a dyn Chunker,
+    block_size: usize,
+    carry: BytesMut,
+    eof: bool,
+}
+
+impl<'a, R: Read + ?Sized> Blocks<'a, R> {
+    /// Blocks of about `block_size` bytes (at least twice the maximum chunk size).
+    pub fn new(input: &'a mut R, chunker: &'a dyn Chunker, block_size: usize) -> Self {
+        Blocks {
+            input,
+            chunker,
+            block_size: block_size.max(2 * chunker.max_size()),
+            carry: BytesMut::new(),
+            eof: false,
+        }
+    }
+
+    /// The next block with its chunk lengths, `None` at the end of the input.
+    pub fn next_block(&mut self) -> io::Result<Option<(Bytes, Vec<u32>)>> {
+        while !self.eof {
+            let mut buf = BytesMut::with_capacity(self.block_size);
+            buf.extend_from_slice(&self.carry);
+            self.eof = fill(self.input, &mut buf, self.block_size)?;
+            let mut lengths = Vec::with_capacity(buf.len() / 2048 + 1);
+            let used = cut_all(self.chunker, &buf, self.eof, &mut lengths);
+            let mut data = buf.freeze();
+            self.carry = BytesMut::from(&data[used..]);
+            data.truncate(used);
+            if !lengths.is_empty() {
+                return Ok(Some((data, lengths)));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Reads until `buf` holds `target` bytes or the input ends; returns whether it ended.
+fn fill<R: Read + ?Sized>(input: &mut R, buf: &mut BytesMut, target: usize) -> io::Result<bool> {
+    while buf.len() < target {
+        let start = buf.len();
+        buf.resize(target, 0);
+        match input.read(&mut buf[start..]) {
+            Ok(0) => {
+                buf.truncate(start);
+                return Ok(true);
+            }
+            Ok(n) => buf.truncate(start + n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => buf.truncate(start),
+            Err(e) => {
+                buf.truncate(start);
+                return Err(e);
+            }
+        }
+    }
+    Ok(false)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,6 +303,44 @@ mod tests {
                     prop_assert!(l >= p.min_size, "chunk {} of {} is {} < min", i, n, l);
                 }
             }
+        }
+    }
+
+    /// A reader that returns at most `piece` bytes per call.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        piece: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.piece.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        #[test]
+        fn blocks_match_whole_input_chunking(
+            len in 0usize..600_000, seed: u64, piece in 1usize..100_000, block in 1usize..300_000
+        ) {
+            let c = ChunkerParams::default().build().unwrap();
+            let data = pseudo_random(len, seed);
+            let expected = chunk_streaming(c.as_ref(), &data, data.len().max(1));
+            let mut input = Trickle { data: &data, piece };
+            let mut blocks = Blocks::new(&mut input, c.as_ref(), block);
+            let mut got = Vec::new();
+            let mut bytes = Vec::new();
+            while let Some((b, lengths)) = blocks.next_block().unwrap() {
+                prop_assert_eq!(b.len() as u64, lengths.iter().map(|&l| u64::from(l)).sum::<u64>());
+                bytes.extend_from_slice(&b);
+                got.extend(lengths);
+            }
+            prop_assert_eq!(got, expected);
+            prop_assert_eq!(bytes, data);
         }
     }
 

@@ -1,0 +1,174 @@
+//! Crash safety through the command line: `tessera backup` killed with
+//! SIGKILL at random moments, from the start of the run through its commit
+//! phase. After every kill the repository checks clean, every backup
+//! committed before restores byte-identically, and new backups still work.
+
+mod common;
+
+use common::*;
+use rand::Rng;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+/// Size of each killed backup's input: fresh random data every time, so
+/// every run writes containers, not only its commit objects.
+const BIG: u64 = 200 << 20;
+const SMALL: u64 = 8 << 20;
+const MIN_KILLS: usize = 20;
+const MAX_ATTEMPTS: usize = 40;
+
+struct Committed {
+    id: u64,
+    seed: u64,
+    len: u64,
+}
+
+fn verify_all(repo: &std::path::Path, committed: &[Committed]) {
+    let ids: Vec<u64> = committed.iter().map(|c| c.id).collect();
+    assert_eq!(list_ids(repo), ids, "exactly the committed backups are listed");
+    for c in committed {
+        assert_restore_stdout_matches(repo, &c.id.to_string(), &mut PrngReader::new(c.seed, c.len));
+    }
+}
+
+#[test]
+fn backup_killed_at_random_moments_leaves_repository_consistent() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    init(&repo);
+    let mut committed = Vec::new();
+
+    let small = tmp.path().join("small");
+    for seed in [1, 2] {
+        write_random_file(&small, seed, SMALL);
+        let r = backup_json(&repo, &small);
+        committed.push(Committed {
+            id: num(&r, "id"),
+            seed,
+            len: SMALL,
+        });
+    }
+
+    // An uninterrupted run of the same size measures how long a run takes.
+    let big = tmp.path().join("big");
+    write_random_file(&big, 1000, BIG);
+    let started = Instant::now();
+    let r = backup_json(&repo, &big);
+    let full_run = started.elapsed();
+    committed.push(Committed {
+        id: num(&r, "id"),
+        seed: 1000,
+        len: BIG,
+    });
+    eprintln!("uninterrupted backup of {BIG} bytes: {full_run:?}");
+
+    let mut rng = rng(0xc0ffee);
+    let (mut kills, mut completed, mut mid_run, mut after_recipe) = (0, 0, 0, 0);
+    for attempt in 0..MAX_ATTEMPTS {
+        if kills >= MIN_KILLS {
+            break;
+        }
+        let seed = 2000 + attempt as u64;
+        write_random_file(&big, seed, BIG);
+        let containers_before = containers(&repo);
+        let recipes_before = dir_names_or_empty(&repo.join("recipes"));
+        // Even attempts: anywhere in the run; odd ones: around its end
+        // (the last containers, the index, the recipe and the snapshot).
+        let frac = if attempt % 2 == 0 {
+            rng.random_range(0.0..1.0)
+        } else {
+            rng.random_range(0.8..1.15)
+        };
+        let delay = full_run.mul_f64(frac);
+
+        let mut child = cmd(["backup".as_ref(), repo.as_os_str(), big.as_os_str()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(delay);
+        // SIGKILL on Unix; harmless if the process already finished.
+        let _ = child.kill();
+        let status = child.wait().unwrap();
+        let killed = match status.signal() {
+            Some(9) => true,
+            Some(sig) => panic!("backup died of signal {sig}"),
+            None => {
+                assert!(status.success(), "backup failed on its own: {status}");
+                false
+            }
+        };
+
+        let new_ids: Vec<u64> = list_ids(&repo)
+            .into_iter()
+            .filter(|id| !committed.iter().any(|c| c.id == *id))
+            .collect();
+        assert!(new_ids.len() <= 1, "one run committed {new_ids:?}");
+        if !killed {
+            assert_eq!(new_ids.len(), 1, "a run that exited 0 committed its backup");
+        }
+        let new_containers = containers(&repo).difference(&containers_before).count();
+        let new_recipes = dir_names_or_empty(&repo.join("recipes"))
+            .difference(&recipes_before)
+            .count();
+        if killed {
+            kills += 1;
+            if new_ids.is_empty() && new_containers > 0 {
+                mid_run += 1;
+            }
+            if new_ids.is_empty() && new_recipes > 0 {
+                after_recipe += 1;
+            }
+        } else {
+            completed += 1;
+        }
+        eprintln!(
+            "attempt {attempt}: {} after {delay:?}; {new_containers} new containers, {new_recipes} new recipes, committed {new_ids:?}",
+            if killed { "killed" } else { "finished" }
+        );
+        for id in new_ids {
+            committed.push(Committed { id, seed, len: BIG });
+        }
+
+        let report = ok(["check".as_ref(), repo.as_os_str()]);
+        assert!(report.contains("no problems"), "{report}");
+        verify_all(&repo, &committed);
+    }
+    eprintln!(
+        "{kills} kills ({mid_run} after some containers, {after_recipe} between recipe and snapshot), {completed} runs finished"
+    );
+    assert!(kills >= MIN_KILLS, "only {kills} runs were killed");
+    assert!(mid_run > 0, "no kill landed while containers were being written");
+
+    // New backups still work: a fresh input, then one deduplicating against
+    // the data the killed runs left behind.
+    write_random_file(&small, 3, SMALL);
+    let r = backup_json(&repo, &small);
+    committed.push(Committed {
+        id: num(&r, "id"),
+        seed: 3,
+        len: SMALL,
+    });
+    let r = backup_json(&repo, &big);
+    committed.push(Committed {
+        id: num(&r, "id"),
+        seed: 2000 + (kills + completed - 1) as u64,
+        len: BIG,
+    });
+    verify_all(&repo, &committed);
+    let report = ok(["check".as_ref(), repo.as_os_str(), "--read-data".as_ref()]);
+    assert!(report.contains("no problems"), "{report}");
+}
+
+fn dir_names_or_empty(dir: &std::path::Path) -> std::collections::BTreeSet<String> {
+    if dir.exists() {
+        dir_names(dir)
+            .into_iter()
+            .filter(|n| !n.starts_with('.'))
+            .collect()
+    } else {
+        Default::default()
+    }
+}

@@ -1,0 +1,234 @@
+//! Bad input through the command line: each case prints exactly one
+//! `tessera: error:` line on stderr, exits non-zero and never panics.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+
+/// A repository with one backup (id 1) of a small file.
+fn repo_with_backup(dir: &Path) -> PathBuf {
+    let repo = dir.join("repo");
+    init(&repo);
+    let input = dir.join("input");
+    std::fs::write(&input, random_bytes(5, 100_000)).unwrap();
+    assert_eq!(num(&backup_json(&repo, &input), "id"), 1);
+    repo
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+#[test]
+fn missing_repository() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-such-repo");
+    let input = tmp.path().join("input");
+    std::fs::write(&input, b"data").unwrap();
+    for args in [
+        vec!["backup".to_string(), s(&missing), s(&input)],
+        vec!["restore".to_string(), s(&missing), "1".into(), s(&tmp.path().join("out"))],
+        vec!["list".to_string(), s(&missing)],
+        vec!["check".to_string(), s(&missing), "--read-data".into()],
+        vec!["stats".to_string(), s(&missing)],
+        vec!["delete".to_string(), s(&missing), "1".into()],
+    ] {
+        let line = fail(&args);
+        assert!(line.contains("no-such-repo"), "{args:?}: {line}");
+        assert!(line.contains("not a Tessera repository"), "{args:?}: {line}");
+    }
+    assert!(!missing.exists(), "no command creates a missing repository");
+    assert!(!tmp.path().join("out").exists());
+}
+
+#[test]
+fn directory_that_is_not_a_repository() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("plain");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("some-file"), b"x").unwrap();
+    let input = tmp.path().join("input");
+    std::fs::write(&input, b"data").unwrap();
+    for args in [
+        vec!["backup".to_string(), s(&dir), s(&input)],
+        vec!["restore".to_string(), s(&dir), "1".into(), "-".into()],
+        vec!["list".to_string(), s(&dir)],
+        vec!["check".to_string(), s(&dir)],
+    ] {
+        let line = fail(&args);
+        assert!(line.contains("not a Tessera repository"), "{args:?}: {line}");
+    }
+    // A plain file is not a repository either.
+    let line = fail(["list".to_string(), s(&input)]);
+    assert!(line.contains("not a Tessera repository"), "{line}");
+    assert_eq!(dir_names(&dir).len(), 1, "nothing was written into the directory");
+}
+
+#[test]
+fn init_on_non_empty_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("full");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("precious"), b"keep me").unwrap();
+    let line = fail(["init".to_string(), s(&dir)]);
+    assert!(line.contains("not empty"), "{line}");
+    assert_eq!(std::fs::read(dir.join("precious")).unwrap(), b"keep me");
+    assert_eq!(dir_names(&dir).len(), 1);
+
+    // An existing repository is non-empty too: init must not overwrite it.
+    let repo = repo_with_backup(tmp.path());
+    let config = std::fs::read(repo.join("config")).unwrap();
+    let line = fail(["init".to_string(), s(&repo)]);
+    assert!(line.contains("not empty"), "{line}");
+    assert_eq!(std::fs::read(repo.join("config")).unwrap(), config);
+    assert_eq!(list_ids(&repo), vec![1]);
+}
+
+#[test]
+fn wrong_and_non_numeric_backup_ids() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = repo_with_backup(tmp.path());
+    let out = tmp.path().join("out");
+    for id in ["2", "999", "0", "18446744073709551615"] {
+        let line = fail(["restore".to_string(), s(&repo), id.into(), s(&out)]);
+        assert!(line.contains(&format!("backup {id}")), "{line}");
+        assert!(line.contains("no such backup"), "{line}");
+        let line = fail(["restore".to_string(), s(&repo), id.into(), "-".into()]);
+        assert!(line.contains("no such backup"), "{line}");
+        let line = fail(["stats".to_string(), s(&repo), id.into()]);
+        assert!(line.contains("no such backup"), "{line}");
+        let line = fail(["delete".to_string(), s(&repo), id.into()]);
+        assert!(line.contains("no such backup"), "{line}");
+    }
+    for id in ["abc", "-1", "1.5", "", "1x", "99999999999999999999999"] {
+        // `--` so that clap takes `-1` as the id rather than as an option.
+        let line = fail(["restore".to_string(), "--".into(), s(&repo), id.into(), s(&out)]);
+        assert!(line.contains("not a backup id"), "{id:?}: {line}");
+        let line = fail(["delete".to_string(), "--".into(), s(&repo), id.into()]);
+        assert!(line.contains("not a backup id"), "{id:?}: {line}");
+    }
+    assert!(!out.exists(), "no output file from a failed restore");
+    assert_eq!(list_ids(&repo), vec![1], "nothing was deleted");
+
+    // `latest` of an empty repository.
+    let empty = tmp.path().join("empty");
+    init(&empty);
+    let line = fail(["restore".to_string(), s(&empty), "latest".into(), s(&out)]);
+    assert!(line.contains("no backup"), "{line}");
+}
+
+#[test]
+fn unreadable_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = repo_with_backup(tmp.path());
+    let missing = tmp.path().join("missing-input");
+    let line = fail(["backup".to_string(), s(&repo), s(&missing)]);
+    assert!(line.contains("missing-input"), "{line}");
+    let dir_input = tmp.path().join("a-directory");
+    std::fs::create_dir(&dir_input).unwrap();
+    let line = fail(["backup".to_string(), s(&repo), s(&dir_input)]);
+    assert!(line.contains("a-directory"), "{line}");
+    // Nothing was committed, and the repository is still healthy and usable.
+    assert_eq!(list_ids(&repo), vec![1]);
+    ok(["check".to_string(), s(&repo), "--read-data".into()]);
+    let input = tmp.path().join("input2");
+    std::fs::write(&input, random_bytes(6, 50_000)).unwrap();
+    assert_eq!(num(&backup_json(&repo, &input), "id"), 2);
+}
+
+#[test]
+fn invalid_init_options() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["--min-size", "16KiB", "--avg-size", "8KiB"], "min <= avg <= max"),
+        (vec!["--avg-size", "128KiB"], "min <= avg <= max"),
+        (vec!["--max-size", "32MiB", "--avg-size", "8KiB"], "exceeds 16 MiB"),
+        (vec!["--container-size", "1000"], "container size"),
+        (vec!["--container-size", "2GiB"], "container size"),
+        (vec!["--min-size", "3001", "--avg-size", "8KiB"], "even"),
+        (vec!["--chunker", "rabin", "--avg-size", "5000"], "power-of-two"),
+        (vec!["--chunker", "fixed", "--min-size", "0", "--avg-size", "0"], "positive"),
+    ];
+    for (i, (opts, expect)) in cases.iter().enumerate() {
+        let repo = tmp.path().join(format!("repo{i}"));
+        let mut args = vec!["init".to_string(), s(&repo)];
+        args.extend(opts.iter().map(|o| o.to_string()));
+        let line = fail(&args);
+        assert!(line.contains(expect), "{args:?}: {line}");
+        assert!(!repo.join("config").exists(), "{args:?} created a repository");
+    }
+    // Values that do not parse at all are rejected too (clap may print usage
+    // lines, but it must fail without a panic).
+    for opts in [["--min-size", "lots"], ["--chunker", "magic"]] {
+        let repo = tmp.path().join("repo-bad");
+        let mut args = vec!["init".to_string(), s(&repo)];
+        args.extend(opts.iter().map(|o| o.to_string()));
+        let out = run(&args);
+        assert!(!out.status.success(), "{args:?}");
+        assert_no_panic(&out);
+        assert!(!repo.join("config").exists());
+    }
+}
+
+/// Rewrites the repository's `config` object as an envelope of `CONF` with
+/// format `envelope_version` around the current JSON with `"version"` set
+/// to `json_version`.
+fn craft_config(repo: &Path, envelope_version: u32, json_version: u32) {
+    let sealed = std::fs::read(repo.join("config")).unwrap();
+    // Envelope: magic, kind, version, payload length (u64), payload, CRC-32C.
+    let payload = &sealed[20..sealed.len() - 4];
+    let mut config: serde_json::Value = serde_json::from_slice(payload).unwrap();
+    assert_eq!(config["version"], 1);
+    config["version"] = json_version.into();
+    let json = serde_json::to_vec(&config).unwrap();
+    let crafted = tessera::envelope::seal(b"CONF", envelope_version, &json);
+    std::fs::write(repo.join("config"), crafted).unwrap();
+}
+
+#[test]
+fn unknown_config_format_version() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = repo_with_backup(tmp.path());
+    let original = std::fs::read(repo.join("config")).unwrap();
+    for (envelope_version, json_version) in [(99, 99), (99, 1), (1, 99)] {
+        craft_config(&repo, envelope_version, json_version);
+        for args in [
+            vec!["list".to_string(), s(&repo)],
+            vec!["check".to_string(), s(&repo)],
+            vec!["restore".to_string(), s(&repo), "1".into(), "-".into()],
+            vec!["backup".to_string(), s(&repo), s(&tmp.path().join("input"))],
+        ] {
+            let line = fail(&args);
+            assert!(line.contains("config"), "{args:?}: {line}");
+            assert!(line.contains("version 99"), "{args:?}: {line}");
+        }
+        std::fs::write(repo.join("config"), &original).unwrap();
+    }
+    // Back to the real config, everything works and nothing was changed.
+    assert_eq!(list_ids(&repo), vec![1]);
+    ok(["check".to_string(), s(&repo), "--read-data".into()]);
+}
+
+#[test]
+fn second_writer_gets_a_locked_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = repo_with_backup(tmp.path());
+    let input = tmp.path().join("input");
+    let holder = tessera::Repository::open(&repo, true).unwrap();
+    let line = fail(["backup".to_string(), s(&repo), s(&input)]);
+    assert!(line.contains("locked"), "{line}");
+    let line = fail(["delete".to_string(), s(&repo), "1".into()]);
+    assert!(line.contains("locked"), "{line}");
+    // Readers are excluded by a writer as well.
+    let line = fail(["restore".to_string(), s(&repo), "1".into(), "-".into()]);
+    assert!(line.contains("locked"), "{line}");
+    drop(holder);
+    // A reader does not exclude other readers, but does exclude a writer.
+    let reader = tessera::Repository::open(&repo, false).unwrap();
+    assert_eq!(list_ids(&repo), vec![1]);
+    let line = fail(["backup".to_string(), s(&repo), s(&input)]);
+    assert!(line.contains("locked"), "{line}");
+    drop(reader);
+    assert_eq!(num(&backup_json(&repo, &input), "id"), 2);
+}

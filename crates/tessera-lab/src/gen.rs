@@ -1,0 +1,1 @@
+//! Versioned dataset generator (in progress).

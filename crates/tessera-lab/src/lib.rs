@@ -1,0 +1,6 @@
+//! Tessera's lab: deterministic versioned workloads, fingerprint traces,
+//! dataset analysis and the experiment runner, all over the engine library.
+
+pub mod analyze;
+pub mod gen;
+pub mod trace;

@@ -1,0 +1,402 @@
+//! End-to-end throughput of backup and restore against plain baselines.
+//!
+//! Run with `cargo bench -p tessera --bench throughput`. Every run uses a
+//! fresh repository and measures:
+//!
+//! * **baseline**: the repository's chunker over the in-memory input on one
+//!   thread, BLAKE3 fingerprints of each block's chunks in parallel (rayon),
+//!   nothing else — the pipeline's shape without index, containers or I/O;
+//! * **(a)** a backup of fresh random data, / baseline;
+//! * **(b)** a backup of the same data again (every chunk a duplicate), / baseline;
+//! * **(c)** a restore of the first backup to a sink (every chunk still
+//!   verified), / reading all its container files sequentially with `std::fs`.
+//!   When run as root the page cache is dropped before both, so both are cold;
+//!   otherwise both are warm and the output says so.
+//!
+//! Options (arguments override the environment):
+//! `--size-mib N` / `TESSERA_BENCH_MIB` (default 512),
+//! `--runs N` / `TESSERA_BENCH_RUNS` (default 5),
+//! `--dir PATH` / `TESSERA_BENCH_DIR` (where the temporary repositories go;
+//! default: cargo's target tmp dir, on the same disk as `target/`),
+//! `--quiet` (no per-run lines).
+
+use crossbeam_channel::bounded;
+use rayon::prelude::*;
+use std::io::Cursor;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+use tessera::backup::{backup, BackupOptions};
+use tessera::chunker::{cut_all, Chunker};
+use tessera::config::Config;
+use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
+use tessera::restore::{restore, RestoreOptions};
+use tessera::snapshot::Snapshot;
+use tessera::Repository;
+
+/// Block size of the baseline's chunking thread (the backup reads 8 MiB blocks too).
+const BASELINE_BLOCK: usize = 8 * 1024 * 1024;
+
+struct Options {
+    size_mib: usize,
+    runs: usize,
+    dir: PathBuf,
+    quiet: bool,
+}
+
+fn options() -> Options {
+    let env_num = |name: &str, default: usize| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(default)
+    };
+    let mut o = Options {
+        size_mib: env_num("TESSERA_BENCH_MIB", 512),
+        runs: env_num("TESSERA_BENCH_RUNS", 5),
+        dir: std::env::var_os("TESSERA_BENCH_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
+        quiet: false,
+    };
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let value = args.get(i + 1);
+        match args[i].as_str() {
+            "--size-mib" => {
+                o.size_mib = value.and_then(|v| v.parse().ok()).expect("--size-mib N");
+                i += 1;
+            }
+            "--runs" => {
+                o.runs = value.and_then(|v| v.parse().ok()).expect("--runs N");
+                i += 1;
+            }
+            "--dir" => {
+                o.dir = PathBuf::from(value.expect("--dir PATH"));
+                i += 1;
+            }
+            "--quiet" => o.quiet = true,
+            // `cargo bench` passes `--bench`; ignore it and any filter.
+            _ => {}
+        }
+        i += 1;
+    }
+    o.size_mib = o.size_mib.max(1);
+    o.runs = o.runs.max(1);
+    o
+}
+
+/// Deterministic incompressible bytes (xoshiro256**).
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut s = [
+        seed ^ 0x9E37_79B9_7F4A_7C15,
+        seed.wrapping_mul(0xBF58_476D_1CE4_E5B9) | 1,
+        0x94D0_49BB_1331_11EB,
+        0x2545_F491_4F6C_DD1D,
+    ];
+    let mut next = move || {
+        let out = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
+        let t = s[1] << 17;
+        s[2] ^= s[0];
+        s[3] ^= s[1];
+        s[1] ^= s[2];
+        s[0] ^= s[3];
+        s[2] ^= t;
+        s[3] = s[3].rotate_left(45);
+        out
+    };
+    let mut v = vec![0u8; len];
+    for w in v.chunks_mut(8) {
+        let x = next().to_le_bytes();
+        w.copy_from_slice(&x[..w.len()]);
+    }
+    v
+}
+
+/// Chunks `data` on one thread and fingerprints each block's chunks in
+/// parallel with rayon: the same structure as the backup pipeline, and nothing else.
+fn baseline(data: &[u8], chunker: &dyn Chunker, algo: FingerprintAlgo) -> (Duration, usize) {
+    let started = Instant::now();
+    let (tx, rx) = bounded::<(usize, Vec<u32>)>(2);
+    let chunks = std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut pos = 0;
+            while pos < data.len() {
+                let end = (pos + BASELINE_BLOCK).min(data.len());
+                let eof = end == data.len();
+                let mut lengths = Vec::with_capacity((end - pos) / 4096 + 1);
+                let used = cut_all(chunker, &data[pos..end], eof, &mut lengths);
+                if tx.send((pos, lengths)).is_err() {
+                    return;
+                }
+                pos += used;
+            }
+        });
+        let mut chunks = 0;
+        for (start, lengths) in rx {
+            let mut offsets = Vec::with_capacity(lengths.len());
+            let mut off = start;
+            for &len in &lengths {
+                offsets.push(off);
+                off += len as usize;
+            }
+            let fps: Vec<Fingerprint> = offsets
+                .par_iter()
+                .zip(lengths.par_iter())
+                .map(|(&off, &len)| algo.hash(&data[off..off + len as usize]))
+                .collect();
+            chunks += std::hint::black_box(fps).len();
+        }
+        chunks
+    });
+    (started.elapsed(), chunks)
+}
+
+/// Writes dirty pages and drops the page cache; false if not permitted.
+fn drop_caches() -> bool {
+    let synced = std::process::Command::new("sync")
+        .status()
+        .is_ok_and(|s| s.success());
+    synced && std::fs::write("/proc/sys/vm/drop_caches", b"3\n").is_ok()
+}
+
+/// Reads every container file of the repository at `root` sequentially.
+fn read_containers(root: &Path) -> (Duration, u64) {
+    let dir = root.join(tessera::container::CONTAINER_DIR);
+    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("listing containers")
+        .map(|e| e.expect("listing containers").path())
+        .filter(|p| p.file_name().is_some_and(|n| !n.to_string_lossy().starts_with('.')))
+        .collect();
+    names.sort();
+    let started = Instant::now();
+    let mut bytes = 0u64;
+    for path in &names {
+        bytes += std::hint::black_box(std::fs::read(path).expect("reading container")).len() as u64;
+    }
+    (started.elapsed(), bytes)
+}
+
+/// CPU seconds (user + system) used by this process so far, from /proc
+/// (10 ms resolution; 0 where unavailable).
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|x| x.parse().ok())
+        .collect();
+    f.iter().sum::<f64>() / 100.0
+}
+
+/// Wall time and CPU seconds of `f`.
+fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration, f64) {
+    let cpu = cpu_seconds();
+    let t = Instant::now();
+    let out = f();
+    (out, t.elapsed(), cpu_seconds() - cpu)
+}
+
+fn mb_s(bytes: u64, t: Duration) -> f64 {
+    bytes as f64 / 1e6 / t.as_secs_f64().max(1e-9)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Measurements of one run: MB/s and CPU seconds.
+struct Run {
+    /// Baseline bracketing (a): mean time of the runs just before and after.
+    base_a: f64,
+    /// Baseline bracketing (b).
+    base_b: f64,
+    fresh: f64,
+    dup: f64,
+    read: f64,
+    restore: f64,
+    cpu_base: f64,
+    cpu_fresh: f64,
+    cpu_dup: f64,
+    cpu_read: f64,
+    cpu_restore: f64,
+}
+
+impl Run {
+    fn ratio_a(&self) -> f64 {
+        self.fresh / self.base_a
+    }
+    fn ratio_b(&self) -> f64 {
+        self.dup / self.base_b
+    }
+    fn ratio_c(&self) -> f64 {
+        self.restore / self.read
+    }
+}
+
+fn stages(s: &Snapshot) -> String {
+    let st = &s.stats.stage_seconds;
+    format!(
+        "chunk {:.2}s fp {:.2}s index {:.2}s store {:.2}s write {:.2}s commit {:.2}s",
+        st.chunk, st.fingerprint, st.index, st.store, st.write, st.commit
+    )
+}
+
+fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
+    let tmp = tempfile::tempdir_in(&o.dir).expect("creating temporary directory");
+    let root = tmp.path().join("repo");
+    let config = Config::new(format!("bench{run}"));
+    let chunker = config.chunker.build().expect("chunker");
+    let algo = config.fingerprint;
+    let logical = data.len() as u64;
+    // Each backup is bracketed by baselines, so that load from elsewhere on
+    // the machine affects a measurement and its reference alike.
+    let base = || timed(|| baseline(data, chunker.as_ref(), algo));
+
+    let repo = Repository::init(&root, config.clone()).expect("init");
+    let options = BackupOptions::default();
+    let (_, b1, c1) = base();
+    let (first, t, cpu_fresh) =
+        timed(|| backup(&repo, &mut Cursor::new(data), "input", &options).expect("backup"));
+    let fresh = mb_s(logical, t);
+    assert_eq!(first.logical_bytes, logical);
+
+    let (_, b2, c2) = base();
+    let (second, t, cpu_dup) =
+        timed(|| backup(&repo, &mut Cursor::new(data), "input", &options).expect("backup"));
+    let dup = mb_s(logical, t);
+    assert_eq!(second.stats.unique.bytes, 0, "the second backup stored new chunks");
+    let (_, b3, c3) = base();
+
+    *cold &= drop_caches();
+    let ((t, container_bytes), _, cpu_read) = timed(|| read_containers(&root));
+    let read = mb_s(container_bytes, t);
+
+    *cold &= drop_caches();
+    let (restored, t, cpu_restore) = timed(|| {
+        restore(&repo, first.id, &mut std::io::sink(), &RestoreOptions::default())
+            .expect("restore")
+    });
+    let restore_mb_s = mb_s(restored.bytes_restored, t);
+    assert_eq!(restored.bytes_restored, logical);
+
+    let r = Run {
+        base_a: mb_s(logical, (b1 + b2) / 2),
+        base_b: mb_s(logical, (b2 + b3) / 2),
+        fresh,
+        dup,
+        read,
+        restore: restore_mb_s,
+        cpu_base: (c1 + c2 + c3) / 3.0,
+        cpu_fresh,
+        cpu_dup,
+        cpu_read,
+        cpu_restore,
+    };
+    if !o.quiet {
+        println!(
+            "run {run}: baselines {:.0}/{:.0}/{:.0} MB/s | (a) fresh {:.0} MB/s = {:.2} | (b) dup {:.0} MB/s = {:.2} | (c) read {:.0} MB/s, restore {:.0} MB/s = {:.2}",
+            mb_s(logical, b1),
+            mb_s(logical, b2),
+            mb_s(logical, b3),
+            r.fresh,
+            r.ratio_a(),
+            r.dup,
+            r.ratio_b(),
+            r.read,
+            r.restore,
+            r.ratio_c()
+        );
+        println!(
+            "        CPU s: baseline {:.2} fresh {:.2} dup {:.2} read {:.2} restore {:.2}",
+            r.cpu_base, r.cpu_fresh, r.cpu_dup, r.cpu_read, r.cpu_restore
+        );
+        println!("        fresh stages: {}", stages(&first));
+        println!("        dup   stages: {}", stages(&second));
+    }
+    r
+}
+
+fn main() {
+    let o = options();
+    std::fs::create_dir_all(&o.dir).expect("creating the bench directory");
+    let len = o.size_mib * 1024 * 1024;
+    println!(
+        "tessera throughput: {} MiB of random data, {} runs, {} rayon threads, repositories in {}",
+        o.size_mib,
+        o.runs,
+        rayon::current_num_threads(),
+        o.dir.display()
+    );
+    let data = random_bytes(len, 0x7e55e4a);
+    let mut cold = true;
+    let runs: Vec<Run> = (1..=o.runs).map(|i| one_run(&o, &data, i, &mut cold)).collect();
+    let cache = if cold {
+        "cold page cache (dropped before the read baseline and before each restore)"
+    } else {
+        "WARM page cache for both (not root: cannot drop caches)"
+    };
+    let col = |f: fn(&Run) -> f64| median(runs.iter().map(f).collect());
+
+    println!();
+    println!(
+        "Medians of {} runs, {} MiB, MB = 10^6 bytes; restore (c): {cache}",
+        o.runs, o.size_mib
+    );
+    println!(
+        "| measure                                   |    MB/s | baseline MB/s |  ratio | target      | CPU s / baseline CPU s |"
+    );
+    println!(
+        "|-------------------------------------------|--------:|--------------:|-------:|-------------|------------------------|"
+    );
+    let row = |name: &str, v: f64, b: f64, ratio: f64, target: f64, cpu: f64, cpu_b: f64| {
+        let mark = if ratio >= target { "ok" } else { "MISSED" };
+        println!(
+            "| {name:<41} | {v:>7.0} | {b:>13.0} | {ratio:>6.3} | >= {target:.2} {mark:<6} | {cpu:>9.2} / {cpu_b:<10.2} |"
+        );
+    };
+    row(
+        "(a) backup, fresh data / chunk+BLAKE3",
+        col(|r| r.fresh),
+        col(|r| r.base_a),
+        col(Run::ratio_a),
+        0.7,
+        col(|r| r.cpu_fresh),
+        col(|r| r.cpu_base),
+    );
+    row(
+        "(b) backup, all duplicate / chunk+BLAKE3",
+        col(|r| r.dup),
+        col(|r| r.base_b),
+        col(Run::ratio_b),
+        0.85,
+        col(|r| r.cpu_dup),
+        col(|r| r.cpu_base),
+    );
+    row(
+        "(c) restore to sink / sequential fs reads",
+        col(|r| r.restore),
+        col(|r| r.read),
+        col(Run::ratio_c),
+        0.8,
+        col(|r| r.cpu_restore),
+        col(|r| r.cpu_read),
+    );
+    println!(
+        "Ratios are medians of per-run ratios: each backup is compared with the mean time of the"
+    );
+    println!(
+        "baselines run just before and after it (this machine is shared; see the per-run lines)."
+    );
+}
