@@ -16,6 +16,7 @@ use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
 use tessera::fingerprint::FingerprintAlgo;
+use tessera::gc::{forget_keep_last, gc, GcOptions};
 use tessera::restore::{restore, restore_to_path, RestoreOptions, DEFAULT_CACHE_CONTAINERS};
 use tessera::snapshot::BackupId;
 use tessera::Repository;
@@ -88,6 +89,32 @@ enum Command {
         repo: PathBuf,
         /// The backup id.
         id: String,
+    },
+    /// Delete all but the newest backups (space is reclaimed by `gc`).
+    Forget {
+        /// The repository.
+        repo: PathBuf,
+        /// How many of the newest backups to keep.
+        #[arg(long)]
+        keep_last: usize,
+        /// Only print what would be deleted.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the deleted ids as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reclaim the space of deleted backups (mark, select, copy forward, sweep).
+    Gc {
+        /// The repository.
+        repo: PathBuf,
+        /// Utilization threshold in percent: 0 reclaims every dead byte
+        /// (perfect GC), 100 only wholly dead containers.
+        #[arg(long, default_value_t = 0.0)]
+        threshold: f64,
+        /// Print the metrics as JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Verify the repository's objects and references.
     Check {
@@ -181,11 +208,26 @@ fn main() -> ExitCode {
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
-            let msg = format!("{e:#}").replace('\n', " ");
-            eprintln!("tessera: error: {msg}");
+            eprintln!("tessera: error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, skipping causes whose text the
+/// message already contains (engine errors include their cause).
+fn one_line(e: &anyhow::Error) -> String {
+    let mut msg = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !msg.contains(&text) {
+            if !msg.is_empty() {
+                msg.push_str(": ");
+            }
+            msg.push_str(&text);
+        }
+    }
+    msg.replace('\n', " ")
 }
 
 fn run(command: Command) -> Result<ExitCode> {
@@ -219,6 +261,47 @@ fn run(command: Command) -> Result<ExitCode> {
             read_data,
             json,
         } => return check_cmd(&repo, read_data, json),
+        Command::Forget {
+            repo,
+            keep_last,
+            dry_run,
+            json,
+        } => {
+            let r = open(&repo, !dry_run)?;
+            let ids = forget_keep_last(&r, keep_last, dry_run)?;
+            if json {
+                println!("{}", serde_json::json!({ "deleted": ids, "dry_run": dry_run }));
+            } else {
+                let verb = if dry_run { "would delete" } else { "deleted" };
+                let list: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+                println!("{verb} {} backup(s): {}", ids.len(), list.join(" "));
+            }
+        }
+        Command::Gc {
+            repo,
+            threshold,
+            json,
+        } => {
+            let r = open(&repo, true)?;
+            let s = gc(&r, GcOptions { threshold_pct: threshold })?;
+            if json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                println!(
+                    "gc: {} of {} containers involved, {} reclaimed, {} produced; {} live chunks ({}) moved; {} read, {} written, {} freed; {:.2} s",
+                    s.containers_involved,
+                    s.containers_total,
+                    s.containers_reclaimed,
+                    s.containers_produced,
+                    s.chunks_moved,
+                    human(s.bytes_moved),
+                    human(s.bytes_read),
+                    human(s.bytes_written),
+                    human(s.bytes_freed.max(0) as u64),
+                    s.seconds
+                );
+            }
+        }
         Command::Analyze(args) => analyze(args)?,
         Command::Index {
             command: IndexCommand::Rebuild { repo },

@@ -9,7 +9,7 @@ use common::*;
 use rand::Rng;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Size of each killed backup's input: fresh random data every time, so
 /// every run writes containers, not only its commit objects.
@@ -70,7 +70,9 @@ fn backup_killed_at_random_moments_leaves_repository_consistent() {
             break;
         }
         let seed = 2000 + attempt as u64;
+        let t = Instant::now();
         write_random_file(&big, seed, BIG);
+        eprintln!("  write input {:?}", t.elapsed());
         let containers_before = containers(&repo);
         let recipes_before = dir_names_or_empty(&repo.join("recipes"));
         // Even attempts: anywhere in the run; odd ones: around its end
@@ -132,9 +134,12 @@ fn backup_killed_at_random_moments_leaves_repository_consistent() {
             committed.push(Committed { id, seed, len: BIG });
         }
 
+        let t = Instant::now();
         let report = ok(["check".as_ref(), repo.as_os_str()]);
         assert!(report.contains("no problems"), "{report}");
+        let t_check = t.elapsed();
         verify_all(&repo, &committed);
+        eprintln!("  check {t_check:?}, verify {:?}", t.elapsed() - t_check);
     }
     eprintln!(
         "{kills} kills ({mid_run} after some containers, {after_recipe} between recipe and snapshot), {completed} runs finished"

@@ -78,7 +78,9 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                 .and_then(|bytes| Container::parse(cid, bytes));
             match parsed {
                 Ok(ct) => {
-                    let mismatches: Vec<(Fingerprint, String)> = (0..ct.metas.len())
+                    // Trace containers hold no data to re-hash.
+                    let to_hash = if ct.header.has_data() { ct.metas.len() } else { 0 };
+                    let mismatches: Vec<(Fingerprint, String)> = (0..to_hash)
                         .into_par_iter()
                         .filter_map(|i| {
                             let expected = ct.metas[i].fp;
@@ -88,7 +90,7 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                             })
                         })
                         .collect();
-                    report.chunks_verified += ct.metas.len() as u64;
+                    report.chunks_verified += to_hash as u64;
                     for (fp, detail) in mismatches {
                         bad_chunks.insert((cid, fp), detail);
                     }
@@ -99,12 +101,12 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         } else {
             container::read_meta(repo.backend().as_ref(), cid).and_then(|(header, metas)| {
                 let size = repo.backend().size(&container::key(cid))?;
-                if size != header.total_len() as u64 {
+                if size != header.object_len() as u64 {
                     return Err(Error::corrupt(
                         container::key(cid),
                         format!(
                             "size {size} differs from the {} bytes its header announces",
-                            header.total_len()
+                            header.object_len()
                         ),
                     ));
                 }
@@ -116,7 +118,10 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                 report.stored_chunks += metas.len() as u64;
                 stored.extend(metas.iter().map(|m| (m.fp, cid)));
             }
-            Err(e @ (Error::Corrupt { .. } | Error::UnsupportedVersion { .. })) => {
+            Err(Error::Corrupt { detail, .. }) => {
+                bad_containers.insert(cid, detail);
+            }
+            Err(e @ Error::UnsupportedVersion { .. }) => {
                 bad_containers.insert(cid, e.to_string());
             }
             Err(e) => return Err(e),

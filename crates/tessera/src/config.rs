@@ -39,6 +39,10 @@ pub struct Config {
     pub container_size: u32,
     /// Deduplication index policy.
     pub index: IndexKind,
+    /// A trace repository: backups are fingerprint traces, containers hold
+    /// metadata only (for experiments at scales beyond the machine's disk).
+    #[serde(default)]
+    pub trace: bool,
 }
 
 impl Config {
@@ -51,6 +55,7 @@ impl Config {
             fingerprint: FingerprintAlgo::Blake3,
             container_size: DEFAULT_CONTAINER_SIZE,
             index: IndexKind::Exact,
+            trace: false,
         }
     }
 

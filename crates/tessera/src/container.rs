@@ -17,6 +17,9 @@ pub const META_ENTRY_LEN: usize = FINGERPRINT_LEN + 8;
 /// Container format version.
 pub const CONTAINER_VERSION: u32 = 1;
 const MAGIC: &[u8; 4] = b"TSCN";
+/// Header flag: the data section is absent (a container of a trace
+/// repository); `data_len` is the length it would have.
+pub const FLAG_NO_DATA: u32 = 1;
 /// Directory of container objects.
 pub const CONTAINER_DIR: &str = "containers";
 
@@ -51,8 +54,10 @@ pub struct Header {
     pub id: ContainerId,
     /// Number of chunks.
     pub chunk_count: u32,
-    /// Bytes in the data section.
+    /// Bytes in the data section (nominal when the data is absent).
     pub data_len: u32,
+    /// Flags ([`FLAG_NO_DATA`]).
+    pub flags: u32,
     meta_crc: u32,
     data_crc: u32,
 }
@@ -63,9 +68,24 @@ impl Header {
         HEADER_LEN + self.chunk_count as usize * META_ENTRY_LEN
     }
 
-    /// Total object size.
+    /// Size of the container with its data section: what restores read and
+    /// what it occupies (also for trace containers, whose data is absent).
     pub fn total_len(&self) -> usize {
         self.meta_end() + self.data_len as usize
+    }
+
+    /// Whether the data section is stored.
+    pub fn has_data(&self) -> bool {
+        self.flags & FLAG_NO_DATA == 0
+    }
+
+    /// Size of the stored object.
+    pub fn object_len(&self) -> usize {
+        if self.has_data() {
+            self.total_len()
+        } else {
+            self.meta_end()
+        }
     }
 
     /// Parses and checks the header of container `id`.
@@ -94,7 +114,14 @@ impl Header {
             data_len: u32::from_le_bytes(le4(&bytes[20..24])),
             meta_crc: u32::from_le_bytes(le4(&bytes[24..28])),
             data_crc: u32::from_le_bytes(le4(&bytes[28..32])),
+            flags: u32::from_le_bytes(le4(&bytes[32..36])),
         };
+        if header.flags & !FLAG_NO_DATA != 0 {
+            return Err(Error::corrupt(
+                name,
+                format!("unknown header flags {:#x}", header.flags),
+            ));
+        }
         if header.id != id {
             return Err(Error::corrupt(
                 name,
@@ -162,6 +189,8 @@ pub struct Builder {
     capacity: usize,
     metas: Vec<ChunkMeta>,
     data: Vec<u8>,
+    data_len: usize,
+    with_data: bool,
 }
 
 impl Builder {
@@ -172,6 +201,20 @@ impl Builder {
             capacity,
             metas: Vec::new(),
             data: Vec::with_capacity(capacity),
+            data_len: 0,
+            with_data: true,
+        }
+    }
+
+    /// An empty container of a trace repository: chunk lengths only, no data section.
+    pub fn without_data(id: ContainerId, capacity: usize) -> Self {
+        Builder {
+            id,
+            capacity,
+            metas: Vec::new(),
+            data: Vec::new(),
+            data_len: 0,
+            with_data: false,
         }
     }
 
@@ -187,18 +230,26 @@ impl Builder {
 
     /// Whether a chunk of `len` bytes still fits.
     pub fn fits(&self, len: usize) -> bool {
-        HEADER_LEN + (self.metas.len() + 1) * META_ENTRY_LEN + self.data.len() + len
+        HEADER_LEN + (self.metas.len() + 1) * META_ENTRY_LEN + self.data_len + len
             <= self.capacity
     }
 
     /// Appends a chunk (the caller checked [`Builder::fits`]).
     pub fn push(&mut self, fp: Fingerprint, bytes: &[u8]) {
+        self.push_len(fp, bytes.len() as u32);
+        if self.with_data {
+            self.data.extend_from_slice(bytes);
+        }
+    }
+
+    /// Appends a chunk known only by fingerprint and length (trace containers).
+    pub fn push_len(&mut self, fp: Fingerprint, len: u32) {
         self.metas.push(ChunkMeta {
             fp,
-            offset: self.data.len() as u32,
-            len: bytes.len() as u32,
+            offset: self.data_len as u32,
+            len,
         });
-        self.data.extend_from_slice(bytes);
+        self.data_len += len as usize;
     }
 
     /// Serialises the container.
@@ -214,10 +265,11 @@ impl Builder {
         out.extend_from_slice(&CONTAINER_VERSION.to_le_bytes());
         out.extend_from_slice(&self.id.to_le_bytes());
         out.extend_from_slice(&(self.metas.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(self.data.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(self.data_len as u32).to_le_bytes());
         out.extend_from_slice(&crc32c::crc32c(&meta).to_le_bytes());
         out.extend_from_slice(&crc32c::crc32c(&self.data).to_le_bytes());
-        out.extend_from_slice(&0u32.to_le_bytes()); // reserved
+        let flags = if self.with_data { 0 } else { FLAG_NO_DATA };
+        out.extend_from_slice(&flags.to_le_bytes());
         let header_crc = crc32c::crc32c(&out);
         out.extend_from_slice(&header_crc.to_le_bytes());
         out.extend_from_slice(&meta);
@@ -240,13 +292,13 @@ impl Container {
     /// Parses container `id` and checks all its checksums.
     pub fn parse(id: ContainerId, bytes: Vec<u8>) -> Result<Container> {
         let header = Header::parse(id, &bytes)?;
-        if bytes.len() != header.total_len() {
+        if bytes.len() != header.object_len() {
             return Err(Error::corrupt(
                 key(id),
                 format!(
                     "size {} differs from the {} bytes its header announces (truncated?)",
                     bytes.len(),
-                    header.total_len()
+                    header.object_len()
                 ),
             ));
         }
@@ -266,8 +318,12 @@ impl Container {
         })
     }
 
-    /// Bytes of the `i`-th chunk (an index into `metas`).
+    /// Bytes of the `i`-th chunk (an index into `metas`); empty in a
+    /// container without data.
     pub fn chunk(&self, i: usize) -> &[u8] {
+        if !self.header.has_data() {
+            return &[];
+        }
         let m = &self.metas[i];
         let start = self.header.meta_end() + m.offset as usize;
         &self.bytes[start..start + m.len as usize]
@@ -326,6 +382,20 @@ mod tests {
         let (bytes, _) = sample();
         assert!(Container::parse(8, bytes.clone()).is_err());
         assert!(Container::parse(7, bytes[..bytes.len() - 1].to_vec()).is_err());
+    }
+
+    #[test]
+    fn trace_containers_have_metadata_only() {
+        let mut b = Builder::without_data(3, 1 << 20);
+        b.push_len(Fingerprint([1; 32]), 8000);
+        b.push_len(Fingerprint([2; 32]), 9000);
+        let bytes = b.seal();
+        assert_eq!(bytes.len(), HEADER_LEN + 2 * META_ENTRY_LEN);
+        let c = Container::parse(3, bytes).unwrap();
+        assert!(!c.header.has_data());
+        assert_eq!(c.header.total_len(), HEADER_LEN + 2 * META_ENTRY_LEN + 17000);
+        assert_eq!(c.metas[1].offset, 8000);
+        assert!(c.chunk(1).is_empty());
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod container;
 pub mod envelope;
 pub mod error;
 pub mod fingerprint;
+pub mod gc;
 pub mod index;
 pub mod repo;
 pub mod restore;

@@ -20,6 +20,9 @@ const STATE_VERSION: u32 = 1;
 #[derive(Clone, Copy, Debug, Default, Serialize, Deserialize)]
 struct State {
     last_backup_id: BackupId,
+    /// Lowest container id never used (garbage collection may delete the newest containers).
+    #[serde(default)]
+    next_container: ContainerId,
 }
 
 /// Totals over a repository.
@@ -47,6 +50,7 @@ pub struct Repository {
 impl Repository {
     /// Creates a repository in the local directory `path` (absent or empty).
     pub fn init(path: &Path, config: Config) -> Result<Repository> {
+        config.validate()?;
         if path.exists() {
             let mut entries = std::fs::read_dir(path)
                 .map_err(|e| Error::io(format!("reading directory {}", path.display()), e))?;
@@ -202,9 +206,23 @@ impl Repository {
         Ok(listed.max(committed).max(self.state()?.last_backup_id) + 1)
     }
 
-    /// The id the next container gets: above every existing container.
+    /// The id the next container gets: above every existing container and
+    /// every container id garbage collection recorded as used.
     pub fn next_container_id(&self) -> Result<ContainerId> {
-        Ok(self.containers()?.last().map_or(1, |id| id + 1))
+        let listed = self.containers()?.last().map_or(1, |id| id + 1);
+        Ok(listed.max(self.state()?.next_container))
+    }
+
+    /// Records that container ids below `next` are used, before containers are deleted.
+    pub fn reserve_container_ids(&self, next: ContainerId) -> Result<()> {
+        let state = self.state()?;
+        if state.next_container < next {
+            self.save_state(State {
+                next_container: next,
+                ..state
+            })?;
+        }
+        Ok(())
     }
 
     /// Opens the repository's deduplication index.
@@ -218,7 +236,7 @@ impl Repository {
     /// Rebuilds the index from the containers' metadata and persists it.
     pub fn rebuild_index(&self) -> Result<IndexStats> {
         let containers = self.containers()?;
-        let next = containers.last().map_or(1, |id| id + 1);
+        let next = self.next_container_id()?;
         match self.config.index {
             IndexKind::Exact => {
                 let mut index = Exact::rebuild(self.shared_backend(), &containers)?;
@@ -255,6 +273,7 @@ impl Repository {
         if state.last_backup_id < last {
             self.save_state(State {
                 last_backup_id: last,
+                ..state
             })?;
         }
         self.backend.delete(&snapshot::snapshot_key(snap.id))?;

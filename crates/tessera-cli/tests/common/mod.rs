@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use rand::rngs::StdRng;
+use rand::rngs::{SmallRng, StdRng};
 use rand::{Rng, RngCore, SeedableRng};
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -152,7 +152,7 @@ pub fn containers(repo: &Path) -> BTreeSet<String> {
 /// A deterministic pseudo-random byte stream of `len` bytes. The generator
 /// is drawn in fixed blocks, so the stream does not depend on read sizes.
 pub struct PrngReader {
-    rng: StdRng,
+    rng: SmallRng,
     block: Vec<u8>,
     pos: usize,
     remaining: u64,
@@ -162,7 +162,7 @@ impl PrngReader {
     /// The stream of `seed`, `len` bytes long.
     pub fn new(seed: u64, len: u64) -> Self {
         PrngReader {
-            rng: StdRng::seed_from_u64(seed),
+            rng: SmallRng::seed_from_u64(seed),
             block: vec![0u8; 1 << 16],
             pos: 1 << 16,
             remaining: len,
@@ -227,7 +227,8 @@ pub fn first_difference(a: &mut dyn Read, b: &mut dyn Read) -> Option<u64> {
         let na = read_full(a, &mut ba).unwrap();
         let nb = read_full(b, &mut bb).unwrap();
         let common = na.min(nb);
-        if let Some(i) = (0..common).find(|&i| ba[i] != bb[i]) {
+        if ba[..common] != bb[..common] {
+            let i = (0..common).find(|&i| ba[i] != bb[i]).unwrap_or(0);
             return Some(offset + i as u64);
         }
         if na != nb {

@@ -89,7 +89,13 @@ impl Backend for Local {
         let path = self.path(key)?;
         let dir = path.parent().unwrap_or(&self.root).to_path_buf();
         let io_err = |e| Error::io(format!("writing {}", path.display()), e);
-        fs::create_dir_all(&dir).map_err(io_err)?;
+        if !dir.is_dir() {
+            fs::create_dir_all(&dir).map_err(io_err)?;
+            // Make the new directory's entry durable too.
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent).map_err(io_err)?;
+            }
+        }
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
         let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
@@ -147,13 +153,19 @@ impl Backend for Local {
     fn lock(&self, exclusive: bool) -> Result<LockGuard> {
         let path = self.root.join(LOCK_FILE);
         let io_err = |e| Error::io(format!("locking {}", path.display()), e);
-        let file = OpenOptions::new()
+        let opened = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(false)
-            .open(&path)
-            .map_err(io_err)?;
+            .open(&path);
+        let file = match opened {
+            // Readers of a read-only repository lock its existing lock file read-only.
+            Err(e) if !exclusive && e.kind() == io::ErrorKind::PermissionDenied => {
+                File::open(&path).map_err(io_err)?
+            }
+            other => other.map_err(io_err)?,
+        };
         let taken = if exclusive {
             file.try_lock()
         } else {

@@ -17,7 +17,10 @@ use crate::error::Result;
 use crate::fingerprint::Fingerprint;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Where garbage collection moved live chunks: (old container, fingerprint) → new container.
+pub type Relocations = hashbrown::HashMap<(ContainerId, Fingerprint), ContainerId>;
 
 /// A fingerprinted chunk travelling through the backup pipeline.
 #[derive(Clone, Debug)]
@@ -71,6 +74,9 @@ pub trait DedupIndex: Send {
     fn finish(&mut self, decided: &mut Vec<(Chunk, Decision)>) -> Result<()>;
     /// Tells the index where chunks decided `Unique` were stored.
     fn placed(&mut self, stored: &[(Fingerprint, ContainerId)]) -> Result<()>;
+    /// After garbage collection deleted the containers in `removed`: entries
+    /// pointing into them move to `moved[(old container, fp)]` or are dropped.
+    fn relocate(&mut self, removed: &BTreeSet<ContainerId>, moved: &Relocations) -> Result<()>;
     /// Persists the index once every container below `next_container` is durable.
     fn commit(&mut self, next_container: ContainerId) -> Result<()>;
     /// The counters.
