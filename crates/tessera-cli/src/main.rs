@@ -21,6 +21,7 @@ use tessera::restore::{restore, restore_to_path, RestoreOptions, DEFAULT_CACHE_C
 use tessera::snapshot::BackupId;
 use tessera::Repository;
 use tessera_lab::analyze::{analyze_paths, Input, VersionRow};
+use tessera_lab::trace::write_data_trace;
 
 /// Tessera: a deduplicating backup store.
 #[derive(Parser)]
@@ -130,6 +131,17 @@ enum Command {
     /// Classify the chunks of version files (in order): internal, adjacent and
     /// skip duplicates and unique chunks, with exact and NDF dedup ratios.
     Analyze(AnalyzeArgs),
+    /// Write a Destor text trace (fingerprint and size per chunk) of files or directories.
+    Trace {
+        /// Files or directories (walked in name order).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Output file (default: standard output).
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        chunking: ChunkingArgs,
+    },
     /// Maintain the deduplication index.
     Index {
         #[command(subcommand)]
@@ -151,7 +163,7 @@ struct AnalyzeArgs {
     /// Version files in backup order.
     #[arg(required = true)]
     paths: Vec<PathBuf>,
-    /// The files are Destor text traces, not data.
+    /// The files are fingerprint traces (Destor text or FSL hashfile), not data.
     #[arg(long)]
     trace: bool,
     #[command(flatten)]
@@ -303,6 +315,29 @@ fn run(command: Command) -> Result<ExitCode> {
             }
         }
         Command::Analyze(args) => analyze(args)?,
+        Command::Trace {
+            paths,
+            output,
+            chunking,
+        } => {
+            let params = chunking.params();
+            match output {
+                Some(path) => {
+                    let f = File::create(&path)
+                        .with_context(|| format!("creating {}", path.display()))?;
+                    let w = io::BufWriter::with_capacity(1 << 20, f);
+                    write_data_trace(&paths, params, chunking.fingerprint, w)?
+                        .into_inner()
+                        .map_err(|e| e.into_error())
+                        .and_then(|f| f.sync_all())
+                        .with_context(|| format!("writing {}", path.display()))?;
+                }
+                None => {
+                    let w = io::BufWriter::with_capacity(1 << 20, io::stdout().lock());
+                    write_data_trace(&paths, params, chunking.fingerprint, w)?;
+                }
+            }
+        }
         Command::Index {
             command: IndexCommand::Rebuild { repo },
         } => {
@@ -576,7 +611,7 @@ fn check_cmd(repo: &Path, read_data: bool, json: bool) -> Result<ExitCode> {
 
 fn analyze(a: AnalyzeArgs) -> Result<()> {
     let input = if a.trace {
-        Input::DestorTrace
+        Input::Trace
     } else {
         Input::Data {
             chunker: a.chunking.params(),

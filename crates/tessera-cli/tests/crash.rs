@@ -9,7 +9,7 @@ use common::*;
 use rand::Rng;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Size of each killed backup's input: fresh random data every time, so
 /// every run writes containers, not only its commit objects.
@@ -50,47 +50,90 @@ fn backup_killed_at_random_moments_leaves_repository_consistent() {
         });
     }
 
-    // An uninterrupted run of the same size measures how long a run takes.
+    // An uninterrupted run of the same size measures how long a run takes
+    // and how many containers it writes.
     let big = tmp.path().join("big");
     write_random_file(&big, 1000, BIG);
     let started = Instant::now();
     let r = backup_json(&repo, &big);
-    let full_run = started.elapsed();
+    let mut estimate = started.elapsed();
+    let full_containers = num(&r, "containers_written") as usize;
     committed.push(Committed {
         id: num(&r, "id"),
         seed: 1000,
         len: BIG,
     });
-    eprintln!("uninterrupted backup of {BIG} bytes: {full_run:?}");
+    eprintln!("uninterrupted backup of {BIG} bytes: {estimate:?}, {full_containers} containers");
 
     let mut rng = rng(0xc0ffee);
-    let (mut kills, mut completed, mut mid_run, mut after_recipe) = (0, 0, 0, 0);
+    let (mut kills, mut completed, mut mid_run) = (0, 0, 0);
+    let (mut commit_phase, mut between_recipe_and_snapshot) = (0, 0);
+    let mut last_seed = 0;
     for attempt in 0..MAX_ATTEMPTS {
         if kills >= MIN_KILLS {
             break;
         }
         let seed = 2000 + attempt as u64;
-        let t = Instant::now();
+        last_seed = seed;
         write_random_file(&big, seed, BIG);
-        eprintln!("  write input {:?}", t.elapsed());
         let containers_before = containers(&repo);
         let recipes_before = dir_names_or_empty(&repo.join("recipes"));
-        // Even attempts: anywhere in the run; odd ones: around its end
-        // (the last containers, the index, the recipe and the snapshot).
-        let frac = if attempt % 2 == 0 {
-            rng.random_range(0.0..1.0)
-        } else {
-            rng.random_range(0.8..1.15)
-        };
-        let delay = full_run.mul_f64(frac);
-
+        // Even attempts: a random moment anywhere in the run (the estimate
+        // follows the runs, which get slower as the repository grows). Odd
+        // attempts aim at the commit phase: a random moment shortly after the
+        // last container, or right after the recipe, appeared on disk.
+        let spawned = Instant::now();
         let mut child = cmd(["backup".as_ref(), repo.as_os_str(), big.as_os_str()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(delay);
+        let mut finished_after = None;
+        let mut poll = |until: &mut dyn FnMut() -> bool, limit: Duration| {
+            while spawned.elapsed() < limit {
+                if finished_after.is_none() && child.try_wait().unwrap().is_some() {
+                    finished_after = Some(spawned.elapsed());
+                }
+                if finished_after.is_some() || until() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_micros(500));
+            }
+        };
+        let aim = match attempt % 4 {
+            1 => "after the last container",
+            3 => "after the recipe",
+            _ => "anywhere",
+        };
+        if aim == "anywhere" {
+            poll(&mut || false, estimate.mul_f64(rng.random_range(0.0..1.0)));
+        } else {
+            let recipes_dir = repo.join("recipes");
+            let limit = estimate * 4;
+            if attempt % 4 == 1 {
+                poll(
+                    &mut || {
+                        containers(&repo).difference(&containers_before).count() >= full_containers
+                    },
+                    limit,
+                );
+                let now = spawned.elapsed();
+                // The last container marks (nearly) the end of the run.
+                estimate = (estimate + now) / 2;
+                let extra = Duration::from_micros(rng.random_range(0..30_000));
+                poll(&mut || false, now + extra);
+            } else {
+                poll(
+                    &mut || dir_names_or_empty(&recipes_dir).len() > recipes_before.len(),
+                    limit,
+                );
+                let extra = Duration::from_micros(rng.random_range(0..2_000));
+                let now = spawned.elapsed();
+                poll(&mut || false, now + extra);
+            }
+        }
+        let delay = spawned.elapsed();
         // SIGKILL on Unix; harmless if the process already finished.
         let _ = child.kill();
         let status = child.wait().unwrap();
@@ -117,35 +160,43 @@ fn backup_killed_at_random_moments_leaves_repository_consistent() {
             .count();
         if killed {
             kills += 1;
-            if new_ids.is_empty() && new_containers > 0 {
+            if new_ids.is_empty() && new_containers > 0 && new_containers < full_containers {
                 mid_run += 1;
             }
-            if new_ids.is_empty() && new_recipes > 0 {
-                after_recipe += 1;
+            if new_ids.is_empty() && new_containers >= full_containers {
+                if new_recipes > 0 {
+                    between_recipe_and_snapshot += 1;
+                }
+                // Every container was written: killed while committing
+                // (index, recipe or snapshot).
+                commit_phase += 1;
             }
         } else {
             completed += 1;
+            if let Some(d) = finished_after {
+                estimate = (estimate + d) / 2;
+            }
         }
         eprintln!(
-            "attempt {attempt}: {} after {delay:?}; {new_containers} new containers, {new_recipes} new recipes, committed {new_ids:?}",
-            if killed { "killed" } else { "finished" }
+            "attempt {attempt} (aim {aim}): {} after {:?}; {new_containers} new containers, {new_recipes} new recipes, committed {new_ids:?}",
+            if killed { "killed" } else { "finished" },
+            finished_after.unwrap_or(delay)
         );
         for id in new_ids {
             committed.push(Committed { id, seed, len: BIG });
         }
 
-        let t = Instant::now();
         let report = ok(["check".as_ref(), repo.as_os_str()]);
         assert!(report.contains("no problems"), "{report}");
-        let t_check = t.elapsed();
         verify_all(&repo, &committed);
-        eprintln!("  check {t_check:?}, verify {:?}", t.elapsed() - t_check);
     }
     eprintln!(
-        "{kills} kills ({mid_run} after some containers, {after_recipe} between recipe and snapshot), {completed} runs finished"
+        "{kills} kills ({mid_run} while writing containers, {commit_phase} after all containers were written, \
+         {between_recipe_and_snapshot} of them after the recipe), {completed} runs finished"
     );
     assert!(kills >= MIN_KILLS, "only {kills} runs were killed");
     assert!(mid_run > 0, "no kill landed while containers were being written");
+    assert!(commit_phase > 0, "no kill landed in the commit phase");
 
     // New backups still work: a fresh input, then one deduplicating against
     // the data the killed runs left behind.
@@ -159,7 +210,7 @@ fn backup_killed_at_random_moments_leaves_repository_consistent() {
     let r = backup_json(&repo, &big);
     committed.push(Committed {
         id: num(&r, "id"),
-        seed: 2000 + (kills + completed - 1) as u64,
+        seed: last_seed,
         len: BIG,
     });
     verify_all(&repo, &committed);

@@ -6,13 +6,11 @@
 //! in B_i, else *adjacent* if it occurred in B_{i-1}, else *skip* if it
 //! occurred in any older version, else *unique*.
 
-use crate::trace::{DestorReader, TraceError};
-use rayon::prelude::*;
+use crate::trace::{TraceError, TraceFile};
+use crate::chunks::for_each_chunk;
 use serde::Serialize;
-use std::fs::File;
-use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use tessera::chunker::{Blocks, ChunkerParams};
+use tessera::chunker::ChunkerParams;
 use tessera::fingerprint::{Fingerprint, FingerprintAlgo, FingerprintMap};
 
 /// What the analysed files are.
@@ -25,8 +23,8 @@ pub enum Input {
         /// Fingerprint hash.
         fingerprint: FingerprintAlgo,
     },
-    /// Destor text traces (fingerprint and size per chunk).
-    DestorTrace,
+    /// Fingerprint traces (Destor text or FSL hashfiles, detected per file).
+    Trace,
 }
 
 /// Errors of an analysis.
@@ -66,7 +64,7 @@ pub fn analyze_paths(
                 chunker,
                 fingerprint,
             } => classify_data(&mut c, path, chunker, fingerprint)?,
-            Input::DestorTrace => classify_trace(&mut c, path)?,
+            Input::Trace => classify_trace(&mut c, path)?,
         }
         if let Some(row) = c.current_row() {
             progress(&row);
@@ -89,29 +87,15 @@ fn classify_data(
     algo: FingerprintAlgo,
 ) -> Result<(), AnalyzeError> {
     let chunker = params.build()?;
-    let mut file = File::open(path).map_err(io_err(path))?;
-    let mut blocks = Blocks::new(&mut file, chunker.as_ref(), 8 << 20);
-    while let Some((data, lengths)) = blocks.next_block().map_err(io_err(path))? {
-        let mut offsets = Vec::with_capacity(lengths.len());
-        let mut off = 0usize;
-        for &l in &lengths {
-            offsets.push((off, l));
-            off += l as usize;
-        }
-        let fps: Vec<Fingerprint> = offsets
-            .par_iter()
-            .map(|&(o, l)| algo.hash(&data[o..o + l as usize]))
-            .collect();
-        for (fp, &l) in fps.into_iter().zip(&lengths) {
-            c.chunk(fp, l);
-        }
-    }
-    Ok(())
+    for_each_chunk(path, chunker.as_ref(), algo, &mut |fp, len| {
+        c.chunk(fp, len);
+        Ok(())
+    })
+    .map_err(io_err(path))
 }
 
 fn classify_trace(c: &mut Classifier, path: &Path) -> Result<(), AnalyzeError> {
-    let file = File::open(path).map_err(io_err(path))?;
-    let mut r = DestorReader::new(BufReader::new(file), path.display().to_string());
+    let mut r = TraceFile::open(path)?;
     while let Some(chunk) = r.next_chunk()? {
         c.chunk(Fingerprint(chunk.fp), chunk.size);
     }

@@ -2,5 +2,6 @@
 //! dataset analysis and the experiment runner, all over the engine library.
 
 pub mod analyze;
+pub mod chunks;
 pub mod gen;
 pub mod trace;

@@ -33,8 +33,9 @@ use tessera::restore::{restore, RestoreOptions};
 use tessera::snapshot::Snapshot;
 use tessera::Repository;
 
-/// Block size of the baseline's chunking thread (the backup reads 8 MiB blocks too).
-const BASELINE_BLOCK: usize = 8 * 1024 * 1024;
+/// Block size of the baseline's chunking thread: the backup pipeline's
+/// (override with `TESSERA_BENCH_BASELINE_BLOCK_KIB` to compare).
+const BASELINE_BLOCK: usize = 1024 * 1024;
 
 struct Options {
     size_mib: usize,
@@ -116,13 +117,18 @@ fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
 /// Chunks `data` on one thread and fingerprints each block's chunks in
 /// parallel with rayon: the same structure as the backup pipeline, and nothing else.
 fn baseline(data: &[u8], chunker: &dyn Chunker, algo: FingerprintAlgo) -> (Duration, usize) {
+    let block = std::env::var("TESSERA_BENCH_BASELINE_BLOCK_KIB")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(BASELINE_BLOCK, |kib| kib * 1024)
+        .max(4 * chunker.max_size());
     let started = Instant::now();
     let (tx, rx) = bounded::<(usize, Vec<u32>)>(2);
     let chunks = std::thread::scope(|s| {
         s.spawn(move || {
             let mut pos = 0;
             while pos < data.len() {
-                let end = (pos + BASELINE_BLOCK).min(data.len());
+                let end = (pos + block).min(data.len());
                 let eof = end == data.len();
                 let mut lengths = Vec::with_capacity((end - pos) / 4096 + 1);
                 let used = cut_all(chunker, &data[pos..end], eof, &mut lengths);

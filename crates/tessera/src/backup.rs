@@ -23,9 +23,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Bytes read from the input per block (at least four maximum-size chunks).
-const BLOCK_SIZE: usize = 8 * 1024 * 1024;
+/// Small enough that a block is still in the CPU cache when the next stage
+/// (chunking, then hashing) reads it after it was copied in.
+const BLOCK_SIZE: usize = 1024 * 1024;
 /// Blocks or batches queued between two stages.
-const QUEUE_DEPTH: usize = 2;
+const QUEUE_DEPTH: usize = 4;
+/// Full containers queued for the writers.
+const CONTAINER_QUEUE_DEPTH: usize = 2;
 /// Threads writing sealed containers. Each write is synced on its own, so
 /// several in flight keep the device busy while others wait for their sync.
 const WRITERS: usize = 4;
@@ -157,7 +161,7 @@ pub fn backup(
     let (raw_tx, raw_rx) = bounded::<RawBlock>(QUEUE_DEPTH);
     let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
     let (chunk_tx, chunk_rx) = bounded::<Vec<Chunk>>(QUEUE_DEPTH);
-    let (container_tx, container_rx) = bounded::<Builder>(QUEUE_DEPTH);
+    let (container_tx, container_rx) = bounded::<Builder>(CONTAINER_QUEUE_DEPTH);
 
     let (chunks, totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
         let pool = &pool;

@@ -74,9 +74,50 @@ config server client request response data file path stream chunk block version 
 column query select insert update delete commit branch merge release build test debug info warn trace \
 cache memory disk network thread lock queue event handler callback timeout retry status offset length";
 
-fn words() -> &'static [&'static str] {
-    static W: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
-    W.get_or_init(|| WORDS.split_whitespace().collect())
+/// A text token: a word and the separator after it, padded to 16 bytes.
+#[derive(Clone, Copy)]
+struct Token {
+    bytes: [u8; 16],
+    len: u8,
+}
+
+/// 4096 tokens: frequent words appear in many slots (a Zipf-like skew),
+/// each slot with its own separator.
+fn tokens() -> &'static [Token; 4096] {
+    static T: std::sync::OnceLock<Box<[Token; 4096]>> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        let words: Vec<&str> = WORDS.split_whitespace().collect();
+        let mut t = Box::new(
+            [Token {
+                bytes: [0; 16],
+                len: 0,
+            }; 4096],
+        );
+        for (i, tok) in t.iter_mut().enumerate() {
+            let h = hash2(0x7e47, i as u64);
+            // The product of two uniforms skews towards the first (frequent) words.
+            let a = (h & 0xffff) as usize;
+            let b = ((h >> 16) & 0xffff) as usize;
+            let w = words[(a * b >> 16) * words.len() >> 16].as_bytes();
+            let sep: &[u8] = match (h >> 32) & 0xff {
+                0..=5 => b".\n",
+                6..=17 => b", ",
+                18..=23 => b"\n",
+                24..=27 => b"; ",
+                _ => b" ",
+            };
+            let n = (w.len() + sep.len()).min(16);
+            let mut bytes = [0u8; 16];
+            let wl = w.len().min(n);
+            bytes[..wl].copy_from_slice(&w[..wl]);
+            bytes[wl..n].copy_from_slice(&sep[..n - wl]);
+            *tok = Token {
+                bytes,
+                len: n as u8,
+            };
+        }
+        t
+    })
 }
 
 const USERS: [&str; 16] = [
@@ -88,19 +129,42 @@ const ACTIONS: [&str; 8] = [
 ];
 const STATUS: [&str; 8] = ["200", "200", "200", "200", "201", "304", "404", "500"];
 
-/// Writes `v` in decimal, zero-padded to `width` digits (more if needed).
-fn put_num(out: &mut Vec<u8>, mut v: u64, width: usize) {
+const DIGITS2: &[u8; 200] = b"0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
+/// Writes `v` in decimal at `buf[pos..]`, zero-padded to `width` digits
+/// (more if needed); returns the new position. `buf` has room for 20 digits.
+#[inline]
+fn put_num(buf: &mut [u8], pos: usize, mut v: u64, width: usize) -> usize {
     let mut tmp = [b'0'; 20];
     let mut i = 20;
-    while v > 0 || i > 20 - width.min(20) {
-        i -= 1;
-        tmp[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if i == 0 {
-            break;
-        }
+    while v >= 100 {
+        let d = (v % 100) as usize * 2;
+        v /= 100;
+        i -= 2;
+        tmp[i..i + 2].copy_from_slice(&DIGITS2[d..d + 2]);
     }
-    out.extend_from_slice(&tmp[i..]);
+    if v >= 10 {
+        let d = v as usize * 2;
+        i -= 2;
+        tmp[i..i + 2].copy_from_slice(&DIGITS2[d..d + 2]);
+    } else if v > 0 || i == 20 {
+        i -= 1;
+        tmp[i] = b'0' + v as u8;
+    }
+    let start = (20 - width.min(20)).min(i);
+    let n = 20 - start;
+    buf[pos..pos + n].copy_from_slice(&tmp[start..]);
+    pos + n
+}
+
+#[inline]
+fn put(buf: &mut [u8], pos: usize, s: &[u8]) -> usize {
+    buf[pos..pos + s.len()].copy_from_slice(s);
+    pos + s.len()
 }
 
 /// Generates block `block` of stream `src` of the given kind (`out` is `BLOCK` bytes).
@@ -115,77 +179,53 @@ pub(crate) fn gen_block(kind: ContentKind, src: u64, block: u64, out: &mut [u8])
 }
 
 fn gen_text(rng: &mut Rng, out: &mut [u8]) {
-    let words = words();
-    let n = words.len() as u32;
-    let end = out.len();
+    let tokens = tokens();
+    let mut buf = [0u8; BLOCK + 16];
+    let end = out.len().min(BLOCK);
     let mut pos = 0;
-    let mut seps = 0u64;
-    let mut nsep = 0;
     while pos < end {
         let r = rng.next_u64();
-        for k in 0..4 {
-            let bits = (r >> (16 * k)) as u32;
-            // The product of two uniform bytes skews towards frequent words.
-            let idx = (((bits & 0xff) * ((bits >> 8) & 0xff)) >> 8) * n >> 8;
-            let w = words[idx as usize % words.len()].as_bytes();
-            if nsep == 0 {
-                seps = rng.next_u64();
-                nsep = 8;
-            }
-            let s = (seps & 0xff) as u8;
-            seps >>= 8;
-            nsep -= 1;
-            let sep: &[u8] = match s {
-                0..=5 => b".\n",
-                6..=17 => b", ",
-                18..=23 => b"\n",
-                24..=27 => b"; ",
-                _ => b" ",
-            };
-            for piece in [w, sep] {
-                let take = piece.len().min(end - pos);
-                out[pos..pos + take].copy_from_slice(&piece[..take]);
-                pos += take;
-            }
+        for k in 0..5 {
+            let t = &tokens[((r >> (12 * k)) & 0xfff) as usize];
+            buf[pos..pos + 16].copy_from_slice(&t.bytes);
+            pos += usize::from(t.len);
             if pos >= end {
                 break;
             }
         }
     }
+    out[..end].copy_from_slice(&buf[..end]);
 }
 
 fn gen_records(rng: &mut Rng, src: u64, block: u64, out: &mut [u8]) {
     // Each block holds about 80 records; ids and times continue across blocks.
-    let base_id = (src >> 40) * 1_000_000 + block * 80;
+    let base_id = (src >> 40) % 10_000 * 1_000_000 + block * 80;
     let base_ts = 1_600_000_000 + (src % 50_000_000) + block * 240;
-    let mut line = Vec::with_capacity(96);
-    let end = out.len();
+    let mut buf = [0u8; BLOCK + 128];
+    let end = out.len().min(BLOCK);
     let mut pos = 0;
     let mut i = 0u64;
     while pos < end {
         let r = rng.next_u64();
-        line.clear();
-        put_num(&mut line, base_ts + i * 3 + (r & 3), 10);
-        line.push(b',');
-        put_num(&mut line, base_id + i, 9);
-        line.push(b',');
-        line.extend_from_slice(USERS[((r >> 2) & 15) as usize].as_bytes());
-        line.push(b',');
-        line.extend_from_slice(ACTIONS[((r >> 6) & 7) as usize].as_bytes());
-        line.push(b',');
-        put_num(&mut line, (r >> 9) % 100_000, 1);
-        line.push(b'.');
-        put_num(&mut line, (r >> 26) % 100, 2);
-        line.push(b',');
-        line.extend_from_slice(STATUS[((r >> 33) & 7) as usize].as_bytes());
-        line.push(b',');
-        put_num(&mut line, (r >> 36) % 3000, 1);
-        line.push(b'\n');
-        let take = line.len().min(end - pos);
-        out[pos..pos + take].copy_from_slice(&line[..take]);
-        pos += take;
+        pos = put_num(&mut buf, pos, base_ts + i * 3 + (r & 3), 10);
+        pos = put(&mut buf, pos, b",");
+        pos = put_num(&mut buf, pos, base_id + i, 9);
+        pos = put(&mut buf, pos, b",");
+        pos = put(&mut buf, pos, USERS[((r >> 2) & 15) as usize].as_bytes());
+        pos = put(&mut buf, pos, b",");
+        pos = put(&mut buf, pos, ACTIONS[((r >> 6) & 7) as usize].as_bytes());
+        pos = put(&mut buf, pos, b",");
+        pos = put_num(&mut buf, pos, (r >> 9) % 100_000, 1);
+        pos = put(&mut buf, pos, b".");
+        pos = put_num(&mut buf, pos, (r >> 26) % 100, 2);
+        pos = put(&mut buf, pos, b",");
+        pos = put(&mut buf, pos, STATUS[((r >> 33) & 7) as usize].as_bytes());
+        pos = put(&mut buf, pos, b",");
+        pos = put_num(&mut buf, pos, (r >> 36) % 3000, 1);
+        pos = put(&mut buf, pos, b"\n");
         i += 1;
     }
+    out[..end].copy_from_slice(&buf[..end]);
 }
 
 fn gen_page(rng: &mut Rng, src: u64, block: u64, out: &mut [u8]) {
@@ -449,11 +489,13 @@ mod tests {
 
     #[test]
     fn put_num_pads() {
-        let mut v = Vec::new();
-        put_num(&mut v, 42, 5);
-        put_num(&mut v, 0, 1);
-        put_num(&mut v, 123456, 2);
-        assert_eq!(v, b"000420123456");
+        let mut v = [0u8; 64];
+        let mut p = put_num(&mut v, 0, 42, 5);
+        p = put_num(&mut v, p, 0, 1);
+        p = put_num(&mut v, p, 123456, 2);
+        p = put_num(&mut v, p, 7, 2);
+        p = put_num(&mut v, p, u64::MAX, 1);
+        assert_eq!(&v[..p], b"0004201234560718446744073709551615");
     }
 
     #[test]
@@ -473,5 +515,21 @@ mod tests {
         c.replace(u, 20, 1, vec![Piece::new(u, 5, 0, 1)]);
         let expect = total - u64::from(m.size(1, 20)) + u64::from(m.size(5, 0));
         assert_eq!((c.units, c.bytes), (51, expect));
+    }
+}
+
+#[cfg(test)]
+mod bench {
+    use super::*;
+    #[test]
+    #[ignore]
+    fn kind_speed() {
+        let mut buf = vec![0u8; 64 << 20];
+        for kind in ContentKind::ALL {
+            let t = std::time::Instant::now();
+            fill(kind, 3, 0, &mut buf);
+            let s = t.elapsed().as_secs_f64();
+            eprintln!("{kind:?}: {:.0} MB/s", buf.len() as f64 / s / 1e6);
+        }
     }
 }

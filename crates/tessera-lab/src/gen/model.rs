@@ -500,8 +500,9 @@ impl Lineage {
                     let pieces = self.make_pieces(src, 0, ins.max(1), true);
                     self.files[i].content = Content::from_pieces(pieces);
                 } else {
-                    // The chunks the edited byte range overlaps are replaced.
-                    let k = (1 + del / u64::from(m.avg)).min(total);
+                    // The chunks the edited byte range overlaps are replaced,
+                    // and the next one as content-defined cuts resynchronise.
+                    let k = (2 + del / u64::from(m.avg)).min(total);
                     let start = match anchor {
                         Anchor::Start => 0,
                         Anchor::End => total - k,

@@ -448,7 +448,17 @@ fn debug_skip() {
                 if let Some((last, _)) = seen.get(&h) {
                     if *last < v - 1 {
                         let zeros = c.iter().filter(|&&b| b == 0).count();
-                        eprintln!("v{v} skip at {pos} len {n} last {last} zeros {zeros} head {:?}", String::from_utf8_lossy(&c[..60.min(c.len())]));
+                        eprintln!("v{v} skip at {pos} len {n} last {last} zeros {zeros}");
+                        let mut b = pos.div_ceil(512) * 512;
+                        while b + 512 <= pos + n as usize {
+                            if &data[b + 257..b + 262] == b"ustar" {
+                                let e = &data[b..b + 512];
+                                let name = String::from_utf8_lossy(&e[..100]).trim_end_matches('\0').to_string();
+                                let mt = String::from_utf8_lossy(&e[136..147]).to_string();
+                                eprintln!("   hdr {name} mtime {mt} type {}", e[156] as char);
+                            }
+                            b += 512;
+                        }
                     }
                 }
             }
@@ -457,4 +467,40 @@ fn debug_skip() {
         }
         for h in here { seen.insert(h, (v, Vec::new())); }
     }
+}
+
+#[test]
+#[ignore]
+fn debug_gen_dir() {
+    let out = std::env::var("GEN_OUT").unwrap();
+    let versions: u32 = std::env::var("GEN_V").map(|v| v.parse().unwrap()).unwrap_or(10);
+    let size: u64 = std::env::var("GEN_SIZE").map(|v| v.parse().unwrap()).unwrap_or(20 << 20);
+    let sources: u32 = std::env::var("GEN_K").map(|v| v.parse().unwrap()).unwrap_or(1);
+    let trace = std::env::var("GEN_TRACE").is_ok();
+    let t = std::time::Instant::now();
+    let s = generate(std::path::Path::new(&out), &GenOptions { versions, size, sources, trace, ..GenOptions::default() }).unwrap();
+    eprintln!("{} versions in {:.2}s", s.versions.len(), t.elapsed().as_secs_f64());
+}
+
+/// Chunk classes of the default dataset: `cargo test -p tessera-lab --release -- --ignored --nocapture classes_default`.
+#[test]
+#[ignore]
+fn classes_default() {
+    let f = data_classes(&GenOptions::default());
+    print_classes("default data", &f);
+    let mut t = GenOptions { trace: true, ..GenOptions::default() };
+    t.size = 200 << 20;
+    let mut ds = Dataset::new(&t).unwrap();
+    let mut classes = Classes::default();
+    while let Some((_, l)) = ds.next_version() {
+        classes.version(l.chunks().unwrap().filter_map(|e| match e {
+            TraceEvent::Chunk(c) => {
+                let mut fp = [0u8; 20];
+                fp.copy_from_slice(&c.fp[..20]);
+                Some((fp, u64::from(c.size)))
+            }
+            _ => None,
+        }));
+    }
+    print_classes("trace 200 MiB", &classes.fractions());
 }
