@@ -1,8 +1,6 @@
 //! `tessera`: the command line over the Tessera engine. It parses
 //! arguments, calls the library and prints results (human-readable or JSON).
 
-mod size;
-
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -19,8 +17,10 @@ use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, GcOptions};
 use tessera::restore::{restore, restore_to_path, RestoreOptions, DEFAULT_CACHE_CONTAINERS};
 use tessera::snapshot::BackupId;
+use tessera::units::parse_size_u32;
 use tessera::Repository;
 use tessera_lab::analyze::{analyze_paths, Input, VersionRow};
+use tessera_lab::experiment::{self, ExperimentConfig};
 use tessera_lab::trace::write_data_trace;
 
 /// Tessera: a deduplicating backup store.
@@ -142,6 +142,15 @@ enum Command {
         #[command(flatten)]
         chunking: ChunkingArgs,
     },
+    /// Run an experiment: every system of CONFIG over its dataset, with
+    /// results as JSON, CSV and an HTML report with plots.
+    Experiment {
+        /// The experiment file (TOML; see experiments/).
+        config: PathBuf,
+        /// Output directory (default: `results/<experiment name>`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Maintain the deduplication index.
     Index {
         #[command(subcommand)]
@@ -180,13 +189,13 @@ struct ChunkingArgs {
     #[arg(long, default_value = "fastcdc")]
     chunker: ChunkerKind,
     /// Minimum chunk size (e.g. 2KiB).
-    #[arg(long, default_value = "2KiB", value_parser = size::parse_u32)]
+    #[arg(long, default_value = "2KiB", value_parser = parse_size_u32)]
     min_size: u32,
     /// Average chunk size (the chunk size of `fixed`).
-    #[arg(long, default_value = "8KiB", value_parser = size::parse_u32)]
+    #[arg(long, default_value = "8KiB", value_parser = parse_size_u32)]
     avg_size: u32,
     /// Maximum chunk size.
-    #[arg(long, default_value = "64KiB", value_parser = size::parse_u32)]
+    #[arg(long, default_value = "64KiB", value_parser = parse_size_u32)]
     max_size: u32,
     /// Fingerprint hash: blake3, sha256 or sha1.
     #[arg(long, default_value = "blake3")]
@@ -211,7 +220,7 @@ struct InitArgs {
     #[command(flatten)]
     chunking: ChunkingArgs,
     /// Container capacity.
-    #[arg(long, default_value = "4MiB", value_parser = size::parse_u32)]
+    #[arg(long, default_value = "4MiB", value_parser = parse_size_u32)]
     container_size: u32,
 }
 
@@ -315,6 +324,19 @@ fn run(command: Command) -> Result<ExitCode> {
             }
         }
         Command::Analyze(args) => analyze(args)?,
+        Command::Experiment { config, out } => {
+            let cfg = ExperimentConfig::load(&config)?;
+            let out = out.unwrap_or_else(|| PathBuf::from("results").join(&cfg.name));
+            let results = experiment::run(&cfg, &out, &mut |line| eprintln!("{line}"))?;
+            println!(
+                "experiment {:?}: {} systems x {} versions in {:.1} s; report: {}",
+                cfg.name,
+                cfg.systems.len(),
+                results.versions.len(),
+                results.seconds,
+                out.join("report.html").display()
+            );
+        }
         Command::Trace {
             paths,
             output,

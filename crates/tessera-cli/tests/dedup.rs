@@ -51,6 +51,10 @@ fn scattered_edits_store_at_most_three_percent() {
     let logical = num(&second, "logical_bytes");
     let stored = num(&second, "stored_bytes");
     assert_eq!(logical, v2.len() as u64);
+    eprintln!(
+        "second version: {stored} of {logical} bytes stored ({:.2}%)",
+        stored as f64 * 100.0 / logical as f64
+    );
     assert!(stored > 0, "the edits must be stored");
     assert!(
         stored * 100 <= logical * 3,

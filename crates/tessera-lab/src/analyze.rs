@@ -6,8 +6,8 @@
 //! in B_i, else *adjacent* if it occurred in B_{i-1}, else *skip* if it
 //! occurred in any older version, else *unique*.
 
-use crate::trace::{TraceError, TraceFile};
 use crate::chunks::for_each_chunk;
+use crate::trace::{TraceError, TraceFile};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use tessera::chunker::ChunkerParams;
@@ -55,9 +55,10 @@ pub fn analyze_paths(
 ) -> Result<Analysis, AnalyzeError> {
     let mut c = Classifier::new();
     for path in paths {
-        let name = path
-            .file_name()
-            .map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
         c.start_version(&name);
         match input {
             Input::Data {
@@ -319,7 +320,14 @@ mod tests {
         let v: Vec<_> = a
             .versions
             .iter()
-            .map(|r| (r.classes.internal, r.classes.adjacent, r.classes.skip, r.classes.unique))
+            .map(|r| {
+                (
+                    r.classes.internal,
+                    r.classes.adjacent,
+                    r.classes.skip,
+                    r.classes.unique,
+                )
+            })
             .collect();
         assert_eq!(v, vec![(10, 0, 0, 30), (30, 20, 0, 30), (0, 30, 10, 40)]);
         assert_eq!(a.distinct_bytes, 100);

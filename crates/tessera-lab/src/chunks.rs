@@ -24,7 +24,10 @@ pub fn for_each_chunk(
             ranges.push(off..off + l as usize);
             off += l as usize;
         }
-        let fps: Vec<Fingerprint> = ranges.par_iter().map(|r| algo.hash(&data[r.clone()])).collect();
+        let fps: Vec<Fingerprint> = ranges
+            .par_iter()
+            .map(|r| algo.hash(&data[r.clone()]))
+            .collect();
         for (fp, &l) in fps.into_iter().zip(&lengths) {
             each(fp, l)?;
         }

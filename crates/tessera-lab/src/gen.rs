@@ -82,7 +82,7 @@ impl Default for GenOptions {
         GenOptions {
             versions: 10,
             size: 20 << 20,
-            change_rate: 0.03,
+            change_rate: 0.05,
             touch_rate: 0.01,
             growth: 0.0,
             seed: 1,
@@ -138,9 +138,9 @@ impl GenOptions {
                 return bad(format!("{name} must be between 0 and 1 (got {v})"));
             }
         }
-        if !(-0.5..=1.0).contains(&self.growth) {
+        if !(-0.5..=0.5).contains(&self.growth) {
             return bad(format!(
-                "growth must be between -0.5 and 1 (got {})",
+                "growth must be between -0.5 and 0.5 (got {})",
                 self.growth
             ));
         }
@@ -324,8 +324,7 @@ pub fn generate_with(
 
 /// Writes `MANIFEST.tsv`: one line per version, in stream order.
 fn write_manifest(path: &Path, versions: &[VersionSummary]) -> Result<(), GenError> {
-    let mut s =
-        String::from("version_file\tsource\tsource_version\tbytes\tlogical_bytes\tfiles\n");
+    let mut s = String::from("version_file\tsource\tsource_version\tbytes\tlogical_bytes\tfiles\n");
     for v in versions {
         s.push_str(&format!(
             "{}\t{}\t{}\t{}\t{}\t{}\n",

@@ -3,5 +3,7 @@
 
 pub mod analyze;
 pub mod chunks;
+pub mod experiment;
 pub mod gen;
+pub mod report;
 pub mod trace;

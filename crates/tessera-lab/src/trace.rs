@@ -97,12 +97,10 @@ pub fn write_data_trace<W: Write>(
     algo: tessera::fingerprint::FingerprintAlgo,
     out: W,
 ) -> Result<W, TraceError> {
-    let chunker = params
-        .build()
-        .map_err(|e| TraceError::Io {
-            what: "chunker".into(),
-            source: io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
-        })?;
+    let chunker = params.build().map_err(|e| TraceError::Io {
+        what: "chunker".into(),
+        source: io::Error::new(io::ErrorKind::InvalidInput, e.to_string()),
+    })?;
     let mut files = Vec::new();
     for p in paths {
         collect_files(p, &mut files)?;
@@ -365,13 +363,21 @@ impl<R: Read> FslReader<R> {
         };
         let magic = u32_at(&head, 0);
         if magic != FSL_MAGIC {
-            return Err(malformed(0, format!("magic {magic:#010x} is not 0xdeaddead")));
+            return Err(malformed(
+                0,
+                format!("magic {magic:#010x} is not 0xdeaddead"),
+            ));
         }
         let version = u32_at(&head, 4);
         let header_len = match version {
             4 => FSL_HEADER_V3_LEN,
             5..=7 => FSL_HEADER_V4_LEN,
-            v => return Err(malformed(4, format!("hashfile version {v} is not supported (4 to 7 are)"))),
+            v => {
+                return Err(malformed(
+                    4,
+                    format!("hashfile version {v} is not supported (4 to 7 are)"),
+                ))
+            }
         };
         let files = u64_at(&head, 8);
         let method = u32_at(&head, 16 + FSL_PATH_MAX + 8);
@@ -497,7 +503,12 @@ impl<R: Read> FslReader<R> {
     }
 }
 
-fn read_exact_at<R: Read>(input: &mut R, buf: &mut [u8], what: &str, at: u64) -> Result<(), TraceError> {
+fn read_exact_at<R: Read>(
+    input: &mut R,
+    buf: &mut [u8],
+    what: &str,
+    at: u64,
+) -> Result<(), TraceError> {
     input.read_exact(buf).map_err(|e| {
         if e.kind() == io::ErrorKind::UnexpectedEof {
             TraceError::Malformed {
@@ -532,7 +543,11 @@ mod tests {
         out.extend_from_slice(&3u32.to_le_bytes()); // MD5_48BIT
         out.extend_from_slice(&hash_bits.to_le_bytes());
         assert_eq!(out.len(), FSL_HEADER_V1_LEN);
-        let full = if version == 4 { FSL_HEADER_V3_LEN } else { FSL_HEADER_V4_LEN };
+        let full = if version == 4 {
+            FSL_HEADER_V3_LEN
+        } else {
+            FSL_HEADER_V4_LEN
+        };
         out.resize(full, 0);
         for (path, chunks) in files {
             let size: u64 = chunks.iter().map(|c| u64::from(c.0)).sum();
@@ -624,7 +639,10 @@ mod tests {
     fn destor_errors_name_the_line() {
         let cases = [
             ("file start 3\nabc\nzz 12\nfile end\nstream end\n", "line 3"),
-            ("file start 3\nabc\nabcd x\nfile end\nstream end\n", "line 3"),
+            (
+                "file start 3\nabc\nabcd x\nfile end\nstream end\n",
+                "line 3",
+            ),
             ("file start 9\nabc\n", "line 2"),
             ("abcd 12\n", "line 1"),
             ("file start 3\nabc\nabcd 12\n", "line 3"),

@@ -161,14 +161,16 @@ pub fn backup(
     let (raw_tx, raw_rx) = bounded::<RawBlock>(QUEUE_DEPTH);
     let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
     let (chunk_tx, chunk_rx) = bounded::<Vec<Chunk>>(QUEUE_DEPTH);
-    let (container_tx, container_rx) = bounded::<Builder>(CONTAINER_QUEUE_DEPTH);
+    let cq: usize = std::env::var("TCQ").ok().and_then(|v| v.parse().ok()).unwrap_or(CONTAINER_QUEUE_DEPTH);
+    let (container_tx, container_rx) = bounded::<Builder>(cq);
 
     let (chunks, totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
         let pool = &pool;
         let reader = s.spawn(move || read_blocks(input, input_name, pool, layout, raw_tx));
         let cutter = s.spawn(|| cut_blocks(chunker.as_ref(), pool, layout, raw_rx, block_tx));
         let hasher = s.spawn(|| fingerprint(config.fingerprint, block_rx, chunk_tx));
-        let writers: Vec<_> = (0..WRITERS)
+        let nw: usize = std::env::var("TW").ok().and_then(|v| v.parse().ok()).unwrap_or(WRITERS);
+        let writers: Vec<_> = (0..nw)
             .map(|_| {
                 let (backend, rx, stop) = (backend.as_ref(), container_rx.clone(), &stop);
                 s.spawn(move || write_containers(backend, rx, stop))

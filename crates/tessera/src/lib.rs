@@ -22,6 +22,7 @@ pub mod index;
 pub mod repo;
 pub mod restore;
 pub mod snapshot;
+pub mod units;
 
 pub use error::{Error, Result};
 pub use repo::Repository;

@@ -32,6 +32,7 @@ const READ_AHEAD: usize = 4;
 /// Containers read concurrently (more requests in flight than one
 /// sequential reader keeps the device busier).
 const READERS: usize = 2;
+fn readers() -> usize { std::env::var("TR").ok().and_then(|v| v.parse().ok()).unwrap_or(READERS) }
 /// Bytes of chunks verified together in parallel.
 const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
 
@@ -115,7 +116,7 @@ pub fn restore(
     let (job_tx, job_rx) = bounded::<(ContainerId, Sender<Result<Arc<Container>>>)>(0);
 
     let mut stats = std::thread::scope(|s| -> Result<RestoreStats> {
-        let readers: Vec<_> = (0..READERS)
+        let readers: Vec<_> = (0..readers())
             .map(|_| {
                 let (backend, jobs) = (backend.as_ref(), job_rx.clone());
                 s.spawn(move || {
@@ -262,6 +263,7 @@ fn assemble(
         }
     }
     flush_window(&mut window, algo, out, &mut stats)?;
+    if std::env::var_os("TDBG").is_some() { eprintln!("wait {:?}", wait); }
     Ok(stats)
 }
 

@@ -98,7 +98,7 @@ fn tokens() -> &'static [Token; 4096] {
             // The product of two uniforms skews towards the first (frequent) words.
             let a = (h & 0xffff) as usize;
             let b = ((h >> 16) & 0xffff) as usize;
-            let w = words[(a * b >> 16) * words.len() >> 16].as_bytes();
+            let w = words[(((a * b) >> 16) * words.len()) >> 16].as_bytes();
             let sep: &[u8] = match (h >> 32) & 0xff {
                 0..=5 => b".\n",
                 6..=17 => b", ",
@@ -231,7 +231,7 @@ fn gen_records(rng: &mut Rng, src: u64, block: u64, out: &mut [u8]) {
 fn gen_page(rng: &mut Rng, src: u64, block: u64, out: &mut [u8]) {
     // One in ten 128 KiB extents is unallocated (all zero), as in sparse
     // database files: long zero runs give identical chunks.
-    if out.len() < 16 || hash2(src ^ 0x5a5a, block / 32) % 10 == 0 {
+    if out.len() < 16 || hash2(src ^ 0x5a5a, block / 32).is_multiple_of(10) {
         out.fill(0);
         return;
     }

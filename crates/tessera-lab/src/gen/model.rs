@@ -156,7 +156,7 @@ impl Lineage {
 
     fn target(&self) -> u64 {
         let g = (1.0 + self.params.growth).powi(self.version.saturating_sub(1) as i32);
-        (self.params.target as f64 * g) as u64
+        (self.params.target as f64 * g).min((1u64 << 50) as f64) as u64
     }
 
     fn file_path(&self, f: &FileEntry) -> String {
@@ -592,8 +592,8 @@ impl Lineage {
                             }
                         }
                     }
-                    let pad = (TAR_BLOCK as u64 - f.content.bytes % TAR_BLOCK as u64)
-                        % TAR_BLOCK as u64;
+                    let pad =
+                        (TAR_BLOCK as u64 - f.content.bytes % TAR_BLOCK as u64) % TAR_BLOCK as u64;
                     buf.resize(buf.len() + pad as usize, 0);
                 }
             }
@@ -617,7 +617,7 @@ impl Lineage {
                 "a data-mode lineage has no chunk model (make it with `trace: true`)",
             ));
         };
-        let order = self
+        let order: Vec<(String, usize)> = self
             .entries(false)
             .into_iter()
             .filter_map(|(p, e)| match e {
@@ -625,14 +625,18 @@ impl Lineage {
                 Entry::Dir(_) => None,
             })
             .collect();
+        let metas = order
+            .iter()
+            .map(|(p, i)| file_meta(p, &self.files[*i]))
+            .collect();
         Ok(ChunkIter {
             lineage: self,
             model,
             order,
+            metas,
             file: 0,
             piece: 0,
             chunk: 0,
-            meta: 0,
             in_file: false,
         })
     }
@@ -711,19 +715,29 @@ fn chunk_run_exact(m: &ChunkModel, src: u64, bytes: u64) -> Vec<Piece> {
 
 /// Iterator over a trace-mode version's files and chunks.
 ///
-/// A chunk's fingerprint is the SHA-1 of its id (the stream and index it
-/// comes from). A file's first chunk also hashes the file's metadata (path,
-/// mtime, size), as the chunk holding a packed file's header would change
-/// with it.
+/// A chunk's fingerprint is the SHA-1 of its id (the run and index it comes
+/// from). As in a packed stream, where the chunk holding a file's header
+/// also holds the end of the file before it, a file's first chunk also
+/// hashes the file's metadata (path, mtime, size) and its last chunk the
+/// next file's: a metadata change, or a file appearing or leaving between
+/// two files, changes the chunks at that junction.
 pub struct ChunkIter<'a> {
     lineage: &'a Lineage,
     model: ChunkModel,
     order: Vec<(String, usize)>,
+    metas: Vec<u64>,
     file: usize,
     piece: usize,
     chunk: u64,
-    meta: u64,
     in_file: bool,
+}
+
+fn file_meta(name: &str, f: &FileEntry) -> u64 {
+    let mut h = f.mtime ^ f.content.bytes.rotate_left(32);
+    for b in name.bytes() {
+        h = mix64(h ^ u64::from(b));
+    }
+    h
 }
 
 impl Iterator for ChunkIter<'_> {
@@ -738,11 +752,6 @@ impl Iterator for ChunkIter<'_> {
                 self.in_file = true;
                 self.piece = 0;
                 self.chunk = 0;
-                let mut h = f.mtime ^ f.content.bytes.rotate_left(32);
-                for b in name.bytes() {
-                    h = mix64(h ^ u64::from(b));
-                }
-                self.meta = h;
                 return Some(TraceEvent::FileStart(std::mem::take(name)));
             }
             let Some(p) = f.content.pieces.get(self.piece) else {
@@ -756,15 +765,21 @@ impl Iterator for ChunkIter<'_> {
                 continue;
             }
             let first = self.piece == 0 && self.chunk == 0;
-            let mut id = [0u8; 24];
+            let last = self.piece + 1 == f.content.pieces.len() && self.chunk + 1 == p.len;
+            let mut id = [0u8; 32];
             id[..8].copy_from_slice(&p.src.to_le_bytes());
             id[8..16].copy_from_slice(&(p.off + self.chunk).to_le_bytes());
-            let digest = if first {
-                id[16..].copy_from_slice(&self.meta.to_le_bytes());
-                sha1::Sha1::digest(id)
-            } else {
-                sha1::Sha1::digest(&id[..16])
-            };
+            let mut n = 16;
+            if first {
+                id[n..n + 8].copy_from_slice(&self.metas[self.file].to_le_bytes());
+                n += 8;
+            }
+            if last {
+                let next = self.metas.get(self.file + 1).copied().unwrap_or(0);
+                id[n..n + 8].copy_from_slice(&(next ^ 0x6e65_7874).to_le_bytes());
+                n += 8;
+            }
+            let digest = sha1::Sha1::digest(&id[..n]);
             let mut fp = [0u8; 32];
             fp[..20].copy_from_slice(&digest);
             let size = p.chunk_size(&self.model, self.chunk);

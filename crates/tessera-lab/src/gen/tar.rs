@@ -88,7 +88,13 @@ pub(crate) fn header(e: &TarEntry, uid: u32, user: &str) -> io::Result<[u8; TAR_
 pub(crate) fn checksum(h: &[u8; TAR_BLOCK]) -> u32 {
     h.iter()
         .enumerate()
-        .map(|(i, &b)| if (148..156).contains(&i) { 32 } else { u32::from(b) })
+        .map(|(i, &b)| {
+            if (148..156).contains(&i) {
+                32
+            } else {
+                u32::from(b)
+            }
+        })
         .sum()
 }
 
@@ -125,7 +131,7 @@ pub fn parse_tar(data: &[u8]) -> Result<Vec<TarEntry>, String> {
             if !next.is_some_and(|b| b.iter().all(|&x| x == 0)) {
                 return Err(format!("single zero block at byte {pos}"));
             }
-            if data.len() as u64 % TAR_RECORD != 0 {
+            if !(data.len() as u64).is_multiple_of(TAR_RECORD) {
                 return Err(format!("archive size {} is not a whole record", data.len()));
             }
             if data[pos..].iter().any(|&b| b != 0) {

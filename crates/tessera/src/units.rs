@@ -1,7 +1,7 @@
-//! Parsing of sizes such as `8KiB`, `4MiB`, `16MB` or `4096`.
+//! Sizes written for people: `8KiB`, `4MiB`, `16MB` or `4096`.
 
 /// Parses a size with an optional unit (B, KiB, MiB, GiB, KB, MB, GB; case-insensitive).
-pub fn parse(text: &str) -> Result<u64, String> {
+pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let split = t
         .find(|c: char| !c.is_ascii_digit())
@@ -25,8 +25,8 @@ pub fn parse(text: &str) -> Result<u64, String> {
 }
 
 /// Parses a size that must fit in 32 bits.
-pub fn parse_u32(text: &str) -> Result<u32, String> {
-    let n = parse(text)?;
+pub fn parse_size_u32(text: &str) -> Result<u32, String> {
+    let n = parse_size(text)?;
     u32::try_from(n).map_err(|_| format!("size {text:?} is too large (at most 4 GiB - 1)"))
 }
 
@@ -36,12 +36,12 @@ mod tests {
 
     #[test]
     fn units() {
-        assert_eq!(parse("4096").unwrap(), 4096);
-        assert_eq!(parse("8KiB").unwrap(), 8192);
-        assert_eq!(parse("4mib").unwrap(), 4 << 20);
-        assert_eq!(parse("16MB").unwrap(), 16_000_000);
-        assert!(parse("x").is_err());
-        assert!(parse("5XB").is_err());
-        assert!(parse_u32("8GiB").is_err());
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("8KiB").unwrap(), 8192);
+        assert_eq!(parse_size("4mib").unwrap(), 4 << 20);
+        assert_eq!(parse_size("16MB").unwrap(), 16_000_000);
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("5XB").is_err());
+        assert!(parse_size_u32("8GiB").is_err());
     }
 }

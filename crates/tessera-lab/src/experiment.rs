@@ -1,0 +1,677 @@
+//! The experiment runner: one dataset, several system configurations, a
+//! retention policy; each configuration runs in a fresh repository and every
+//! version's backup, restore and GC metrics are recorded (DESIGN.md,
+//! "Metrics") to JSON and CSV and rendered as an HTML report.
+
+use crate::gen::{generate, GenOptions};
+use crate::report;
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File};
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use tessera::backup::{backup, BackupOptions};
+use tessera::chunker::{ChunkerKind, ChunkerParams};
+use tessera::config::Config;
+use tessera::fingerprint::FingerprintAlgo;
+use tessera::gc::{forget_keep_last, gc, GcOptions};
+use tessera::restore::{restore, RestoreOptions, RestoreStats};
+use tessera::units::parse_size;
+use tessera::Repository;
+
+/// Errors of an experiment.
+#[derive(Debug, thiserror::Error)]
+pub enum ExperimentError {
+    /// The configuration file is invalid.
+    #[error("{path}: {detail}")]
+    Config {
+        /// The configuration file.
+        path: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// A file could not be read or written.
+    #[error("{what}: {source}")]
+    Io {
+        /// The file or directory.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// The engine failed.
+    #[error("system {system}, version {version}: {source}")]
+    Engine {
+        /// The system configuration.
+        system: String,
+        /// The version (1-based).
+        version: usize,
+        /// The engine's error.
+        #[source]
+        source: tessera::Error,
+    },
+    /// Generating the dataset failed.
+    #[error("generating the dataset: {0}")]
+    Generate(String),
+}
+
+fn io_err(what: &Path) -> impl Fn(io::Error) -> ExperimentError + '_ {
+    move |source| ExperimentError::Io {
+        what: what.display().to_string(),
+        source,
+    }
+}
+
+/// An experiment, as written in its TOML file.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExperimentConfig {
+    /// Name, used in the report's title.
+    pub name: String,
+    /// The backup versions.
+    pub dataset: DatasetSpec,
+    /// Which backups are kept, and when GC runs.
+    #[serde(default)]
+    pub retention: Retention,
+    /// Which versions are restored.
+    #[serde(default)]
+    pub restore: RestoreSpec,
+    /// Disk cost model for the modelled restore time.
+    #[serde(default)]
+    pub disk: DiskModel,
+    /// The system configurations compared, one line each in every plot.
+    pub systems: Vec<SystemSpec>,
+}
+
+/// Where the versions come from: exactly one of `files`, `dir`, `generate`.
+#[derive(Clone, Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatasetSpec {
+    /// Version files in backup order.
+    #[serde(default)]
+    pub files: Vec<PathBuf>,
+    /// A directory whose `v*` files (e.g. `v0001.tar`) are the versions in name order.
+    pub dir: Option<PathBuf>,
+    /// A generated dataset (written once under the output directory).
+    pub generate: Option<GenSpec>,
+}
+
+/// Generator settings of a dataset (see `tessera gen`).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenSpec {
+    /// Versions to generate.
+    pub versions: u32,
+    /// Approximate size of one version, e.g. "20MB".
+    pub size: String,
+    /// Fraction of files changed per version.
+    pub change_rate: Option<f64>,
+    /// Seed.
+    #[serde(default)]
+    pub seed: u64,
+    /// Independent source lineages interleaved (1 = single source).
+    #[serde(default = "one")]
+    pub sources: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Retention: keep the newest `keep_last` backups, GC every `gc_every` backups.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Retention {
+    /// Backups kept (none deleted when absent).
+    pub keep_last: Option<usize>,
+    /// Run forget + GC after every this many backups.
+    #[serde(default = "one_usize")]
+    pub gc_every: usize,
+    /// GC utilization threshold in percent (0 = perfect GC).
+    #[serde(default)]
+    pub gc_threshold: f64,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Retention {
+            keep_last: None,
+            gc_every: 1,
+            gc_threshold: 0.0,
+        }
+    }
+}
+
+fn one_usize() -> usize {
+    1
+}
+
+/// Which versions are restored: the newest after every `every` backups, and
+/// optionally the oldest retained one too.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RestoreSpec {
+    /// Restore the newest backup after every this many backups (0 = never).
+    #[serde(default = "one_usize")]
+    pub every: usize,
+    /// Also restore the oldest retained backup at those times.
+    #[serde(default)]
+    pub oldest: bool,
+}
+
+impl Default for RestoreSpec {
+    fn default() -> Self {
+        RestoreSpec {
+            every: 1,
+            oldest: false,
+        }
+    }
+}
+
+/// A disk cost model: each distinct read extent costs a seek, bytes cost bandwidth.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiskModel {
+    /// Average seek plus rotational latency, in milliseconds.
+    pub seek_ms: f64,
+    /// Sequential bandwidth in MB/s (10^6 bytes).
+    pub bandwidth_mb_s: f64,
+}
+
+impl Default for DiskModel {
+    /// A 7200 rpm HDD: 8.5 ms average seek + 4.2 ms half rotation, 150 MB/s.
+    fn default() -> Self {
+        DiskModel {
+            seek_ms: 12.7,
+            bandwidth_mb_s: 150.0,
+        }
+    }
+}
+
+impl DiskModel {
+    /// Modelled seconds to perform `extents` reads totalling `bytes`.
+    pub fn seconds(&self, extents: u64, bytes: u64) -> f64 {
+        extents as f64 * self.seek_ms / 1000.0 + bytes as f64 / 1e6 / self.bandwidth_mb_s
+    }
+}
+
+/// One system configuration: repository options and restore settings.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct SystemSpec {
+    /// Name shown in the legend.
+    pub name: String,
+    /// Chunker: fastcdc, rabin or fixed.
+    #[serde(default = "default_chunker")]
+    pub chunker: String,
+    /// Minimum chunk size.
+    #[serde(default = "default_min")]
+    pub min_size: String,
+    /// Average chunk size.
+    #[serde(default = "default_avg")]
+    pub avg_size: String,
+    /// Maximum chunk size.
+    #[serde(default = "default_max")]
+    pub max_size: String,
+    /// Fingerprint: blake3, sha256 or sha1.
+    #[serde(default = "default_fingerprint")]
+    pub fingerprint: String,
+    /// Container capacity.
+    #[serde(default = "default_container")]
+    pub container_size: String,
+    /// Restore cache size in containers.
+    #[serde(default = "default_cache")]
+    pub cache_size: usize,
+}
+
+fn default_chunker() -> String {
+    "fastcdc".into()
+}
+fn default_min() -> String {
+    "2KiB".into()
+}
+fn default_avg() -> String {
+    "8KiB".into()
+}
+fn default_max() -> String {
+    "64KiB".into()
+}
+fn default_fingerprint() -> String {
+    "blake3".into()
+}
+fn default_container() -> String {
+    "4MiB".into()
+}
+fn default_cache() -> usize {
+    tessera::restore::DEFAULT_CACHE_CONTAINERS
+}
+
+impl SystemSpec {
+    /// The repository configuration this system describes.
+    pub fn repo_config(&self) -> Result<Config, String> {
+        let size = |what: &str, s: &str| -> Result<u32, String> {
+            tessera::units::parse_size_u32(s).map_err(|e| format!("{what}: {e}"))
+        };
+        let mut c = Config::new(format!("lab-{}", self.name));
+        c.chunker = ChunkerParams {
+            kind: self.chunker.parse::<ChunkerKind>()?,
+            min_size: size("min_size", &self.min_size)?,
+            avg_size: size("avg_size", &self.avg_size)?,
+            max_size: size("max_size", &self.max_size)?,
+        };
+        c.fingerprint = self.fingerprint.parse::<FingerprintAlgo>()?;
+        c.container_size = size("container_size", &self.container_size)?;
+        c.validate().map_err(|e| e.to_string())?;
+        if self.cache_size == 0 {
+            return Err("cache_size must be at least 1 container".into());
+        }
+        Ok(c)
+    }
+}
+
+impl ExperimentConfig {
+    /// Reads and checks an experiment file.
+    pub fn load(path: &Path) -> Result<ExperimentConfig, ExperimentError> {
+        let text = fs::read_to_string(path).map_err(io_err(path))?;
+        let bad = |detail: String| ExperimentError::Config {
+            path: path.display().to_string(),
+            detail,
+        };
+        let mut config: ExperimentConfig = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        // Relative dataset paths are relative to the experiment file.
+        let base = path.parent().unwrap_or(Path::new("."));
+        for f in &mut config.dataset.files {
+            if f.is_relative() {
+                *f = base.join(&*f);
+            }
+        }
+        if let Some(d) = &mut config.dataset.dir {
+            if d.is_relative() {
+                *d = base.join(&*d);
+            }
+        }
+        config.validate().map_err(bad)?;
+        Ok(config)
+    }
+
+    /// Checks the parts fit together.
+    pub fn validate(&self) -> Result<(), String> {
+        let d = &self.dataset;
+        let sources = usize::from(!d.files.is_empty())
+            + usize::from(d.dir.is_some())
+            + usize::from(d.generate.is_some());
+        if sources != 1 {
+            return Err("dataset needs exactly one of `files`, `dir` or `generate`".into());
+        }
+        if let Some(g) = &d.generate {
+            parse_size(&g.size).map_err(|e| format!("dataset.generate.size: {e}"))?;
+        }
+        if self.systems.is_empty() {
+            return Err("no [[systems]] to compare".into());
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for s in &self.systems {
+            s.repo_config()
+                .map_err(|e| format!("system {:?}: {e}", s.name))?;
+            if !names.insert(&s.name) {
+                return Err(format!("two systems are named {:?}", s.name));
+            }
+        }
+        if self.retention.gc_every == 0 {
+            return Err("retention.gc_every must be at least 1".into());
+        }
+        if !(0.0..=100.0).contains(&self.retention.gc_threshold) {
+            return Err("retention.gc_threshold must be within 0..=100".into());
+        }
+        Ok(())
+    }
+}
+
+/// One version of the dataset.
+#[derive(Clone, Debug, Serialize)]
+pub struct Version {
+    /// File holding the version.
+    pub path: PathBuf,
+    /// Source lineage.
+    pub source: String,
+}
+
+/// Metrics of one restore in an experiment.
+#[derive(Clone, Debug, Serialize)]
+pub struct RestoreRecord {
+    /// Which backup (1-based version number) was restored.
+    pub version: usize,
+    /// The engine's metrics.
+    #[serde(flatten)]
+    pub stats: RestoreStats,
+    /// Modelled restore time under the disk model.
+    pub modelled_seconds: f64,
+}
+
+/// Metrics of one GC round in an experiment.
+#[derive(Clone, Debug, Serialize)]
+pub struct GcRecord {
+    /// Backups deleted by retention before the GC.
+    pub forgotten: usize,
+    /// The engine's metrics.
+    #[serde(flatten)]
+    pub stats: tessera::gc::GcStats,
+}
+
+/// Everything recorded for one system after backing up one version.
+#[derive(Clone, Debug, Serialize)]
+pub struct VersionRecord {
+    /// System name.
+    pub system: String,
+    /// Version number (1-based).
+    pub version: usize,
+    /// Source lineage.
+    pub source: String,
+    /// Logical bytes of this backup.
+    pub logical_bytes: u64,
+    /// Bytes this backup stored.
+    pub stored_bytes: u64,
+    /// Backup wall time.
+    pub backup_seconds: f64,
+    /// Backup throughput, MB/s.
+    pub backup_mb_s: f64,
+    /// Index memory after the backup.
+    pub index_memory_bytes: u64,
+    /// Index entries after the backup.
+    pub index_entries: u64,
+    /// On-disk index lookups of the backup.
+    pub index_disk_lookups: u64,
+    /// Logical bytes of all retained backups.
+    pub retained_logical_bytes: u64,
+    /// Physical bytes of the repository (containers).
+    pub physical_bytes: u64,
+    /// retained_logical_bytes / physical_bytes.
+    pub actual_dedup_ratio: f64,
+    /// Restores made after this version.
+    pub restores: Vec<RestoreRecord>,
+    /// GC made after this version, if any.
+    pub gc: Option<GcRecord>,
+}
+
+/// The results of a whole experiment.
+#[derive(Clone, Debug, Serialize)]
+pub struct Results {
+    /// The configuration run.
+    pub config: ExperimentConfig,
+    /// The dataset's versions.
+    pub versions: Vec<Version>,
+    /// All records, system by system, version by version.
+    pub records: Vec<VersionRecord>,
+    /// Wall time of the whole experiment.
+    pub seconds: f64,
+}
+
+/// Resolves the dataset into version files (generating it under `out` if asked).
+pub fn dataset_versions(spec: &DatasetSpec, out: &Path) -> Result<Vec<Version>, ExperimentError> {
+    if let Some(g) = &spec.generate {
+        let dir = out.join("dataset");
+        let mut opts = GenOptions {
+            versions: g.versions,
+            size: parse_size(&g.size).map_err(ExperimentError::Generate)?,
+            seed: g.seed,
+            sources: g.sources,
+            ..GenOptions::default()
+        };
+        if let Some(r) = g.change_rate {
+            opts.change_rate = r;
+        }
+        let summary =
+            generate(&dir, &opts).map_err(|e| ExperimentError::Generate(e.to_string()))?;
+        return Ok(summary
+            .versions
+            .into_iter()
+            .map(|v| Version {
+                path: v.path,
+                source: v.info.source,
+            })
+            .collect());
+    }
+    let files = if let Some(dir) = &spec.dir {
+        let mut files: Vec<PathBuf> = fs::read_dir(dir)
+            .map_err(io_err(dir))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.is_file()
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('v'))
+            })
+            .collect();
+        files.sort();
+        files
+    } else {
+        spec.files.clone()
+    };
+    Ok(files
+        .into_iter()
+        .map(|path| Version {
+            path,
+            source: "default".into(),
+        })
+        .collect())
+}
+
+/// Runs `config`, writing `results.json`, `results.csv` and `report.html`
+/// into `out`. `progress` receives one line per system and version.
+pub fn run(
+    config: &ExperimentConfig,
+    out: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Results, ExperimentError> {
+    let started = Instant::now();
+    fs::create_dir_all(out).map_err(io_err(out))?;
+    let versions = dataset_versions(&config.dataset, out)?;
+    let mut records = Vec::new();
+    for system in &config.systems {
+        records.extend(run_system(config, system, &versions, out, progress)?);
+    }
+    let results = Results {
+        config: config.clone(),
+        versions,
+        records,
+        seconds: started.elapsed().as_secs_f64(),
+    };
+    write_results(&results, out)?;
+    Ok(results)
+}
+
+fn run_system(
+    config: &ExperimentConfig,
+    system: &SystemSpec,
+    versions: &[Version],
+    out: &Path,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<VersionRecord>, ExperimentError> {
+    let repo_dir = out.join("repos").join(&system.name);
+    if repo_dir.exists() {
+        fs::remove_dir_all(&repo_dir).map_err(io_err(&repo_dir))?;
+    }
+    let repo_config = system
+        .repo_config()
+        .map_err(|detail| ExperimentError::Config {
+            path: system.name.clone(),
+            detail,
+        })?;
+    let engine = |version: usize| {
+        let name = system.name.clone();
+        move |source| ExperimentError::Engine {
+            system: name,
+            version,
+            source,
+        }
+    };
+    let repo = Repository::init(&repo_dir, repo_config).map_err(engine(0))?;
+    let mut records = Vec::new();
+    for (i, v) in versions.iter().enumerate() {
+        let n = i + 1;
+        let mut input = File::open(&v.path).map_err(io_err(&v.path))?;
+        let snap = backup(
+            &repo,
+            &mut input,
+            &v.path.display().to_string(),
+            &BackupOptions {
+                label: format!("v{n}"),
+                source: v.source.clone(),
+                progress: None,
+            },
+        )
+        .map_err(engine(n))?;
+
+        let mut gc_record = None;
+        if let Some(keep) = config.retention.keep_last {
+            if n % config.retention.gc_every == 0 {
+                let forgotten = forget_keep_last(&repo, keep, false).map_err(engine(n))?;
+                let stats = gc(
+                    &repo,
+                    GcOptions {
+                        threshold_pct: config.retention.gc_threshold,
+                    },
+                )
+                .map_err(engine(n))?;
+                gc_record = Some(GcRecord {
+                    forgotten: forgotten.len(),
+                    stats,
+                });
+            }
+        }
+
+        let mut restores = Vec::new();
+        if config.restore.every > 0 && n % config.restore.every == 0 {
+            let retained = repo.backups().map_err(engine(n))?;
+            let mut targets = vec![snap.id];
+            if config.restore.oldest {
+                if let Some(&oldest) = retained.first() {
+                    if oldest != snap.id {
+                        targets.insert(0, oldest);
+                    }
+                }
+            }
+            for id in targets {
+                let stats = restore(
+                    &repo,
+                    id,
+                    &mut io::sink(),
+                    &RestoreOptions {
+                        cache_containers: system.cache_size,
+                        progress: None,
+                    },
+                )
+                .map_err(engine(n))?;
+                restores.push(RestoreRecord {
+                    version: id as usize,
+                    modelled_seconds: config.disk.seconds(stats.containers_read, stats.bytes_read),
+                    stats,
+                });
+            }
+        }
+
+        let totals = repo.totals().map_err(engine(n))?;
+        let record = VersionRecord {
+            system: system.name.clone(),
+            version: n,
+            source: v.source.clone(),
+            logical_bytes: snap.logical_bytes,
+            stored_bytes: snap.stats.stored_bytes,
+            backup_seconds: snap.stats.seconds,
+            backup_mb_s: snap.stats.throughput_mb_s,
+            index_memory_bytes: snap.stats.index.memory_bytes,
+            index_entries: snap.stats.index.entries,
+            index_disk_lookups: snap.stats.index.disk_lookups,
+            retained_logical_bytes: totals.logical_bytes,
+            physical_bytes: totals.physical_bytes,
+            actual_dedup_ratio: totals.dedup_ratio.unwrap_or(1.0),
+            restores,
+            gc: gc_record,
+        };
+        progress(&progress_line(&record, versions.len()));
+        records.push(record);
+    }
+    Ok(records)
+}
+
+fn progress_line(r: &VersionRecord, total: usize) -> String {
+    let restore = r
+        .restores
+        .last()
+        .map(|x| {
+            format!(
+                ", restore {:.0} MB/s, read amp {:.2}, speed factor {:.2}",
+                x.stats.throughput_mb_s, x.stats.read_amplification, x.stats.speed_factor
+            )
+        })
+        .unwrap_or_default();
+    let gc =
+        r.gc.as_ref()
+            .map(|g| format!(", gc {:.2} s", g.stats.seconds))
+            .unwrap_or_default();
+    format!(
+        "[{}] version {}/{}: backup {:.0} MB/s, actual dedup {:.2}{}{}",
+        r.system, r.version, total, r.backup_mb_s, r.actual_dedup_ratio, restore, gc
+    )
+}
+
+fn write_results(results: &Results, out: &Path) -> Result<(), ExperimentError> {
+    let json_path = out.join("results.json");
+    let json = serde_json::to_vec_pretty(results).map_err(|e| ExperimentError::Io {
+        what: json_path.display().to_string(),
+        source: io::Error::other(e),
+    })?;
+    fs::write(&json_path, json).map_err(io_err(&json_path))?;
+
+    let csv_path = out.join("results.csv");
+    let mut csv = BufWriter::new(File::create(&csv_path).map_err(io_err(&csv_path))?);
+    let header = "system,version,source,logical_bytes,stored_bytes,backup_seconds,backup_mb_s,index_memory_bytes,index_entries,index_disk_lookups,retained_logical_bytes,physical_bytes,actual_dedup_ratio,restore_version,restore_mb_s,read_amplification,speed_factor,containers_read,restore_bytes_read,modelled_restore_seconds,gc_seconds,gc_containers_involved,gc_containers_reclaimed,gc_containers_produced,gc_bytes_read,gc_bytes_written";
+    writeln!(csv, "{header}").map_err(io_err(&csv_path))?;
+    for r in &results.records {
+        let restore = r.restores.last();
+        let opt = |v: Option<String>| v.unwrap_or_default();
+        writeln!(
+            csv,
+            "{},{},{},{},{},{:.6},{:.3},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            csv_field(&r.system),
+            r.version,
+            csv_field(&r.source),
+            r.logical_bytes,
+            r.stored_bytes,
+            r.backup_seconds,
+            r.backup_mb_s,
+            r.index_memory_bytes,
+            r.index_entries,
+            r.index_disk_lookups,
+            r.retained_logical_bytes,
+            r.physical_bytes,
+            r.actual_dedup_ratio,
+            opt(restore.map(|x| x.version.to_string())),
+            opt(restore.map(|x| format!("{:.3}", x.stats.throughput_mb_s))),
+            opt(restore.map(|x| format!("{:.6}", x.stats.read_amplification))),
+            opt(restore.map(|x| format!("{:.6}", x.stats.speed_factor))),
+            opt(restore.map(|x| x.stats.containers_read.to_string())),
+            opt(restore.map(|x| x.stats.bytes_read.to_string())),
+            opt(restore.map(|x| format!("{:.6}", x.modelled_seconds))),
+            opt(r.gc.as_ref().map(|g| format!("{:.6}", g.stats.seconds))),
+            opt(r.gc.as_ref().map(|g| g.stats.containers_involved.to_string())),
+            opt(r.gc.as_ref().map(|g| g.stats.containers_reclaimed.to_string())),
+            opt(r.gc.as_ref().map(|g| g.stats.containers_produced.to_string())),
+            opt(r.gc.as_ref().map(|g| g.stats.bytes_read.to_string())),
+            opt(r.gc.as_ref().map(|g| g.stats.bytes_written.to_string())),
+        )
+        .map_err(io_err(&csv_path))?;
+    }
+    csv.flush().map_err(io_err(&csv_path))?;
+
+    let html_path = out.join("report.html");
+    fs::write(&html_path, report::render(results)).map_err(io_err(&html_path))?;
+    Ok(())
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
