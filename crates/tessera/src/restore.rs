@@ -32,6 +32,7 @@ const READ_AHEAD: usize = 4;
 /// Containers read concurrently (more requests in flight than one
 /// sequential reader keeps the device busier).
 const READERS: usize = 2;
+static VERIFY_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 fn readers() -> usize { std::env::var("TR").ok().and_then(|v| v.parse().ok()).unwrap_or(READERS) }
 /// Bytes of chunks verified together in parallel.
 const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
@@ -112,6 +113,7 @@ pub fn restore(
     let backend = repo.shared_backend();
     // Each load gets a one-slot channel for its result; the slots travel to
     // the assembler in load order, so readers may finish out of order.
+    if std::env::var_os("TDBG").is_some() { eprintln!("setup {:?}", started.elapsed()); }
     let (slot_tx, slot_rx) = bounded::<Receiver<Result<Arc<Container>>>>(READ_AHEAD);
     let (job_tx, job_rx) = bounded::<(ContainerId, Sender<Result<Arc<Container>>>)>(0);
 
@@ -263,7 +265,7 @@ fn assemble(
         }
     }
     flush_window(&mut window, algo, out, &mut stats)?;
-    if std::env::var_os("TDBG").is_some() { eprintln!("wait {:?}", wait); }
+    if std::env::var_os("TDBG").is_some() { eprintln!("wait {:?} verify {:?}", wait, Duration::from_nanos(VERIFY_NS.swap(0, std::sync::atomic::Ordering::Relaxed))); }
     Ok(stats)
 }
 
@@ -274,7 +276,8 @@ fn flush_window(
     out: &mut dyn Write,
     stats: &mut RestoreStats,
 ) -> Result<()> {
-    window.par_iter().try_for_each(|(ct, i, c)| {
+    let t = Instant::now();
+    let r = window.par_iter().try_for_each(|(ct, i, c)| {
         let bytes = ct.chunk(*i);
         let actual = algo.hash(bytes);
         if actual != c.fp || bytes.len() != c.len as usize {
@@ -285,7 +288,9 @@ fn flush_window(
             });
         }
         Ok(())
-    })?;
+    });
+    VERIFY_NS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+    r?;
     for (ct, i, _) in window.drain(..) {
         let bytes = ct.chunk(i);
         out.write_all(bytes).map_err(|e| Error::Output {
