@@ -66,8 +66,16 @@ fn affected(check_stdout: &str, object: &str) -> BTreeSet<u64> {
 }
 
 fn check_json(repo: &Path) -> serde_json::Value {
-    let out = run(["check".as_ref(), repo.as_os_str(), "--read-data".as_ref(), "--json".as_ref()]);
-    assert!(!out.status.success(), "check --json must fail on a damaged repository");
+    let out = run([
+        "check".as_ref(),
+        repo.as_os_str(),
+        "--read-data".as_ref(),
+        "--json".as_ref(),
+    ]);
+    assert!(
+        !out.status.success(),
+        "check --json must fail on a damaged repository"
+    );
     assert_no_panic(&out);
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -86,9 +94,20 @@ fn assert_restore_fails_cleanly(f: &Fixture, id: u64, container: &str) {
     ];
     let out = run(&args);
     let line = assert_one_line_error(&args, &out);
-    assert!(line.contains(container), "error does not name {container}: {line}");
-    assert!(!out_file.exists(), "a failed restore left {}", out_file.display());
-    assert!(dir_names(&out_dir).is_empty(), "leftovers: {:?}", dir_names(&out_dir));
+    assert!(
+        line.contains(container),
+        "error does not name {container}: {line}"
+    );
+    assert!(
+        !out_file.exists(),
+        "a failed restore left {}",
+        out_file.display()
+    );
+    assert!(
+        dir_names(&out_dir).is_empty(),
+        "leftovers: {:?}",
+        dir_names(&out_dir)
+    );
 
     let id_text = id.to_string();
     let out = cmd([
@@ -103,7 +122,10 @@ fn assert_restore_fails_cleanly(f: &Fixture, id: u64, container: &str) {
     let args: Vec<String> = vec!["restore".into(), "...".into(), id.to_string(), "-".into()];
     assert_one_line_error(&args, &out);
     let expected = &f.data[id as usize - 1];
-    assert!(out.stdout.len() < expected.len(), "a failed restore wrote everything");
+    assert!(
+        out.stdout.len() < expected.len(),
+        "a failed restore wrote everything"
+    );
     assert!(
         expected.starts_with(&out.stdout),
         "restore to stdout wrote bytes that are not the backup's ({} bytes)",
@@ -150,9 +172,16 @@ fn flipped_byte_in_container_is_reported_and_contained() {
     let out = run(&args);
     assert_one_line_error(&args, &out);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(affected(&stdout, &object), BTreeSet::from([1, 3]), "{stdout}");
+    assert_eq!(
+        affected(&stdout, &object),
+        BTreeSet::from([1, 3]),
+        "{stdout}"
+    );
     for line in stdout.lines().filter(|l| l.starts_with("problem")) {
-        assert!(line.contains(&object), "only the damaged container is reported: {stdout}");
+        assert!(
+            line.contains(&object),
+            "only the damaged container is reported: {stdout}"
+        );
     }
 
     let report = check_json(&f.repo);
@@ -180,7 +209,11 @@ fn crc32c(data: &[u8]) -> u32 {
     for &b in data {
         crc ^= u32::from(b);
         for _ in 0..8 {
-            crc = if crc & 1 != 0 { (crc >> 1) ^ 0x82f6_3b78 } else { crc >> 1 };
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc
@@ -200,7 +233,11 @@ fn corruption_hidden_from_checksums_is_caught_by_fingerprints() {
     let at = meta_end + (bytes.len() - meta_end) / 2;
     bytes[at] ^= 0x80;
     let data_crc = crc32c(&bytes[meta_end..]);
-    assert_eq!(le4(&bytes[36..40]), crc32c(&bytes[..36]), "header layout as expected");
+    assert_eq!(
+        le4(&bytes[36..40]),
+        crc32c(&bytes[..36]),
+        "header layout as expected"
+    );
     bytes[28..32].copy_from_slice(&data_crc.to_le_bytes());
     let header_crc = crc32c(&bytes[..36]);
     bytes[36..40].copy_from_slice(&header_crc.to_le_bytes());
@@ -215,8 +252,14 @@ fn corruption_hidden_from_checksums_is_caught_by_fingerprints() {
     assert_one_line_error(&args, &out);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let users = affected(&stdout, &object);
-    assert!(!users.is_empty() && users.is_subset(&BTreeSet::from([1, 3])), "{stdout}");
-    assert!(users.contains(&1), "backup A holds every chunk of its container: {stdout}");
+    assert!(
+        !users.is_empty() && users.is_subset(&BTreeSet::from([1, 3])),
+        "{stdout}"
+    );
+    assert!(
+        users.contains(&1),
+        "backup A holds every chunk of its container: {stdout}"
+    );
 
     // The error names the container by its id (`container <hex>`).
     let hex = object.trim_start_matches("containers/");

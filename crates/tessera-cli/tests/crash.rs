@@ -26,7 +26,11 @@ struct Committed {
 
 fn verify_all(repo: &std::path::Path, committed: &[Committed]) {
     let ids: Vec<u64> = committed.iter().map(|c| c.id).collect();
-    assert_eq!(list_ids(repo), ids, "exactly the committed backups are listed");
+    assert_eq!(
+        list_ids(repo),
+        ids,
+        "exactly the committed backups are listed"
+    );
     for c in committed {
         assert_restore_stdout_matches(repo, &c.id.to_string(), &mut PrngReader::new(c.seed, c.len));
     }
@@ -195,7 +199,10 @@ fn backup_killed_at_random_moments_leaves_repository_consistent() {
          {between_recipe_and_snapshot} of them after the recipe), {completed} runs finished"
     );
     assert!(kills >= MIN_KILLS, "only {kills} runs were killed");
-    assert!(mid_run > 0, "no kill landed while containers were being written");
+    assert!(
+        mid_run > 0,
+        "no kill landed while containers were being written"
+    );
     assert!(commit_phase > 0, "no kill landed in the commit phase");
 
     // New backups still work: a fresh input, then one deduplicating against

@@ -28,7 +28,12 @@ fn missing_repository() {
     std::fs::write(&input, b"data").unwrap();
     for args in [
         vec!["backup".to_string(), s(&missing), s(&input)],
-        vec!["restore".to_string(), s(&missing), "1".into(), s(&tmp.path().join("out"))],
+        vec![
+            "restore".to_string(),
+            s(&missing),
+            "1".into(),
+            s(&tmp.path().join("out")),
+        ],
         vec!["list".to_string(), s(&missing)],
         vec!["check".to_string(), s(&missing), "--read-data".into()],
         vec!["stats".to_string(), s(&missing)],
@@ -36,7 +41,10 @@ fn missing_repository() {
     ] {
         let line = fail(&args);
         assert!(line.contains("no-such-repo"), "{args:?}: {line}");
-        assert!(line.contains("not a Tessera repository"), "{args:?}: {line}");
+        assert!(
+            line.contains("not a Tessera repository"),
+            "{args:?}: {line}"
+        );
     }
     assert!(!missing.exists(), "no command creates a missing repository");
     assert!(!tmp.path().join("out").exists());
@@ -57,12 +65,19 @@ fn directory_that_is_not_a_repository() {
         vec!["check".to_string(), s(&dir)],
     ] {
         let line = fail(&args);
-        assert!(line.contains("not a Tessera repository"), "{args:?}: {line}");
+        assert!(
+            line.contains("not a Tessera repository"),
+            "{args:?}: {line}"
+        );
     }
     // A plain file is not a repository either.
     let line = fail(["list".to_string(), s(&input)]);
     assert!(line.contains("not a Tessera repository"), "{line}");
-    assert_eq!(dir_names(&dir).len(), 1, "nothing was written into the directory");
+    assert_eq!(
+        dir_names(&dir).len(),
+        1,
+        "nothing was written into the directory"
+    );
 }
 
 #[test]
@@ -103,7 +118,13 @@ fn wrong_and_non_numeric_backup_ids() {
     }
     for id in ["abc", "-1", "1.5", "", "1x", "99999999999999999999999"] {
         // `--` so that clap takes `-1` as the id rather than as an option.
-        let line = fail(["restore".to_string(), "--".into(), s(&repo), id.into(), s(&out)]);
+        let line = fail([
+            "restore".to_string(),
+            "--".into(),
+            s(&repo),
+            id.into(),
+            s(&out),
+        ]);
         assert!(line.contains("not a backup id"), "{id:?}: {line}");
         let line = fail(["delete".to_string(), "--".into(), s(&repo), id.into()]);
         assert!(line.contains("not a backup id"), "{id:?}: {line}");
@@ -141,14 +162,26 @@ fn unreadable_input() {
 fn invalid_init_options() {
     let tmp = tempfile::tempdir().unwrap();
     let cases: Vec<(Vec<&str>, &str)> = vec![
-        (vec!["--min-size", "16KiB", "--avg-size", "8KiB"], "min <= avg <= max"),
+        (
+            vec!["--min-size", "16KiB", "--avg-size", "8KiB"],
+            "min <= avg <= max",
+        ),
         (vec!["--avg-size", "128KiB"], "min <= avg <= max"),
-        (vec!["--max-size", "32MiB", "--avg-size", "8KiB"], "exceeds 16 MiB"),
+        (
+            vec!["--max-size", "32MiB", "--avg-size", "8KiB"],
+            "exceeds 16 MiB",
+        ),
         (vec!["--container-size", "1000"], "container size"),
         (vec!["--container-size", "2GiB"], "container size"),
         (vec!["--min-size", "3001", "--avg-size", "8KiB"], "even"),
-        (vec!["--chunker", "rabin", "--avg-size", "5000"], "power-of-two"),
-        (vec!["--chunker", "fixed", "--min-size", "0", "--avg-size", "0"], "positive"),
+        (
+            vec!["--chunker", "rabin", "--avg-size", "5000"],
+            "power-of-two",
+        ),
+        (
+            vec!["--chunker", "fixed", "--min-size", "0", "--avg-size", "0"],
+            "positive",
+        ),
     ];
     for (i, (opts, expect)) in cases.iter().enumerate() {
         let repo = tmp.path().join(format!("repo{i}"));
@@ -156,7 +189,10 @@ fn invalid_init_options() {
         args.extend(opts.iter().map(|o| o.to_string()));
         let line = fail(&args);
         assert!(line.contains(expect), "{args:?}: {line}");
-        assert!(!repo.join("config").exists(), "{args:?} created a repository");
+        assert!(
+            !repo.join("config").exists(),
+            "{args:?} created a repository"
+        );
     }
     // Values that do not parse at all are rejected too (clap may print usage
     // lines, but it must fail without a panic).

@@ -68,12 +68,17 @@ fn successive_edited_versions_round_trip() {
 }
 
 fn backup_stdin(repo: &Path, data: &[u8]) -> serde_json::Value {
-    let mut child = cmd(["backup".as_ref(), "--json".as_ref(), repo.as_os_str(), "-".as_ref()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = cmd([
+        "backup".as_ref(),
+        "--json".as_ref(),
+        repo.as_os_str(),
+        "-".as_ref(),
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let owned = data.to_vec();
     let feeder = std::thread::spawn(move || {
@@ -121,8 +126,16 @@ fn edge_sizes_round_trip() {
         ids.push(num(&r, "id"));
         // The same content from stdin is a second backup, fully deduplicated.
         let s = backup_stdin(&repo, data);
-        assert_eq!(num(&s, "logical_bytes"), data.len() as u64, "{name} via stdin");
-        assert_eq!(num(&s, "stored_bytes"), 0, "{name} via stdin is all duplicate");
+        assert_eq!(
+            num(&s, "logical_bytes"),
+            data.len() as u64,
+            "{name} via stdin"
+        );
+        assert_eq!(
+            num(&s, "stored_bytes"),
+            0,
+            "{name} via stdin is all duplicate"
+        );
         ids.push(num(&s, "id"));
     }
     for (i, (name, data, _)) in cases.iter().enumerate() {
@@ -147,12 +160,17 @@ fn one_gib_round_trip() {
     let repo = tmp.path().join("repo");
     init(&repo);
 
-    let mut child = cmd(["backup".as_ref(), "--json".as_ref(), repo.as_os_str(), "-".as_ref()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = cmd([
+        "backup".as_ref(),
+        "--json".as_ref(),
+        repo.as_os_str(),
+        "-".as_ref(),
+    ])
+    .stdin(Stdio::piped())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut stdin);
@@ -162,10 +180,18 @@ fn one_gib_round_trip() {
     });
     let out = child.wait_with_output().unwrap();
     assert_eq!(feeder.join().unwrap(), LEN);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(num(&r, "logical_bytes"), LEN);
-    assert_eq!(num(&r, "stored_bytes"), LEN, "random data does not deduplicate");
+    assert_eq!(
+        num(&r, "stored_bytes"),
+        LEN,
+        "random data does not deduplicate"
+    );
     let id = num(&r, "id").to_string();
 
     assert_restore_stdout_matches(&repo, &id, &mut PrngReader::new(SEED, LEN));

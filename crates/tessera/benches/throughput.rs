@@ -172,7 +172,10 @@ fn read_containers(root: &Path) -> (Duration, u64) {
     let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("listing containers")
         .map(|e| e.expect("listing containers").path())
-        .filter(|p| p.file_name().is_some_and(|n| !n.to_string_lossy().starts_with('.')))
+        .filter(|p| {
+            p.file_name()
+                .is_some_and(|n| !n.to_string_lossy().starts_with('.'))
+        })
         .collect();
     names.sort();
     let started = Instant::now();
@@ -282,7 +285,10 @@ fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
     let (second, t, cpu_dup) =
         timed(|| backup(&repo, &mut Cursor::new(data), "input", &options).expect("backup"));
     let dup = mb_s(logical, t);
-    assert_eq!(second.stats.unique.bytes, 0, "the second backup stored new chunks");
+    assert_eq!(
+        second.stats.unique.bytes, 0,
+        "the second backup stored new chunks"
+    );
     let (_, b3, c3) = base();
 
     *cold &= drop_caches();
@@ -291,8 +297,13 @@ fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
 
     *cold &= drop_caches();
     let (restored, t, cpu_restore) = timed(|| {
-        restore(&repo, first.id, &mut std::io::sink(), &RestoreOptions::default())
-            .expect("restore")
+        restore(
+            &repo,
+            first.id,
+            &mut std::io::sink(),
+            &RestoreOptions::default(),
+        )
+        .expect("restore")
     });
     let restore_mb_s = mb_s(restored.bytes_restored, t);
     assert_eq!(restored.bytes_restored, logical);
@@ -347,7 +358,9 @@ fn main() {
     );
     let data = random_bytes(len, 0x7e55e4a);
     let mut cold = true;
-    let runs: Vec<Run> = (1..=o.runs).map(|i| one_run(&o, &data, i, &mut cold)).collect();
+    let runs: Vec<Run> = (1..=o.runs)
+        .map(|i| one_run(&o, &data, i, &mut cold))
+        .collect();
     let cache = if cold {
         "cold page cache (dropped before the read baseline and before each restore)"
     } else {

@@ -10,10 +10,10 @@ use crate::backend::Backend;
 use crate::chunker::{cut_all, Chunker};
 use crate::container::{self, Builder, ContainerId};
 use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
 use crate::fingerprint::{FingerprintAlgo, FingerprintMap};
 use crate::index::{Chunk, Decision, DedupIndex, Reorder};
 use crate::repo::Repository;
-use crate::fingerprint::Fingerprint;
 use crate::snapshot::{self, BackupStats, ChunkRef, ClassCount, Recipe, Snapshot, StageSeconds};
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -161,16 +161,14 @@ pub fn backup(
     let (raw_tx, raw_rx) = bounded::<RawBlock>(QUEUE_DEPTH);
     let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
     let (chunk_tx, chunk_rx) = bounded::<Vec<Chunk>>(QUEUE_DEPTH);
-    let cq: usize = std::env::var("TCQ").ok().and_then(|v| v.parse().ok()).unwrap_or(CONTAINER_QUEUE_DEPTH);
-    let (container_tx, container_rx) = bounded::<Builder>(cq);
+    let (container_tx, container_rx) = bounded::<Builder>(CONTAINER_QUEUE_DEPTH);
 
     let (chunks, totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
         let pool = &pool;
         let reader = s.spawn(move || read_blocks(input, input_name, pool, layout, raw_tx));
         let cutter = s.spawn(|| cut_blocks(chunker.as_ref(), pool, layout, raw_rx, block_tx));
         let hasher = s.spawn(|| fingerprint(config.fingerprint, block_rx, chunk_tx));
-        let nw: usize = std::env::var("TW").ok().and_then(|v| v.parse().ok()).unwrap_or(WRITERS);
-        let writers: Vec<_> = (0..nw)
+        let writers: Vec<_> = (0..WRITERS)
             .map(|_| {
                 let (backend, rx, stop) = (backend.as_ref(), container_rx.clone(), &stop);
                 s.spawn(move || write_containers(backend, rx, stop))
@@ -185,7 +183,7 @@ pub fn backup(
         let write_time = writers
             .into_iter()
             .map(|w| join(w, "container writer"))
-            .fold(Ok(Duration::ZERO), |acc, r| Ok(acc?.max(r?)));
+            .try_fold(Duration::ZERO, |acc, r| r.map(|t| acc.max(t)));
         let hash_time = join(hasher, "fingerprinting");
         let cut_time = join(cutter, "chunking");
         let read_time = join(reader, "input reader");
@@ -387,7 +385,11 @@ fn fingerprint(
 /// Stage 4 (background, [`WRITERS`] threads): seals full containers and
 /// writes each atomically. After a failure the other writers stop too; the
 /// backup then fails before anything refers to the containers.
-fn write_containers(backend: &dyn Backend, rx: Receiver<Builder>, stop: &AtomicBool) -> Result<Duration> {
+fn write_containers(
+    backend: &dyn Backend,
+    rx: Receiver<Builder>,
+    stop: &AtomicBool,
+) -> Result<Duration> {
     let mut busy = Duration::ZERO;
     for builder in rx {
         if stop.load(Ordering::Relaxed) {

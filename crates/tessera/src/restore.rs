@@ -32,8 +32,6 @@ const READ_AHEAD: usize = 4;
 /// Containers read concurrently (more requests in flight than one
 /// sequential reader keeps the device busier).
 const READERS: usize = 2;
-static VERIFY_NS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-fn readers() -> usize { std::env::var("TR").ok().and_then(|v| v.parse().ok()).unwrap_or(READERS) }
 /// Bytes of chunks verified together in parallel.
 const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
 
@@ -113,12 +111,11 @@ pub fn restore(
     let backend = repo.shared_backend();
     // Each load gets a one-slot channel for its result; the slots travel to
     // the assembler in load order, so readers may finish out of order.
-    if std::env::var_os("TDBG").is_some() { eprintln!("setup {:?}", started.elapsed()); }
     let (slot_tx, slot_rx) = bounded::<Receiver<Result<Arc<Container>>>>(READ_AHEAD);
     let (job_tx, job_rx) = bounded::<(ContainerId, Sender<Result<Arc<Container>>>)>(0);
 
     let mut stats = std::thread::scope(|s| -> Result<RestoreStats> {
-        let readers: Vec<_> = (0..readers())
+        let readers: Vec<_> = (0..READERS)
             .map(|_| {
                 let (backend, jobs) = (backend.as_ref(), job_rx.clone());
                 s.spawn(move || {
@@ -265,7 +262,6 @@ fn assemble(
         }
     }
     flush_window(&mut window, algo, out, &mut stats)?;
-    if std::env::var_os("TDBG").is_some() { eprintln!("wait {:?} verify {:?}", wait, Duration::from_nanos(VERIFY_NS.swap(0, std::sync::atomic::Ordering::Relaxed))); }
     Ok(stats)
 }
 
@@ -276,8 +272,7 @@ fn flush_window(
     out: &mut dyn Write,
     stats: &mut RestoreStats,
 ) -> Result<()> {
-    let t = Instant::now();
-    let r = window.par_iter().try_for_each(|(ct, i, c)| {
+    window.par_iter().try_for_each(|(ct, i, c)| {
         let bytes = ct.chunk(*i);
         let actual = algo.hash(bytes);
         if actual != c.fp || bytes.len() != c.len as usize {
@@ -288,9 +283,7 @@ fn flush_window(
             });
         }
         Ok(())
-    });
-    VERIFY_NS.fetch_add(t.elapsed().as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-    r?;
+    })?;
     for (ct, i, _) in window.drain(..) {
         let bytes = ct.chunk(i);
         out.write_all(bytes).map_err(|e| Error::Output {
@@ -318,8 +311,17 @@ mod tests {
                 container: c,
             })
             .collect();
-        assert_eq!(lru_loads(&refs, NonZeroUsize::new(2).unwrap()), vec![1, 2, 3, 2]);
-        assert_eq!(lru_loads(&refs, NonZeroUsize::new(3).unwrap()), vec![1, 2, 3]);
-        assert_eq!(lru_loads(&refs, NonZeroUsize::new(1).unwrap()), vec![1, 2, 1, 3, 1, 2]);
+        assert_eq!(
+            lru_loads(&refs, NonZeroUsize::new(2).unwrap()),
+            vec![1, 2, 3, 2]
+        );
+        assert_eq!(
+            lru_loads(&refs, NonZeroUsize::new(3).unwrap()),
+            vec![1, 2, 3]
+        );
+        assert_eq!(
+            lru_loads(&refs, NonZeroUsize::new(1).unwrap()),
+            vec![1, 2, 1, 3, 1, 2]
+        );
     }
 }

@@ -7,7 +7,7 @@ use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tessera::backend::{Backend, LockGuard, Local};
+use tessera::backend::{Backend, Local, LockGuard};
 use tessera::backup::{backup, BackupOptions};
 use tessera::check::{check, CheckOptions};
 use tessera::config::Config;
@@ -49,7 +49,10 @@ impl Backend for FullDisk {
         self.inner.size(key)
     }
     fn write(&self, key: &str, data: &[u8]) -> Result<()> {
-        self.writes.lock().unwrap().push((key.to_string(), data.len()));
+        self.writes
+            .lock()
+            .unwrap()
+            .push((key.to_string(), data.len()));
         let len = data.len() as u64;
         let fits = self
             .budget
@@ -61,7 +64,10 @@ impl Backend for FullDisk {
             self.budget.store(0, Ordering::SeqCst);
             return Err(Error::io(
                 format!("writing {key}"),
-                io::Error::new(io::ErrorKind::StorageFull, "no space left on device (simulated)"),
+                io::Error::new(
+                    io::ErrorKind::StorageFull,
+                    "no space left on device (simulated)",
+                ),
             ));
         }
         self.inner.write(key, data)
@@ -158,14 +164,22 @@ fn assert_consistent(root: &Path) {
     let (first, second, third) = inputs();
     let repo = Repository::open(root, true).unwrap();
     let report = check(&repo, CheckOptions { read_data: true }).unwrap();
-    assert!(report.is_ok(), "check found problems: {:?}", report.problems);
+    assert!(
+        report.is_ok(),
+        "check found problems: {:?}",
+        report.problems
+    );
     assert_eq!(repo.backups().unwrap(), vec![1, 2]);
     assert_eq!(restored(&repo, 1), first);
     assert_eq!(restored(&repo, 2), second);
     let snap = backup(&repo, &mut &third[..], "third", &BackupOptions::default()).unwrap();
     assert_eq!(restored(&repo, snap.id), third);
     let report = check(&repo, CheckOptions { read_data: true }).unwrap();
-    assert!(report.is_ok(), "check found problems: {:?}", report.problems);
+    assert!(
+        report.is_ok(),
+        "check found problems: {:?}",
+        report.problems
+    );
 }
 
 #[test]
@@ -179,7 +193,10 @@ fn full_disk_at_every_kind_of_write_fails_cleanly() {
     let containers: Vec<usize> = (0..writes.len())
         .filter(|&i| kind(&writes[i].0) == "containers")
         .collect();
-    assert!(containers.len() >= 4, "the backup writes several containers: {writes:?}");
+    assert!(
+        containers.len() >= 4,
+        "the backup writes several containers: {writes:?}"
+    );
     let position = |k: &str| {
         writes
             .iter()
@@ -220,8 +237,15 @@ fn full_disk_at_every_kind_of_write_fails_cleanly() {
                 .find(|(_, sum)| *sum > budget)
                 .map(|(k, _)| k)
                 .unwrap();
-            assert_eq!(kind(&failed), kind(&writes[i].0), "{what}: failed at {failed}");
-            assert!(message.contains(&failed), "{what}: {message} does not name {failed}");
+            assert_eq!(
+                kind(&failed),
+                kind(&writes[i].0),
+                "{what}: failed at {failed}"
+            );
+            assert!(
+                message.contains(&failed),
+                "{what}: {message} does not name {failed}"
+            );
             assert_consistent(dir.path());
         }
     }

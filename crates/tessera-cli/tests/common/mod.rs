@@ -33,7 +33,10 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    cmd(args).stdin(Stdio::null()).output().expect("running tessera")
+    cmd(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("running tessera")
 }
 
 fn describe(args: &[String], out: &Output) -> String {
@@ -72,11 +75,20 @@ where
 /// Asserts that a failed run printed exactly one `tessera: error:` line on
 /// stderr, exited non-zero and did not panic; returns that line.
 pub fn assert_one_line_error(args: &[String], out: &Output) -> String {
-    assert!(!out.status.success(), "expected failure: {}", describe(args, out));
+    assert!(
+        !out.status.success(),
+        "expected failure: {}",
+        describe(args, out)
+    );
     assert_no_panic(out);
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().collect();
-    assert_eq!(lines.len(), 1, "expected one stderr line: {}", describe(args, out));
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected one stderr line: {}",
+        describe(args, out)
+    );
     assert!(
         lines[0].starts_with("tessera: error: "),
         "stderr does not start with `tessera: error:`: {}",
@@ -193,7 +205,9 @@ impl Read for PrngReader {
 /// `len` pseudo-random bytes of `seed` (the start of the stream of `seed`).
 pub fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
     let mut v = Vec::with_capacity(len);
-    PrngReader::new(seed, len as u64).read_to_end(&mut v).unwrap();
+    PrngReader::new(seed, len as u64)
+        .read_to_end(&mut v)
+        .unwrap();
     v
 }
 
@@ -244,7 +258,12 @@ pub fn first_difference(a: &mut dyn Read, b: &mut dyn Read) -> Option<u64> {
 /// Asserts that file `path` holds exactly `expected`.
 pub fn assert_file_eq(path: &Path, expected: &[u8]) {
     let got = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    assert_eq!(got.len(), expected.len(), "{}: length differs", path.display());
+    assert_eq!(
+        got.len(),
+        expected.len(),
+        "{}: length differs",
+        path.display()
+    );
     assert!(got == expected, "{}: content differs", path.display());
 }
 
@@ -275,12 +294,17 @@ pub fn restore_to_file(repo: &Path, id: u64, dir: &Path) -> PathBuf {
 /// Restores backup `id` to standard output and compares the stream with
 /// `expected` as it arrives; asserts both success and equality.
 pub fn assert_restore_stdout_matches(repo: &Path, id: &str, expected: &mut dyn Read) {
-    let mut child = cmd(["restore".as_ref(), repo.as_os_str(), id.as_ref(), "-".as_ref()])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = cmd([
+        "restore".as_ref(),
+        repo.as_os_str(),
+        id.as_ref(),
+        "-".as_ref(),
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
     let mut stdout = child.stdout.take().unwrap();
     let stderr = child.stderr.take().unwrap();
     let err_reader = std::thread::spawn(move || {
@@ -288,14 +312,23 @@ pub fn assert_restore_stdout_matches(repo: &Path, id: &str, expected: &mut dyn R
         BufReader::new(stderr).read_to_string(&mut s).unwrap();
         s
     });
-    let diff = first_difference(&mut BufReader::with_capacity(1 << 20, &mut stdout), expected);
+    let diff = first_difference(
+        &mut BufReader::with_capacity(1 << 20, &mut stdout),
+        expected,
+    );
     // Drain whatever is left so the child never blocks on a full pipe.
     io::copy(&mut stdout, &mut io::sink()).unwrap();
     let status = child.wait().unwrap();
     let stderr = err_reader.join().unwrap();
-    assert!(status.success(), "restore {id} to stdout failed: {status}: {stderr}");
+    assert!(
+        status.success(),
+        "restore {id} to stdout failed: {status}: {stderr}"
+    );
     assert!(!stderr.contains("panicked"), "{stderr}");
-    assert_eq!(diff, None, "restore of {id} to stdout differs from the input");
+    assert_eq!(
+        diff, None,
+        "restore of {id} to stdout differs from the input"
+    );
 }
 
 /// Applies one random edit (insertion, deletion or overwrite of up to
