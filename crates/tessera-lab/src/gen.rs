@@ -296,13 +296,10 @@ pub fn generate_with(
         let tmp = outdir.join(format!("{}.tmp", info.file_name));
         let file = fs::File::create(&tmp).map_err(io_err(&tmp))?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
-        let bytes = if opts.trace {
-            lineage.write_trace(&mut w)
-        } else {
-            lineage.write_tar(&mut w)
-        }
-        .and_then(|n| w.flush().map(|_| n))
-        .map_err(io_err(&tmp))?;
+        let bytes = lineage
+            .write(&mut w)
+            .and_then(|n| w.flush().map(|_| n))
+            .map_err(io_err(&tmp))?;
         drop(w);
         fs::rename(&tmp, &path).map_err(io_err(&path))?;
         let summary = VersionSummary {

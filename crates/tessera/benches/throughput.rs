@@ -15,7 +15,7 @@
 //!
 //! Options (arguments override the environment):
 //! `--size-mib N` / `TESSERA_BENCH_MIB` (default 512),
-//! `--runs N` / `TESSERA_BENCH_RUNS` (default 5),
+//! `--runs N` / `TESSERA_BENCH_RUNS` (default 7),
 //! `--dir PATH` / `TESSERA_BENCH_DIR` (where the temporary repositories go;
 //! default: cargo's target tmp dir, on the same disk as `target/`),
 //! `--quiet` (no per-run lines).
@@ -53,7 +53,7 @@ fn options() -> Options {
     };
     let mut o = Options {
         size_mib: env_num("TESSERA_BENCH_MIB", 512),
-        runs: env_num("TESSERA_BENCH_RUNS", 5),
+        runs: env_num("TESSERA_BENCH_RUNS", 7),
         dir: std::env::var_os("TESSERA_BENCH_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR"))),
@@ -374,22 +374,34 @@ fn main() {
         o.runs, o.size_mib
     );
     println!(
-        "| measure                                   |    MB/s | baseline MB/s |  ratio | target      | CPU s / baseline CPU s |"
+        "| measure                                   |    MB/s | baseline MB/s |  ratio | ratio min-max | target         | CPU s / baseline CPU s |"
     );
     println!(
-        "|-------------------------------------------|--------:|--------------:|-------:|-------------|------------------------|"
+        "|-------------------------------------------|--------:|--------------:|-------:|---------------|----------------|------------------------|"
     );
-    let row = |name: &str, v: f64, b: f64, ratio: f64, target: f64, cpu: f64, cpu_b: f64| {
-        let mark = if ratio >= target { "ok" } else { "MISSED" };
+    let row = |name: &str,
+               v: f64,
+               b: f64,
+               ratio: fn(&Run) -> f64,
+               target: f64,
+               cpu: f64,
+               cpu_b: f64| {
+        let all: Vec<f64> = runs.iter().map(ratio).collect();
+        let (lo, hi) = (
+            all.iter().copied().fold(f64::INFINITY, f64::min),
+            all.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+        );
+        let r = median(all);
+        let mark = if r >= target { "ok" } else { "MISSED" };
         println!(
-            "| {name:<41} | {v:>7.0} | {b:>13.0} | {ratio:>6.3} | >= {target:.2} {mark:<6} | {cpu:>9.2} / {cpu_b:<10.2} |"
+            "| {name:<41} | {v:>7.0} | {b:>13.0} | {r:>6.3} | {lo:>5.2} - {hi:<5.2} | >= {target:.2} {mark:<6} | {cpu:>9.2} / {cpu_b:<10.2} |"
         );
     };
     row(
         "(a) backup, fresh data / chunk+BLAKE3",
         col(|r| r.fresh),
         col(|r| r.base_a),
-        col(Run::ratio_a),
+        Run::ratio_a,
         0.7,
         col(|r| r.cpu_fresh),
         col(|r| r.cpu_base),
@@ -398,7 +410,7 @@ fn main() {
         "(b) backup, all duplicate / chunk+BLAKE3",
         col(|r| r.dup),
         col(|r| r.base_b),
-        col(Run::ratio_b),
+        Run::ratio_b,
         0.85,
         col(|r| r.cpu_dup),
         col(|r| r.cpu_base),
@@ -407,7 +419,7 @@ fn main() {
         "(c) restore to sink / sequential fs reads",
         col(|r| r.restore),
         col(|r| r.read),
-        col(Run::ratio_c),
+        Run::ratio_c,
         0.8,
         col(|r| r.cpu_restore),
         col(|r| r.cpu_read),

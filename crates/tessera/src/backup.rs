@@ -1,10 +1,14 @@
 //! The backup pipeline: read → chunk → fingerprint (parallel) → deduplicate
-//! → fill containers → write containers (background) → commit.
+//! → fill containers → seal and write containers (background, several at
+//! once) → commit.
 //!
 //! Stages run on their own threads connected by bounded channels, so memory
-//! stays within a few blocks whatever the input size. Commit order (DESIGN.md
-//! rule 6): containers, then the index, then the recipe, then the snapshot;
-//! a backup interrupted anywhere before the snapshot write is invisible.
+//! stays within a few blocks and containers whatever the input size. Input
+//! blocks are small (they stay in the CPU cache from one stage to the next)
+//! and their buffers are recycled. Commit order (docs/FORMAT.md §15):
+//! containers (all durable, in any order), then the index, then the recipe,
+//! then the snapshot; a backup interrupted anywhere before the snapshot write
+//! is invisible.
 
 use crate::backend::Backend;
 use crate::chunker::{cut_all, Chunker};
@@ -179,10 +183,14 @@ pub fn backup(
         let stored = store_chunks(index.as_mut(), &mut store, chunk_rx, options);
         // Close the container queue whatever happened, so that the writers end.
         let totals = store.finish();
-        // The writers run in parallel: report the busiest one's time.
-        let write_time = writers
+        // Join every writer, then report the first error or, as the writers
+        // run in parallel, the busiest one's time.
+        let written: Vec<_> = writers
             .into_iter()
             .map(|w| join(w, "container writer"))
+            .collect();
+        let write_time = written
+            .into_iter()
             .try_fold(Duration::ZERO, |acc, r| r.map(|t| acc.max(t)));
         let hash_time = join(hasher, "fingerprinting");
         let cut_time = join(cutter, "chunking");

@@ -22,10 +22,31 @@ pub const DEFAULT_CONTAINER_SIZE: u32 = 4 * 1024 * 1024;
 pub enum IndexKind {
     /// Every fingerprint in memory (persisted as one snapshot object).
     Exact,
+    /// DDFS (Zhu et al., FAST'08): on-disk bucketed fingerprint table, Bloom
+    /// filter in memory, and an LRU cache of container metadata loaded on
+    /// each on-disk hit (locality-preserved caching).
+    Ddfs,
+}
+
+/// Default target false-positive rate of the DDFS Bloom filter.
+pub const DEFAULT_BLOOM_FPR: f64 = 0.01;
+/// Default memory budget of the DDFS container-metadata cache: 64 MiB.
+pub const DEFAULT_INDEX_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// Default bucket size of on-disk fingerprint tables: 4 KiB.
+pub const DEFAULT_INDEX_BUCKET_BYTES: u32 = 4096;
+
+fn default_bloom_fpr() -> f64 {
+    DEFAULT_BLOOM_FPR
+}
+fn default_index_cache_bytes() -> u64 {
+    DEFAULT_INDEX_CACHE_BYTES
+}
+fn default_index_bucket_bytes() -> u32 {
+    DEFAULT_INDEX_BUCKET_BYTES
 }
 
 /// The configuration of a repository.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Config {
     /// Repository format version.
     pub version: u32,
@@ -43,6 +64,15 @@ pub struct Config {
     /// metadata only (for experiments at scales beyond the machine's disk).
     #[serde(default)]
     pub trace: bool,
+    /// Target false-positive rate of the index's Bloom filter (DDFS), in (0, 0.5].
+    #[serde(default = "default_bloom_fpr")]
+    pub bloom_fpr: f64,
+    /// Memory budget in bytes of the index's container-metadata cache (DDFS).
+    #[serde(default = "default_index_cache_bytes")]
+    pub index_cache_bytes: u64,
+    /// Bucket size in bytes of the on-disk fingerprint table (DDFS).
+    #[serde(default = "default_index_bucket_bytes")]
+    pub index_bucket_bytes: u32,
 }
 
 impl Config {
@@ -56,6 +86,9 @@ impl Config {
             container_size: DEFAULT_CONTAINER_SIZE,
             index: IndexKind::Exact,
             trace: false,
+            bloom_fpr: DEFAULT_BLOOM_FPR,
+            index_cache_bytes: DEFAULT_INDEX_CACHE_BYTES,
+            index_bucket_bytes: DEFAULT_INDEX_BUCKET_BYTES,
         }
     }
 
@@ -69,6 +102,21 @@ impl Config {
             return Err(Error::InvalidConfig(format!(
                 "container size {} cannot hold a maximum-size chunk ({} bytes with metadata)",
                 self.container_size, one_chunk
+            )));
+        }
+        if !(self.bloom_fpr > 0.0 && self.bloom_fpr <= 0.5) {
+            return Err(Error::InvalidConfig(format!(
+                "Bloom filter false-positive rate {} is not in (0, 0.5]",
+                self.bloom_fpr
+            )));
+        }
+        let buckets = crate::index::table::MIN_BUCKET_BYTES..=crate::index::table::MAX_BUCKET_BYTES;
+        if !buckets.contains(&self.index_bucket_bytes) {
+            return Err(Error::InvalidConfig(format!(
+                "index bucket size {} is not in {}..={} bytes",
+                self.index_bucket_bytes,
+                buckets.start(),
+                buckets.end()
             )));
         }
         if self.container_size > 1 << 30 {
@@ -129,6 +177,23 @@ mod tests {
             Config::decode(&sealed),
             Err(Error::UnsupportedVersion { found: 7, .. })
         ));
+    }
+
+    #[test]
+    fn old_configs_get_index_defaults() {
+        let c = Config::new("abc".into());
+        let mut v = serde_json::to_value(&c).unwrap();
+        let o = v.as_object_mut().unwrap();
+        o.remove("bloom_fpr");
+        o.remove("index_cache_bytes");
+        o.remove("index_bucket_bytes");
+        let sealed = envelope::seal(KIND, FORMAT_VERSION, &serde_json::to_vec(&v).unwrap());
+        assert_eq!(Config::decode(&sealed).unwrap(), c);
+        let mut d = c.clone();
+        d.index = IndexKind::Ddfs;
+        assert_eq!(Config::decode(&d.encode()).unwrap(), d);
+        d.bloom_fpr = 0.0;
+        assert!(d.validate().is_err());
     }
 
     #[test]

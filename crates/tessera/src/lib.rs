@@ -21,6 +21,8 @@ pub mod gc;
 pub mod index;
 pub mod repo;
 pub mod restore;
+pub mod restore_plan;
+pub mod rewrite;
 pub mod snapshot;
 pub mod units;
 

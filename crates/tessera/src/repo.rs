@@ -6,7 +6,7 @@ use crate::config::{Config, IndexKind, CONFIG_KEY};
 use crate::container::{self, ContainerId, CONTAINER_DIR};
 use crate::envelope;
 use crate::error::{Error, Result};
-use crate::index::{DedupIndex, Exact, IndexStats};
+use crate::index::{DedupIndex, Ddfs, DdfsParams, Exact, IndexStats};
 use crate::snapshot::{self, BackupId, Recipe, Snapshot, RECIPE_DIR, SNAPSHOT_DIR};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -230,6 +230,11 @@ impl Repository {
         let containers = self.containers()?;
         match self.config.index {
             IndexKind::Exact => Ok(Box::new(Exact::open(self.shared_backend(), &containers)?)),
+            IndexKind::Ddfs => Ok(Box::new(Ddfs::open(
+                self.shared_backend(),
+                &containers,
+                DdfsParams::from_config(&self.config),
+            )?)),
         }
     }
 
@@ -240,6 +245,12 @@ impl Repository {
         match self.config.index {
             IndexKind::Exact => {
                 let mut index = Exact::rebuild(self.shared_backend(), &containers)?;
+                index.commit(next)?;
+                Ok(index.stats())
+            }
+            IndexKind::Ddfs => {
+                let params = DdfsParams::from_config(&self.config);
+                let mut index = Ddfs::rebuild(self.shared_backend(), &containers, params)?;
                 index.commit(next)?;
                 Ok(index.stats())
             }

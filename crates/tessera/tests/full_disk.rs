@@ -14,17 +14,20 @@ use tessera::config::Config;
 use tessera::restore::{restore, RestoreOptions};
 use tessera::{Error, Repository, Result};
 
+/// The writes a backend was asked to make: key and size, in order.
+type WriteLog = Arc<Mutex<Vec<(String, usize)>>>;
+
 /// Wraps [`Local`]: writes succeed while their bytes fit in the budget; the
 /// first write that does not fit fails with `StorageFull` and so does every
 /// write after it (the disk stays full). Records every write attempted.
 struct FullDisk {
     inner: Local,
     budget: AtomicU64,
-    writes: Arc<Mutex<Vec<(String, usize)>>>,
+    writes: WriteLog,
 }
 
 impl FullDisk {
-    fn new(root: &Path, budget: u64) -> (Self, Arc<Mutex<Vec<(String, usize)>>>) {
+    fn new(root: &Path, budget: u64) -> (Self, WriteLog) {
         let writes = Arc::new(Mutex::new(Vec::new()));
         let disk = FullDisk {
             inner: Local::new(root),

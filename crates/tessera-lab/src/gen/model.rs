@@ -540,7 +540,7 @@ impl Lineage {
     /// Writes the current version as a ustar archive; returns its size.
     ///
     /// Fails in trace mode (there are no bytes to write) and on write errors.
-    pub fn write_tar<W: Write>(&self, out: &mut W) -> io::Result<u64> {
+    pub fn write_tar<W: Write>(&self, mut out: W) -> io::Result<u64> {
         if self.is_trace() {
             return Err(io::Error::new(
                 io::ErrorKind::Unsupported,
@@ -588,7 +588,7 @@ impl Lineage {
                             fill(f.kind, p.src, p.off + done, &mut buf[at..]);
                             done += n as u64;
                             if buf.len() >= FLUSH {
-                                flush(&mut buf, out, &mut written)?;
+                                flush(&mut buf, &mut out, &mut written)?;
                             }
                         }
                     }
@@ -598,15 +598,26 @@ impl Lineage {
                 }
             }
             if buf.len() >= FLUSH {
-                flush(&mut buf, out, &mut written)?;
+                flush(&mut buf, &mut out, &mut written)?;
             }
         }
-        flush(&mut buf, out, &mut written)?;
+        flush(&mut buf, &mut out, &mut written)?;
         let end = written + 2 * TAR_BLOCK as u64;
         let padded = end.div_ceil(TAR_RECORD) * TAR_RECORD;
         buf.resize((padded - written) as usize, 0);
-        flush(&mut buf, out, &mut written)?;
+        flush(&mut buf, &mut out, &mut written)?;
         Ok(written)
+    }
+
+    /// Writes the current version in its mode's format (a ustar archive,
+    /// or a Destor trace in trace mode); returns the bytes of the version
+    /// (archive size, or sum of chunk sizes).
+    pub fn write<W: Write>(&self, out: W) -> io::Result<u64> {
+        if self.is_trace() {
+            self.write_trace(out)
+        } else {
+            self.write_tar(out)
+        }
     }
 
     /// The current version's chunks, file by file (trace mode only).

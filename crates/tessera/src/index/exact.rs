@@ -5,7 +5,7 @@
 
 use super::{Chunk, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::Backend;
-use crate::container::{self, ContainerId};
+use crate::container::ContainerId;
 use crate::envelope::{self, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
@@ -78,17 +78,12 @@ impl Exact {
     }
 
     fn scan(&mut self, containers: &[ContainerId]) -> Result<()> {
-        for &id in containers {
-            match container::read_meta(self.backend.as_ref(), id) {
-                Ok((_, metas)) => {
-                    for m in metas {
-                        self.map.entry(m.fp).or_insert(id);
-                    }
-                }
-                Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => {}
-                Err(e) => return Err(e),
+        let map = &mut self.map;
+        super::scan_containers(self.backend.as_ref(), containers, |id, metas| {
+            for m in metas {
+                map.entry(m.fp).or_insert(id);
             }
-        }
+        })?;
         self.note_memory();
         Ok(())
     }
@@ -209,6 +204,7 @@ impl DedupIndex for Exact {
 mod tests {
     use super::*;
     use crate::backend::Local;
+    use crate::container;
 
     fn chunk(seq: u64, b: u8) -> Chunk {
         Chunk {

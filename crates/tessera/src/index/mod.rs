@@ -8,12 +8,16 @@
 //! `finish` resolves the rest. The pipeline restores stream order with a
 //! [`Reorder`] buffer.
 
+mod ddfs;
 mod exact;
+pub mod table;
 
+pub use ddfs::{Ddfs, DdfsParams, DDFS_PREFIX};
 pub use exact::Exact;
 
-use crate::container::ContainerId;
-use crate::error::Result;
+use crate::backend::Backend;
+use crate::container::{self, ContainerId};
+use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -64,6 +68,40 @@ pub struct IndexStats {
     pub rebuilt: bool,
     /// Containers added to the persisted index by scanning them (newer than the index).
     pub containers_scanned: u64,
+    /// Lookups answered by the cache of container metadata (DDFS).
+    pub cache_hits: u64,
+    /// Lookups the Bloom filter answered "not stored" (DDFS).
+    pub bloom_negatives: u64,
+    /// On-disk lookups that found nothing: Bloom filter false positives (DDFS).
+    pub bloom_false_positives: u64,
+    /// Container metadata sections loaded into the cache after an on-disk hit (DDFS).
+    pub container_loads: u64,
+    /// Bytes of the Bloom filter (DDFS).
+    pub bloom_bytes: u64,
+    /// Peak bytes of the container-metadata cache (DDFS).
+    pub cache_peak_bytes: u64,
+    /// Bytes of the on-disk index after the last commit (DDFS).
+    pub table_bytes: u64,
+    /// Bytes written to persist the index in the last commit (DDFS).
+    pub commit_write_bytes: u64,
+}
+
+/// Calls `f` with the metadata of each of `containers` in order; containers
+/// whose metadata is damaged or of an unknown version are skipped (their
+/// chunks will be stored again). Every index rebuilds itself from this.
+pub(crate) fn scan_containers(
+    backend: &dyn Backend,
+    containers: &[ContainerId],
+    mut f: impl FnMut(ContainerId, &[container::ChunkMeta]),
+) -> Result<()> {
+    for &id in containers {
+        match container::read_meta(backend, id) {
+            Ok((_, metas)) => f(id, &metas),
+            Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// A deduplication index policy.

@@ -1,0 +1,824 @@
+//! The DDFS-style exact index (Zhu, Li, Patterson, "Avoiding the disk
+//! bottleneck in the Data Domain deduplication file system", FAST'08): the
+//! full fingerprint index lives on disk as a bucketed hash table
+//! ([`super::table`]); memory holds only a Bloom filter over it (the
+//! "summary vector"), a locality-preserving cache of container metadata, and
+//! this backup's new fingerprints.
+//!
+//! Lookup order for each chunk:
+//! 1. the cache of container metadata (hit ⇒ duplicate, no I/O);
+//! 2. this backup's new fingerprints (⇒ internal duplicate, or a duplicate
+//!    of a container this backup wrote);
+//! 3. the Bloom filter (negative ⇒ unique, no I/O);
+//! 4. one ranged read of the fingerprint's bucket in the on-disk table: a hit
+//!    loads the whole metadata section of the container it names into the
+//!    cache (so the chunks stored next to it hit in memory), a miss is a
+//!    Bloom false positive ⇒ unique.
+//!
+//! It decides exactly like [`super::Exact`]: same classes for every chunk,
+//! and a `Duplicate` always names a container holding the chunk (not always
+//! the same one when a fingerprint is stored in several containers). The one
+//! known difference: after garbage collection dropped the index entry of a
+//! chunk that another surviving container still holds, the exact index
+//! forgets that copy, while this one can still find it through the cache.
+//!
+//! Persistence (docs/FORMAT.md, "DDFS index"), all under `index/ddfs/`:
+//! - `t{gen}.{part}`: the table parts of generation `gen` ([`super::table`]);
+//! - `b{gen}`: the Bloom filter over that table, persisted so that opening
+//!   the index reads ~1.2 bytes per entry instead of the whole table (if it is
+//!   missing or damaged it is rebuilt by scanning the table: one sequential
+//!   read of ~80 bytes per entry, and written back);
+//! - `manifest`: generation, table shape, the first container id not yet
+//!   indexed, and the containers the table names; written last, so it
+//!   switches generations atomically.
+//!
+//! Cost of an update: every commit that has new entries (or relocations)
+//! rewrites the table: it reads the old table sequentially (part by part,
+//! 1 MiB requests) and writes a new generation of about 80 bytes per entry
+//! (4 KiB buckets at half load), merging in this backup's new fingerprints
+//! in one streaming pass; memory is one part (16 MiB) plus the sorted new
+//! entries. So a backup costs O(index size) sequential I/O at commit, the
+//! price of immutable objects (DDFS itself updates buckets in place).
+//!
+//! Like every index it is a cache: a missing, damaged or stale manifest,
+//! table or bucket is rebuilt from the containers' metadata (this needs the
+//! fingerprints of all containers in memory once, 40 bytes each, to sort
+//! them into the table).
+
+use super::table::{self, order_key, Pushed, Table, TableMeta, TableWriter};
+use super::{Chunk, Decision, DedupIndex, IndexStats, Relocations};
+use crate::backend::Backend;
+use crate::config::Config;
+use crate::container::{self, ContainerId};
+use crate::envelope::{self, le4, le8};
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
+use fastbloom::BloomFilter;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+/// Directory of the DDFS index objects.
+pub const DDFS_PREFIX: &str = "index/ddfs";
+/// Key of the manifest.
+pub const MANIFEST_KEY: &str = "index/ddfs/manifest";
+const MANIFEST_KIND: &[u8; 4] = b"IDXD";
+const MANIFEST_VERSION: u32 = 1;
+const BLOOM_KIND: &[u8; 4] = b"IDXB";
+const BLOOM_VERSION: u32 = 1;
+/// Marks a fingerprint decided `Unique` in this backup but not yet placed.
+const PENDING: ContainerId = ContainerId::MAX;
+/// The Bloom filter is sized for at least this many entries.
+const MIN_BLOOM_ENTRIES: u64 = 1024;
+/// Estimated bytes per cached container besides its fingerprints (LRU node and map slot).
+const CACHE_CONTAINER_OVERHEAD: u64 = 96;
+
+/// Parameters of the DDFS index.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DdfsParams {
+    /// Target false-positive rate of the Bloom filter.
+    pub bloom_fpr: f64,
+    /// Memory budget of the container-metadata cache, in bytes.
+    pub cache_bytes: u64,
+    /// Bytes per bucket of the on-disk table.
+    pub bucket_bytes: u32,
+    /// Buckets per table part object.
+    pub part_buckets: u32,
+}
+
+impl DdfsParams {
+    /// The parameters a repository configuration sets.
+    pub fn from_config(config: &Config) -> DdfsParams {
+        DdfsParams {
+            bloom_fpr: config.bloom_fpr,
+            cache_bytes: config.index_cache_bytes,
+            bucket_bytes: config.index_bucket_bytes,
+            part_buckets: table::DEFAULT_PART_BUCKETS,
+        }
+    }
+
+    fn checked(self) -> Result<DdfsParams> {
+        if !(self.bloom_fpr > 0.0 && self.bloom_fpr <= 0.5) {
+            return Err(Error::InvalidConfig(format!(
+                "Bloom filter false-positive rate {} is not in (0, 0.5]",
+                self.bloom_fpr
+            )));
+        }
+        if !(table::MIN_BUCKET_BYTES..=table::MAX_BUCKET_BYTES).contains(&self.bucket_bytes)
+            || self.part_buckets == 0
+        {
+            return Err(Error::InvalidConfig(format!("invalid index table shape {self:?}")));
+        }
+        Ok(self)
+    }
+}
+
+impl Default for DdfsParams {
+    fn default() -> Self {
+        DdfsParams {
+            bloom_fpr: crate::config::DEFAULT_BLOOM_FPR,
+            cache_bytes: crate::config::DEFAULT_INDEX_CACHE_BYTES,
+            bucket_bytes: crate::config::DEFAULT_INDEX_BUCKET_BYTES,
+            part_buckets: table::DEFAULT_PART_BUCKETS,
+        }
+    }
+}
+
+/// The Bloom filter's 64-bit source hash of a fingerprint: independent of
+/// [`Fingerprint::key64`] (which places it in the table) and well mixed even
+/// for short trace fingerprints.
+fn bloom_hash(fp: &Fingerprint) -> u64 {
+    let a = u64::from_le_bytes(le8(&fp.0[0..8]));
+    let b = u64::from_le_bytes(le8(&fp.0[8..16]));
+    let c = u64::from_le_bytes(le8(&fp.0[16..24]));
+    let mut x = a ^ b.rotate_left(21) ^ c.rotate_left(42) ^ 0x243F_6A88_85A3_08D3;
+    // MurmurHash3's 64-bit finaliser.
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+fn new_bloom(expected: u64, fpr: f64) -> BloomFilter {
+    BloomFilter::with_false_pos(fpr).expected_items(expected.max(MIN_BLOOM_ENTRIES) as usize)
+}
+
+fn bloom_key(generation: u64) -> String {
+    format!("{DDFS_PREFIX}/b{generation:016x}")
+}
+
+fn encode_bloom(generation: u64, bloom: &BloomFilter) -> Vec<u8> {
+    let words = bloom.as_slice();
+    let mut payload = Vec::with_capacity(24 + words.len() * 8);
+    payload.extend_from_slice(&generation.to_le_bytes());
+    payload.extend_from_slice(&bloom.num_hashes().to_le_bytes());
+    payload.extend_from_slice(&0u32.to_le_bytes());
+    payload.extend_from_slice(&(words.len() as u64).to_le_bytes());
+    for w in words {
+        payload.extend_from_slice(&w.to_le_bytes());
+    }
+    envelope::seal(BLOOM_KIND, BLOOM_VERSION, &payload)
+}
+
+fn decode_bloom(generation: u64, bytes: &[u8]) -> Result<BloomFilter> {
+    let key = bloom_key(generation);
+    let payload = envelope::open(&key, BLOOM_KIND, BLOOM_VERSION, bytes)?;
+    if payload.len() < 24 {
+        return Err(Error::corrupt(key, "truncated Bloom filter header"));
+    }
+    let found = u64::from_le_bytes(le8(&payload[0..8]));
+    let hashes = u32::from_le_bytes(le4(&payload[8..12]));
+    let count = u64::from_le_bytes(le8(&payload[16..24]));
+    let body = &payload[24..];
+    if found != generation
+        || !(1..=64).contains(&hashes)
+        || count == 0
+        || body.len() as u64 != count.saturating_mul(8)
+    {
+        return Err(Error::corrupt(key, "Bloom filter does not match the manifest"));
+    }
+    let words: Vec<u64> = body.chunks_exact(8).map(|w| u64::from_le_bytes(le8(w))).collect();
+    Ok(BloomFilter::from_vec(words).hashes(hashes))
+}
+
+/// The persisted state: which table generation is current.
+#[derive(Clone, Debug, PartialEq)]
+struct Manifest {
+    /// Containers below this id are all in the table (or were damaged).
+    next_container: ContainerId,
+    table: TableMeta,
+    /// Containers the table names, ascending.
+    referenced: Vec<ContainerId>,
+}
+
+impl Manifest {
+    fn encode(&self) -> Vec<u8> {
+        let t = &self.table;
+        let mut p = Vec::with_capacity(48 + self.referenced.len() * 8);
+        p.extend_from_slice(&t.generation.to_le_bytes());
+        p.extend_from_slice(&self.next_container.to_le_bytes());
+        p.extend_from_slice(&t.buckets.to_le_bytes());
+        p.extend_from_slice(&t.entries.to_le_bytes());
+        p.extend_from_slice(&t.bucket_bytes.to_le_bytes());
+        p.extend_from_slice(&t.part_buckets.to_le_bytes());
+        p.extend_from_slice(&(self.referenced.len() as u64).to_le_bytes());
+        for c in &self.referenced {
+            p.extend_from_slice(&c.to_le_bytes());
+        }
+        envelope::seal(MANIFEST_KIND, MANIFEST_VERSION, &p)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Manifest> {
+        let p = envelope::open(MANIFEST_KEY, MANIFEST_KIND, MANIFEST_VERSION, bytes)?;
+        if p.len() < 48 {
+            return Err(Error::corrupt(MANIFEST_KEY, "truncated manifest"));
+        }
+        let table = TableMeta {
+            generation: u64::from_le_bytes(le8(&p[0..8])),
+            buckets: u64::from_le_bytes(le8(&p[16..24])),
+            entries: u64::from_le_bytes(le8(&p[24..32])),
+            bucket_bytes: u32::from_le_bytes(le4(&p[32..36])),
+            part_buckets: u32::from_le_bytes(le4(&p[36..40])),
+        };
+        table.validate(MANIFEST_KEY)?;
+        let count = u64::from_le_bytes(le8(&p[40..48]));
+        let body = &p[48..];
+        if body.len() as u64 != count.saturating_mul(8) {
+            return Err(Error::corrupt(MANIFEST_KEY, "container list does not match its size"));
+        }
+        Ok(Manifest {
+            next_container: u64::from_le_bytes(le8(&p[8..16])),
+            table,
+            referenced: body.chunks_exact(8).map(|c| u64::from_le_bytes(le8(c))).collect(),
+        })
+    }
+}
+
+/// Whether an error means "this cached object cannot be used" (so rebuild it).
+fn unusable(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Corrupt { .. } | Error::UnsupportedVersion { .. } | Error::NotFound(_)
+    )
+}
+
+/// An LRU cache of container metadata with a memory budget: fingerprint →
+/// container for every chunk of the cached containers.
+struct Cache {
+    map: FingerprintMap<ContainerId>,
+    lru: lru::LruCache<ContainerId, Vec<Fingerprint>>,
+    entries: usize,
+    max_entries: usize,
+    /// Allocation of the map when it holds `max_entries` entries.
+    map_limit: usize,
+    peak: u64,
+}
+
+impl Cache {
+    fn new(budget: u64) -> Cache {
+        // The map's buckets are a power of two, 7/8 usable, 41 bytes each
+        // (entry and control byte); each cached fingerprint is also kept in
+        // its container's list (32 bytes) and each container costs an LRU node.
+        let per_entry = 41.0 * 8.0 / 7.0
+            + FINGERPRINT_LEN as f64
+            + CACHE_CONTAINER_OVERHEAD as f64 / 300.0;
+        let mut buckets: u64 = 8;
+        let mut max_entries = 0;
+        while buckets < 1 << 40 {
+            let cap = buckets / 8 * 7;
+            if (cap as f64 * per_entry) as u64 > budget {
+                break;
+            }
+            max_entries = cap;
+            buckets *= 2;
+        }
+        Cache {
+            map: FingerprintMap::default(),
+            lru: lru::LruCache::unbounded(),
+            entries: 0,
+            max_entries: max_entries as usize,
+            map_limit: (max_entries as usize / 7 * 8) * 41 + 64,
+            peak: 0,
+        }
+    }
+
+    fn get(&mut self, fp: &Fingerprint) -> Option<ContainerId> {
+        let c = *self.map.get(fp)?;
+        self.lru.promote(&c);
+        Some(c)
+    }
+
+    fn insert(&mut self, id: ContainerId, fps: Vec<Fingerprint>) {
+        if fps.len() > self.max_entries || self.lru.contains(&id) {
+            return;
+        }
+        while self.entries + fps.len() > self.max_entries {
+            let Some((old, list)) = self.lru.pop_lru() else { break };
+            for fp in &list {
+                if self.map.get(fp) == Some(&old) {
+                    self.map.remove(fp);
+                }
+            }
+            self.entries -= list.len();
+        }
+        for fp in &fps {
+            self.map.entry(*fp).or_insert(id);
+        }
+        self.entries += fps.len();
+        self.lru.put(id, fps);
+        self.note();
+        if self.map.allocation_size() > self.map_limit {
+            // Tombstones made the map grow past the budget's size: rehash smaller.
+            self.map.shrink_to(self.max_entries);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.lru.clear();
+        self.entries = 0;
+    }
+
+    fn memory(&self) -> u64 {
+        (self.map.allocation_size() + self.entries * FINGERPRINT_LEN) as u64
+            + self.lru.len() as u64 * CACHE_CONTAINER_OVERHEAD
+    }
+
+    fn note(&mut self) {
+        self.peak = self.peak.max(self.memory());
+    }
+}
+
+/// The DDFS index.
+pub struct Ddfs {
+    backend: Arc<dyn Backend>,
+    params: DdfsParams,
+    manifest: Manifest,
+    table: Table,
+    bloom: BloomFilter,
+    cache: Cache,
+    /// This backup's new fingerprints (`PENDING` until placed) and those of
+    /// containers newer than the table.
+    pending: FingerprintMap<ContainerId>,
+    /// Entries of `pending` that are placed (not `PENDING`).
+    placed: u64,
+    removed: BTreeSet<ContainerId>,
+    moved: Relocations,
+    /// Containers that existed at open, for rebuilding the table.
+    containers: Vec<ContainerId>,
+    /// Whether a lookup already had to rebuild the table (a second damage is an error).
+    rebuilt_here: bool,
+    dirty: bool,
+    stats: IndexStats,
+}
+
+impl Ddfs {
+    /// Opens the index, checking it against the containers that exist
+    /// (`containers`, sorted): rebuilds it from them if the manifest is
+    /// missing, damaged or names containers that do not exist; rebuilds the
+    /// Bloom filter from the table if it is missing or damaged; and adds the
+    /// containers newer than the table to this backup's set.
+    pub fn open(
+        backend: Arc<dyn Backend>,
+        containers: &[ContainerId],
+        params: DdfsParams,
+    ) -> Result<Ddfs> {
+        let params = params.checked()?;
+        let manifest = match backend.read(MANIFEST_KEY) {
+            Ok(bytes) => match Manifest::decode(&bytes) {
+                Ok(m) => Some(m),
+                Err(e) if unusable(&e) => None,
+                Err(e) => return Err(e),
+            },
+            Err(e) if unusable(&e) => None,
+            Err(e) => return Err(e),
+        };
+        let existing: BTreeSet<ContainerId> = containers.iter().copied().collect();
+        let Some(manifest) = manifest.filter(|m| m.referenced.iter().all(|c| existing.contains(c)))
+        else {
+            let mut index = Ddfs::rebuild(backend, containers, params)?;
+            index.stats.rebuilt = !containers.is_empty();
+            return Ok(index);
+        };
+        let table = Table::new(DDFS_PREFIX, manifest.table);
+        let generation = manifest.table.generation;
+        let bloom = match backend.read(&bloom_key(generation)) {
+            Ok(bytes) => decode_bloom(generation, &bytes),
+            Err(e) => Err(e),
+        };
+        let bloom = match bloom {
+            Ok(b) => b,
+            Err(e) if unusable(&e) => {
+                let mut bloom = new_bloom(manifest.table.entries, params.bloom_fpr);
+                let scanned = table.scan(backend.as_ref(), |fp, _| {
+                    bloom.insert_hash(bloom_hash(&fp));
+                    Ok(())
+                });
+                match scanned {
+                    Ok(()) => {
+                        backend.write(&bloom_key(generation), &encode_bloom(generation, &bloom))?;
+                        bloom
+                    }
+                    Err(e) if unusable(&e) => {
+                        let mut index = Ddfs::rebuild(backend, containers, params)?;
+                        index.stats.rebuilt = true;
+                        return Ok(index);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        let mut index = Ddfs::with_state(backend, params, manifest, bloom, containers);
+        let newer: Vec<_> = existing.range(index.manifest.next_container..).copied().collect();
+        let pending = &mut index.pending;
+        super::scan_containers(index.backend.as_ref(), &newer, |id, metas| {
+            for m in metas {
+                pending.entry(m.fp).or_insert(id);
+            }
+        })?;
+        index.placed = index.pending.len() as u64;
+        index.dirty = !newer.is_empty();
+        index.stats.containers_scanned = newer.len() as u64;
+        index.note_memory();
+        Ok(index)
+    }
+
+    /// Builds the index from the metadata of `containers` and persists it;
+    /// containers whose metadata is damaged are left out.
+    pub fn rebuild(
+        backend: Arc<dyn Backend>,
+        containers: &[ContainerId],
+        params: DdfsParams,
+    ) -> Result<Ddfs> {
+        let params = params.checked()?;
+        let (manifest, bloom) = build_from_containers(backend.as_ref(), containers, params)?;
+        let mut index = Ddfs::with_state(backend, params, manifest, bloom, containers);
+        index.stats.containers_scanned = containers.len() as u64;
+        index.note_memory();
+        Ok(index)
+    }
+
+    fn with_state(
+        backend: Arc<dyn Backend>,
+        params: DdfsParams,
+        manifest: Manifest,
+        bloom: BloomFilter,
+        containers: &[ContainerId],
+    ) -> Ddfs {
+        let stats = IndexStats {
+            policy: "ddfs".into(),
+            entries: manifest.table.entries,
+            table_bytes: manifest.table.total_bytes(),
+            ..IndexStats::default()
+        };
+        Ddfs {
+            backend,
+            params,
+            table: Table::new(DDFS_PREFIX, manifest.table),
+            manifest,
+            bloom,
+            cache: Cache::new(params.cache_bytes),
+            pending: FingerprintMap::default(),
+            placed: 0,
+            removed: BTreeSet::new(),
+            moved: Relocations::default(),
+            containers: containers.to_vec(),
+            rebuilt_here: false,
+            dirty: false,
+            stats,
+        }
+    }
+
+    /// Fingerprints in the persisted table.
+    pub fn table_entries(&self) -> u64 {
+        self.manifest.table.entries
+    }
+
+    /// Where a table entry points after the relocations not yet committed
+    /// (`None`: the chunk was dropped).
+    fn relocated(&self, fp: &Fingerprint, c: ContainerId) -> Option<ContainerId> {
+        follow(&self.removed, &self.moved, fp, c)
+    }
+
+    fn decide(&mut self, fp: &Fingerprint) -> Result<Decision> {
+        if let Some(c) = self.cache.get(fp) {
+            self.stats.cache_hits += 1;
+            return Ok(Decision::Duplicate(c));
+        }
+        match self.pending.get(fp) {
+            Some(&PENDING) => return Ok(Decision::InternalDuplicate),
+            Some(&c) => return Ok(Decision::Duplicate(c)),
+            None => {}
+        }
+        if !self.bloom.contains_hash(bloom_hash(fp)) {
+            self.stats.bloom_negatives += 1;
+            self.pending.insert(*fp, PENDING);
+            return Ok(Decision::Unique);
+        }
+        self.stats.disk_lookups += 1;
+        let found = match self.table.lookup(self.backend.as_ref(), fp) {
+            Ok(found) => found,
+            Err(e) if unusable(&e) && !self.rebuilt_here => {
+                self.rebuild_here()?;
+                self.table.lookup(self.backend.as_ref(), fp)?
+            }
+            Err(e) => return Err(e),
+        };
+        match found.and_then(|c| self.relocated(fp, c)) {
+            Some(c) => {
+                self.load_container(c)?;
+                Ok(Decision::Duplicate(c))
+            }
+            None => {
+                self.stats.bloom_false_positives += 1;
+                self.pending.insert(*fp, PENDING);
+                Ok(Decision::Unique)
+            }
+        }
+    }
+
+    /// Prefetches container `c`'s metadata into the cache.
+    fn load_container(&mut self, c: ContainerId) -> Result<()> {
+        match container::read_meta(self.backend.as_ref(), c) {
+            Ok((_, metas)) => {
+                self.stats.container_loads += 1;
+                self.cache.insert(c, metas.iter().map(|m| m.fp).collect());
+                Ok(())
+            }
+            // The table is right that the chunk is there; only its neighbours go uncached.
+            Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A lookup met a damaged table: rebuild it from the containers that
+    /// existed at open (this backup's own are in `pending`).
+    fn rebuild_here(&mut self) -> Result<()> {
+        let (manifest, bloom) =
+            build_from_containers(self.backend.as_ref(), &self.containers, self.params)?;
+        self.table = Table::new(DDFS_PREFIX, manifest.table);
+        self.manifest = manifest;
+        self.bloom = bloom;
+        self.rebuilt_here = true;
+        self.stats.rebuilt = true;
+        self.stats.containers_scanned += self.containers.len() as u64;
+        Ok(())
+    }
+
+    /// Writes a new table generation: the old table (with relocations
+    /// applied) merged with the placed entries of `pending`.
+    fn merge(&mut self, next_container: ContainerId) -> Result<()> {
+        let mut new: Vec<(Fingerprint, ContainerId)> = self
+            .pending
+            .iter()
+            .filter(|e| *e.1 != PENDING)
+            .map(|(f, c)| (*f, *c))
+            .collect();
+        new.sort_unstable_by_key(|e| order_key(&e.0));
+        let upper = self.manifest.table.entries + new.len() as u64;
+        let generation = self.manifest.table.generation + 1;
+        let mut buckets = table::buckets_for(upper, self.params.bucket_bytes);
+        let backend = self.backend.clone();
+        let (table, bloom, referenced) = loop {
+            let mut m = Merger {
+                writer: TableWriter::new(
+                    backend.as_ref(),
+                    DDFS_PREFIX,
+                    generation,
+                    buckets,
+                    self.params.bucket_bytes,
+                    self.params.part_buckets,
+                )?,
+                bloom: new_bloom(upper, self.params.bloom_fpr),
+                referenced: BTreeSet::new(),
+                overflow: false,
+            };
+            let mut next = new.iter().peekable();
+            let scanned = self.table.scan(backend.as_ref(), |fp, c| {
+                let key = order_key(&fp);
+                while let Some(&&(nfp, nc)) = next.peek() {
+                    if order_key(&nfp) >= key {
+                        break;
+                    }
+                    m.emit(nfp, nc)?;
+                    next.next();
+                }
+                let fresh = next.next_if(|n| n.0 == fp).map(|n| n.1);
+                // The old entry wins (as in the exact index) unless GC dropped it.
+                match self.relocated(&fp, c).or(fresh) {
+                    Some(c) => m.emit(fp, c),
+                    None => Ok(()),
+                }
+            });
+            match scanned {
+                Ok(()) => {}
+                Err(e) if unusable(&e) && !self.rebuilt_here => {
+                    // The old table is damaged: rebuild it, then merge again.
+                    self.rebuild_here()?;
+                    return self.merge(next_container);
+                }
+                Err(e) => return Err(e),
+            }
+            for &(fp, c) in next {
+                m.emit(fp, c)?;
+            }
+            if m.overflow {
+                buckets = buckets.saturating_mul(2);
+                continue;
+            }
+            break (m.writer.finish()?, m.bloom, m.referenced);
+        };
+        let manifest = Manifest {
+            next_container,
+            table: *table.meta(),
+            referenced: referenced.into_iter().collect(),
+        };
+        persist(backend.as_ref(), &manifest, &bloom)?;
+        self.stats.commit_write_bytes = table.meta().total_bytes();
+        self.table = table;
+        self.manifest = manifest;
+        self.bloom = bloom;
+        Ok(())
+    }
+
+    fn note_memory(&mut self) {
+        self.cache.note();
+        let bloom = (self.bloom.num_bits() / 8) as u64;
+        let now = bloom + self.cache.memory() + self.pending.allocation_size() as u64;
+        self.stats.memory_bytes = self.stats.memory_bytes.max(now);
+        self.stats.bloom_bytes = bloom;
+        self.stats.cache_peak_bytes = self.cache.peak;
+        self.stats.entries = self.manifest.table.entries + self.placed;
+        self.stats.table_bytes = self.manifest.table.total_bytes();
+    }
+}
+
+/// Where an entry pointing to container `c` points after garbage collection
+/// removed `removed` and moved chunks as `moved` (`None`: dropped).
+fn follow(
+    removed: &BTreeSet<ContainerId>,
+    moved: &Relocations,
+    fp: &Fingerprint,
+    mut c: ContainerId,
+) -> Option<ContainerId> {
+    for _ in 0..=removed.len() {
+        if !removed.contains(&c) {
+            return Some(c);
+        }
+        c = *moved.get(&(c, *fp))?;
+    }
+    None
+}
+
+/// Streams entries into a new table and its Bloom filter.
+struct Merger<'a> {
+    writer: TableWriter<'a>,
+    bloom: BloomFilter,
+    referenced: BTreeSet<ContainerId>,
+    overflow: bool,
+}
+
+impl Merger<'_> {
+    fn emit(&mut self, fp: Fingerprint, c: ContainerId) -> Result<()> {
+        if self.overflow {
+            return Ok(());
+        }
+        if self.writer.push(fp, c)? == Pushed::Overflow {
+            self.overflow = true;
+            return Ok(());
+        }
+        self.bloom.insert_hash(bloom_hash(&fp));
+        self.referenced.insert(c);
+        Ok(())
+    }
+}
+
+/// Builds and persists a new generation from the containers' metadata.
+fn build_from_containers(
+    backend: &dyn Backend,
+    containers: &[ContainerId],
+    params: DdfsParams,
+) -> Result<(Manifest, BloomFilter)> {
+    let mut entries = Vec::new();
+    super::scan_containers(backend, containers, |id, metas| {
+        entries.extend(metas.iter().map(|m| (m.fp, id)));
+    })?;
+    // The first container holding a fingerprint wins, as in the exact index.
+    entries.sort_unstable_by_key(|e| (order_key(&e.0), e.1));
+    entries.dedup_by_key(|e| e.0);
+    let generation = next_generation(backend)?;
+    let table = table::write_sorted(
+        backend,
+        DDFS_PREFIX,
+        generation,
+        params.bucket_bytes,
+        params.part_buckets,
+        &entries,
+    )?;
+    let mut bloom = new_bloom(entries.len() as u64, params.bloom_fpr);
+    let mut referenced = BTreeSet::new();
+    for (fp, c) in &entries {
+        bloom.insert_hash(bloom_hash(fp));
+        referenced.insert(*c);
+    }
+    let manifest = Manifest {
+        next_container: containers.last().map_or(0, |c| c + 1),
+        table: *table.meta(),
+        referenced: referenced.into_iter().collect(),
+    };
+    persist(backend, &manifest, &bloom)?;
+    Ok((manifest, bloom))
+}
+
+/// A generation above every one present.
+fn next_generation(backend: &dyn Backend) -> Result<u64> {
+    let mut top = 0;
+    for name in backend.list(DDFS_PREFIX)? {
+        if let Some(g) = object_generation(&name) {
+            top = top.max(g);
+        }
+    }
+    Ok(top + 1)
+}
+
+/// The generation of an index object name (table part or Bloom filter).
+fn object_generation(name: &str) -> Option<u64> {
+    if let Some((g, _)) = table::parse_part_name(name) {
+        return Some(g);
+    }
+    let hex = name.strip_prefix('b')?;
+    (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+}
+
+/// Writes the Bloom filter and then the manifest (the table parts are
+/// written already), and deletes the objects of other generations.
+fn persist(backend: &dyn Backend, manifest: &Manifest, bloom: &BloomFilter) -> Result<()> {
+    let generation = manifest.table.generation;
+    backend.write(&bloom_key(generation), &encode_bloom(generation, bloom))?;
+    backend.write(MANIFEST_KEY, &manifest.encode())?;
+    for name in backend.list(DDFS_PREFIX)? {
+        if object_generation(&name).is_some_and(|g| g != generation) {
+            backend.delete(&format!("{DDFS_PREFIX}/{name}"))?;
+        }
+    }
+    Ok(())
+}
+
+impl DedupIndex for Ddfs {
+    fn submit(&mut self, batch: Vec<Chunk>, decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
+        decided.reserve(batch.len());
+        for chunk in batch {
+            self.stats.lookups += 1;
+            let decision = self.decide(&chunk.fp)?;
+            decided.push((chunk, decision));
+        }
+        self.note_memory();
+        Ok(())
+    }
+
+    fn finish(&mut self, _decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
+        self.note_memory();
+        Ok(())
+    }
+
+    fn placed(&mut self, stored: &[(Fingerprint, ContainerId)]) -> Result<()> {
+        for (fp, c) in stored {
+            if matches!(self.pending.insert(*fp, *c), None | Some(PENDING)) {
+                self.placed += 1;
+            }
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    fn relocate(&mut self, removed: &BTreeSet<ContainerId>, moved: &Relocations) -> Result<()> {
+        self.removed.extend(removed.iter().copied());
+        self.moved.extend(moved.iter().map(|(k, v)| (*k, *v)));
+        let (gone, map) = (&self.removed, &self.moved);
+        self.pending.retain(|fp, c| {
+            if *c == PENDING {
+                return true;
+            }
+            match follow(gone, map, fp, *c) {
+                Some(new) => {
+                    *c = new;
+                    true
+                }
+                None => false,
+            }
+        });
+        self.placed = self.pending.values().filter(|&&c| c != PENDING).count() as u64;
+        // Cached containers may be among the removed ones.
+        self.cache.clear();
+        self.dirty = true;
+        self.note_memory();
+        Ok(())
+    }
+
+    fn commit(&mut self, next_container: ContainerId) -> Result<()> {
+        self.stats.commit_write_bytes = 0;
+        let next_container = next_container.max(self.manifest.next_container);
+        if self.dirty {
+            self.merge(next_container)?;
+            self.pending.retain(|_, c| *c == PENDING);
+            self.placed = 0;
+            self.removed.clear();
+            self.moved.clear();
+            self.dirty = false;
+        } else if next_container > self.manifest.next_container {
+            self.manifest.next_container = next_container;
+            self.backend.write(MANIFEST_KEY, &self.manifest.encode())?;
+        }
+        self.note_memory();
+        Ok(())
+    }
+
+    fn stats(&self) -> IndexStats {
+        self.stats.clone()
+    }
+}
+
+#[cfg(test)]
+#[path = "ddfs_tests.rs"]
+mod tests;

@@ -1,0 +1,495 @@
+use super::*;
+use crate::backend::{Counting, Local};
+use crate::index::Exact;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+/// Fingerprint number `i`: a hash for even numbers, a short trace-like
+/// fingerprint (6 significant bytes) for odd ones.
+fn fp(i: u32) -> Fingerprint {
+    if i % 2 == 0 {
+        crate::fingerprint::FingerprintAlgo::Blake3.hash(&i.to_le_bytes())
+    } else {
+        let mut f = [0u8; 32];
+        f[..4].copy_from_slice(&i.to_le_bytes());
+        f[4] = 0xa5;
+        f[5] = 0x3c;
+        Fingerprint(f)
+    }
+}
+
+fn chunk(seq: u64, i: u32) -> Chunk {
+    Chunk {
+        seq,
+        fp: fp(i),
+        len: 8192,
+        data: None,
+    }
+}
+
+fn class(d: Decision) -> u8 {
+    match d {
+        Decision::Unique => 0,
+        Decision::Duplicate(_) => 1,
+        Decision::InternalDuplicate => 2,
+    }
+}
+
+/// A repository of trace containers driven like the backup pipeline does.
+struct Sim {
+    backend: Arc<dyn Backend>,
+    /// Written containers and the fingerprints they hold.
+    containers: BTreeMap<ContainerId, BTreeSet<Fingerprint>>,
+    next: ContainerId,
+    per_container: usize,
+}
+
+impl Sim {
+    fn new(backend: Arc<dyn Backend>, per_container: usize) -> Sim {
+        Sim {
+            backend,
+            containers: BTreeMap::new(),
+            next: 1,
+            per_container,
+        }
+    }
+
+    fn ids(&self) -> Vec<ContainerId> {
+        self.containers.keys().copied().collect()
+    }
+
+    fn write(&mut self, id: ContainerId, fps: &[Fingerprint]) {
+        let mut b = container::Builder::without_data(id, 1 << 30);
+        for f in fps {
+            b.push_len(*f, 8192);
+        }
+        self.backend.write(&container::key(id), &b.seal()).unwrap();
+        self.containers.insert(id, fps.iter().copied().collect());
+    }
+
+    /// Writes a container holding `ids` (as a rewriting policy would: the
+    /// fingerprints may be stored already).
+    fn extra(&mut self, ids: &[u32]) {
+        if ids.is_empty() {
+            return;
+        }
+        let id = self.next;
+        self.next += 1;
+        let fps: Vec<_> = ids.iter().map(|&i| fp(i)).collect();
+        self.write(id, &fps);
+    }
+
+    /// Runs one backup of `stream` in batches of `batch` through every index,
+    /// checks that they agree, and commits them. Returns each index's decisions.
+    fn backup(
+        &mut self,
+        indexes: &mut [&mut dyn DedupIndex],
+        stream: &[u32],
+        batch: usize,
+    ) -> Vec<Vec<Decision>> {
+        let mut all = vec![Vec::new(); indexes.len()];
+        let mut open: Vec<Fingerprint> = Vec::new();
+        let mut open_id = self.next;
+        let mut here: BTreeMap<ContainerId, Vec<Fingerprint>> = BTreeMap::new();
+        let mut seq = 0u64;
+        for part in stream.chunks(batch.max(1)) {
+            let chunks: Vec<Chunk> = part
+                .iter()
+                .map(|&i| {
+                    seq += 1;
+                    chunk(seq - 1, i)
+                })
+                .collect();
+            let mut outs = Vec::new();
+            for idx in indexes.iter_mut() {
+                let mut out = Vec::new();
+                idx.submit(chunks.clone(), &mut out).unwrap();
+                assert_eq!(out.len(), chunks.len(), "an index deferred decisions");
+                outs.push(out);
+            }
+            let mut placed = Vec::new();
+            for (k, c) in chunks.iter().enumerate() {
+                let first = outs[0][k].1;
+                for (n, out) in outs.iter().enumerate() {
+                    let d = out[k].1;
+                    assert_eq!(out[k].0.seq, c.seq);
+                    assert_eq!(
+                        class(d),
+                        class(first),
+                        "index {n} decided {d:?}, index 0 {first:?}, for chunk {} ({:?})",
+                        c.seq,
+                        c.fp
+                    );
+                    if let Decision::Duplicate(cid) = d {
+                        let holds = self.containers.get(&cid).is_some_and(|s| s.contains(&c.fp))
+                            || here.get(&cid).is_some_and(|v| v.contains(&c.fp))
+                            || (cid == open_id && open.contains(&c.fp));
+                        assert!(holds, "index {n}: container {cid} does not hold {:?}", c.fp);
+                    }
+                    all[n].push(d);
+                }
+                if first == Decision::Unique {
+                    if open.len() == self.per_container {
+                        here.insert(open_id, std::mem::take(&mut open));
+                        open_id += 1;
+                    }
+                    open.push(c.fp);
+                    placed.push((c.fp, open_id));
+                }
+            }
+            for idx in indexes.iter_mut() {
+                idx.placed(&placed).unwrap();
+            }
+        }
+        if !open.is_empty() {
+            here.insert(open_id, open);
+            open_id += 1;
+        }
+        for (id, fps) in here {
+            self.write(id, &fps);
+        }
+        self.next = open_id;
+        for idx in indexes.iter_mut() {
+            idx.finish(&mut Vec::new()).unwrap();
+            idx.commit(self.next).unwrap();
+        }
+        all
+    }
+}
+
+fn small_params() -> DdfsParams {
+    DdfsParams {
+        bloom_fpr: 0.01,
+        cache_bytes: 1 << 20,
+        bucket_bytes: 256,
+        part_buckets: 4,
+    }
+}
+
+/// Flips a byte in the middle of the first object of `index/ddfs` whose name starts with `prefix`.
+fn damage(backend: &dyn Backend, prefix: char) {
+    let names = backend.list(DDFS_PREFIX).unwrap();
+    if let Some(name) = names.iter().find(|n| n.starts_with(prefix)) {
+        let key = format!("{DDFS_PREFIX}/{name}");
+        let mut bytes = backend.read(&key).unwrap();
+        let at = bytes.len() / 2;
+        bytes[at] ^= 0x10;
+        backend.write(&key, &bytes).unwrap();
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Case {
+    backups: Vec<(Vec<u32>, Vec<u32>, usize, u8)>,
+    per_container: usize,
+    params: DdfsParams,
+}
+
+fn case() -> impl Strategy<Value = Case> {
+    let backup = (
+        prop::collection::vec(0u32..90, 0..150),
+        prop::collection::vec(0u32..90, 0..6),
+        1usize..40,
+        0u8..8,
+    );
+    (
+        prop::collection::vec(backup, 1..6),
+        1usize..7,
+        prop::sample::select(vec![0u64, 2500, 1 << 20]),
+        prop::sample::select(vec![table::MIN_BUCKET_BYTES, 200, 4096]),
+        prop::sample::select(vec![1u32, 3, 4096]),
+        prop::sample::select(vec![0.01f64, 0.5]),
+    )
+        .prop_map(|(backups, per_container, cache_bytes, bucket_bytes, part_buckets, bloom_fpr)| Case {
+            backups,
+            per_container,
+            params: DdfsParams {
+                bloom_fpr,
+                cache_bytes,
+                bucket_bytes,
+                part_buckets,
+            },
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// DDFS decides every chunk of random multi-backup streams in the same
+    /// class as the exact index, and every duplicate names a container that
+    /// holds the chunk, whatever the cache size, bucket size, Bloom filter
+    /// accuracy, fingerprints stored twice, and damage to the index objects.
+    #[test]
+    fn same_decisions_as_the_exact_index(c in case()) {
+        let dir = tempfile::tempdir().unwrap();
+        let backend: Arc<dyn Backend> = Arc::new(Local::new(dir.path()));
+        let mut sim = Sim::new(backend.clone(), c.per_container);
+        for (stream, extra, batch, harm) in &c.backups {
+            sim.extra(extra);
+            match harm {
+                1 => backend.delete(MANIFEST_KEY).unwrap(),
+                2 => damage(backend.as_ref(), 't'),
+                3 => damage(backend.as_ref(), 'b'),
+                4 => damage(backend.as_ref(), 'm'),
+                _ => {}
+            }
+            let ids = sim.ids();
+            let mut exact = Exact::open(backend.clone(), &ids).unwrap();
+            let mut ddfs = Ddfs::open(backend.clone(), &ids, c.params).unwrap();
+            let out = sim.backup(&mut [&mut exact, &mut ddfs], stream, *batch);
+            let s = ddfs.stats();
+            prop_assert_eq!(s.lookups, stream.len() as u64);
+            let unique = out[1].iter().filter(|d| **d == Decision::Unique).count() as u64;
+            prop_assert_eq!(s.bloom_negatives + s.bloom_false_positives, unique);
+            prop_assert_eq!(s.entries, exact.stats().entries);
+            prop_assert_eq!(ddfs.table_entries(), exact.len() as u64);
+        }
+        // Everything is in the table after the last commit, and a reopened
+        // index answers every fingerprint from it.
+        let ids = sim.ids();
+        let mut exact = Exact::open(backend.clone(), &ids).unwrap();
+        let mut ddfs = Ddfs::open(backend.clone(), &ids, c.params).unwrap();
+        prop_assert!(!ddfs.stats().rebuilt);
+        let all: Vec<u32> = (0..90).collect();
+        sim.backup(&mut [&mut exact, &mut ddfs], &all, 7);
+    }
+}
+
+fn counting() -> (tempfile::TempDir, Arc<Counting>) {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Arc::new(Counting::new(Box::new(Local::new(dir.path()))));
+    (dir, backend)
+}
+
+#[test]
+fn repeated_backup_hits_the_cache_after_one_disk_lookup_per_container() {
+    let (_dir, backend) = counting();
+    let mut sim = Sim::new(backend.clone(), 100);
+    let stream: Vec<u32> = (0..2000).collect();
+    let params = DdfsParams {
+        bucket_bytes: 4096,
+        ..DdfsParams::default()
+    };
+    let mut first = Ddfs::open(backend.clone(), &[], params).unwrap();
+    sim.backup(&mut [&mut first], &stream, 64);
+    let s = first.stats();
+    assert_eq!(s.bloom_negatives, 2000);
+    assert_eq!(s.disk_lookups, 0);
+    assert_eq!(s.entries, 2000);
+    assert!(s.commit_write_bytes > 0);
+
+    let ids = sim.ids();
+    assert_eq!(ids.len(), 20);
+    let reads_before = backend.stats().reads;
+    let mut second = Ddfs::open(backend.clone(), &ids, params).unwrap();
+    // Opening reads the manifest and the Bloom filter only.
+    assert_eq!(backend.stats().reads - reads_before, 2);
+    let out = sim.backup(&mut [&mut second], &stream, 64);
+    assert!(out[0].iter().all(|d| matches!(d, Decision::Duplicate(_))));
+    let s = second.stats();
+    assert_eq!(s.lookups, 2000);
+    assert_eq!(s.disk_lookups, 20);
+    assert_eq!(s.container_loads, 20);
+    assert_eq!(s.cache_hits, 1980);
+    assert_eq!(s.bloom_false_positives, 0);
+    assert_eq!(s.bloom_negatives, 0);
+    // Nothing new: the commit writes no table.
+    assert_eq!(s.commit_write_bytes, 0);
+    assert!(s.memory_bytes >= s.bloom_bytes + s.cache_peak_bytes);
+    assert!(s.cache_peak_bytes > 0);
+}
+
+#[test]
+fn tiny_cache_evicts_and_still_decides_right() {
+    let (_dir, backend) = counting();
+    let mut sim = Sim::new(backend.clone(), 50);
+    let stream: Vec<u32> = (0..500).collect();
+    let params = DdfsParams {
+        cache_bytes: 8 << 10,
+        ..small_params()
+    };
+    let mut first = Ddfs::open(backend.clone(), &[], params).unwrap();
+    sim.backup(&mut [&mut first], &stream, 64);
+    // Interleave two halves so that the cache (about 60 entries) thrashes.
+    let mixed: Vec<u32> = (0..250).flat_map(|i| [i, 499 - i]).collect();
+    let ids = sim.ids();
+    let mut second = Ddfs::open(backend.clone(), &ids, params).unwrap();
+    let out = sim.backup(&mut [&mut second], &mixed, 64);
+    assert!(out[0].iter().all(|d| matches!(d, Decision::Duplicate(_))));
+    let s = second.stats();
+    assert!(s.disk_lookups > 20, "{s:?}");
+    assert!(s.cache_peak_bytes <= 8 << 10, "{s:?}");
+}
+
+#[test]
+fn bloom_false_positives_are_counted_and_unique() {
+    let (_dir, backend) = counting();
+    let mut sim = Sim::new(backend.clone(), 100);
+    let params = DdfsParams {
+        bloom_fpr: 0.5,
+        ..small_params()
+    };
+    let mut first = Ddfs::open(backend.clone(), &[], params).unwrap();
+    sim.backup(&mut [&mut first], &(0..3000).collect::<Vec<_>>(), 100);
+    let ids = sim.ids();
+    let mut second = Ddfs::open(backend.clone(), &ids, params).unwrap();
+    let out = sim.backup(&mut [&mut second], &(5000..8000).collect::<Vec<_>>(), 100);
+    assert!(out[0].iter().all(|d| *d == Decision::Unique));
+    let s = second.stats();
+    assert!(s.bloom_false_positives > 300, "{s:?}");
+    assert_eq!(s.bloom_false_positives + s.bloom_negatives, 3000);
+    assert_eq!(s.disk_lookups, s.bloom_false_positives);
+}
+
+#[test]
+fn open_checks_and_rebuilds() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend: Arc<dyn Backend> = Arc::new(Local::new(dir.path()));
+    let mut sim = Sim::new(backend.clone(), 10);
+    let params = small_params();
+    let mut idx = Ddfs::open(backend.clone(), &[], params).unwrap();
+    assert!(!idx.stats().rebuilt);
+    sim.backup(&mut [&mut idx], &(0..100).collect::<Vec<_>>(), 10);
+    let ids = sim.ids();
+
+    // Intact.
+    let idx = Ddfs::open(backend.clone(), &ids, params).unwrap();
+    assert!(!idx.stats().rebuilt);
+    assert_eq!(idx.table_entries(), 100);
+
+    // Bloom filter missing: rebuilt from the table (not from the containers) and written back.
+    let gen = idx.manifest.table.generation;
+    backend.delete(&bloom_key(gen)).unwrap();
+    let idx = Ddfs::open(backend.clone(), &ids, params).unwrap();
+    assert!(!idx.stats().rebuilt);
+    assert!(backend.exists(&bloom_key(gen)).unwrap());
+
+    // Manifest damaged: rebuilt from the containers.
+    damage(backend.as_ref(), 'm');
+    let idx = Ddfs::open(backend.clone(), &ids, params).unwrap();
+    assert!(idx.stats().rebuilt);
+    assert_eq!(idx.table_entries(), 100);
+    // Only the new generation's objects are left.
+    let gen = idx.manifest.table.generation;
+    for name in backend.list(DDFS_PREFIX).unwrap() {
+        assert!(name == "manifest" || object_generation(&name) == Some(gen), "{name}");
+    }
+
+    // Names a container that is gone: rebuilt from what exists.
+    backend.delete(&container::key(ids[0])).unwrap();
+    let idx = Ddfs::open(backend.clone(), &ids[1..], params).unwrap();
+    assert!(idx.stats().rebuilt);
+    assert_eq!(idx.table_entries(), 90);
+
+    // A damaged bucket found by a lookup: the table is rebuilt on the spot.
+    // (No cache, so that every lookup reads the table.)
+    damage(backend.as_ref(), 't');
+    let params = DdfsParams {
+        cache_bytes: 0,
+        ..params
+    };
+    let mut idx = Ddfs::open(backend.clone(), &ids[1..], params).unwrap();
+    assert!(!idx.stats().rebuilt);
+    let mut out = Vec::new();
+    idx.submit((0..100).map(|i| chunk(i as u64, i)).collect(), &mut out)
+        .unwrap();
+    assert!(idx.stats().rebuilt);
+    let dups = out.iter().filter(|d| matches!(d.1, Decision::Duplicate(_))).count();
+    assert_eq!(dups, 90);
+}
+
+#[test]
+fn relocate_and_commit_follow_garbage_collection() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend: Arc<dyn Backend> = Arc::new(Local::new(dir.path()));
+    let mut sim = Sim::new(backend.clone(), 10);
+    let params = small_params();
+    let mut exact = Exact::open(backend.clone(), &[]).unwrap();
+    let mut ddfs = Ddfs::open(backend.clone(), &[], params).unwrap();
+    sim.backup(&mut [&mut exact, &mut ddfs], &(0..30).collect::<Vec<_>>(), 8);
+    // Containers 1, 2, 3 hold 0..10, 10..20, 20..30. GC removes 1 and 2:
+    // chunks 0..5 move to a new container 4, the rest of them are dropped.
+    let mut moved = Relocations::default();
+    for i in 0..5 {
+        moved.insert((1, fp(i)), 4);
+    }
+    sim.write(4, &(0..5).map(fp).collect::<Vec<_>>());
+    sim.next = 5;
+    let removed: BTreeSet<ContainerId> = [1, 2].into();
+    let ids = sim.ids();
+    let mut exact = Exact::open(backend.clone(), &ids).unwrap();
+    let mut ddfs = Ddfs::open(backend.clone(), &ids, params).unwrap();
+    for idx in [&mut exact as &mut dyn DedupIndex, &mut ddfs] {
+        idx.relocate(&removed, &moved).unwrap();
+        idx.commit(5).unwrap();
+    }
+    for id in [1, 2] {
+        backend.delete(&container::key(id)).unwrap();
+        sim.containers.remove(&id);
+    }
+    let ids = sim.ids();
+    let mut exact = Exact::open(backend.clone(), &ids).unwrap();
+    let mut ddfs = Ddfs::open(backend.clone(), &ids, params).unwrap();
+    assert!(!ddfs.stats().rebuilt, "the relocated table names only existing containers");
+    assert_eq!(ddfs.table_entries(), 15);
+    let out = sim.backup(&mut [&mut exact, &mut ddfs], &(0..30).collect::<Vec<_>>(), 8);
+    for (i, d) in out[1].iter().enumerate() {
+        match i {
+            0..5 => assert_eq!(*d, Decision::Duplicate(4)),
+            5..20 => assert_eq!(*d, Decision::Unique),
+            _ => assert_eq!(*d, Decision::Duplicate(3)),
+        }
+    }
+}
+
+#[test]
+fn relocate_before_commit_applies_to_lookups() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend: Arc<dyn Backend> = Arc::new(Local::new(dir.path()));
+    let mut sim = Sim::new(backend.clone(), 10);
+    let params = small_params();
+    let mut ddfs = Ddfs::open(backend.clone(), &[], params).unwrap();
+    sim.backup(&mut [&mut ddfs], &(0..20).collect::<Vec<_>>(), 8);
+    let mut moved = Relocations::default();
+    moved.insert((1, fp(3)), 7);
+    sim.write(7, &[fp(3)]);
+    let ids = sim.ids();
+    let mut ddfs = Ddfs::open(backend.clone(), &ids, params).unwrap();
+    ddfs.relocate(&[1].into(), &moved).unwrap();
+    let mut out = Vec::new();
+    ddfs.submit(vec![chunk(0, 3), chunk(1, 4), chunk(2, 15)], &mut out)
+        .unwrap();
+    let d: Vec<_> = out.iter().map(|x| x.1).collect();
+    assert_eq!(
+        d,
+        vec![Decision::Duplicate(7), Decision::Unique, Decision::Duplicate(2)]
+    );
+}
+
+#[test]
+fn manifest_round_trip_and_damage() {
+    let m = Manifest {
+        next_container: 9,
+        table: TableMeta {
+            generation: 3,
+            buckets: 5,
+            bucket_bytes: 4096,
+            part_buckets: 4096,
+            entries: 17,
+        },
+        referenced: vec![1, 4, 8],
+    };
+    let bytes = m.encode();
+    assert_eq!(Manifest::decode(&bytes).unwrap(), m);
+    for i in 0..bytes.len() {
+        let mut bad = bytes.clone();
+        bad[i] ^= 2;
+        assert!(Manifest::decode(&bad).is_err(), "flip at {i} undetected");
+    }
+    let mut bloom = new_bloom(100, 0.01);
+    bloom.insert_hash(bloom_hash(&fp(1)));
+    let enc = encode_bloom(3, &bloom);
+    let back = decode_bloom(3, &enc).unwrap();
+    assert!(back.contains_hash(bloom_hash(&fp(1))));
+    assert!(decode_bloom(4, &enc).is_err());
+}

@@ -1,0 +1,94 @@
+//! Capping (Lillibridge, Eshghi, Bhagwat, FAST'13): the stream is cut into
+//! segments; a segment may reference at most `level` old containers — those
+//! holding the most of its bytes — and duplicates in any other container
+//! are rewritten.
+
+use super::{candidate, Budget, RewriteFilter, Verdict};
+use crate::container::ContainerId;
+use crate::index::{Chunk, Decision};
+use std::collections::HashMap;
+
+/// The Capping filter.
+pub struct Capping {
+    segment_bytes: u64,
+    level: usize,
+    budget: Budget,
+    segment: Vec<(Chunk, Decision)>,
+    bytes: u64,
+}
+
+impl Capping {
+    /// Segments of `segment_bytes`, at most `level` containers each.
+    pub fn new(segment_bytes: u64, level: u32, budget: Budget) -> Self {
+        Capping {
+            segment_bytes,
+            level: level as usize,
+            budget,
+            segment: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    fn flush(&mut self, out: &mut Vec<Verdict>) {
+        let mut per_container: HashMap<ContainerId, u64> = HashMap::new();
+        for (c, d) in &self.segment {
+            if let Some(cid) = candidate(*d) {
+                *per_container.entry(cid).or_default() += u64::from(c.len);
+            }
+        }
+        let mut ranked: Vec<(ContainerId, u64)> = per_container.into_iter().collect();
+        ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let kept: std::collections::HashSet<ContainerId> =
+            ranked.iter().take(self.level).map(|r| r.0).collect();
+        for (chunk, decision) in self.segment.drain(..) {
+            let rewrite = candidate(decision)
+                .is_some_and(|cid| !kept.contains(&cid) && self.budget.allow(chunk.len));
+            out.push(Verdict {
+                chunk,
+                decision,
+                rewrite,
+            });
+        }
+        self.bytes = 0;
+    }
+}
+
+impl RewriteFilter for Capping {
+    fn push(&mut self, chunk: Chunk, decision: Decision, out: &mut Vec<Verdict>) {
+        self.budget.see(chunk.len);
+        self.bytes += u64::from(chunk.len);
+        self.segment.push((chunk, decision));
+        if self.bytes >= self.segment_bytes {
+            self.flush(out);
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<Verdict>) {
+        self.flush(out);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rewrite::test_util::run;
+
+    #[test]
+    fn rewrites_the_least_referenced_containers_of_a_segment() {
+        // One segment of 10 chunks: 4 in container 1, 3 in 2, 2 in 3, 1 new.
+        let d = |c| Decision::Duplicate(c);
+        let decisions = [d(1), d(2), d(1), d(3), d(1), d(2), d(3), d(2), d(1), Decision::Unique];
+        let flags = run(&mut Capping::new(1 << 30, 2, Budget::new(None)), &decisions, 100);
+        assert_eq!(
+            flags,
+            vec![false, false, false, true, false, false, true, false, false, false]
+        );
+        // Segments of 3 chunks and a cap of 1: each segment keeps its biggest
+        // container (ties: the lowest id).
+        let flags = run(&mut Capping::new(300, 1, Budget::new(None)), &decisions, 100);
+        assert_eq!(
+            flags,
+            vec![false, true, false, true, false, true, true, true, false, false]
+        );
+    }
+}
