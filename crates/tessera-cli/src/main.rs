@@ -17,10 +17,13 @@ use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, GcOptions};
 use tessera::restore::{restore, restore_to_path, RestoreOptions, DEFAULT_CACHE_CONTAINERS};
 use tessera::snapshot::BackupId;
-use tessera::units::parse_size_u32;
+use tessera::config::IndexKind;
+use tessera::rewrite::{RewriteKind, RewriteParams};
+use tessera::units::{parse_size, parse_size_u32};
 use tessera::Repository;
 use tessera_lab::analyze::{analyze_paths, Input, VersionRow};
 use tessera_lab::experiment::{self, ExperimentConfig};
+use tessera_lab::gen::{generate_with, GenOptions};
 use tessera_lab::trace::write_data_trace;
 
 /// Tessera: a deduplicating backup store.
@@ -128,6 +131,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Generate a deterministic versioned dataset (packed tar streams, or
+    /// fingerprint traces with --trace) aged by file create/delete/modify/rename.
+    Gen(GenArgs),
     /// Classify the chunks of version files (in order): internal, adjacent and
     /// skip duplicates and unique chunks, with exact and NDF dedup ratios.
     Analyze(AnalyzeArgs),
@@ -165,6 +171,36 @@ enum IndexCommand {
         /// The repository.
         repo: PathBuf,
     },
+}
+
+#[derive(Args)]
+struct GenArgs {
+    /// Output directory (v0001.tar, v0002.tar, ..., MANIFEST.tsv).
+    outdir: PathBuf,
+    /// Versions per source lineage.
+    #[arg(long, default_value_t = 10)]
+    versions: u32,
+    /// Size of one version (file contents).
+    #[arg(long, default_value = "20MiB", value_parser = parse_size)]
+    size: u64,
+    /// Fraction of files modified per version.
+    #[arg(long, default_value_t = 0.05)]
+    change_rate: f64,
+    /// Fraction of files whose mtime changes without a content change.
+    #[arg(long, default_value_t = 0.01)]
+    touch_rate: f64,
+    /// Size growth per version (-0.5 to 0.5).
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    growth: f64,
+    /// Seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Independent source lineages whose versions interleave.
+    #[arg(long, default_value_t = 1)]
+    sources: u32,
+    /// Write Destor fingerprint traces of the same model instead of data.
+    #[arg(long)]
+    trace: bool,
 }
 
 #[derive(Args)]
@@ -222,6 +258,48 @@ struct InitArgs {
     /// Container capacity.
     #[arg(long, default_value = "4MiB", value_parser = parse_size_u32)]
     container_size: u32,
+    /// Deduplication index: exact (all fingerprints in memory) or ddfs
+    /// (Bloom filter + on-disk table + locality-preserving cache).
+    #[arg(long, default_value = "exact", value_parser = parse_index)]
+    index: IndexKind,
+    /// DDFS: target false-positive rate of the Bloom filter.
+    #[arg(long, default_value_t = tessera::config::DEFAULT_BLOOM_FPR)]
+    bloom_fpr: f64,
+    /// DDFS: memory budget of the container-metadata cache.
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    index_memory: u64,
+    /// Rewriting policy: none, cbr, capping, har or smr.
+    #[arg(long, default_value = "none")]
+    rewrite: RewriteKind,
+    /// Rewrite at most this percentage of the bytes seen (CBR: 5 unless set).
+    #[arg(long)]
+    rewrite_limit: Option<f64>,
+    /// Capping and SMR: segment size.
+    #[arg(long, default_value = "20MiB", value_parser = parse_size)]
+    segment_size: u64,
+    /// Capping: old containers a segment may reference.
+    #[arg(long, default_value_t = 20)]
+    capping_level: u32,
+    /// SMR: containers selected per segment.
+    #[arg(long, default_value_t = 20)]
+    smr_level: u32,
+    /// HAR: containers below this utilization (percent) are sparse.
+    #[arg(long, default_value_t = 50.0)]
+    har_utilization: f64,
+    /// CBR: minimal rewrite utility (percent).
+    #[arg(long, default_value_t = 70.0)]
+    cbr_min_utility: f64,
+    /// CBR: stream context size.
+    #[arg(long, default_value = "5MiB", value_parser = parse_size)]
+    cbr_stream_context: u64,
+}
+
+fn parse_index(s: &str) -> Result<IndexKind, String> {
+    match s {
+        "exact" => Ok(IndexKind::Exact),
+        "ddfs" => Ok(IndexKind::Ddfs),
+        other => Err(format!("unknown index {other:?} (expected exact or ddfs)")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -324,6 +402,31 @@ fn run(command: Command) -> Result<ExitCode> {
             }
         }
         Command::Analyze(args) => analyze(args)?,
+        Command::Gen(a) => {
+            let opts = GenOptions {
+                versions: a.versions,
+                size: a.size,
+                change_rate: a.change_rate,
+                touch_rate: a.touch_rate,
+                growth: a.growth,
+                seed: a.seed,
+                sources: a.sources,
+                trace: a.trace,
+                ..GenOptions::default()
+            };
+            let total = u64::from(a.versions) * u64::from(a.sources);
+            let bar = progress_bar(Some(total));
+            let summary = generate_with(&a.outdir, &opts, |_| bar.inc(1))?;
+            bar.finish_and_clear();
+            let bytes: u64 = summary.versions.iter().map(|v| v.bytes).sum();
+            println!(
+                "generated {} versions ({}) in {}; manifest {}",
+                summary.versions.len(),
+                human(bytes),
+                a.outdir.display(),
+                summary.manifest.display()
+            );
+        }
         Command::Experiment { config, out } => {
             let cfg = ExperimentConfig::load(&config)?;
             let out = out.unwrap_or_else(|| PathBuf::from("results").join(&cfg.name));
@@ -395,6 +498,19 @@ fn init(a: InitArgs) -> Result<()> {
     config.chunker = a.chunking.params();
     config.fingerprint = a.chunking.fingerprint;
     config.container_size = a.container_size;
+    config.index = a.index;
+    config.bloom_fpr = a.bloom_fpr;
+    config.index_cache_bytes = a.index_memory;
+    config.rewrite = RewriteParams {
+        kind: a.rewrite,
+        limit: a.rewrite_limit.map(|p| p / 100.0),
+        cbr_stream_context: a.cbr_stream_context,
+        cbr_min_utility: a.cbr_min_utility / 100.0,
+        segment_bytes: a.segment_size,
+        capping_level: a.capping_level,
+        smr_level: a.smr_level,
+        har_utilization: a.har_utilization / 100.0,
+    };
     Repository::init(&a.path, config)?;
     println!("created repository {}", a.path.display());
     Ok(())

@@ -141,9 +141,13 @@ fn edge_sizes_round_trip() {
     for (i, (name, data, _)) in cases.iter().enumerate() {
         for id in [ids[2 * i], ids[2 * i + 1]] {
             let path = restore_to_file(&repo, id, &out_dir);
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().len(),
+                data.len() as u64,
+                "{name}: restored size"
+            );
             assert_file_eq(&path, data);
             assert_restore_stdout_matches(&repo, &id.to_string(), &mut &data[..]);
-            let _ = name;
         }
     }
     let report = ok(["check".as_ref(), repo.as_os_str(), "--read-data".as_ref()]);

@@ -73,6 +73,9 @@ pub struct Config {
     /// Bucket size in bytes of the on-disk fingerprint table (DDFS).
     #[serde(default = "default_index_bucket_bytes")]
     pub index_bucket_bytes: u32,
+    /// Rewriting policy and its parameters.
+    #[serde(default)]
+    pub rewrite: crate::rewrite::RewriteParams,
 }
 
 impl Config {
@@ -89,12 +92,14 @@ impl Config {
             bloom_fpr: DEFAULT_BLOOM_FPR,
             index_cache_bytes: DEFAULT_INDEX_CACHE_BYTES,
             index_bucket_bytes: DEFAULT_INDEX_BUCKET_BYTES,
+            rewrite: crate::rewrite::RewriteParams::default(),
         }
     }
 
     /// Checks that the parameters fit together.
     pub fn validate(&self) -> Result<()> {
         self.chunker.validate()?;
+        self.rewrite.validate().map_err(Error::InvalidConfig)?;
         let one_chunk = crate::container::HEADER_LEN
             + crate::container::META_ENTRY_LEN
             + self.chunker.max_size as usize;
