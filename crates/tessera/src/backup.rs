@@ -580,3 +580,115 @@ impl Store {
         Ok(self.totals)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::chunker::{ChunkerKind, ChunkerParams};
+    use crate::config::Config;
+    use crate::restore::{restore, RestoreOptions};
+
+    /// A reader that returns at most `piece` bytes per call, then optionally fails.
+    struct Trickle<'a> {
+        data: &'a [u8],
+        piece: usize,
+        fail_at_end: bool,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.data.is_empty() && self.fail_at_end {
+                return Err(std::io::Error::other("input broke"));
+            }
+            let n = self.piece.min(buf.len()).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect()
+    }
+
+    /// Backs `data` up through a trickling reader and checks that the recipe
+    /// has the cut points of the whole input and that it restores.
+    fn round_trip(chunker: ChunkerParams, data: &[u8], piece: usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::new("test".into());
+        config.chunker = chunker;
+        let repo = Repository::init(&dir.path().join("repo"), config).unwrap();
+        let mut input = Trickle {
+            data,
+            piece,
+            fail_at_end: false,
+        };
+        let snap = backup(&repo, &mut input, "input", &BackupOptions::default()).unwrap();
+        assert_eq!(snap.logical_bytes, data.len() as u64);
+
+        let mut expected = Vec::new();
+        cut_all(chunker.build().unwrap().as_ref(), data, true, &mut expected);
+        let recipe = repo.recipe(snap.id).unwrap();
+        let lengths: Vec<u32> = recipe.chunks.iter().map(|c| c.len).collect();
+        assert_eq!(
+            lengths,
+            expected,
+            "{} bytes in pieces of {piece}",
+            data.len()
+        );
+
+        let mut out = Vec::new();
+        restore(&repo, snap.id, &mut out, &RestoreOptions::default()).unwrap();
+        assert!(out == data, "restore of {} bytes differs", data.len());
+    }
+
+    #[test]
+    fn block_edges_keep_the_cut_points_of_the_whole_input() {
+        let params = ChunkerParams::default();
+        let read_len = BlockLayout::new(params.max_size as usize).read_len;
+        let data = pseudo_random(3 * read_len + 12_345, 11);
+        for len in [0, 1, 4095, read_len - 1, read_len, read_len + 1, data.len()] {
+            for piece in [777_777, 1000] {
+                round_trip(params, &data[..len], piece);
+            }
+        }
+    }
+
+    #[test]
+    fn chunks_larger_than_a_block_are_carried() {
+        // max 2 MiB: blocks grow to 8 MiB and the carry to almost 2 MiB.
+        let params = ChunkerParams {
+            kind: ChunkerKind::Fastcdc,
+            min_size: 64 * 1024,
+            avg_size: 256 * 1024,
+            max_size: 2 * 1024 * 1024,
+        };
+        let mut data = pseudo_random(20 << 20, 5);
+        // Zeros have no content-defined cut point: maximum-size chunks.
+        data[3 << 20..9 << 20].fill(0);
+        round_trip(params, &data, 1 << 20);
+    }
+
+    #[test]
+    fn an_input_error_fails_the_backup_without_a_snapshot() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(&dir.path().join("repo"), Config::new("t".into())).unwrap();
+        let data = pseudo_random(5 << 20, 3);
+        let mut input = Trickle {
+            data: &data,
+            piece: 100_000,
+            fail_at_end: true,
+        };
+        let err = backup(&repo, &mut input, "broken", &BackupOptions::default()).unwrap_err();
+        assert!(matches!(err, Error::Input { .. }), "{err}");
+        assert!(repo.backups().unwrap().is_empty());
+    }
+}

@@ -517,19 +517,3 @@ mod tests {
         assert_eq!((c.units, c.bytes), (51, expect));
     }
 }
-
-#[cfg(test)]
-mod bench {
-    use super::*;
-    #[test]
-    #[ignore]
-    fn kind_speed() {
-        let mut buf = vec![0u8; 64 << 20];
-        for kind in ContentKind::ALL {
-            let t = std::time::Instant::now();
-            fill(kind, 3, 0, &mut buf);
-            let s = t.elapsed().as_secs_f64();
-            eprintln!("{kind:?}: {:.0} MB/s", buf.len() as f64 / s / 1e6);
-        }
-    }
-}
