@@ -106,7 +106,7 @@ pub fn write_data_trace<W: Write>(
         collect_files(p, &mut files)?;
     }
     let mut w = DestorWriter::new(out);
-    let fp_len = algo.len();
+    let fp_len = algo.digest_len();
     for f in &files {
         let what = f.display().to_string();
         let io_err = |e| TraceError::Io {

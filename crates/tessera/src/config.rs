@@ -45,6 +45,28 @@ fn default_index_bucket_bytes() -> u32 {
     DEFAULT_INDEX_BUCKET_BYTES
 }
 
+/// How a repository lays out chunk data, fixed at `init`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// A log of fixed-capacity containers (docs/FORMAT.md).
+    #[default]
+    Container,
+    /// MFDedup lifecycle categories grouped into volumes (docs/LIFECYCLE-FORMAT.md).
+    Lifecycle,
+}
+
+/// When the lifecycle layout arranges (AVAR) its categories.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Arrange {
+    /// After every backup.
+    #[default]
+    Auto,
+    /// Only when `lifecycle::arrange` is called (arranging may fall behind).
+    Manual,
+}
+
 /// The configuration of a repository.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Config {
@@ -76,6 +98,24 @@ pub struct Config {
     /// Rewriting policy and its parameters.
     #[serde(default)]
     pub rewrite: crate::rewrite::RewriteParams,
+    /// Data layout (container log or lifecycle volumes).
+    #[serde(default)]
+    pub layout: Layout,
+    /// When the lifecycle layout arranges.
+    #[serde(default)]
+    pub arrange: Arrange,
+    /// Largest lifecycle volume or category object part, in bytes (categories
+    /// and volumes are split into parts of about this size, which bounds the
+    /// memory of backup and arranging).
+    #[serde(default = "default_lifecycle_part_bytes")]
+    pub lifecycle_part_bytes: u64,
+}
+
+/// Default size of lifecycle object parts: 64 MiB.
+pub const DEFAULT_LIFECYCLE_PART_BYTES: u64 = 64 * 1024 * 1024;
+
+fn default_lifecycle_part_bytes() -> u64 {
+    DEFAULT_LIFECYCLE_PART_BYTES
 }
 
 impl Config {
@@ -93,6 +133,9 @@ impl Config {
             index_cache_bytes: DEFAULT_INDEX_CACHE_BYTES,
             index_bucket_bytes: DEFAULT_INDEX_BUCKET_BYTES,
             rewrite: crate::rewrite::RewriteParams::default(),
+            layout: Layout::Container,
+            arrange: Arrange::Auto,
+            lifecycle_part_bytes: DEFAULT_LIFECYCLE_PART_BYTES,
         }
     }
 

@@ -73,7 +73,7 @@ impl FingerprintAlgo {
     }
 
     /// Number of significant bytes of this algorithm's fingerprints.
-    pub fn len(self) -> usize {
+    pub fn digest_len(self) -> usize {
         match self {
             FingerprintAlgo::Sha1 => 20,
             FingerprintAlgo::Blake3 | FingerprintAlgo::Sha256 => 32,

@@ -19,6 +19,7 @@ pub mod error;
 pub mod fingerprint;
 pub mod gc;
 pub mod index;
+pub mod lifecycle;
 pub mod repo;
 pub mod restore;
 pub mod restore_plan;

@@ -324,4 +324,61 @@ mod tests {
             vec![1, 2, 1, 3, 1, 2]
         );
     }
+
+    /// Backs up 12 MiB of varied data (several containers, chunks repeated
+    /// far apart) and returns the repository and its backup id.
+    fn repository() -> (tempfile::TempDir, Repository, BackupId, Vec<u8>) {
+        use crate::backup::{backup, BackupOptions};
+        let dir = tempfile::tempdir().unwrap();
+        let repo = Repository::init(
+            &dir.path().join("repo"),
+            crate::config::Config::new("t".into()),
+        )
+        .unwrap();
+        let mut x = 7u64;
+        let mut data: Vec<u8> = (0..10 << 20)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 24) as u8
+            })
+            .collect();
+        data.extend_from_within(..2 << 20);
+        let mut input = std::io::Cursor::new(data.clone());
+        let snap = backup(&repo, &mut input, "input", &BackupOptions::default()).unwrap();
+        assert!(repo.containers().unwrap().len() >= 3);
+        (dir, repo, snap.id, data)
+    }
+
+    #[test]
+    fn restores_with_any_cache_size() {
+        let (_dir, repo, id, data) = repository();
+        for cache_containers in [1, 2, 32] {
+            let mut out = Vec::new();
+            let options = RestoreOptions {
+                cache_containers,
+                progress: None,
+            };
+            let stats = restore(&repo, id, &mut out, &options).unwrap();
+            assert!(out == data, "cache {cache_containers}");
+            assert_eq!(stats.bytes_restored, data.len() as u64);
+        }
+    }
+
+    #[test]
+    fn a_missing_or_damaged_container_fails_the_restore() {
+        let (dir, repo, id, _) = repository();
+        let ids = repo.containers().unwrap();
+        let path = dir.path().join("repo").join(container::key(ids[1]));
+        let mut bytes = fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        fs::write(&path, &bytes).unwrap();
+        let err = restore(&repo, id, &mut std::io::sink(), &RestoreOptions::default());
+        assert!(matches!(err, Err(Error::Corrupt { .. })), "{err:?}");
+        fs::remove_file(&path).unwrap();
+        let err = restore(&repo, id, &mut std::io::sink(), &RestoreOptions::default());
+        assert!(matches!(err, Err(Error::NotFound(_))), "{err:?}");
+    }
 }

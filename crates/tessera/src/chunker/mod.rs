@@ -107,12 +107,12 @@ impl ChunkerParams {
         }
         match self.kind {
             ChunkerKind::Fastcdc => {
-                if min < 64 || avg < 256 || avg > 4 * 1024 * 1024 || max < 1024 {
+                if min < 64 || !(256..=4 * 1024 * 1024).contains(&avg) || max < 1024 {
                     return bad(format!(
                         "fastcdc needs min >= 64, 256 <= avg <= 4 MiB and max >= 1 KiB (got {min}/{avg}/{max})"
                     ));
                 }
-                if min % 2 != 0 || avg % 2 != 0 || max % 2 != 0 {
+                if !(min.is_multiple_of(2) && avg.is_multiple_of(2) && max.is_multiple_of(2)) {
                     return bad(format!("fastcdc sizes must be even (got {min}/{avg}/{max})"));
                 }
             }

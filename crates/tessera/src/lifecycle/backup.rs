@@ -1,0 +1,227 @@
+//! The deduplicating stage: NDF (neighbor-duplicate-focus) indexing against
+//! the backup itself and the previous version of its lineage; unique chunks
+//! form the new category Cat.(n,n).
+
+use super::arrange::{arrange_lineage, ArrangeStats};
+use super::format::{self, PartWriter};
+use super::{cat_key, ndf_key, require_layout, Lineage};
+use crate::backend::Backend;
+use crate::config::Arrange;
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
+use crate::index::{Chunk, IndexStats};
+use crate::repo::Repository;
+use crate::snapshot::{self, BackupStats, ChunkRef, ClassCount, Recipe, Snapshot, StageSeconds};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+/// A set of fingerprints (one NDF table in memory).
+pub(crate) type FpSet = hashbrown::HashSet<Fingerprint, FingerprintHashBuilder>;
+
+/// Approximate bytes of a fingerprint set of `capacity` slots.
+pub(crate) fn set_memory(set: &FpSet) -> u64 {
+    set.capacity() as u64 * (std::mem::size_of::<Fingerprint>() as u64 + 1)
+}
+
+/// Options of one lifecycle backup.
+#[derive(Default)]
+pub struct LifecycleBackupOptions<'a> {
+    /// Free-form label.
+    pub label: String,
+    /// Source lineage name.
+    pub source: String,
+    /// Called with the number of input bytes processed so far.
+    pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
+}
+
+/// A committed backup and, when the configuration arranges automatically,
+/// the arranging that followed it.
+#[derive(Clone, Debug)]
+pub struct BackupOutcome {
+    /// The committed snapshot.
+    pub snapshot: Snapshot,
+    /// The arranging run after the commit (`None` with `arrange = "manual"`).
+    pub arrange: Option<ArrangeStats>,
+}
+
+/// Loads version `v`'s NDF table of lineage `l`; an absent table is empty.
+pub(crate) fn load_table(repo: &Repository, l: &str, v: u64) -> Result<FpSet> {
+    let key = ndf_key(l, v);
+    match repo.backend().read(&key) {
+        Ok(b) => Ok(format::decode_ndf(&key, &b)?.into_iter().collect()),
+        Err(Error::NotFound(_)) => Ok(FpSet::default()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes parts `parts..` of Cat.(v,v) left by an interrupted backup of
+/// version `v`, so that the category is exactly what this backup wrote.
+fn delete_stale_parts(backend: &dyn Backend, lineage: &Lineage, v: u64, parts: u32) -> Result<()> {
+    for (i, j, p) in lineage.cat_objects(backend)? {
+        if i == v && j == v && p >= parts {
+            backend.delete(&cat_key(&lineage.name, i, j, p))?;
+        }
+    }
+    Ok(())
+}
+
+/// Backs up the chunks `batches` yields (in stream order) into `repo`
+/// (lifecycle layout, open exclusively) as the next version of the lineage
+/// `options.source`, commits it, then arranges unless the configuration says
+/// `arrange = "manual"`.
+///
+/// Chunks must carry their bytes unless the repository is a trace
+/// repository, whose categories store fingerprints and lengths only.
+pub fn backup(
+    repo: &Repository,
+    batches: impl Iterator<Item = Result<Vec<Chunk>>>,
+    options: &LifecycleBackupOptions,
+) -> Result<BackupOutcome> {
+    require_layout(repo)?;
+    let started = Instant::now();
+    let io_before = repo.io_stats();
+    let backend = repo.backend().as_ref();
+    let has_data = !repo.config().trace;
+    let id = repo.next_backup_id()?;
+    let mut lineage = Lineage::load_or_new(backend, &options.source)?;
+    let v = lineage.state.last() + 1;
+
+    let t = Instant::now();
+    let prev = if v > 1 {
+        load_table(repo, &lineage.name, v - 1)?
+    } else {
+        FpSet::default()
+    };
+    let mut index_time = t.elapsed();
+    let mut store_time = std::time::Duration::ZERO;
+    let mut cur = FpSet::default();
+    let name = lineage.name.clone();
+    let mut new_cat = PartWriter::new(
+        backend,
+        v,
+        has_data,
+        repo.config().lifecycle_part_bytes,
+        |p, _| cat_key(&name, v, v, p),
+    );
+    let mut write_time = std::time::Duration::ZERO;
+    let mut chunks = Vec::new();
+    let (mut unique, mut internal, mut adjacent) = (
+        ClassCount::default(),
+        ClassCount::default(),
+        ClassCount::default(),
+    );
+    let mut logical = 0u64;
+    let mut peak_memory = 0u64;
+    for batch in batches {
+        for c in batch? {
+            let bytes = match (&c.data, has_data) {
+                (Some(b), true) if b.len() == c.len as usize => Some(&b[..]),
+                (_, false) => None,
+                _ => {
+                    return Err(Error::Pipeline(format!(
+                        "chunk {} has no bytes or a wrong length for a repository that stores data",
+                        c.seq
+                    )))
+                }
+            };
+            logical += u64::from(c.len);
+            chunks.push(ChunkRef {
+                fp: c.fp,
+                len: c.len,
+                container: 0,
+            });
+            let t = Instant::now();
+            let fresh = cur.insert(c.fp);
+            let in_prev = fresh && prev.contains(&c.fp);
+            index_time += t.elapsed();
+            if !fresh {
+                internal.add(c.len);
+            } else if in_prev {
+                adjacent.add(c.len);
+            } else {
+                let t = Instant::now();
+                unique.add(c.len);
+                new_cat.push(v, &c.fp, c.len, bytes)?;
+                store_time += t.elapsed();
+            }
+        }
+        peak_memory = peak_memory.max(set_memory(&prev) + set_memory(&cur));
+        if let Some(p) = options.progress {
+            p(logical);
+        }
+    }
+    peak_memory = peak_memory.max(set_memory(&prev) + set_memory(&cur));
+    let index_stats = IndexStats {
+        policy: "ndf".into(),
+        entries: (prev.len() + cur.len()) as u64,
+        memory_bytes: peak_memory,
+        lookups: chunks.len() as u64,
+        ..IndexStats::default()
+    };
+    drop(prev);
+
+    // Commit order: the new category and NDF table, then the recipe, then
+    // the lineage state, then the snapshot. An interruption before the
+    // state leaves objects the next backup of the lineage overwrites; one
+    // between state and snapshot leaves a version that counts as deleted.
+    let t = Instant::now();
+    let parts = new_cat.finish()?;
+    delete_stale_parts(backend, &lineage, v, parts)?;
+    write_time += t.elapsed();
+    let commit_started = Instant::now();
+    let mut fps: Vec<Fingerprint> = cur.into_iter().collect();
+    backend.write(&ndf_key(&lineage.name, v), &format::encode_ndf(&mut fps))?;
+    drop(fps);
+    let recipe = Recipe { backup: id, chunks };
+    backend.write(&snapshot::recipe_key(id), &recipe.encode()?)?;
+    lineage.state.versions.push(super::format::Version {
+        version: v,
+        backup: id,
+    });
+    lineage.save(backend)?;
+
+    let stats = BackupStats {
+        logical_bytes: logical,
+        stored_bytes: unique.bytes,
+        chunks: recipe.chunks.len() as u64,
+        unique_chunks: unique.chunks,
+        unique,
+        internal_duplicates: internal,
+        duplicates: adjacent,
+        containers_written: 1,
+        dedup_ratio: crate::backup::ratio(logical, unique.bytes),
+        stage_seconds: StageSeconds {
+            index: index_time.as_secs_f64(),
+            store: store_time.as_secs_f64(),
+            write: write_time.as_secs_f64(),
+            ..StageSeconds::default()
+        },
+        index: index_stats,
+        ..BackupStats::default()
+    };
+    let time = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut snap = Snapshot {
+        id,
+        time,
+        label: options.label.clone(),
+        source: options.source.clone(),
+        logical_bytes: logical,
+        stats,
+    };
+    let snapshot_len = snap.encode()?.len() as u64;
+    snap.stats.stage_seconds.commit = commit_started.elapsed().as_secs_f64();
+    snap.stats.seconds = started.elapsed().as_secs_f64();
+    snap.stats.throughput_mb_s = logical as f64 / 1e6 / snap.stats.seconds.max(1e-9);
+    snap.stats.bytes_written = repo.io_stats().since(&io_before).write_bytes + snapshot_len;
+    backend.write(&snapshot::snapshot_key(id), &snap.encode()?)?;
+
+    let arrange = match repo.config().arrange {
+        Arrange::Auto => Some(arrange_lineage(repo, &mut lineage, None)?),
+        Arrange::Manual => None,
+    };
+    Ok(BackupOutcome {
+        snapshot: snap,
+        arrange,
+    })
+}

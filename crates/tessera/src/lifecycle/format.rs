@@ -1,0 +1,769 @@
+//! Byte formats of the lifecycle layout (docs/LIFECYCLE-FORMAT.md): volume
+//! objects (also used, with one category, for active and pending
+//! categories), NDF fingerprint tables, lineage state and the arranging
+//! journal.
+
+use crate::backend::Backend;
+use crate::envelope::{self, le4, le8};
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
+
+/// Magic of volume (and category) objects.
+pub const VOLUME_MAGIC: &[u8; 4] = b"TSLV";
+/// Format version of volume objects.
+pub const VOLUME_VERSION: u32 = 1;
+/// Bytes of the fixed part of a volume header.
+pub const HEADER_FIXED: usize = 28;
+/// Bytes of one category entry in a volume header.
+pub const ENTRY_LEN: usize = 40;
+/// Bytes of one chunk's metadata (fingerprint, length).
+pub const META_ENTRY_LEN: usize = FINGERPRINT_LEN + 4;
+/// Header flag: chunk bytes are stored (absent in trace repositories).
+pub const FLAG_DATA: u32 = 1;
+/// Most categories one volume header may announce.
+pub const MAX_CATEGORIES: u32 = 1 << 20;
+
+const NDF_KIND: &[u8; 4] = b"LNDF";
+const STATE_KIND: &[u8; 4] = b"LSTA";
+const JOURNAL_KIND: &[u8; 4] = b"LJRN";
+/// Format version of NDF tables, lineage states and journals.
+pub const META_VERSION: u32 = 1;
+
+/// One category's entry in a volume header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CategoryEntry {
+    /// First backup version of the category's lifecycle (`i` of Cat.(i,j)).
+    pub start: u64,
+    /// Chunks in the category.
+    pub chunks: u64,
+    /// Offset of the category's metadata section from the start of the object.
+    pub offset: u64,
+    /// Sum of the chunk lengths (the data section's length when data is stored).
+    pub data_bytes: u64,
+    /// CRC-32C of the metadata section.
+    pub meta_crc: u32,
+    /// CRC-32C of the data section (of the empty string without data).
+    pub data_crc: u32,
+}
+
+impl CategoryEntry {
+    /// Bytes of the metadata section.
+    pub fn meta_len(&self) -> u64 {
+        self.chunks * META_ENTRY_LEN as u64
+    }
+}
+
+/// A parsed volume header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VolumeHeader {
+    /// Last backup version of every category's lifecycle (`j` of Cat.(i,j)).
+    pub end: u64,
+    /// Whether chunk bytes are stored.
+    pub has_data: bool,
+    /// The categories, by ascending `start`.
+    pub categories: Vec<CategoryEntry>,
+}
+
+impl VolumeHeader {
+    /// Bytes of a header announcing `count` categories.
+    pub fn len_for(count: usize) -> u64 {
+        (HEADER_FIXED + ENTRY_LEN * count + 4) as u64
+    }
+
+    /// Bytes of category `idx` (metadata and data sections).
+    pub fn category_len(&self, idx: usize) -> u64 {
+        let c = &self.categories[idx];
+        c.meta_len() + if self.has_data { c.data_bytes } else { 0 }
+    }
+
+    /// Offset of the data section of category `idx`.
+    pub fn data_offset(&self, idx: usize) -> u64 {
+        let c = &self.categories[idx];
+        c.offset + c.meta_len()
+    }
+
+    /// Total object length announced by the header.
+    pub fn object_len(&self) -> u64 {
+        let mut end = Self::len_for(self.categories.len());
+        for i in 0..self.categories.len() {
+            end += self.category_len(i);
+        }
+        end
+    }
+
+    /// Encodes the header.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(Self::len_for(self.categories.len()) as usize);
+        out.extend_from_slice(VOLUME_MAGIC);
+        out.extend_from_slice(&VOLUME_VERSION.to_le_bytes());
+        out.extend_from_slice(&self.end.to_le_bytes());
+        out.extend_from_slice(&(if self.has_data { FLAG_DATA } else { 0 }).to_le_bytes());
+        out.extend_from_slice(&(self.categories.len() as u32).to_le_bytes());
+        out.extend_from_slice(&0u32.to_le_bytes());
+        for c in &self.categories {
+            out.extend_from_slice(&c.start.to_le_bytes());
+            out.extend_from_slice(&c.chunks.to_le_bytes());
+            out.extend_from_slice(&c.offset.to_le_bytes());
+            out.extend_from_slice(&c.data_bytes.to_le_bytes());
+            out.extend_from_slice(&c.meta_crc.to_le_bytes());
+            out.extend_from_slice(&c.data_crc.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Parses the fixed part: returns the number of categories announced.
+    pub fn parse_fixed(name: &str, b: &[u8]) -> Result<u32> {
+        if b.len() < HEADER_FIXED {
+            return Err(Error::corrupt(name, "truncated volume header"));
+        }
+        if &b[0..4] != VOLUME_MAGIC {
+            return Err(Error::corrupt(name, "bad magic (not a lifecycle volume)"));
+        }
+        let version = u32::from_le_bytes(le4(&b[4..8]));
+        if version != VOLUME_VERSION {
+            return Err(Error::UnsupportedVersion {
+                object: name.to_string(),
+                found: version,
+                supported: VOLUME_VERSION,
+            });
+        }
+        let count = u32::from_le_bytes(le4(&b[20..24]));
+        if count > MAX_CATEGORIES {
+            return Err(Error::corrupt(
+                name,
+                format!("{count} categories announced"),
+            ));
+        }
+        Ok(count)
+    }
+
+    /// Parses a whole header (`b` may continue past it).
+    pub fn parse(name: &str, b: &[u8]) -> Result<VolumeHeader> {
+        let count = Self::parse_fixed(name, b)? as usize;
+        let len = Self::len_for(count) as usize;
+        if b.len() < len {
+            return Err(Error::corrupt(name, "truncated volume header"));
+        }
+        let stored = u32::from_le_bytes(le4(&b[len - 4..len]));
+        if crc32c::crc32c(&b[..len - 4]) != stored {
+            return Err(Error::corrupt(name, "volume header checksum mismatch"));
+        }
+        let end = u64::from_le_bytes(le8(&b[8..16]));
+        let flags = u32::from_le_bytes(le4(&b[16..20]));
+        if flags & !FLAG_DATA != 0 {
+            return Err(Error::corrupt(name, format!("unknown flags {flags:#x}")));
+        }
+        let has_data = flags & FLAG_DATA != 0;
+        let mut categories = Vec::with_capacity(count);
+        let mut expect = len as u64;
+        for k in 0..count {
+            let e = &b[HEADER_FIXED + k * ENTRY_LEN..HEADER_FIXED + (k + 1) * ENTRY_LEN];
+            let c = CategoryEntry {
+                start: u64::from_le_bytes(le8(&e[0..8])),
+                chunks: u64::from_le_bytes(le8(&e[8..16])),
+                offset: u64::from_le_bytes(le8(&e[16..24])),
+                data_bytes: u64::from_le_bytes(le8(&e[24..32])),
+                meta_crc: u32::from_le_bytes(le4(&e[32..36])),
+                data_crc: u32::from_le_bytes(le4(&e[36..40])),
+            };
+            let ordered = categories
+                .last()
+                .is_none_or(|p: &CategoryEntry| p.start < c.start);
+            if c.offset != expect || c.start > end || c.start == 0 || !ordered {
+                return Err(Error::corrupt(
+                    name,
+                    format!("inconsistent category entry {k}"),
+                ));
+            }
+            let size = c
+                .chunks
+                .checked_mul(META_ENTRY_LEN as u64)
+                .and_then(|m| m.checked_add(if has_data { c.data_bytes } else { 0 }))
+                .and_then(|s| s.checked_add(expect));
+            expect = size.ok_or_else(|| Error::corrupt(name, "category sizes overflow"))?;
+            categories.push(c);
+        }
+        Ok(VolumeHeader {
+            end,
+            has_data,
+            categories,
+        })
+    }
+}
+
+/// Reads and parses the header of volume object `key` (two ranged reads).
+pub fn read_header(backend: &dyn Backend, key: &str, log: &mut ReadLog) -> Result<VolumeHeader> {
+    let fixed = log.read(backend, key, 0, HEADER_FIXED as u64)?;
+    let count = VolumeHeader::parse_fixed(key, &fixed)?;
+    let rest_len = VolumeHeader::len_for(count as usize) - HEADER_FIXED as u64;
+    let rest = log.read(backend, key, HEADER_FIXED as u64, rest_len)?;
+    let mut all = fixed;
+    all.extend_from_slice(&rest);
+    VolumeHeader::parse(key, &all)
+}
+
+/// Parses a metadata section of `chunks` entries, checking its CRC.
+pub fn parse_meta(name: &str, entry: &CategoryEntry, b: &[u8]) -> Result<Vec<(Fingerprint, u32)>> {
+    if b.len() as u64 != entry.meta_len() {
+        return Err(Error::corrupt(name, "truncated category metadata"));
+    }
+    if crc32c::crc32c(b) != entry.meta_crc {
+        return Err(Error::corrupt(
+            name,
+            format!("metadata checksum mismatch in category {}", entry.start),
+        ));
+    }
+    let mut out = Vec::with_capacity(b.len() / META_ENTRY_LEN);
+    let mut total = 0u64;
+    for m in b.chunks_exact(META_ENTRY_LEN) {
+        let mut fp = [0u8; FINGERPRINT_LEN];
+        fp.copy_from_slice(&m[..FINGERPRINT_LEN]);
+        let len = u32::from_le_bytes(le4(&m[FINGERPRINT_LEN..]));
+        total += u64::from(len);
+        out.push((Fingerprint(fp), len));
+    }
+    if total != entry.data_bytes {
+        return Err(Error::corrupt(
+            name,
+            format!(
+                "category {} chunk lengths disagree with its header",
+                entry.start
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// Reads the metadata of category `idx` of a volume.
+pub fn read_meta(
+    backend: &dyn Backend,
+    key: &str,
+    header: &VolumeHeader,
+    idx: usize,
+    log: &mut ReadLog,
+) -> Result<Vec<(Fingerprint, u32)>> {
+    let e = &header.categories[idx];
+    let b = log.read(backend, key, e.offset, e.meta_len())?;
+    parse_meta(key, e, &b)
+}
+
+/// Bytes of chunk data read per request when streaming a category.
+pub const PIECE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// Streams category `idx` of a volume whose metadata is `metas`: calls
+/// `f(fp, len, bytes)` for every chunk in order (`bytes` is `None` without
+/// data). Reads the data section in pieces of about [`PIECE_BYTES`] and
+/// checks its CRC at the end (the callback has then seen every chunk; callers
+/// verify fingerprints themselves before using bytes).
+pub fn stream_category(
+    backend: &dyn Backend,
+    key: &str,
+    header: &VolumeHeader,
+    idx: usize,
+    metas: &[(Fingerprint, u32)],
+    log: &mut ReadLog,
+    mut f: impl FnMut(Fingerprint, u32, Option<&[u8]>) -> Result<()>,
+) -> Result<()> {
+    if !header.has_data {
+        for &(fp, len) in metas {
+            f(fp, len, None)?;
+        }
+        return Ok(());
+    }
+    let entry = &header.categories[idx];
+    let mut pos = header.data_offset(idx);
+    let mut crc = 0u32;
+    let mut k = 0;
+    while k < metas.len() {
+        // A piece: whole chunks, at least one, about PIECE_BYTES.
+        let mut end = k;
+        let mut bytes = 0u64;
+        while end < metas.len() && (end == k || bytes + u64::from(metas[end].1) <= PIECE_BYTES) {
+            bytes += u64::from(metas[end].1);
+            end += 1;
+        }
+        let piece = log.read(backend, key, pos, bytes)?;
+        if piece.len() as u64 != bytes {
+            return Err(Error::corrupt(key, "truncated category data"));
+        }
+        log.data_bytes += bytes;
+        crc = crc32c::crc32c_append(crc, &piece);
+        let mut off = 0usize;
+        for &(fp, len) in &metas[k..end] {
+            f(fp, len, Some(&piece[off..off + len as usize]))?;
+            off += len as usize;
+        }
+        pos += bytes;
+        k = end;
+    }
+    if crc != entry.data_crc {
+        return Err(Error::corrupt(
+            key,
+            format!("data checksum mismatch in category {}", entry.start),
+        ));
+    }
+    Ok(())
+}
+
+/// One category being built: metadata and data sections in memory.
+#[derive(Debug)]
+pub struct CategoryBuilder {
+    /// First backup version of the lifecycle.
+    pub start: u64,
+    meta: Vec<u8>,
+    data: Vec<u8>,
+    chunks: u64,
+    data_bytes: u64,
+}
+
+impl CategoryBuilder {
+    /// An empty Cat.(start, ·).
+    pub fn new(start: u64) -> Self {
+        CategoryBuilder {
+            start,
+            meta: Vec::new(),
+            data: Vec::new(),
+            chunks: 0,
+            data_bytes: 0,
+        }
+    }
+
+    /// Appends a chunk (`bytes` is `None` without data).
+    pub fn push(&mut self, fp: &Fingerprint, len: u32, bytes: Option<&[u8]>) {
+        self.meta.extend_from_slice(&fp.0);
+        self.meta.extend_from_slice(&len.to_le_bytes());
+        if let Some(b) = bytes {
+            self.data.extend_from_slice(b);
+        }
+        self.chunks += 1;
+        self.data_bytes += u64::from(len);
+    }
+
+    /// Chunks so far.
+    pub fn chunks(&self) -> u64 {
+        self.chunks
+    }
+
+    /// Chunk bytes so far.
+    pub fn data_bytes(&self) -> u64 {
+        self.data_bytes
+    }
+
+    /// Whether it holds no chunk.
+    pub fn is_empty(&self) -> bool {
+        self.chunks == 0
+    }
+
+    /// Memory held, in bytes.
+    pub fn memory(&self) -> usize {
+        self.meta.capacity() + self.data.capacity()
+    }
+}
+
+/// Seals categories (ascending `start`) into a volume object ending at `end`.
+pub fn seal_volume(end: u64, has_data: bool, cats: Vec<CategoryBuilder>) -> Vec<u8> {
+    let mut offset = VolumeHeader::len_for(cats.len());
+    let mut entries = Vec::with_capacity(cats.len());
+    for c in &cats {
+        entries.push(CategoryEntry {
+            start: c.start,
+            chunks: c.chunks,
+            offset,
+            data_bytes: c.data_bytes,
+            meta_crc: crc32c::crc32c(&c.meta),
+            data_crc: crc32c::crc32c(&c.data),
+        });
+        offset += c.meta.len() as u64 + c.data.len() as u64;
+    }
+    let header = VolumeHeader {
+        end,
+        has_data,
+        categories: entries,
+    };
+    let mut out = header.encode();
+    out.reserve(offset as usize - out.len());
+    for c in cats {
+        out.extend_from_slice(&c.meta);
+        out.extend_from_slice(&c.data);
+    }
+    out
+}
+
+/// Writes a volume (or a category) as parts of about `part_bytes` each:
+/// part `p` is the volume-format object `key_of(p, first start in it)`. A
+/// category may continue from one part into the next (the same `start` in
+/// both). Parts are cut by chunk bytes (stored or not, so that trace
+/// repositories are cut like data repositories) plus metadata.
+pub struct PartWriter<'a> {
+    backend: &'a dyn Backend,
+    key_of: Box<dyn Fn(u32, u64) -> String + 'a>,
+    end: u64,
+    has_data: bool,
+    part_bytes: u64,
+    cats: Vec<CategoryBuilder>,
+    bytes: u64,
+    parts: u32,
+}
+
+impl<'a> PartWriter<'a> {
+    /// A writer of a volume ending at `end`, parts named by `key_of`.
+    pub fn new(
+        backend: &'a dyn Backend,
+        end: u64,
+        has_data: bool,
+        part_bytes: u64,
+        key_of: impl Fn(u32, u64) -> String + 'a,
+    ) -> Self {
+        PartWriter {
+            backend,
+            key_of: Box::new(key_of),
+            end,
+            has_data,
+            part_bytes: part_bytes.max(1),
+            cats: Vec::new(),
+            bytes: 0,
+            parts: 0,
+        }
+    }
+
+    /// Appends a chunk of Cat.(start, end); starts must not decrease.
+    pub fn push(&mut self, start: u64, fp: &Fingerprint, len: u32, bytes: Option<&[u8]>) -> Result<()> {
+        if self.cats.last().is_none_or(|c| c.start != start) {
+            self.cats.push(CategoryBuilder::new(start));
+        }
+        if let Some(c) = self.cats.last_mut() {
+            c.push(fp, len, bytes);
+        }
+        self.bytes += META_ENTRY_LEN as u64 + u64::from(len);
+        if self.bytes >= self.part_bytes {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        if self.cats.is_empty() {
+            return Ok(());
+        }
+        let cats = std::mem::take(&mut self.cats);
+        let first = cats.first().map_or(0, |c| c.start);
+        let object = seal_volume(self.end, self.has_data, cats);
+        self.backend.write(&(self.key_of)(self.parts, first), &object)?;
+        self.parts += 1;
+        self.bytes = 0;
+        Ok(())
+    }
+
+    /// Writes the last part; returns the number of parts written.
+    pub fn finish(mut self) -> Result<u32> {
+        self.flush()?;
+        Ok(self.parts)
+    }
+}
+
+/// Rewrites a volume keeping only its first `keep` categories, given the
+/// object's bytes up to the end of category `keep - 1` (`prefix`).
+pub fn truncate_volume(
+    name: &str,
+    header: &VolumeHeader,
+    keep: usize,
+    prefix: &[u8],
+) -> Result<Vec<u8>> {
+    let old_len = VolumeHeader::len_for(header.categories.len());
+    let new_len = VolumeHeader::len_for(keep);
+    let body_end = match header.categories.get(keep) {
+        Some(c) => c.offset,
+        None => header.object_len(),
+    };
+    if (prefix.len() as u64) < body_end {
+        return Err(Error::corrupt(name, "truncated volume"));
+    }
+    let shift = old_len - new_len;
+    let kept = VolumeHeader {
+        end: header.end,
+        has_data: header.has_data,
+        categories: header.categories[..keep]
+            .iter()
+            .map(|c| CategoryEntry {
+                offset: c.offset - shift,
+                ..*c
+            })
+            .collect(),
+    };
+    let mut out = kept.encode();
+    out.extend_from_slice(&prefix[old_len as usize..body_end as usize]);
+    Ok(out)
+}
+
+/// Counts the reads of an operation: requests, bytes, distinct extents.
+#[derive(Clone, Debug, Default)]
+pub struct ReadLog {
+    /// Read requests.
+    pub requests: u64,
+    /// Bytes read (headers, metadata and data).
+    pub bytes: u64,
+    /// Chunk data bytes read.
+    pub data_bytes: u64,
+    /// Distinct read extents: reads that do not continue the previous one.
+    pub extents: u64,
+    /// Objects read.
+    pub objects: BTreeSet<String>,
+    last: Option<(String, u64)>,
+}
+
+impl ReadLog {
+    /// Reads `len` bytes of `key` from `offset`, counting it.
+    pub fn read(
+        &mut self,
+        backend: &dyn Backend,
+        key: &str,
+        offset: u64,
+        len: u64,
+    ) -> Result<Vec<u8>> {
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let b = backend.read_range(key, offset, len)?;
+        self.note(key, offset, b.len() as u64);
+        if (b.len() as u64) < len {
+            return Err(Error::corrupt(
+                key,
+                "object shorter than its header announces",
+            ));
+        }
+        Ok(b)
+    }
+
+    /// Counts a read (or, for plans, a read that would be made).
+    pub fn note(&mut self, key: &str, offset: u64, len: u64) {
+        self.requests += 1;
+        self.bytes += len;
+        let continues = matches!(&self.last, Some((k, end)) if k == key && *end == offset);
+        if !continues {
+            self.extents += 1;
+        }
+        if !self.objects.contains(key) {
+            self.objects.insert(key.to_string());
+        }
+        self.last = Some((key.to_string(), offset + len));
+    }
+}
+
+/// Encodes an NDF table: the distinct fingerprints of one backup version.
+pub fn encode_ndf(fps: &mut Vec<Fingerprint>) -> Vec<u8> {
+    fps.sort_unstable();
+    fps.dedup();
+    let mut payload = Vec::with_capacity(fps.len() * FINGERPRINT_LEN);
+    for fp in fps.iter() {
+        payload.extend_from_slice(&fp.0);
+    }
+    envelope::seal(NDF_KIND, META_VERSION, &payload)
+}
+
+/// Decodes an NDF table.
+pub fn decode_ndf(name: &str, bytes: &[u8]) -> Result<Vec<Fingerprint>> {
+    let payload = envelope::open(name, NDF_KIND, META_VERSION, bytes)?;
+    if !payload.len().is_multiple_of(FINGERPRINT_LEN) {
+        return Err(Error::corrupt(
+            name,
+            "NDF table length is not a multiple of 32",
+        ));
+    }
+    let mut out = Vec::with_capacity(payload.len() / FINGERPRINT_LEN);
+    for c in payload.chunks_exact(FINGERPRINT_LEN) {
+        let mut fp = [0u8; FINGERPRINT_LEN];
+        fp.copy_from_slice(c);
+        let fp = Fingerprint(fp);
+        if out.last().is_some_and(|p| *p >= fp) {
+            return Err(Error::corrupt(name, "NDF table is not sorted"));
+        }
+        out.push(fp);
+    }
+    Ok(out)
+}
+
+/// One backup version of a lineage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Version {
+    /// Lineage-local version number: 1, 2, 3, …
+    pub version: u64,
+    /// The repository backup id.
+    pub backup: u64,
+}
+
+/// The persistent state of one source lineage.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineageState {
+    /// The source name.
+    pub source: String,
+    /// Every version ever committed, ascending (deleted ones included).
+    pub versions: Vec<Version>,
+    /// Last version whose arranging round is done (0: none).
+    pub arranged: u64,
+}
+
+impl LineageState {
+    /// The last version number (0 when empty).
+    pub fn last(&self) -> u64 {
+        self.versions.last().map_or(0, |v| v.version)
+    }
+
+    /// The version of backup `id`.
+    pub fn version_of(&self, id: u64) -> Option<u64> {
+        self.versions
+            .iter()
+            .find(|v| v.backup == id)
+            .map(|v| v.version)
+    }
+
+    /// The backup id of `version`.
+    pub fn backup_of(&self, version: u64) -> Option<u64> {
+        self.versions
+            .get(usize::try_from(version).ok()?.checked_sub(1)?)
+            .map(|v| v.backup)
+    }
+
+    /// Encodes the state.
+    pub fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        envelope::seal(STATE_KIND, META_VERSION, &json)
+    }
+
+    /// Decodes and validates a state.
+    pub fn decode(name: &str, bytes: &[u8]) -> Result<LineageState> {
+        let payload = envelope::open(name, STATE_KIND, META_VERSION, bytes)?;
+        let s: LineageState = serde_json::from_slice(payload)
+            .map_err(|e| Error::corrupt(name, format!("invalid JSON: {e}")))?;
+        let numbered = s
+            .versions
+            .iter()
+            .enumerate()
+            .all(|(k, v)| v.version == k as u64 + 1);
+        if !numbered || s.arranged > s.last() {
+            return Err(Error::corrupt(name, "inconsistent lineage state"));
+        }
+        Ok(s)
+    }
+}
+
+/// The arranging journal: the round in progress and the objects it reads and writes.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Journal {
+    /// The round: the version whose table splits the active categories.
+    pub round: u64,
+    /// Active categories split (deleted after the round commits).
+    pub inputs: Vec<String>,
+    /// Objects written (new active categories and the volume).
+    pub outputs: Vec<String>,
+}
+
+impl Journal {
+    /// Encodes the journal.
+    pub fn encode(&self) -> Vec<u8> {
+        let json = serde_json::to_vec(self).unwrap_or_default();
+        envelope::seal(JOURNAL_KIND, META_VERSION, &json)
+    }
+
+    /// Decodes a journal.
+    pub fn decode(name: &str, bytes: &[u8]) -> Result<Journal> {
+        let payload = envelope::open(name, JOURNAL_KIND, META_VERSION, bytes)?;
+        serde_json::from_slice(payload)
+            .map_err(|e| Error::corrupt(name, format!("invalid JSON: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Local;
+
+    fn fp(n: u8) -> Fingerprint {
+        Fingerprint([n; 32])
+    }
+
+    fn volume() -> Vec<u8> {
+        let mut a = CategoryBuilder::new(1);
+        a.push(&fp(1), 3, Some(b"abc"));
+        a.push(&fp(2), 2, Some(b"de"));
+        let mut b = CategoryBuilder::new(2);
+        b.push(&fp(3), 4, Some(b"fghi"));
+        let c = CategoryBuilder::new(3);
+        seal_volume(3, true, vec![a, b, c])
+    }
+
+    #[test]
+    fn volume_round_trip_stream_and_truncate() {
+        let dir = tempfile::tempdir().unwrap();
+        let be = Local::new(dir.path());
+        let v = volume();
+        be.write("v", &v).unwrap();
+        let mut log = ReadLog::default();
+        let h = read_header(&be, "v", &mut log).unwrap();
+        assert_eq!(h.object_len(), v.len() as u64);
+        assert_eq!(h.categories.len(), 3);
+        let metas = read_meta(&be, "v", &h, 0, &mut log).unwrap();
+        let mut got = Vec::new();
+        stream_category(&be, "v", &h, 0, &metas, &mut log, |f, _, b| {
+            got.push((f, b.unwrap().to_vec()));
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, vec![(fp(1), b"abc".to_vec()), (fp(2), b"de".to_vec())]);
+        assert_eq!(log.extents, 1, "header, metadata and data are one extent");
+        let keep_end = h.categories[1].offset;
+        let t = truncate_volume("v", &h, 1, &v[..keep_end as usize]).unwrap();
+        be.write("t", &t).unwrap();
+        let th = read_header(&be, "t", &mut log).unwrap();
+        assert_eq!(th.categories.len(), 1);
+        assert_eq!(th.object_len(), t.len() as u64);
+        let metas = read_meta(&be, "t", &th, 0, &mut log).unwrap();
+        stream_category(&be, "t", &th, 0, &metas, &mut log, |_, _, _| Ok(())).unwrap();
+    }
+
+    #[test]
+    fn every_header_byte_flip_is_detected() {
+        let v = volume();
+        let len = VolumeHeader::len_for(3) as usize;
+        for i in 0..len {
+            let mut bad = v.clone();
+            bad[i] ^= 1;
+            assert!(VolumeHeader::parse("v", &bad).is_err(), "flip at {i}");
+        }
+        let h = VolumeHeader::parse("v", &v).unwrap();
+        let e = h.categories[0];
+        let mut bad = v[e.offset as usize..(e.offset + e.meta_len()) as usize].to_vec();
+        bad[5] ^= 1;
+        assert!(parse_meta("v", &e, &bad).is_err());
+    }
+
+    #[test]
+    fn ndf_and_state_round_trip() {
+        let mut fps = vec![fp(3), fp(1), fp(3)];
+        let b = encode_ndf(&mut fps);
+        assert_eq!(decode_ndf("n", &b).unwrap(), vec![fp(1), fp(3)]);
+        let s = LineageState {
+            source: "x".into(),
+            versions: vec![Version {
+                version: 1,
+                backup: 7,
+            }],
+            arranged: 1,
+        };
+        assert_eq!(LineageState::decode("s", &s.encode()).unwrap(), s);
+        let bad = LineageState {
+            arranged: 2,
+            ..s.clone()
+        };
+        assert!(LineageState::decode("s", &bad.encode()).is_err());
+        let j = Journal {
+            round: 2,
+            inputs: vec!["a".into()],
+            outputs: vec![],
+        };
+        assert_eq!(Journal::decode("j", &j.encode()).unwrap(), j);
+    }
+}

@@ -1,0 +1,340 @@
+//! The lifecycle layout (MFDedup, Zou et al., ACM TOS 2022): chunks are
+//! classified by lifecycle into categories Cat.(i,j) — the chunks that
+//! backup versions i..=j of one source lineage reference — and archived
+//! categories are grouped into volumes, so that restoring a version reads a
+//! contiguous prefix of a few volumes without read amplification, and
+//! deleting versions deletes or truncates volumes without garbage collection.
+//!
+//! * [`backup`]: NDF deduplication (against the backup itself and the
+//!   lineage's previous version only) consuming batches of [`Chunk`]s; the
+//!   unique chunks form the new category Cat.(n,n).
+//! * [`arrange`]: AVAR arranging rounds, crash-safe through a journal.
+//! * [`restore_to_file`], [`restore_to_writer`], [`plan_restore`]: restore by
+//!   category ranges with a restore hash table.
+//! * [`delete_backups`], [`forget_keep_last`], [`space`], [`trend`]:
+//!   deletion by dropping or truncating volumes, and space accounting.
+//! * [`check()`] verifies.
+//!
+//! Every source lineage (snapshot `source`) has its own version numbering,
+//! NDF chain and categories, under `lifecycle/<lineage>/`. Recipes are the
+//! shared [`crate::snapshot::Recipe`]; their `container` field is 0 (the
+//! categories holding a chunk follow from the version number).
+//! The byte formats are in docs/LIFECYCLE-FORMAT.md.
+//!
+//! [`Chunk`]: crate::index::Chunk
+
+mod arrange;
+mod backup;
+mod check;
+pub mod format;
+mod manage;
+mod restore;
+
+pub use arrange::{arrange, arrange_rounds, ArrangeStats};
+pub use backup::{backup, BackupOutcome, LifecycleBackupOptions};
+pub use check::check;
+pub use manage::{
+    delete_backups, forget_keep_last, reclaim, space, trend, DeleteStats, VersionSpace,
+};
+pub use restore::{
+    plan_restore, restore_to_file, restore_to_writer, LifecycleRestoreOptions,
+    LifecycleRestoreStats, DEFAULT_WINDOW_BYTES,
+};
+
+use crate::backend::Backend;
+use crate::config::Layout;
+use crate::error::{Error, Result};
+use crate::repo::Repository;
+use format::{LineageState, ReadLog, VolumeHeader};
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Directory of all lifecycle objects.
+pub const LIFECYCLE_DIR: &str = "lifecycle";
+/// Directory of the lineage state objects.
+pub const STATE_DIR: &str = "lifecycle/state";
+
+/// The directory name of the lineage of `source`: `s` and the hex of its bytes.
+pub fn lineage_name(source: &str) -> String {
+    let mut s = String::with_capacity(1 + 2 * source.len());
+    s.push('s');
+    for b in source.as_bytes() {
+        s.push_str(&format!("{b:02x}"));
+    }
+    s
+}
+
+/// Key of lineage `l`'s state.
+pub fn state_key(l: &str) -> String {
+    format!("{STATE_DIR}/{l}")
+}
+
+/// Directory of lineage `l`'s active and pending categories.
+pub fn cat_dir(l: &str) -> String {
+    format!("{LIFECYCLE_DIR}/{l}/cat")
+}
+
+/// Key of part `p` of the category object Cat.(i,j) (active or pending).
+pub fn cat_key(l: &str, i: u64, j: u64, p: u32) -> String {
+    format!("{LIFECYCLE_DIR}/{l}/cat/{i:016x}-{j:016x}-{p:08x}")
+}
+
+/// Directory of lineage `l`'s volumes.
+pub fn vol_dir(l: &str) -> String {
+    format!("{LIFECYCLE_DIR}/{l}/vol")
+}
+
+/// Key of part `p` of volume `j`, whose first category starts at `first`.
+pub fn vol_key(l: &str, j: u64, p: u32, first: u64) -> String {
+    format!("{LIFECYCLE_DIR}/{l}/vol/{j:016x}-{p:08x}-{first:016x}")
+}
+
+/// Directory of lineage `l`'s NDF tables.
+pub fn ndf_dir(l: &str) -> String {
+    format!("{LIFECYCLE_DIR}/{l}/ndf")
+}
+
+/// Key of version `v`'s NDF table.
+pub fn ndf_key(l: &str, v: u64) -> String {
+    format!("{LIFECYCLE_DIR}/{l}/ndf/{v:016x}")
+}
+
+/// Key of lineage `l`'s arranging journal.
+pub fn journal_key(l: &str) -> String {
+    format!("{LIFECYCLE_DIR}/{l}/journal")
+}
+
+fn parse_hex16(s: &str) -> Option<u64> {
+    (s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| u64::from_str_radix(s, 16).ok())
+        .flatten()
+}
+
+fn parse_hex8(s: &str) -> Option<u32> {
+    (s.len() == 8 && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .then(|| u32::from_str_radix(s, 16).ok())
+        .flatten()
+}
+
+/// Parses a category part name `iiii…-jjjj…-pppppppp` into `(i, j, p)`.
+pub fn parse_cat_name(name: &str) -> Option<(u64, u64, u32)> {
+    let mut it = name.split('-');
+    let r = (parse_hex16(it.next()?)?, parse_hex16(it.next()?)?, parse_hex8(it.next()?)?);
+    it.next().is_none().then_some(r)
+}
+
+/// Parses a volume part name `jjjj…-pppppppp-ffff…` into `(j, p, first)`.
+pub fn parse_vol_name(name: &str) -> Option<(u64, u32, u64)> {
+    let mut it = name.split('-');
+    let r = (parse_hex16(it.next()?)?, parse_hex8(it.next()?)?, parse_hex16(it.next()?)?);
+    it.next().is_none().then_some(r)
+}
+
+/// Parses an NDF table name.
+pub fn parse_num_name(name: &str) -> Option<u64> {
+    parse_hex16(name)
+}
+
+/// One source lineage: its directory name and state.
+#[derive(Clone, Debug)]
+pub(crate) struct Lineage {
+    pub name: String,
+    pub state: LineageState,
+}
+
+impl Lineage {
+    /// Loads lineage `name`; `None` if it has no state.
+    pub fn load(backend: &dyn Backend, name: &str) -> Result<Option<Lineage>> {
+        let key = state_key(name);
+        match backend.read(&key) {
+            Ok(b) => Ok(Some(Lineage {
+                name: name.to_string(),
+                state: LineageState::decode(&key, &b)?,
+            })),
+            Err(Error::NotFound(_)) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The lineage of `source`, new if it has none yet.
+    pub fn load_or_new(backend: &dyn Backend, source: &str) -> Result<Lineage> {
+        let name = lineage_name(source);
+        Ok(Lineage::load(backend, &name)?.unwrap_or_else(|| Lineage {
+            name,
+            state: LineageState {
+                source: source.to_string(),
+                ..LineageState::default()
+            },
+        }))
+    }
+
+    /// Persists the state (atomically).
+    pub fn save(&self, backend: &dyn Backend) -> Result<()> {
+        backend.write(&state_key(&self.name), &self.state.encode())
+    }
+
+    /// Versions whose backups are committed (in `live_ids`).
+    pub fn live_versions(&self, live_ids: &BTreeSet<u64>) -> BTreeSet<u64> {
+        self.state
+            .versions
+            .iter()
+            .filter(|v| live_ids.contains(&v.backup))
+            .map(|v| v.version)
+            .collect()
+    }
+
+    /// Existing category parts `(i, j, p)`, ascending.
+    pub fn cat_objects(&self, backend: &dyn Backend) -> Result<Vec<(u64, u64, u32)>> {
+        let mut v: Vec<_> = backend
+            .list(&cat_dir(&self.name))?
+            .iter()
+            .filter_map(|n| parse_cat_name(n))
+            .collect();
+        v.sort_unstable();
+        Ok(v)
+    }
+
+    /// Existing volumes, ascending, each with its parts `(p, first start)`, ascending.
+    pub fn volumes(&self, backend: &dyn Backend) -> Result<BTreeMap<u64, Vec<(u32, u64)>>> {
+        let mut v: BTreeMap<u64, Vec<(u32, u64)>> = BTreeMap::new();
+        for (j, p, first) in backend
+            .list(&vol_dir(&self.name))?
+            .iter()
+            .filter_map(|n| parse_vol_name(n))
+        {
+            v.entry(j).or_default().push((p, first));
+        }
+        for parts in v.values_mut() {
+            parts.sort_unstable();
+        }
+        Ok(v)
+    }
+
+    /// The objects restoring version `k` reads, in reading order, each with
+    /// the highest category start to read from it (a prefix).
+    pub fn required(&self, backend: &dyn Backend, k: u64) -> Result<Vec<Required>> {
+        let r = self.state.arranged;
+        let mut out = Vec::new();
+        let cats = self.cat_objects(backend)?;
+        let whole = |key: String| Required {
+            key,
+            max_start: u64::MAX,
+            group: None,
+        };
+        if k <= r {
+            for (j, parts) in self.volumes(backend)?.range(k..r) {
+                // Parts whose first category starts after k are not needed.
+                for &(p, first) in parts.iter().filter(|(_, first)| *first <= k) {
+                    out.push(Required {
+                        key: vol_key(&self.name, *j, p, first),
+                        max_start: k,
+                        group: Some(*j),
+                    });
+                }
+            }
+            for &(i, j, p) in &cats {
+                if j == r && i <= k {
+                    out.push(whole(cat_key(&self.name, i, j, p)));
+                }
+            }
+        } else {
+            for &(i, j, p) in &cats {
+                if j == r && i <= r {
+                    out.push(whole(cat_key(&self.name, i, j, p)));
+                }
+            }
+            for &(i, j, p) in &cats {
+                if i == j && i > r && i <= k {
+                    out.push(whole(cat_key(&self.name, i, j, p)));
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// An object a restore reads: its categories with `start <= max_start` (a
+/// prefix). Parts of one volume share a `group`: once a part's prefix ends
+/// before its last category, the group's later parts are not needed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Required {
+    pub key: String,
+    pub max_start: u64,
+    pub group: Option<u64>,
+}
+
+impl Required {
+    /// Number of leading categories of `header` to read.
+    pub fn prefix(&self, header: &VolumeHeader) -> usize {
+        header
+            .categories
+            .iter()
+            .take_while(|c| c.start <= self.max_start)
+            .count()
+    }
+}
+
+/// Calls `f(required, header, prefix)` for each required object that
+/// exists and has a non-empty prefix, in order, reading its header.
+pub(crate) fn for_each_required(
+    backend: &dyn Backend,
+    required: &[Required],
+    log: &mut ReadLog,
+    mut f: impl FnMut(&Required, &VolumeHeader, usize, &mut ReadLog) -> Result<()>,
+) -> Result<()> {
+    let mut done_group = None;
+    for req in required {
+        if req.group.is_some() && req.group == done_group {
+            continue;
+        }
+        let Some(header) = header_if_exists(backend, &req.key, log)? else {
+            continue;
+        };
+        let prefix = req.prefix(&header);
+        if prefix < header.categories.len() {
+            done_group = req.group;
+        }
+        if prefix > 0 {
+            f(req, &header, prefix, log)?;
+        }
+    }
+    Ok(())
+}
+
+/// All lineages with a state object.
+pub(crate) fn lineages(backend: &dyn Backend) -> Result<Vec<Lineage>> {
+    let mut out = Vec::new();
+    for name in backend.list(STATE_DIR)? {
+        if let Some(l) = Lineage::load(backend, &name)? {
+            out.push(l);
+        }
+    }
+    Ok(out)
+}
+
+/// Fails unless `repo` uses the lifecycle layout.
+pub(crate) fn require_layout(repo: &Repository) -> Result<()> {
+    if repo.config().layout != Layout::Lifecycle {
+        return Err(Error::InvalidConfig(
+            "this operation needs a repository with the lifecycle layout".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Reads a volume header, `None` if the object does not exist.
+pub(crate) fn header_if_exists(
+    backend: &dyn Backend,
+    key: &str,
+    log: &mut ReadLog,
+) -> Result<Option<VolumeHeader>> {
+    match format::read_header(backend, key, log) {
+        Ok(h) => Ok(Some(h)),
+        Err(Error::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Committed backup ids.
+pub(crate) fn live_ids(repo: &Repository) -> Result<BTreeSet<u64>> {
+    Ok(repo.backups()?.into_iter().collect())
+}
