@@ -14,7 +14,7 @@ use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
 use tessera::fingerprint::FingerprintAlgo;
-use tessera::gc::{forget_keep_last, gc, GcOptions};
+use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
 use tessera::restore::{restore, restore_to_path, RestoreOptions, DEFAULT_CACHE_CONTAINERS};
 use tessera::snapshot::BackupId;
 use tessera::config::IndexKind;
@@ -116,6 +116,16 @@ enum Command {
         /// (perfect GC), 100 only wholly dead containers.
         #[arg(long, default_value_t = 0.0)]
         threshold: f64,
+        /// Order of the migrated chunks: none (container order), gccdf
+        /// (ownership clustering, newest backups first) or random.
+        #[arg(long, default_value = "none")]
+        defrag: Defrag,
+        /// Containers per segment (GCCDF reorders within a segment, held in memory).
+        #[arg(long, default_value_t = 100)]
+        segment: usize,
+        /// GCCDF: clusters smaller than this are not split further.
+        #[arg(long, default_value = "64KiB", value_parser = parse_size)]
+        split_threshold: u64,
         /// Print the metrics as JSON.
         #[arg(long)]
         json: bool,
@@ -379,10 +389,19 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Gc {
             repo,
             threshold,
+            defrag,
+            segment,
+            split_threshold,
             json,
         } => {
             let r = open(&repo, true)?;
-            let s = gc(&r, GcOptions { threshold_pct: threshold })?;
+            let options = GcOptions {
+                threshold_pct: threshold,
+                defrag,
+                segment,
+                split_threshold,
+            };
+            let s = gc(&r, options)?;
             if json {
                 println!("{}", serde_json::to_string(&s)?);
             } else {

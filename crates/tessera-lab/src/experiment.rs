@@ -222,6 +222,30 @@ pub struct SystemSpec {
     /// Restore cache size in containers.
     #[serde(default = "default_cache")]
     pub cache_size: usize,
+    /// Deduplication index: exact or ddfs.
+    #[serde(default = "default_index")]
+    pub index: String,
+    /// Rewriting policy: none, cbr, capping, har or smr.
+    #[serde(default = "default_none")]
+    pub rewrite: String,
+    /// Optional rewrite limit (fraction of bytes, e.g. 0.05).
+    pub rewrite_limit: Option<f64>,
+    /// GC chunk ordering: none, gccdf or random.
+    #[serde(default = "default_none")]
+    pub defrag: String,
+    /// GC segment size in containers (GCCDF).
+    #[serde(default = "default_segment")]
+    pub gc_segment: usize,
+}
+
+fn default_index() -> String {
+    "exact".into()
+}
+fn default_none() -> String {
+    "none".into()
+}
+fn default_segment() -> usize {
+    100
 }
 
 fn default_chunker() -> String {
@@ -261,11 +285,32 @@ impl SystemSpec {
         };
         c.fingerprint = self.fingerprint.parse::<FingerprintAlgo>()?;
         c.container_size = size("container_size", &self.container_size)?;
+        c.index = match self.index.as_str() {
+            "exact" => tessera::config::IndexKind::Exact,
+            "ddfs" => tessera::config::IndexKind::Ddfs,
+            other => return Err(format!("unknown index {other:?} (expected exact or ddfs)")),
+        };
+        c.rewrite.kind = self.rewrite.parse()?;
+        c.rewrite.limit = self.rewrite_limit;
         c.validate().map_err(|e| e.to_string())?;
         if self.cache_size == 0 {
             return Err("cache_size must be at least 1 container".into());
         }
+        self.gc_options(0.0)?;
         Ok(c)
+    }
+
+    /// GC options of this system at the experiment's threshold.
+    pub fn gc_options(&self, threshold_pct: f64) -> Result<GcOptions, String> {
+        if self.gc_segment == 0 {
+            return Err("gc_segment must be at least 1 container".into());
+        }
+        Ok(GcOptions {
+            threshold_pct,
+            defrag: self.defrag.parse()?,
+            segment: self.gc_segment,
+            ..GcOptions::default()
+        })
     }
 }
 
@@ -525,13 +570,13 @@ fn run_system(
         if let Some(keep) = config.retention.keep_last {
             if n % config.retention.gc_every == 0 {
                 let forgotten = forget_keep_last(&repo, keep, false).map_err(engine(n))?;
-                let stats = gc(
-                    &repo,
-                    GcOptions {
-                        threshold_pct: config.retention.gc_threshold,
-                    },
-                )
-                .map_err(engine(n))?;
+                let options = system
+                    .gc_options(config.retention.gc_threshold)
+                    .map_err(|detail| ExperimentError::Config {
+                        path: system.name.clone(),
+                        detail,
+                    })?;
+                let stats = gc(&repo, options).map_err(engine(n))?;
                 gc_record = Some(GcRecord {
                     forgotten: forgotten.len(),
                     stats,

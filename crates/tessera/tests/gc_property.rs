@@ -8,7 +8,7 @@ use tessera::backup::{backup, BackupOptions};
 use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
-use tessera::gc::{forget_keep_last, gc, GcOptions};
+use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::Repository;
 
@@ -18,8 +18,8 @@ enum Step {
     Backup { edits: u8, seed: u64 },
     /// Delete all but the newest `keep` backups.
     Forget { keep: usize },
-    /// Collect garbage at this utilization threshold.
-    Gc { threshold: u8 },
+    /// Collect garbage at this utilization threshold with this chunk ordering.
+    Gc { threshold: u8, defrag: Defrag, segment: usize },
     /// Delete one backup chosen by index among the live ones.
     Delete { pick: usize },
 }
@@ -28,7 +28,12 @@ fn step() -> impl Strategy<Value = Step> {
     prop_oneof![
         4 => (0u8..6, any::<u64>()).prop_map(|(edits, seed)| Step::Backup { edits, seed }),
         1 => (0usize..4).prop_map(|keep| Step::Forget { keep }),
-        2 => prop_oneof![Just(0u8), Just(30), Just(50), Just(100)].prop_map(|threshold| Step::Gc { threshold }),
+        2 => (
+            prop_oneof![Just(0u8), Just(30), Just(50), Just(100)],
+            prop_oneof![Just(Defrag::None), Just(Defrag::Gccdf), Just(Defrag::Random)],
+            1usize..5,
+        )
+            .prop_map(|(threshold, defrag, segment)| Step::Gc { threshold, defrag, segment }),
         1 => any::<usize>().prop_map(|pick| Step::Delete { pick }),
     ]
 }
@@ -116,8 +121,14 @@ proptest! {
                         live.remove(&id);
                     }
                 }
-                Step::Gc { threshold } => {
-                    let stats = gc(&repo, GcOptions { threshold_pct: f64::from(threshold) }).unwrap();
+                Step::Gc { threshold, defrag, segment } => {
+                    let options = GcOptions {
+                        threshold_pct: f64::from(threshold),
+                        defrag,
+                        segment,
+                        split_threshold: 2048,
+                    };
+                    let stats = gc(&repo, options).unwrap();
                     prop_assert!(stats.containers_reclaimed <= stats.containers_total);
                 }
                 Step::Delete { pick } => {
@@ -131,7 +142,7 @@ proptest! {
             verify(&repo, &live);
         }
         // A final perfect GC leaves no dead chunk behind.
-        gc(&repo, GcOptions { threshold_pct: 0.0 }).unwrap();
+        gc(&repo, GcOptions::default()).unwrap();
         verify(&repo, &live);
         let report = check(&repo, CheckOptions::default()).unwrap();
         prop_assert_eq!(report.unreferenced_containers, 0);

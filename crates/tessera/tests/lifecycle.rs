@@ -190,8 +190,18 @@ fn round_trip_of_25_versions_with_edits_without_read_amplification() {
     }
     // Categories and volumes span several parts.
     let objects = walk(&dir.path().join("repo/lifecycle"));
-    assert!(objects.iter().any(|p| p.contains("/vol/") && !p.contains("-00000000-")), "multi-part volumes");
-    assert!(objects.iter().any(|p| p.contains("/cat/") && !p.ends_with("-00000000")), "multi-part categories");
+    assert!(
+        objects
+            .iter()
+            .any(|p| p.contains("/vol/") && !p.contains("-00000000-")),
+        "multi-part volumes"
+    );
+    assert!(
+        objects
+            .iter()
+            .any(|p| p.contains("/cat/") && !p.ends_with("-00000000")),
+        "multi-part categories"
+    );
     // Space trend: every version brought new data; volumes exist for all but the last.
     let trend = lifecycle::trend(&repo, "disk").unwrap();
     assert_eq!(trend.len(), 25);
@@ -741,7 +751,8 @@ fn measure_on_generated_dataset() {
     let mut lc = Config::new("measure".into());
     lc.layout = Layout::Lifecycle;
     let lrepo = Repository::init(&dir.path().join("lifecycle"), lc).unwrap();
-    let crepo = Repository::init(&dir.path().join("container"), Config::new("measure".into())).unwrap();
+    let crepo =
+        Repository::init(&dir.path().join("container"), Config::new("measure".into())).unwrap();
     let (mut logical, mut l_stored, mut c_stored) = (0u64, 0u64, 0u64);
     let (mut l_secs, mut a_secs, mut c_secs) = (0.0, 0.0, 0.0);
     let mut ids = Vec::new();
@@ -765,7 +776,13 @@ fn measure_on_generated_dataset() {
         logical += data.len() as u64;
         l_stored += out.snapshot.stats.stored_bytes;
         c_stored += cs.stats.stored_bytes;
-        ids.push((out.snapshot.id, cs.id, file.clone(), out.snapshot.stats.index.memory_bytes, cs.stats.index.memory_bytes));
+        ids.push((
+            out.snapshot.id,
+            cs.id,
+            file.clone(),
+            out.snapshot.stats.index.memory_bytes,
+            cs.stats.index.memory_bytes,
+        ));
     }
     eprintln!(
         "{} versions, {:.1} MiB logical; stored: lifecycle (NDF) {:.1} MiB (ratio {:.2}), container (exact) {:.1} MiB (ratio {:.2})",
@@ -784,20 +801,57 @@ fn measure_on_generated_dataset() {
     eprintln!("version  lc_read_amp  lc_extents  lc_objects  lc_MB/s  ct_read_amp  ct_containers  ct_MB/s");
     let out = dir.path().join("restored");
     for (lid, cid, file, _, _) in &ids {
-        let s = lifecycle::restore_to_file(&lrepo, *lid, &out, &LifecycleRestoreOptions::default()).unwrap();
+        let s = lifecycle::restore_to_file(&lrepo, *lid, &out, &LifecycleRestoreOptions::default())
+            .unwrap();
         let mut sink = Vec::new();
-        let c = tessera::restore::restore(&crepo, *cid, &mut sink, &tessera::restore::RestoreOptions::default()).unwrap();
+        let c = tessera::restore::restore(
+            &crepo,
+            *cid,
+            &mut sink,
+            &tessera::restore::RestoreOptions::default(),
+        )
+        .unwrap();
         eprintln!(
             "{file}  {:.4}  {}  {}  {:.0}  {:.4}  {}  {:.0}",
-            s.read_amplification, s.extents, s.objects_read, s.throughput_mb_s, c.read_amplification, c.containers_read, c.throughput_mb_s
+            s.read_amplification,
+            s.extents,
+            s.objects_read,
+            s.throughput_mb_s,
+            c.read_amplification,
+            c.containers_read,
+            c.throughput_mb_s
         );
     }
     let mut sink = Vec::new();
     let (lid, ..) = ids.last().unwrap();
-    let w = lifecycle::restore_to_writer(&lrepo, *lid, &mut sink, &LifecycleRestoreOptions { window_bytes: 4 << 20, progress: None }).unwrap();
-    eprintln!("latest to a writer with 4 MiB windows: read amplification {:.4}, {} extents, {} windows", w.read_amplification, w.extents, w.windows);
+    let w = lifecycle::restore_to_writer(
+        &lrepo,
+        *lid,
+        &mut sink,
+        &LifecycleRestoreOptions {
+            window_bytes: 4 << 20,
+            progress: None,
+        },
+    )
+    .unwrap();
+    let mut sink = Vec::new();
+    let big =
+        lifecycle::restore_to_writer(&lrepo, *lid, &mut sink, &LifecycleRestoreOptions::default())
+            .unwrap();
+    eprintln!(
+        "latest to memory (64 MiB window): read amplification {:.4}, {} extents, {:.0} MB/s",
+        big.read_amplification, big.extents, big.throughput_mb_s
+    );
+    eprintln!(
+        "latest to a writer with 4 MiB windows: read amplification {:.4}, {} extents, {} windows",
+        w.read_amplification, w.extents, w.windows
+    );
     let keep = 20;
-    let victims: Vec<u64> = ids.iter().take(ids.len().saturating_sub(keep)).map(|x| x.0).collect();
+    let victims: Vec<u64> = ids
+        .iter()
+        .take(ids.len().saturating_sub(keep))
+        .map(|x| x.0)
+        .collect();
     let predicted = lifecycle::space(&lrepo, &victims).unwrap();
     let t = std::time::Instant::now();
     let d = lifecycle::forget_keep_last(&lrepo, keep).unwrap();
@@ -821,7 +875,9 @@ fn measure_on_generated_dataset() {
     );
     for (lid, _, file, _, _) in &ids {
         if lrepo.backups().unwrap().contains(lid) {
-            let s = lifecycle::restore_to_file(&lrepo, *lid, &out, &LifecycleRestoreOptions::default()).unwrap();
+            let s =
+                lifecycle::restore_to_file(&lrepo, *lid, &out, &LifecycleRestoreOptions::default())
+                    .unwrap();
             assert!(s.read_amplification <= 1.0);
             let orig = std::fs::read(gen.join(file)).unwrap();
             assert!(std::fs::read(&out).unwrap() == orig, "{file}");
@@ -829,5 +885,7 @@ fn measure_on_generated_dataset() {
     }
     let report = lifecycle::check(&lrepo, CheckOptions { read_data: true }).unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
-    eprintln!("after deletions: every live version restored byte-identical, check --read-data clean");
+    eprintln!(
+        "after deletions: every live version restored byte-identical, check --read-data clean"
+    );
 }

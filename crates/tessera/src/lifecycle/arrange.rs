@@ -174,7 +174,10 @@ fn round(
         .collect();
     let journal = Journal {
         round: v,
-        inputs: inputs.iter().map(|&(i, p)| cat_key(&l, i, v - 1, p)).collect(),
+        inputs: inputs
+            .iter()
+            .map(|&(i, p)| cat_key(&l, i, v - 1, p))
+            .collect(),
         outputs: vec![
             format!("{}/{:016x}-{:016x}-*", super::cat_dir(&l), 0, v),
             format!("{}/{:016x}-*", super::vol_dir(&l), v - 1),
@@ -188,11 +191,15 @@ fn round(
         }
         let table = load_table(repo, &l, v)?;
         let mut log = ReadLog::default();
-        let mut archive = PartWriter::new(backend, v - 1, has_data, part_bytes, |p, first| vol_key(&l, v - 1, p, first));
+        let mut archive = PartWriter::new(backend, v - 1, has_data, part_bytes, |p, first| {
+            vol_key(&l, v - 1, p, first)
+        });
         let mut k = 0;
         while k < inputs.len() {
             let i = inputs[k].0;
-            let mut migrate = PartWriter::new(backend, v, has_data, part_bytes, |p, _| cat_key(&l, i, v, p));
+            let mut migrate = PartWriter::new(backend, v, has_data, part_bytes, |p, _| {
+                cat_key(&l, i, v, p)
+            });
             // Dead: no live version in [i, v-1] (nothing can reference it any more).
             let dead = live.range(i..v).next().is_none();
             while k < inputs.len() && inputs[k].0 == i {
@@ -200,29 +207,43 @@ fn round(
                 k += 1;
                 let header = format::read_header(backend, &key, &mut log)?;
                 if header.categories.len() > 1 || header.end != v - 1 {
-                    return Err(Error::corrupt(&key, "an active category part holds several categories"));
+                    return Err(Error::corrupt(
+                        &key,
+                        "an active category part holds several categories",
+                    ));
                 }
                 let Some(entry) = header.categories.first() else {
                     continue;
                 };
                 if entry.start != i {
-                    return Err(Error::corrupt(&key, "category start disagrees with its name"));
+                    return Err(Error::corrupt(
+                        &key,
+                        "category start disagrees with its name",
+                    ));
                 }
                 let metas = format::read_meta(backend, &key, &header, 0, &mut log)?;
                 // Parts written before a checksum fails are outputs of an
                 // uncommitted round: the next arrange deletes them.
-                format::stream_category(backend, &key, &header, 0, &metas, &mut log, |fp, len, bytes| {
-                    if table.contains(&fp) {
-                        stats.chunks_migrated += 1;
-                        migrate.push(i, &fp, len, bytes)
-                    } else if dead {
-                        stats.chunks_dropped += 1;
-                        Ok(())
-                    } else {
-                        stats.chunks_archived += 1;
-                        archive.push(i, &fp, len, bytes)
-                    }
-                })?;
+                format::stream_category(
+                    backend,
+                    &key,
+                    &header,
+                    0,
+                    &metas,
+                    &mut log,
+                    |fp, len, bytes| {
+                        if table.contains(&fp) {
+                            stats.chunks_migrated += 1;
+                            migrate.push(i, &fp, len, bytes)
+                        } else if dead {
+                            stats.chunks_dropped += 1;
+                            Ok(())
+                        } else {
+                            stats.chunks_archived += 1;
+                            archive.push(i, &fp, len, bytes)
+                        }
+                    },
+                )?;
             }
             stats.categories_split += 1;
             stats.categories_written += u64::from(migrate.finish()?);

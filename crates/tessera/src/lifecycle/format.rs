@@ -256,9 +256,7 @@ pub const PIECE_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Streams category `idx` of a volume whose metadata is `metas`: calls
 /// `f(fp, len, bytes)` for every chunk in order (`bytes` is `None` without
-/// data). Reads the data section in pieces of about [`PIECE_BYTES`] and
-/// checks its CRC at the end (the callback has then seen every chunk; callers
-/// verify fingerprints themselves before using bytes).
+/// data). See [`stream_pieces`].
 pub fn stream_category(
     backend: &dyn Backend,
     key: &str,
@@ -268,11 +266,33 @@ pub fn stream_category(
     log: &mut ReadLog,
     mut f: impl FnMut(Fingerprint, u32, Option<&[u8]>) -> Result<()>,
 ) -> Result<()> {
-    if !header.has_data {
-        for &(fp, len) in metas {
-            f(fp, len, None)?;
+    stream_pieces(backend, key, header, idx, metas, log, |chunks, piece| {
+        let mut off = 0usize;
+        for &(fp, len) in chunks {
+            let bytes = piece.map(|p| &p[off..off + len as usize]);
+            f(fp, len, bytes)?;
+            off += len as usize;
         }
-        return Ok(());
+        Ok(())
+    })
+}
+
+/// Streams category `idx` of a volume whose metadata is `metas` in pieces:
+/// calls `f(chunks, bytes)` for runs of whole chunks of about
+/// [`PIECE_BYTES`] (`bytes`, their concatenation, is `None` without data).
+/// Checks the data section's CRC at the end (the callback has then seen
+/// every chunk; callers verify fingerprints themselves before using bytes).
+pub fn stream_pieces(
+    backend: &dyn Backend,
+    key: &str,
+    header: &VolumeHeader,
+    idx: usize,
+    metas: &[(Fingerprint, u32)],
+    log: &mut ReadLog,
+    mut f: impl FnMut(&[(Fingerprint, u32)], Option<&[u8]>) -> Result<()>,
+) -> Result<()> {
+    if !header.has_data {
+        return f(metas, None);
     }
     let entry = &header.categories[idx];
     let mut pos = header.data_offset(idx);
@@ -292,11 +312,7 @@ pub fn stream_category(
         }
         log.data_bytes += bytes;
         crc = crc32c::crc32c_append(crc, &piece);
-        let mut off = 0usize;
-        for &(fp, len) in &metas[k..end] {
-            f(fp, len, Some(&piece[off..off + len as usize]))?;
-            off += len as usize;
-        }
+        f(&metas[k..end], Some(&piece))?;
         pos += bytes;
         k = end;
     }
@@ -431,7 +447,13 @@ impl<'a> PartWriter<'a> {
     }
 
     /// Appends a chunk of Cat.(start, end); starts must not decrease.
-    pub fn push(&mut self, start: u64, fp: &Fingerprint, len: u32, bytes: Option<&[u8]>) -> Result<()> {
+    pub fn push(
+        &mut self,
+        start: u64,
+        fp: &Fingerprint,
+        len: u32,
+        bytes: Option<&[u8]>,
+    ) -> Result<()> {
         if self.cats.last().is_none_or(|c| c.start != start) {
             self.cats.push(CategoryBuilder::new(start));
         }
@@ -452,7 +474,8 @@ impl<'a> PartWriter<'a> {
         let cats = std::mem::take(&mut self.cats);
         let first = cats.first().map_or(0, |c| c.start);
         let object = seal_volume(self.end, self.has_data, cats);
-        self.backend.write(&(self.key_of)(self.parts, first), &object)?;
+        self.backend
+            .write(&(self.key_of)(self.parts, first), &object)?;
         self.parts += 1;
         self.bytes = 0;
         Ok(())

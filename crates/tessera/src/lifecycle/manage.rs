@@ -103,7 +103,9 @@ fn reclaim_lineage(
         for (i, j, p) in l.cat_objects(backend)? {
             let key = cat_key(&l.name, i, j, p);
             if let Some(h) = super::header_if_exists(backend, &key, &mut log)? {
-                stats.bytes_freed += (0..h.categories.len()).map(|x| category_bytes(&h, x)).sum::<u64>();
+                stats.bytes_freed += (0..h.categories.len())
+                    .map(|x| category_bytes(&h, x))
+                    .sum::<u64>();
                 stats.categories_removed += h.categories.len() as u64;
             }
             backend.delete(&key)?;
@@ -112,7 +114,9 @@ fn reclaim_lineage(
             for (p, first) in parts {
                 let key = vol_key(&l.name, j, p, first);
                 if let Some(h) = super::header_if_exists(backend, &key, &mut log)? {
-                    stats.bytes_freed += (0..h.categories.len()).map(|x| category_bytes(&h, x)).sum::<u64>();
+                    stats.bytes_freed += (0..h.categories.len())
+                        .map(|x| category_bytes(&h, x))
+                        .sum::<u64>();
                     stats.categories_removed += h.categories.len() as u64;
                 }
                 backend.delete(&key)?;
@@ -152,7 +156,9 @@ fn reclaim_lineage(
                 continue;
             }
             cut = true;
-            stats.bytes_freed += (keep..h.categories.len()).map(|x| category_bytes(&h, x)).sum::<u64>();
+            stats.bytes_freed += (keep..h.categories.len())
+                .map(|x| category_bytes(&h, x))
+                .sum::<u64>();
             stats.categories_removed += (h.categories.len() - keep) as u64;
             if keep == 0 {
                 backend.delete(&key)?;
@@ -196,7 +202,11 @@ pub fn space(repo: &Repository, ids: &[BackupId]) -> Result<u64> {
         let mut keys: Vec<(String, u64)> = Vec::new();
         for (j, parts) in l.volumes(backend)? {
             if j < l.state.arranged {
-                keys.extend(parts.into_iter().map(|(p, first)| (vol_key(&l.name, j, p, first), j)));
+                keys.extend(
+                    parts
+                        .into_iter()
+                        .map(|(p, first)| (vol_key(&l.name, j, p, first), j)),
+                );
             }
         }
         if whole {
@@ -257,7 +267,8 @@ pub fn trend(repo: &Repository, source: &str) -> Result<Vec<VersionSpace>> {
         let volume_bytes = if v.version < l.state.arranged {
             let mut bytes = 0;
             for &(p, first) in vols.get(&v.version).map_or(&[][..], |p| &p[..]) {
-                let h = format::read_header(backend, &vol_key(&l.name, v.version, p, first), &mut log)?;
+                let h =
+                    format::read_header(backend, &vol_key(&l.name, v.version, p, first), &mut log)?;
                 bytes += h.categories.iter().map(|c| c.data_bytes).sum::<u64>();
             }
             Some(bytes)

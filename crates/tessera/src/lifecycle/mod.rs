@@ -118,14 +118,22 @@ fn parse_hex8(s: &str) -> Option<u32> {
 /// Parses a category part name `iiii…-jjjj…-pppppppp` into `(i, j, p)`.
 pub fn parse_cat_name(name: &str) -> Option<(u64, u64, u32)> {
     let mut it = name.split('-');
-    let r = (parse_hex16(it.next()?)?, parse_hex16(it.next()?)?, parse_hex8(it.next()?)?);
+    let r = (
+        parse_hex16(it.next()?)?,
+        parse_hex16(it.next()?)?,
+        parse_hex8(it.next()?)?,
+    );
     it.next().is_none().then_some(r)
 }
 
 /// Parses a volume part name `jjjj…-pppppppp-ffff…` into `(j, p, first)`.
 pub fn parse_vol_name(name: &str) -> Option<(u64, u32, u64)> {
     let mut it = name.split('-');
-    let r = (parse_hex16(it.next()?)?, parse_hex8(it.next()?)?, parse_hex16(it.next()?)?);
+    let r = (
+        parse_hex16(it.next()?)?,
+        parse_hex8(it.next()?)?,
+        parse_hex16(it.next()?)?,
+    );
     it.next().is_none().then_some(r)
 }
 

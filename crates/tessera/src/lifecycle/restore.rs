@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintAlgo, FingerprintMap};
 use crate::repo::Repository;
 use crate::snapshot::{BackupId, Recipe};
+use rayon::prelude::*;
 use serde::Serialize;
 use std::fs::File;
 use std::io::Write;
@@ -191,27 +192,46 @@ pub fn restore_to_file(
         for idx in 0..prefix {
             stats.categories_read += 1;
             let metas = format::read_meta(backend, &req.key, header, idx, log)?;
-            format::stream_category(backend, &req.key, header, idx, &metas, log, |fp, len, bytes| {
-                let Some((want, offsets)) = table.remove(&fp) else {
-                    return Ok(());
-                };
-                let bytes = bytes.ok_or_else(|| Error::corrupt(&req.key, "no chunk data"))?;
-                if want != len {
-                    return Err(Error::corrupt(
-                        &req.key,
-                        format!("chunk {fp} has length {len}, recipe says {want}"),
-                    ));
-                }
-                verify(algo, &req.key, &fp, bytes)?;
-                for o in offsets {
-                    file.write_all_at(bytes, o).map_err(out_err)?;
-                    restored += u64::from(len);
-                }
-                if let Some(p) = options.progress {
-                    p(restored);
-                }
-                Ok(())
-            })?;
+            format::stream_pieces(
+                backend,
+                &req.key,
+                header,
+                idx,
+                &metas,
+                log,
+                |chunks, piece| {
+                    let piece = piece.ok_or_else(|| Error::corrupt(&req.key, "no chunk data"))?;
+                    // The chunks of this piece the backup needs: (position, length, fp, offsets).
+                    let mut needed = Vec::new();
+                    let mut at = 0usize;
+                    for &(fp, len) in chunks {
+                        if let Some((want, offsets)) = table.remove(&fp) {
+                            if want != len {
+                                return Err(Error::corrupt(
+                                    &req.key,
+                                    format!("chunk {fp} has length {len}, recipe says {want}"),
+                                ));
+                            }
+                            needed.push((at, len as usize, fp, offsets));
+                        }
+                        at += len as usize;
+                    }
+                    needed.par_iter().try_for_each(|(at, len, fp, _)| {
+                        verify(algo, &req.key, fp, &piece[*at..*at + *len])
+                    })?;
+                    for (at, len, _, offsets) in needed {
+                        for o in offsets {
+                            file.write_all_at(&piece[at..at + len], o)
+                                .map_err(out_err)?;
+                            restored += len as u64;
+                        }
+                    }
+                    if let Some(p) = options.progress {
+                        p(restored);
+                    }
+                    Ok(())
+                },
+            )?;
         }
         Ok(())
     })?;
@@ -384,20 +404,25 @@ pub fn plan_restore(repo: &Repository, id: BackupId) -> Result<LifecycleRestoreS
     };
     let mut headers = ReadLog::default();
     let mut plan = ReadLog::default();
-    super::for_each_required(backend, &required, &mut headers, |req, header, prefix, _| {
-        // Offsets as if chunk data were stored (trace volumes hold none).
-        let mut pos = VolumeHeader::len_for(header.categories.len());
-        plan.note(&req.key, 0, pos);
-        for c in &header.categories[..prefix] {
-            stats.categories_read += 1;
-            plan.note(&req.key, pos, c.meta_len());
-            pos += c.meta_len();
-            plan.note(&req.key, pos, c.data_bytes);
-            pos += c.data_bytes;
-            plan.data_bytes += c.data_bytes;
-        }
-        Ok(())
-    })?;
+    super::for_each_required(
+        backend,
+        &required,
+        &mut headers,
+        |req, header, prefix, _| {
+            // Offsets as if chunk data were stored (trace volumes hold none).
+            let mut pos = VolumeHeader::len_for(header.categories.len());
+            plan.note(&req.key, 0, pos);
+            for c in &header.categories[..prefix] {
+                stats.categories_read += 1;
+                plan.note(&req.key, pos, c.meta_len());
+                pos += c.meta_len();
+                plan.note(&req.key, pos, c.data_bytes);
+                pos += c.data_bytes;
+                plan.data_bytes += c.data_bytes;
+            }
+            Ok(())
+        },
+    )?;
     stats.finish(&plan, started);
     Ok(stats)
 }

@@ -16,6 +16,7 @@ use crate::backend::Backend;
 use crate::container::{self, Builder, Container, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
+use std::sync::Arc;
 use crate::index::Relocations;
 use crate::repo::Repository;
 use crate::snapshot::{self, BackupId, Snapshot};
@@ -23,7 +24,45 @@ use serde::Serialize;
 use std::collections::BTreeSet;
 use std::time::Instant;
 
+mod gccdf;
+
 type LiveSet = hashbrown::HashSet<(ContainerId, Fingerprint), FingerprintHashBuilder>;
+
+/// How the copy-forward orders the live chunks it migrates.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Defrag {
+    /// In container order (plain mark-sweep).
+    #[default]
+    None,
+    /// GCCDF: ownership clustering with a binary tree over backups, newest first.
+    Gccdf,
+    /// Random order within each segment (the GCCDF paper's ablation).
+    Random,
+}
+
+impl Defrag {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Defrag::None => "none",
+            Defrag::Gccdf => "gccdf",
+            Defrag::Random => "random",
+        }
+    }
+}
+
+impl std::str::FromStr for Defrag {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Defrag::None),
+            "gccdf" => Ok(Defrag::Gccdf),
+            "random" => Ok(Defrag::Random),
+            other => Err(format!("unknown defragmentation {other:?} (expected none, gccdf or random)")),
+        }
+    }
+}
 
 /// Options of a garbage collection.
 #[derive(Clone, Copy, Debug)]
@@ -32,11 +71,22 @@ pub struct GcOptions {
     /// copied forward when its live bytes are at most `100 - threshold`
     /// percent of its stored bytes. 0 = perfect GC, 100 = only wholly dead containers.
     pub threshold_pct: f64,
+    /// Order of the migrated chunks.
+    pub defrag: Defrag,
+    /// Containers per segment (the unit GCCDF reorders within, held in memory).
+    pub segment: usize,
+    /// GCCDF: a cluster smaller than this many bytes is not split further.
+    pub split_threshold: u64,
 }
 
 impl Default for GcOptions {
     fn default() -> Self {
-        GcOptions { threshold_pct: 0.0 }
+        GcOptions {
+            threshold_pct: 0.0,
+            defrag: Defrag::None,
+            segment: 100,
+            split_threshold: 64 * 1024,
+        }
     }
 }
 
@@ -47,8 +97,12 @@ pub struct GcStageSeconds {
     pub mark: f64,
     /// Reading container metadata and choosing containers.
     pub select: f64,
-    /// Reading selected containers and writing live chunks forward.
-    pub sweep: f64,
+    /// GCCDF: ownership analysis and packing plan.
+    pub analyze: f64,
+    /// Reading the selected containers.
+    pub sweep_read: f64,
+    /// Writing the live chunks forward.
+    pub sweep_write: f64,
     /// Rewriting the index and the recipes.
     pub update: f64,
     /// Deleting old containers.
@@ -80,6 +134,12 @@ pub struct GcStats {
     pub recipes_rewritten: u64,
     /// Leftover recipes of interrupted backups removed.
     pub uncommitted_recipes_removed: u64,
+    /// Segments the selected containers were processed in.
+    pub segments: u64,
+    /// GCCDF: clusters (binary tree leaves), summed over segments.
+    pub tree_leaves: u64,
+    /// GCCDF: binary tree nodes, summed over segments.
+    pub tree_nodes: u64,
     /// Wall time.
     pub seconds: f64,
     /// Time per stage.
@@ -132,9 +192,14 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     let t = Instant::now();
     let snapshots = repo.snapshots()?;
     let mut live = LiveSet::default();
+    let mut owners = gccdf::Owners::default();
     for s in &snapshots {
-        for c in &repo.recipe(s.id)?.chunks {
+        let recipe = repo.recipe(s.id)?;
+        for c in &recipe.chunks {
             live.insert((c.container, c.fp));
+        }
+        if options.defrag == Defrag::Gccdf {
+            owners.add_backup(s.id, &recipe.chunks);
         }
     }
     stats.stage_seconds.mark = t.elapsed().as_secs_f64();
@@ -176,60 +241,85 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     stats.containers_involved = selected.len() as u64;
     stats.stage_seconds.select = t.elapsed().as_secs_f64();
 
-    // Sweep: copy live chunks forward, in container order.
-    let t = Instant::now();
+    // Sweep: copy live chunks forward, a segment of containers at a time, in
+    // the order the defragmentation policy plans.
     let trace = repo.config().trace;
-    let capacity = repo.config().container_size as usize;
-    let mut next_id = repo.next_container_id()?;
-    let mut moved = Relocations::default();
-    let mut open: Option<Builder> = None;
-    let mut produced_bytes = 0u64;
     let algo = repo.config().fingerprint;
-    for s in selected.iter().filter(|s| s.has_live) {
-        let ct = Container::parse(s.id, backend.read(&container::key(s.id))?)?;
-        for (i, m) in ct.metas.iter().enumerate() {
-            if !live.contains(&(s.id, m.fp)) || moved.contains_key(&(s.id, m.fp)) {
-                continue;
-            }
-            let bytes = ct.chunk(i);
-            if !trace && algo.hash(bytes) != m.fp {
-                // Never copy a damaged chunk forward: stop before anything refers to the copies.
-                return Err(Error::ChunkMismatch {
-                    container: s.id,
-                    fingerprint: m.fp.to_string(),
-                    actual: algo.hash(bytes).to_string(),
+    let mut writer = Forward {
+        backend,
+        capacity: repo.config().container_size as usize,
+        trace,
+        next_id: repo.next_container_id()?,
+        open: None,
+        produced: 0,
+        produced_bytes: 0,
+    };
+    let mut moved = Relocations::default();
+    let segment = match options.defrag {
+        Defrag::None => 1,
+        Defrag::Gccdf | Defrag::Random => options.segment.max(1),
+    };
+    let with_live: Vec<ContainerId> = selected.iter().filter(|s| s.has_live).map(|s| s.id).collect();
+    for group in with_live.chunks(segment) {
+        stats.segments += 1;
+        let t = Instant::now();
+        let mut cache: Vec<LiveChunk> = Vec::new();
+        for &cid in group {
+            let ct = Arc::new(Container::parse(cid, backend.read(&container::key(cid))?)?);
+            for (i, m) in ct.metas.iter().enumerate() {
+                if !live.contains(&(cid, m.fp)) || moved.contains_key(&(cid, m.fp)) {
+                    continue;
+                }
+                if !trace && algo.hash(ct.chunk(i)) != m.fp {
+                    // Never copy a damaged chunk forward: stop before anything refers to the copies.
+                    return Err(Error::ChunkMismatch {
+                        container: cid,
+                        fingerprint: m.fp.to_string(),
+                        actual: algo.hash(ct.chunk(i)).to_string(),
+                    });
+                }
+                // Placeholder until written; keeps a chunk listed twice in a container single.
+                moved.insert((cid, m.fp), ContainerId::MAX);
+                cache.push(LiveChunk {
+                    container: ct.clone(),
+                    index: i,
                 });
             }
-            if open.as_ref().is_some_and(|b| !b.fits(m.len as usize)) {
-                if let Some(b) = open.take() {
-                    produced_bytes += write_container(backend, b)?;
-                    stats.containers_produced += 1;
-                }
+        }
+        stats.stage_seconds.sweep_read += t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        let order: Vec<usize> = match options.defrag {
+            Defrag::None => (0..cache.len()).collect(),
+            Defrag::Random => gccdf::random_order(cache.len(), stats.segments),
+            Defrag::Gccdf => {
+                let fps: Vec<(Fingerprint, u32)> = cache.iter().map(|c| (c.meta().fp, c.meta().len)).collect();
+                let involved = owners.involved(group);
+                let plan = gccdf::plan(&fps, &involved, &owners, options.split_threshold);
+                stats.tree_leaves += plan.leaves;
+                stats.tree_nodes += plan.nodes;
+                plan.order
             }
-            let b = open.get_or_insert_with(|| {
-                let id = next_id;
-                next_id += 1;
-                if trace {
-                    Builder::without_data(id, capacity)
-                } else {
-                    Builder::new(id, capacity)
-                }
-            });
-            if trace {
-                b.push_len(m.fp, m.len);
-            } else {
-                b.push(m.fp, bytes);
-            }
-            moved.insert((s.id, m.fp), b.id());
+        };
+        stats.stage_seconds.analyze += t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        for i in order {
+            let c = &cache[i];
+            let m = c.meta();
+            let new = writer.push(m.fp, m.len, c.container.chunk(c.index))?;
+            moved.insert((c.container.header.id, m.fp), new);
             stats.chunks_moved += 1;
             stats.bytes_moved += u64::from(m.len);
         }
+        stats.stage_seconds.sweep_write += t.elapsed().as_secs_f64();
     }
-    if let Some(b) = open.take() {
-        produced_bytes += write_container(backend, b)?;
-        stats.containers_produced += 1;
-    }
-    stats.stage_seconds.sweep = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    writer.seal()?;
+    stats.stage_seconds.sweep_write += t.elapsed().as_secs_f64();
+    stats.containers_produced = writer.produced;
+    let next_id = writer.next_id;
+    let produced_bytes = writer.produced_bytes;
 
     // Update the index, then every recipe that names a selected container.
     let t = Instant::now();
@@ -285,13 +375,66 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     Ok(stats)
 }
 
-/// Seals and writes a container; returns its nominal size.
-fn write_container(backend: &dyn Backend, b: Builder) -> Result<u64> {
-    let id = b.id();
-    let bytes = b.seal();
-    let header = container::Header::parse(id, &bytes)?;
-    backend.write(&container::key(id), &bytes)?;
-    Ok(header.total_len() as u64)
+/// A live chunk held in the GC cache: its container and index there.
+struct LiveChunk {
+    container: Arc<Container>,
+    index: usize,
+}
+
+impl LiveChunk {
+    fn meta(&self) -> &crate::container::ChunkMeta {
+        &self.container.metas[self.index]
+    }
+}
+
+/// Writes migrated chunks into new containers.
+struct Forward<'a> {
+    backend: &'a dyn Backend,
+    capacity: usize,
+    trace: bool,
+    next_id: ContainerId,
+    open: Option<Builder>,
+    produced: u64,
+    produced_bytes: u64,
+}
+
+impl Forward<'_> {
+    /// Appends a chunk; returns the container it goes to.
+    fn push(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<ContainerId> {
+        if self.open.as_ref().is_some_and(|b| !b.fits(len as usize)) {
+            self.seal()?;
+        }
+        let (capacity, trace) = (self.capacity, self.trace);
+        let next_id = &mut self.next_id;
+        let b = self.open.get_or_insert_with(|| {
+            let id = *next_id;
+            *next_id += 1;
+            if trace {
+                Builder::without_data(id, capacity)
+            } else {
+                Builder::new(id, capacity)
+            }
+        });
+        if trace {
+            b.push_len(fp, len);
+        } else {
+            b.push(fp, bytes);
+        }
+        Ok(b.id())
+    }
+
+    /// Writes the open container, if any.
+    fn seal(&mut self) -> Result<()> {
+        if let Some(b) = self.open.take() {
+            let id = b.id();
+            let bytes = b.seal();
+            let header = container::Header::parse(id, &bytes)?;
+            self.backend.write(&container::key(id), &bytes)?;
+            self.produced_bytes += header.total_len() as u64;
+            self.produced += 1;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
