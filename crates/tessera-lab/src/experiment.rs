@@ -157,6 +157,10 @@ pub struct RestoreSpec {
     /// Also restore the oldest retained backup at those times.
     #[serde(default)]
     pub oldest: bool,
+    /// After the last version, restore every retained backup (the mean
+    /// read amplification and restore speed over them are reported).
+    #[serde(default)]
+    pub retained_at_end: bool,
 }
 
 impl Default for RestoreSpec {
@@ -164,6 +168,7 @@ impl Default for RestoreSpec {
         RestoreSpec {
             every: 1,
             oldest: false,
+            retained_at_end: false,
         }
     }
 }
@@ -438,6 +443,29 @@ pub struct VersionRecord {
     pub gc: Option<GcRecord>,
 }
 
+/// Restores of every retained backup after the last version, per system.
+#[derive(Clone, Debug, Serialize)]
+pub struct FinalRestores {
+    /// System name.
+    pub system: String,
+    /// One restore per retained backup, oldest first.
+    pub restores: Vec<RestoreRecord>,
+    /// Mean read amplification over them.
+    pub mean_read_amplification: f64,
+    /// Mean speed factor over them.
+    pub mean_speed_factor: f64,
+    /// Mean restore throughput (MB/s) over them.
+    pub mean_restore_mb_s: f64,
+    /// Mean modelled restore time (seconds) over them.
+    pub mean_modelled_seconds: f64,
+    /// GC totals over the whole run: containers produced.
+    pub gc_containers_produced: u64,
+    /// GC totals over the whole run: bytes read plus written.
+    pub gc_bytes_moved: u64,
+    /// GC totals over the whole run: seconds.
+    pub gc_seconds: f64,
+}
+
 /// The results of a whole experiment.
 #[derive(Clone, Debug, Serialize)]
 pub struct Results {
@@ -447,6 +475,8 @@ pub struct Results {
     pub versions: Vec<Version>,
     /// All records, system by system, version by version.
     pub records: Vec<VersionRecord>,
+    /// Restores of all retained backups after the last version (if asked).
+    pub final_restores: Vec<FinalRestores>,
     /// Wall time of the whole experiment.
     pub seconds: f64,
 }
@@ -511,13 +541,17 @@ pub fn run(
     fs::create_dir_all(out).map_err(io_err(out))?;
     let versions = dataset_versions(&config.dataset, out)?;
     let mut records = Vec::new();
+    let mut final_restores = Vec::new();
     for system in &config.systems {
-        records.extend(run_system(config, system, &versions, out, progress)?);
+        let (r, f) = run_system(config, system, &versions, out, progress)?;
+        records.extend(r);
+        final_restores.extend(f);
     }
     let results = Results {
         config: config.clone(),
         versions,
         records,
+        final_restores,
         seconds: started.elapsed().as_secs_f64(),
     };
     write_results(&results, out)?;
@@ -530,7 +564,7 @@ fn run_system(
     versions: &[Version],
     out: &Path,
     progress: &mut dyn FnMut(&str),
-) -> Result<Vec<VersionRecord>, ExperimentError> {
+) -> Result<(Vec<VersionRecord>, Option<FinalRestores>), ExperimentError> {
     let repo_dir = out.join("repos").join(&system.name);
     if repo_dir.exists() {
         fs::remove_dir_all(&repo_dir).map_err(io_err(&repo_dir))?;
@@ -635,7 +669,54 @@ fn run_system(
         progress(&progress_line(&record, versions.len()));
         records.push(record);
     }
-    Ok(records)
+    let finals = if config.restore.retained_at_end {
+        let n = versions.len();
+        let mut restores = Vec::new();
+        for id in repo.backups().map_err(engine(n))? {
+            let stats = restore(
+                &repo,
+                id,
+                &mut io::sink(),
+                &RestoreOptions {
+                    cache_containers: system.cache_size,
+                    progress: None,
+                },
+            )
+            .map_err(engine(n))?;
+            restores.push(RestoreRecord {
+                version: id as usize,
+                modelled_seconds: config.disk.seconds(stats.containers_read, stats.bytes_read),
+                stats,
+            });
+        }
+        let mean = |f: &dyn Fn(&RestoreRecord) -> f64| {
+            restores.iter().map(f).sum::<f64>() / restores.len().max(1) as f64
+        };
+        let gcs = records.iter().filter_map(|r| r.gc.as_ref());
+        let f = FinalRestores {
+            system: system.name.clone(),
+            mean_read_amplification: mean(&|r| r.stats.read_amplification),
+            mean_speed_factor: mean(&|r| r.stats.speed_factor),
+            mean_restore_mb_s: mean(&|r| r.stats.throughput_mb_s),
+            mean_modelled_seconds: mean(&|r| r.modelled_seconds),
+            gc_containers_produced: gcs.clone().map(|g| g.stats.containers_produced).sum(),
+            gc_bytes_moved: gcs.clone().map(|g| g.stats.bytes_read + g.stats.bytes_written).sum(),
+            gc_seconds: gcs.map(|g| g.stats.seconds).sum(),
+            restores,
+        };
+        progress(&format!(
+            "[{}] all {} retained backups restored: mean read amplification {:.3}, speed factor {:.3}, {:.0} MB/s",
+            f.system,
+            f.restores.len(),
+            f.mean_read_amplification,
+            f.mean_speed_factor,
+            f.mean_restore_mb_s
+        ));
+        Some(f)
+    } else {
+        None
+    };
+    Ok((records, finals))
 }
 
 fn progress_line(r: &VersionRecord, total: usize) -> String {

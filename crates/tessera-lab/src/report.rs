@@ -167,6 +167,10 @@ pub fn render(results: &Results) -> String {
     ));
     html.push_str("<h2>Means over the last versions</h2>\n");
     html.push_str(&summary_table(results));
+    if !results.final_restores.is_empty() {
+        html.push_str("<h2>All retained backups restored after the last version</h2>\n");
+        html.push_str(&final_table(results));
+    }
     html.push_str("<h2>Per version</h2>\n");
     for m in METRICS {
         match plot(results, m) {
@@ -225,6 +229,26 @@ pub fn summary(results: &Results) -> Vec<(String, Vec<Option<f64>>)> {
             (s.name.clone(), means)
         })
         .collect()
+}
+
+fn final_table(results: &Results) -> String {
+    let mut t = String::from("<table><tr><th>system</th><th>backups</th><th>mean read amplification</th><th>mean speed factor</th><th>mean restore MB/s</th><th>mean modelled restore s</th><th>GC containers produced</th><th>GC MiB moved</th><th>GC s</th></tr>\n");
+    for f in &results.final_restores {
+        t.push_str(&format!(
+            "<tr><th>{}</th><td>{}</td><td>{:.3}</td><td>{:.3}</td><td>{:.0}</td><td>{:.3}</td><td>{}</td><td>{:.1}</td><td>{:.2}</td></tr>\n",
+            escape(&f.system),
+            f.restores.len(),
+            f.mean_read_amplification,
+            f.mean_speed_factor,
+            f.mean_restore_mb_s,
+            f.mean_modelled_seconds,
+            f.gc_containers_produced,
+            f.gc_bytes_moved as f64 / 1048576.0,
+            f.gc_seconds
+        ));
+    }
+    t.push_str("</table>\n");
+    t
 }
 
 fn summary_table(results: &Results) -> String {

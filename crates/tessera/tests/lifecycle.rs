@@ -188,6 +188,16 @@ fn round_trip_of_25_versions_with_edits_without_read_amplification() {
         // Volumes k..n-1 plus active categories: one extent per object.
         assert!(s.extents <= s.objects_read, "{s:?}");
     }
+    let stored: u64 = originals
+        .keys()
+        .map(|&id| repo.snapshot(id).unwrap().stats.stored_bytes)
+        .sum();
+    let totals = lifecycle::totals(&repo).unwrap();
+    assert_eq!(totals.backups, 25);
+    assert!(
+        totals.physical_bytes >= stored && totals.physical_bytes < stored + stored / 5,
+        "{totals:?} for {stored} stored bytes"
+    );
     // Categories and volumes span several parts.
     let objects = walk(&dir.path().join("repo/lifecycle"));
     assert!(

@@ -1,8 +1,60 @@
 use super::*;
-use crate::backend::{Counting, Local};
+use crate::backend::Counting;
 use crate::index::Exact;
 use proptest::prelude::*;
 use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+/// Objects in memory (the local backend syncs every write, too slow for
+/// hundreds of property cases).
+#[derive(Default)]
+struct Mem(Mutex<BTreeMap<String, Vec<u8>>>);
+
+impl Backend for Mem {
+    fn location(&self) -> String {
+        "memory".into()
+    }
+    fn read(&self, key: &str) -> Result<Vec<u8>> {
+        let m = self.0.lock().unwrap();
+        m.get(key).cloned().ok_or_else(|| Error::NotFound(key.into()))
+    }
+    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let all = self.read(key)?;
+        let start = (offset as usize).min(all.len());
+        let end = (offset.saturating_add(len) as usize).min(all.len());
+        Ok(all[start..end].to_vec())
+    }
+    fn size(&self, key: &str) -> Result<u64> {
+        Ok(self.read(key)?.len() as u64)
+    }
+    fn write(&self, key: &str, data: &[u8]) -> Result<()> {
+        self.0.lock().unwrap().insert(key.into(), data.to_vec());
+        Ok(())
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.0.lock().unwrap().remove(key);
+        Ok(())
+    }
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        let prefix = format!("{dir}/");
+        let m = self.0.lock().unwrap();
+        Ok(m.keys()
+            .filter_map(|k| k.strip_prefix(&prefix))
+            .filter(|k| !k.contains('/'))
+            .map(String::from)
+            .collect())
+    }
+    fn exists(&self, key: &str) -> Result<bool> {
+        Ok(self.0.lock().unwrap().contains_key(key))
+    }
+    fn lock(&self, _exclusive: bool) -> Result<crate::backend::LockGuard> {
+        Ok(crate::backend::LockGuard::default())
+    }
+}
+
+fn mem() -> Arc<dyn Backend> {
+    Arc::new(Mem::default())
+}
 
 /// Fingerprint number `i`: a hash for even numbers, a short trace-like
 /// fingerprint (6 significant bytes) for odd ones.
@@ -221,8 +273,7 @@ proptest! {
     /// accuracy, fingerprints stored twice, and damage to the index objects.
     #[test]
     fn same_decisions_as_the_exact_index(c in case()) {
-        let dir = tempfile::tempdir().unwrap();
-        let backend: Arc<dyn Backend> = Arc::new(Local::new(dir.path()));
+        let backend = mem();
         let mut sim = Sim::new(backend.clone(), c.per_container);
         for (stream, extra, batch, harm) in &c.backups {
             sim.extra(extra);
@@ -255,10 +306,8 @@ proptest! {
     }
 }
 
-fn counting() -> (tempfile::TempDir, Arc<Counting>) {
-    let dir = tempfile::tempdir().unwrap();
-    let backend = Arc::new(Counting::new(Box::new(Local::new(dir.path()))));
-    (dir, backend)
+fn counting() -> ((), Arc<Counting>) {
+    ((), Arc::new(Counting::new(Box::new(Mem::default()))))
 }
 
 #[test]
@@ -343,8 +392,7 @@ fn bloom_false_positives_are_counted_and_unique() {
 
 #[test]
 fn open_checks_and_rebuilds() {
-    let dir = tempfile::tempdir().unwrap();
-    let backend: Arc<dyn Backend> = Arc::new(Local::new(dir.path()));
+    let backend = mem();
     let mut sim = Sim::new(backend.clone(), 10);
     let params = small_params();
     let mut idx = Ddfs::open(backend.clone(), &[], params).unwrap();
@@ -400,8 +448,7 @@ fn open_checks_and_rebuilds() {
 
 #[test]
 fn relocate_and_commit_follow_garbage_collection() {
-    let dir = tempfile::tempdir().unwrap();
-    let backend: Arc<dyn Backend> = Arc::new(Local::new(dir.path()));
+    let backend = mem();
     let mut sim = Sim::new(backend.clone(), 10);
     let params = small_params();
     let mut exact = Exact::open(backend.clone(), &[]).unwrap();
@@ -444,8 +491,7 @@ fn relocate_and_commit_follow_garbage_collection() {
 
 #[test]
 fn relocate_before_commit_applies_to_lookups() {
-    let dir = tempfile::tempdir().unwrap();
-    let backend: Arc<dyn Backend> = Arc::new(Local::new(dir.path()));
+    let backend = mem();
     let mut sim = Sim::new(backend.clone(), 10);
     let params = small_params();
     let mut ddfs = Ddfs::open(backend.clone(), &[], params).unwrap();

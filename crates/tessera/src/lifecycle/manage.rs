@@ -285,3 +285,40 @@ pub fn trend(repo: &Repository, source: &str) -> Result<Vec<VersionSpace>> {
     }
     Ok(out)
 }
+
+/// Totals over a lifecycle repository, like [`Repository::totals`]:
+/// `physical_bytes` sums every object of the layout (category and volume
+/// parts, NDF tables, lineage states, journals) and `containers` counts the
+/// category and volume parts.
+pub fn totals(repo: &Repository) -> Result<crate::repo::RepoTotals> {
+    require_layout(repo)?;
+    let backend = repo.backend().as_ref();
+    let snapshots = repo.snapshots()?;
+    let logical_bytes = snapshots.iter().map(|s| s.logical_bytes).sum();
+    let (mut physical_bytes, mut parts) = (0u64, 0u64);
+    for l in lineages(backend)? {
+        physical_bytes += backend.size(&state_key(&l.name))?;
+        for (i, j, p) in l.cat_objects(backend)? {
+            physical_bytes += backend.size(&cat_key(&l.name, i, j, p))?;
+            parts += 1;
+        }
+        for (j, vol_parts) in l.volumes(backend)? {
+            for (p, first) in vol_parts {
+                physical_bytes += backend.size(&vol_key(&l.name, j, p, first))?;
+                parts += 1;
+            }
+        }
+        for name in backend.list(&ndf_dir(&l.name))? {
+            if let Some(v) = parse_num_name(&name) {
+                physical_bytes += backend.size(&ndf_key(&l.name, v))?;
+            }
+        }
+    }
+    Ok(crate::repo::RepoTotals {
+        backups: snapshots.len() as u64,
+        logical_bytes,
+        physical_bytes,
+        containers: parts,
+        dedup_ratio: crate::backup::ratio(logical_bytes, physical_bytes),
+    })
+}

@@ -34,7 +34,7 @@ pub use arrange::{arrange, arrange_rounds, ArrangeStats};
 pub use backup::{backup, BackupOutcome, LifecycleBackupOptions};
 pub use check::check;
 pub use manage::{
-    delete_backups, forget_keep_last, reclaim, space, trend, DeleteStats, VersionSpace,
+    delete_backups, forget_keep_last, reclaim, space, totals, trend, DeleteStats, VersionSpace,
 };
 pub use restore::{
     plan_restore, restore_to_file, restore_to_writer, LifecycleRestoreOptions,

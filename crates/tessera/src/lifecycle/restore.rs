@@ -354,15 +354,16 @@ pub fn restore_to_writer(
             let key = &objects[obj];
             let data = log.read(backend, key, start, end - start)?;
             log.data_bytes += end - start;
-            let mut verified = u64::MAX;
-            for (loc, p, fp) in &reads[r..e] {
+            // Verify each distinct chunk of the extent (in parallel), then place it.
+            let mut distinct: Vec<&(Loc, usize, Fingerprint)> = reads[r..e].iter().collect();
+            distinct.dedup_by_key(|(loc, _, _)| loc.offset);
+            distinct.par_iter().try_for_each(|(loc, _, fp)| {
                 let s = (loc.offset - start) as usize;
-                let bytes = &data[s..s + loc.len as usize];
-                if loc.offset != verified {
-                    verify(algo, key, fp, bytes)?;
-                    verified = loc.offset;
-                }
-                buf[*p..*p + loc.len as usize].copy_from_slice(bytes);
+                verify(algo, key, fp, &data[s..s + loc.len as usize])
+            })?;
+            for (loc, p, _) in &reads[r..e] {
+                let s = (loc.offset - start) as usize;
+                buf[*p..*p + loc.len as usize].copy_from_slice(&data[s..s + loc.len as usize]);
             }
             r = e;
         }
