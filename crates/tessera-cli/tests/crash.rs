@@ -56,7 +56,14 @@ fn backup_killed_at_random_moments_leaves_repository_consistent() {
 
     // An uninterrupted run of the same size measures how long a run takes
     // and how many containers it writes.
-    let big = tmp.path().join("big");
+    // The inputs live in memory when possible (tmpfs), so that writing a
+    // fresh input for every attempt does not compete with the backups' fsyncs.
+    let input_dir = tempfile::Builder::new()
+        .prefix("tessera-crash-input")
+        .tempdir_in("/dev/shm")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap();
+    let big = input_dir.path().join("big");
     write_random_file(&big, 1000, BIG);
     let started = Instant::now();
     let r = backup_json(&repo, &big);

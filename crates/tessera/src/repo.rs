@@ -6,7 +6,7 @@ use crate::config::{Config, IndexKind, CONFIG_KEY};
 use crate::container::{self, ContainerId, CONTAINER_DIR};
 use crate::envelope;
 use crate::error::{Error, Result};
-use crate::index::{DedupIndex, Ddfs, DdfsParams, Exact, IndexStats};
+use crate::index::{Ddfs, DdfsParams, DedupIndex, Exact, IndexStats};
 use crate::snapshot::{self, BackupId, Recipe, Snapshot, RECIPE_DIR, SNAPSHOT_DIR};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -169,7 +169,10 @@ impl Repository {
 
     /// All committed snapshots, by id.
     pub fn snapshots(&self) -> Result<Vec<Snapshot>> {
-        self.backups()?.into_iter().map(|id| self.snapshot(id)).collect()
+        self.backups()?
+            .into_iter()
+            .map(|id| self.snapshot(id))
+            .collect()
     }
 
     /// The recipe of backup `id`.

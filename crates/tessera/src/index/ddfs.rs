@@ -106,7 +106,9 @@ impl DdfsParams {
         if !(table::MIN_BUCKET_BYTES..=table::MAX_BUCKET_BYTES).contains(&self.bucket_bytes)
             || self.part_buckets == 0
         {
-            return Err(Error::InvalidConfig(format!("invalid index table shape {self:?}")));
+            return Err(Error::InvalidConfig(format!(
+                "invalid index table shape {self:?}"
+            )));
         }
         Ok(self)
     }
@@ -175,9 +177,15 @@ fn decode_bloom(generation: u64, bytes: &[u8]) -> Result<BloomFilter> {
         || count == 0
         || body.len() as u64 != count.saturating_mul(8)
     {
-        return Err(Error::corrupt(key, "Bloom filter does not match the manifest"));
+        return Err(Error::corrupt(
+            key,
+            "Bloom filter does not match the manifest",
+        ));
     }
-    let words: Vec<u64> = body.chunks_exact(8).map(|w| u64::from_le_bytes(le8(w))).collect();
+    let words: Vec<u64> = body
+        .chunks_exact(8)
+        .map(|w| u64::from_le_bytes(le8(w)))
+        .collect();
     Ok(BloomFilter::from_vec(words).hashes(hashes))
 }
 
@@ -224,12 +232,18 @@ impl Manifest {
         let count = u64::from_le_bytes(le8(&p[40..48]));
         let body = &p[48..];
         if body.len() as u64 != count.saturating_mul(8) {
-            return Err(Error::corrupt(MANIFEST_KEY, "container list does not match its size"));
+            return Err(Error::corrupt(
+                MANIFEST_KEY,
+                "container list does not match its size",
+            ));
         }
         Ok(Manifest {
             next_container: u64::from_le_bytes(le8(&p[8..16])),
             table,
-            referenced: body.chunks_exact(8).map(|c| u64::from_le_bytes(le8(c))).collect(),
+            referenced: body
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(le8(c)))
+                .collect(),
         })
     }
 }
@@ -259,9 +273,8 @@ impl Cache {
         // The map's buckets are a power of two, 7/8 usable, 41 bytes each
         // (entry and control byte); each cached fingerprint is also kept in
         // its container's list (32 bytes) and each container costs an LRU node.
-        let per_entry = 41.0 * 8.0 / 7.0
-            + FINGERPRINT_LEN as f64
-            + CACHE_CONTAINER_OVERHEAD as f64 / 300.0;
+        let per_entry =
+            41.0 * 8.0 / 7.0 + FINGERPRINT_LEN as f64 + CACHE_CONTAINER_OVERHEAD as f64 / 300.0;
         let mut buckets: u64 = 8;
         let mut max_entries = 0;
         while buckets < 1 << 40 {
@@ -293,7 +306,9 @@ impl Cache {
             return;
         }
         while self.entries + fps.len() > self.max_entries {
-            let Some((old, list)) = self.lru.pop_lru() else { break };
+            let Some((old, list)) = self.lru.pop_lru() else {
+                break;
+            };
             for fp in &list {
                 if self.map.get(fp) == Some(&old) {
                     self.map.remove(fp);
@@ -410,7 +425,10 @@ impl Ddfs {
             Err(e) => return Err(e),
         };
         let mut index = Ddfs::with_state(backend, params, manifest, bloom, containers);
-        let newer: Vec<_> = existing.range(index.manifest.next_container..).copied().collect();
+        let newer: Vec<_> = existing
+            .range(index.manifest.next_container..)
+            .copied()
+            .collect();
         let pending = &mut index.pending;
         super::scan_containers(index.backend.as_ref(), &newer, |id, metas| {
             for m in metas {
@@ -559,6 +577,7 @@ impl Ddfs {
         let upper = self.manifest.table.entries + new.len() as u64;
         let generation = self.manifest.table.generation + 1;
         let mut buckets = table::buckets_for(upper, self.params.bucket_bytes);
+        let mut doublings = 0;
         let backend = self.backend.clone();
         let (table, bloom, referenced) = loop {
             let mut m = Merger {
@@ -604,7 +623,8 @@ impl Ddfs {
                 m.emit(fp, c)?;
             }
             if m.overflow {
-                buckets = buckets.saturating_mul(2);
+                buckets = table::grow(buckets, doublings)?;
+                doublings += 1;
                 continue;
             }
             break (m.writer.finish()?, m.bloom, m.referenced);

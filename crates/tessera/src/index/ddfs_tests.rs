@@ -16,7 +16,9 @@ impl Backend for Mem {
     }
     fn read(&self, key: &str) -> Result<Vec<u8>> {
         let m = self.0.lock().unwrap();
-        m.get(key).cloned().ok_or_else(|| Error::NotFound(key.into()))
+        m.get(key)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(key.into()))
     }
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let all = self.read(key)?;
@@ -59,7 +61,7 @@ fn mem() -> Arc<dyn Backend> {
 /// Fingerprint number `i`: a hash for even numbers, a short trace-like
 /// fingerprint (6 significant bytes) for odd ones.
 fn fp(i: u32) -> Fingerprint {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         crate::fingerprint::FingerprintAlgo::Blake3.hash(&i.to_le_bytes())
     } else {
         let mut f = [0u8; 32];
@@ -252,16 +254,18 @@ fn case() -> impl Strategy<Value = Case> {
         prop::sample::select(vec![1u32, 3, 4096]),
         prop::sample::select(vec![0.01f64, 0.5]),
     )
-        .prop_map(|(backups, per_container, cache_bytes, bucket_bytes, part_buckets, bloom_fpr)| Case {
-            backups,
-            per_container,
-            params: DdfsParams {
-                bloom_fpr,
-                cache_bytes,
-                bucket_bytes,
-                part_buckets,
+        .prop_map(
+            |(backups, per_container, cache_bytes, bucket_bytes, part_buckets, bloom_fpr)| Case {
+                backups,
+                per_container,
+                params: DdfsParams {
+                    bloom_fpr,
+                    cache_bytes,
+                    bucket_bytes,
+                    part_buckets,
+                },
             },
-        })
+        )
 }
 
 proptest! {
@@ -420,7 +424,10 @@ fn open_checks_and_rebuilds() {
     // Only the new generation's objects are left.
     let gen = idx.manifest.table.generation;
     for name in backend.list(DDFS_PREFIX).unwrap() {
-        assert!(name == "manifest" || object_generation(&name) == Some(gen), "{name}");
+        assert!(
+            name == "manifest" || object_generation(&name) == Some(gen),
+            "{name}"
+        );
     }
 
     // Names a container that is gone: rebuilt from what exists.
@@ -442,7 +449,10 @@ fn open_checks_and_rebuilds() {
     idx.submit((0..100).map(|i| chunk(i as u64, i)).collect(), &mut out)
         .unwrap();
     assert!(idx.stats().rebuilt);
-    let dups = out.iter().filter(|d| matches!(d.1, Decision::Duplicate(_))).count();
+    let dups = out
+        .iter()
+        .filter(|d| matches!(d.1, Decision::Duplicate(_)))
+        .count();
     assert_eq!(dups, 90);
 }
 
@@ -453,7 +463,11 @@ fn relocate_and_commit_follow_garbage_collection() {
     let params = small_params();
     let mut exact = Exact::open(backend.clone(), &[]).unwrap();
     let mut ddfs = Ddfs::open(backend.clone(), &[], params).unwrap();
-    sim.backup(&mut [&mut exact, &mut ddfs], &(0..30).collect::<Vec<_>>(), 8);
+    sim.backup(
+        &mut [&mut exact, &mut ddfs],
+        &(0..30).collect::<Vec<_>>(),
+        8,
+    );
     // Containers 1, 2, 3 hold 0..10, 10..20, 20..30. GC removes 1 and 2:
     // chunks 0..5 move to a new container 4, the rest of them are dropped.
     let mut moved = Relocations::default();
@@ -477,9 +491,16 @@ fn relocate_and_commit_follow_garbage_collection() {
     let ids = sim.ids();
     let mut exact = Exact::open(backend.clone(), &ids).unwrap();
     let mut ddfs = Ddfs::open(backend.clone(), &ids, params).unwrap();
-    assert!(!ddfs.stats().rebuilt, "the relocated table names only existing containers");
+    assert!(
+        !ddfs.stats().rebuilt,
+        "the relocated table names only existing containers"
+    );
     assert_eq!(ddfs.table_entries(), 15);
-    let out = sim.backup(&mut [&mut exact, &mut ddfs], &(0..30).collect::<Vec<_>>(), 8);
+    let out = sim.backup(
+        &mut [&mut exact, &mut ddfs],
+        &(0..30).collect::<Vec<_>>(),
+        8,
+    );
     for (i, d) in out[1].iter().enumerate() {
         match i {
             0..5 => assert_eq!(*d, Decision::Duplicate(4)),
@@ -508,7 +529,11 @@ fn relocate_before_commit_applies_to_lookups() {
     let d: Vec<_> = out.iter().map(|x| x.1).collect();
     assert_eq!(
         d,
-        vec![Decision::Duplicate(7), Decision::Unique, Decision::Duplicate(2)]
+        vec![
+            Decision::Duplicate(7),
+            Decision::Unique,
+            Decision::Duplicate(2)
+        ]
     );
 }
 

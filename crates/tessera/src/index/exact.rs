@@ -130,13 +130,19 @@ fn decode(bytes: &[u8]) -> Result<(ContainerId, FingerprintMap<ContainerId>)> {
     let count = u64::from_le_bytes(le8(&payload[8..16]));
     let body = &payload[16..];
     if body.len() as u64 != count.saturating_mul(ENTRY_LEN as u64) {
-        return Err(Error::corrupt(INDEX_KEY, "entry count does not match its size"));
+        return Err(Error::corrupt(
+            INDEX_KEY,
+            "entry count does not match its size",
+        ));
     }
     let mut map = FingerprintMap::with_capacity_and_hasher(count as usize, Default::default());
     for e in body.chunks_exact(ENTRY_LEN) {
         let mut fp = [0u8; FINGERPRINT_LEN];
         fp.copy_from_slice(&e[..FINGERPRINT_LEN]);
-        map.insert(Fingerprint(fp), u64::from_le_bytes(le8(&e[FINGERPRINT_LEN..])));
+        map.insert(
+            Fingerprint(fp),
+            u64::from_le_bytes(le8(&e[FINGERPRINT_LEN..])),
+        );
     }
     Ok((next_container, map))
 }
@@ -226,7 +232,11 @@ mod tests {
         let d: Vec<_> = out.iter().map(|x| x.1).collect();
         assert_eq!(
             d,
-            vec![Decision::Unique, Decision::Unique, Decision::InternalDuplicate]
+            vec![
+                Decision::Unique,
+                Decision::Unique,
+                Decision::InternalDuplicate
+            ]
         );
         idx.placed(&[(Fingerprint([1; 32]), 5), (Fingerprint([2; 32]), 5)])
             .unwrap();

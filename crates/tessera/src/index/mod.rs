@@ -180,7 +180,10 @@ mod tests {
         assert!(ready.is_empty());
         assert_eq!(r.waiting(), 2);
         r.push([0].map(|s| (chunk(s), Decision::Unique)), &mut ready);
-        assert_eq!(ready.iter().map(|c| c.0.seq).collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(
+            ready.iter().map(|c| c.0.seq).collect::<Vec<_>>(),
+            vec![0, 1]
+        );
         r.push([2, 4].map(|s| (chunk(s), Decision::Unique)), &mut ready);
         assert_eq!(
             ready.iter().map(|c| c.0.seq).collect::<Vec<_>>(),

@@ -93,7 +93,8 @@ impl TableMeta {
 
     /// Bytes of all parts together.
     pub fn total_bytes(&self) -> u64 {
-        self.parts() * PART_HEADER_LEN as u64 + self.buckets * u64::from(self.bucket_bytes)
+        (self.parts().saturating_mul(PART_HEADER_LEN as u64))
+            .saturating_add(self.buckets.saturating_mul(u64::from(self.bucket_bytes)))
     }
 
     /// The bucket of a fingerprint.
@@ -108,7 +109,10 @@ impl TableMeta {
             || !(MIN_BUCKET_BYTES..=MAX_BUCKET_BYTES).contains(&self.bucket_bytes)
             || self.entries > self.buckets.saturating_mul(self.capacity() as u64)
         {
-            return Err(Error::corrupt(name, format!("impossible table shape {self:?}")));
+            return Err(Error::corrupt(
+                name,
+                format!("impossible table shape {self:?}"),
+            ));
         }
         Ok(())
     }
@@ -117,6 +121,22 @@ impl TableMeta {
 /// Entries one bucket of `bucket_bytes` holds.
 pub fn bucket_capacity(bucket_bytes: u32) -> usize {
     (bucket_bytes as usize).saturating_sub(BUCKET_OVERHEAD) / ENTRY_LEN
+}
+
+/// Times a table may double its bucket count after an overflow before the
+/// write fails: only many distinct fingerprints sharing one 64-bit key (their
+/// first 16 bytes) can need more.
+pub const MAX_DOUBLINGS: u32 = 16;
+
+/// The bucket count after an overflow with `buckets` buckets, the `doublings`-th time.
+pub fn grow(buckets: u64, doublings: u32) -> Result<u64> {
+    if doublings >= MAX_DOUBLINGS {
+        return Err(Error::Pipeline(format!(
+            "fingerprint table: a bucket still overflows with {buckets} buckets \
+             (too many fingerprints share their first 16 bytes; use larger buckets)"
+        )));
+    }
+    Ok(buckets.saturating_mul(2))
 }
 
 /// Bucket count for about `entries` entries at the target load.
@@ -141,7 +161,10 @@ pub fn parse_part_name(name: &str) -> Option<(u64, u64)> {
     if g.len() != 16 || p.len() != 6 {
         return None;
     }
-    Some((u64::from_str_radix(g, 16).ok()?, u64::from_str_radix(p, 16).ok()?))
+    Some((
+        u64::from_str_radix(g, 16).ok()?,
+        u64::from_str_radix(p, 16).ok()?,
+    ))
 }
 
 fn bucket_crc(generation: u64, index: u64, body: &[u8]) -> u32 {
@@ -178,8 +201,7 @@ impl Table {
 
     fn locate(&self, bucket: u64) -> (String, u64) {
         let pb = u64::from(self.meta.part_buckets);
-        let offset =
-            PART_HEADER_LEN as u64 + (bucket % pb) * u64::from(self.meta.bucket_bytes);
+        let offset = PART_HEADER_LEN as u64 + (bucket % pb) * u64::from(self.meta.bucket_bytes);
         (self.part_key(bucket / pb), offset)
     }
 
@@ -218,18 +240,27 @@ impl Table {
         if bucket_crc(self.meta.generation, bucket, &bytes[..end])
             != u32::from_le_bytes(le4(&bytes[end..]))
         {
-            return Err(Error::corrupt(key, format!("bucket {bucket} checksum mismatch")));
+            return Err(Error::corrupt(
+                key,
+                format!("bucket {bucket} checksum mismatch"),
+            ));
         }
         let count = u32::from_le_bytes(le4(bytes)) as usize;
         if count > self.meta.capacity() {
-            return Err(Error::corrupt(key, format!("bucket {bucket} count {count} too large")));
+            return Err(Error::corrupt(
+                key,
+                format!("bucket {bucket} count {count} too large"),
+            ));
         }
         for e in bytes[4..4 + count * ENTRY_LEN].chunks_exact(ENTRY_LEN) {
             let mut fp = [0u8; FINGERPRINT_LEN];
             fp.copy_from_slice(&e[..FINGERPRINT_LEN]);
             let fp = Fingerprint(fp);
             if self.meta.bucket_of(&fp) != bucket {
-                return Err(Error::corrupt(key, format!("bucket {bucket} holds a foreign entry")));
+                return Err(Error::corrupt(
+                    key,
+                    format!("bucket {bucket} holds a foreign entry"),
+                ));
             }
             out.push((fp, u64::from_le_bytes(le8(&e[FINGERPRINT_LEN..]))));
         }
@@ -264,7 +295,10 @@ impl Table {
             && u32::from_le_bytes(le4(&bytes[48..52])) == m.bucket_bytes
             && u32::from_le_bytes(le4(&bytes[52..56])) == m.part_buckets;
         if !fields_match {
-            return Err(Error::corrupt(key, "table header does not match the index manifest"));
+            return Err(Error::corrupt(
+                key,
+                "table header does not match the index manifest",
+            ));
         }
         Ok(())
     }
@@ -307,7 +341,10 @@ impl Table {
         if seen != self.meta.entries {
             return Err(Error::corrupt(
                 self.part_key(0),
-                format!("table holds {seen} entries, its manifest says {}", self.meta.entries),
+                format!(
+                    "table holds {seen} entries, its manifest says {}",
+                    self.meta.entries
+                ),
             ));
         }
         Ok(())
@@ -387,16 +424,21 @@ impl<'a> TableWriter<'a> {
         let part = self.bucket / u64::from(self.meta.part_buckets);
         let (first, count) = part_range(&self.meta, part);
         self.part.clear();
-        self.part.reserve(PART_HEADER_LEN + count as usize * self.meta.bucket_bytes as usize);
+        self.part
+            .reserve(PART_HEADER_LEN + count as usize * self.meta.bucket_bytes as usize);
         self.part.extend_from_slice(MAGIC);
         self.part.extend_from_slice(&TABLE_VERSION.to_le_bytes());
-        self.part.extend_from_slice(&self.meta.generation.to_le_bytes());
+        self.part
+            .extend_from_slice(&self.meta.generation.to_le_bytes());
         self.part.extend_from_slice(&part.to_le_bytes());
         self.part.extend_from_slice(&first.to_le_bytes());
         self.part.extend_from_slice(&count.to_le_bytes());
-        self.part.extend_from_slice(&self.meta.buckets.to_le_bytes());
-        self.part.extend_from_slice(&self.meta.bucket_bytes.to_le_bytes());
-        self.part.extend_from_slice(&self.meta.part_buckets.to_le_bytes());
+        self.part
+            .extend_from_slice(&self.meta.buckets.to_le_bytes());
+        self.part
+            .extend_from_slice(&self.meta.bucket_bytes.to_le_bytes());
+        self.part
+            .extend_from_slice(&self.meta.part_buckets.to_le_bytes());
         self.part.extend_from_slice(&0u32.to_le_bytes());
         let crc = crc32c::crc32c(&self.part);
         self.part.extend_from_slice(&crc.to_le_bytes());
@@ -426,7 +468,8 @@ impl<'a> TableWriter<'a> {
     fn flush_bucket(&mut self) -> Result<()> {
         let b = self.meta.bucket_bytes as usize;
         let start = self.part.len();
-        self.part.extend_from_slice(&(self.current.len() as u32).to_le_bytes());
+        self.part
+            .extend_from_slice(&(self.current.len() as u32).to_le_bytes());
         for (fp, c) in self.current.drain(..) {
             self.part.extend_from_slice(&fp.0);
             self.part.extend_from_slice(&c.to_le_bytes());
@@ -436,7 +479,7 @@ impl<'a> TableWriter<'a> {
         self.part.extend_from_slice(&crc.to_le_bytes());
         self.bucket += 1;
         let pb = u64::from(self.meta.part_buckets);
-        if self.bucket % pb == 0 || self.bucket == self.meta.buckets {
+        if self.bucket.is_multiple_of(pb) || self.bucket == self.meta.buckets {
             let key = part_key(&self.prefix, self.meta.generation, (self.bucket - 1) / pb);
             self.backend.write(&key, &self.part)?;
             if self.bucket < self.meta.buckets {
@@ -471,11 +514,20 @@ pub fn write_sorted(
     entries: &[(Fingerprint, ContainerId)],
 ) -> Result<Table> {
     let mut buckets = buckets_for(entries.len() as u64, bucket_bytes);
+    let mut doublings = 0;
     'grow: loop {
-        let mut w = TableWriter::new(backend, prefix, generation, buckets, bucket_bytes, part_buckets)?;
+        let mut w = TableWriter::new(
+            backend,
+            prefix,
+            generation,
+            buckets,
+            bucket_bytes,
+            part_buckets,
+        )?;
         for &(fp, c) in entries {
             if w.push(fp, c)? == Pushed::Overflow {
-                buckets = buckets.saturating_mul(2);
+                buckets = grow(buckets, doublings)?;
+                doublings += 1;
                 continue 'grow;
             }
         }
@@ -554,8 +606,14 @@ mod tests {
         let mut bad = good.clone();
         bad[at] ^= 1;
         backend.write(&key, &bad).unwrap();
-        assert!(matches!(t.lookup(&backend, &probe), Err(Error::Corrupt { .. })));
-        assert!(matches!(t.scan(&backend, |_, _| Ok(())), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            t.lookup(&backend, &probe),
+            Err(Error::Corrupt { .. })
+        ));
+        assert!(matches!(
+            t.scan(&backend, |_, _| Ok(())),
+            Err(Error::Corrupt { .. })
+        ));
         // A header flip is caught by a scan.
         let mut bad = good.clone();
         bad[20] ^= 1;
@@ -566,10 +624,32 @@ mod tests {
         assert!(t.scan(&backend, |_, _| Ok(())).is_err());
         // The bucket of another generation does not pass as this one's.
         backend.write(&key, &good).unwrap();
-        let other = Table::new("idx", TableMeta { generation: 2, ..*t.meta() });
+        let other = Table::new(
+            "idx",
+            TableMeta {
+                generation: 2,
+                ..*t.meta()
+            },
+        );
         backend.write(&other.part_key(0), &good).unwrap();
         assert!(other.lookup(&backend, &probe).is_err());
         assert_eq!(t.lookup(&backend, &probe).unwrap(), Some(entries[0].1));
+    }
+
+    #[test]
+    fn colliding_keys_fail_instead_of_growing_forever() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Local::new(dir.path());
+        // Same first 16 bytes, so the same key: they can never share a one-entry bucket.
+        let mut entries: Vec<_> = (0..2u8)
+            .map(|i| {
+                let mut f = [0u8; 32];
+                f[20] = i;
+                (Fingerprint(f), 1)
+            })
+            .collect();
+        entries.sort_by_key(|e| order_key(&e.0));
+        assert!(write_sorted(&backend, "idx", 1, MIN_BUCKET_BYTES, 1 << 20, &entries).is_err());
     }
 
     #[test]
@@ -585,7 +665,10 @@ mod tests {
     #[test]
     fn part_names_round_trip() {
         let k = part_key("p", 0xabc, 7);
-        assert_eq!(parse_part_name(k.strip_prefix("p/").unwrap()), Some((0xabc, 7)));
+        assert_eq!(
+            parse_part_name(k.strip_prefix("p/").unwrap()),
+            Some((0xabc, 7))
+        );
         assert_eq!(parse_part_name("manifest"), None);
     }
 }
