@@ -241,6 +241,13 @@ pub struct SystemSpec {
     /// GC segment size in containers (GCCDF).
     #[serde(default = "default_segment")]
     pub gc_segment: usize,
+    /// GCCDF: clusters smaller than this are not split further (e.g. "64KiB").
+    #[serde(default = "default_split")]
+    pub gc_split_threshold: String,
+}
+
+fn default_split() -> String {
+    "64KiB".into()
 }
 
 fn default_index() -> String {
@@ -314,7 +321,8 @@ impl SystemSpec {
             threshold_pct,
             defrag: self.defrag.parse()?,
             segment: self.gc_segment,
-            ..GcOptions::default()
+            split_threshold: parse_size(&self.gc_split_threshold)
+                .map_err(|e| format!("gc_split_threshold: {e}"))?,
         })
     }
 }

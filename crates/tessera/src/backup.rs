@@ -172,8 +172,7 @@ pub fn backup(
         let reader = s.spawn(move || read_blocks(input, input_name, pool, layout, raw_tx));
         let cutter = s.spawn(|| cut_blocks(chunker.as_ref(), pool, layout, raw_rx, block_tx));
         let hasher = s.spawn(|| fingerprint(config.fingerprint, block_rx, chunk_tx));
-        let nw: usize = std::env::var("TW").ok().and_then(|v| v.parse().ok()).unwrap_or(WRITERS);
-        let writers: Vec<_> = (0..nw)
+        let writers: Vec<_> = (0..WRITERS)
             .map(|_| {
                 let (backend, rx, stop) = (backend.as_ref(), container_rx.clone(), &stop);
                 s.spawn(move || write_containers(backend, rx, stop))
