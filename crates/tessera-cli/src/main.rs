@@ -9,7 +9,11 @@ use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tessera::backend::Backend;
-use tessera::backup::{backup, BackupOptions};
+use tessera::backup::{run as run_backup, BackupOptions, Source};
+use tessera::config::{Arrange, Layout};
+use tessera::fingerprint::Fingerprint;
+use tessera::restore_plan::CachePolicy;
+use tessera_lab::trace::TraceFile;
 use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
@@ -38,12 +42,17 @@ struct Cli {
 enum Command {
     /// Create a repository in a local directory (absent or empty).
     Init(InitArgs),
-    /// Back up a file or standard input (`-`) as a new backup.
+    /// Back up a file or standard input (`-`) as a new backup, or replay a
+    /// fingerprint trace (--trace) into a trace repository.
     Backup {
         /// The repository.
         repo: PathBuf,
         /// The file to back up, or `-` for standard input.
-        input: String,
+        #[arg(required_unless_present = "trace", conflicts_with = "trace")]
+        input: Option<String>,
+        /// A fingerprint trace (Destor text or FSL hashfile) to replay instead of data.
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
         /// A label stored with the backup.
         #[arg(long, default_value = "")]
         label: String,
@@ -62,6 +71,10 @@ enum Command {
         id: String,
         /// The output file, or `-` for standard output.
         output: String,
+        /// Restore cache policy: lru, opt (Belady, using the recipe) or faa
+        /// (forward assembly area of --cache-size containers).
+        #[arg(long, default_value = "lru")]
+        cache: CachePolicy,
         /// Containers held by the restore cache.
         #[arg(long, default_value_t = DEFAULT_CACHE_CONTAINERS)]
         cache_size: usize,
@@ -166,6 +179,28 @@ enum Command {
         /// Output directory (default: `results/<experiment name>`).
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+    /// Lifecycle layout: run the pending arranging rounds (AVAR).
+    Arrange {
+        /// The repository.
+        repo: PathBuf,
+        /// Print the metrics as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lifecycle layout: bytes that deleting the given backups would free,
+    /// and the per-version trend of new data.
+    Space {
+        /// The repository.
+        repo: PathBuf,
+        /// Backup ids (none: only the trend).
+        ids: Vec<BackupId>,
+        /// Source lineage of the trend.
+        #[arg(long, default_value = "default")]
+        source: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
     /// Maintain the deduplication index.
     Index {
@@ -278,6 +313,17 @@ struct InitArgs {
     /// DDFS: memory budget of the container-metadata cache.
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     index_memory: u64,
+    /// Data layout: container (a log of containers) or lifecycle (MFDedup
+    /// categories and volumes, deletion without GC).
+    #[arg(long, default_value = "container", value_parser = parse_layout)]
+    layout: Layout,
+    /// Lifecycle layout: arrange after every backup (auto) or only on `tessera arrange` (manual).
+    #[arg(long, default_value = "auto", value_parser = parse_arrange)]
+    arrange: Arrange,
+    /// A trace repository: backups replay fingerprint traces (`backup --trace`)
+    /// and store metadata only.
+    #[arg(long)]
+    trace: bool,
     /// Rewriting policy: none, cbr, capping, har or smr.
     #[arg(long, default_value = "none")]
     rewrite: RewriteKind,
@@ -302,6 +348,22 @@ struct InitArgs {
     /// CBR: stream context size.
     #[arg(long, default_value = "5MiB", value_parser = parse_size)]
     cbr_stream_context: u64,
+}
+
+fn parse_layout(s: &str) -> Result<Layout, String> {
+    match s {
+        "container" => Ok(Layout::Container),
+        "lifecycle" => Ok(Layout::Lifecycle),
+        other => Err(format!("unknown layout {other:?} (expected container or lifecycle)")),
+    }
+}
+
+fn parse_arrange(s: &str) -> Result<Arrange, String> {
+    match s {
+        "auto" => Ok(Arrange::Auto),
+        "manual" => Ok(Arrange::Manual),
+        other => Err(format!("unknown arranging mode {other:?} (expected auto or manual)")),
+    }
 }
 
 fn parse_index(s: &str) -> Result<IndexKind, String> {
@@ -345,17 +407,69 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Backup {
             repo,
             input,
+            trace,
             label,
             source,
             json,
-        } => backup_cmd(&repo, &input, label, source, json)?,
+        } => backup_cmd(&repo, input.as_deref(), trace.as_deref(), label, source, json)?,
         Command::Restore {
             repo,
             id,
             output,
+            cache,
             cache_size,
             json,
-        } => restore_cmd(&repo, &id, &output, cache_size, json)?,
+        } => restore_cmd(&repo, &id, &output, cache, cache_size, json)?,
+        Command::Arrange { repo, json } => {
+            let r = open(&repo, true)?;
+            let s = tessera::lifecycle::arrange(&r)?;
+            if json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                println!(
+                    "arranged {} round(s): {} categories split, {} volumes written, {} read, {} written, {:.2} s",
+                    s.rounds,
+                    s.categories_split,
+                    s.volumes_written,
+                    human(s.bytes_read),
+                    human(s.bytes_written),
+                    s.seconds
+                );
+            }
+        }
+        Command::Space {
+            repo,
+            ids,
+            source,
+            json,
+        } => {
+            let r = open(&repo, false)?;
+            let freed = if ids.is_empty() {
+                0
+            } else {
+                tessera::lifecycle::space(&r, &ids)?
+            };
+            let trend = tessera::lifecycle::trend(&r, &source)?;
+            if json {
+                println!("{}", serde_json::json!({ "ids": ids, "freed_bytes": freed, "trend": trend }));
+            } else {
+                if !ids.is_empty() {
+                    let list: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
+                    println!("deleting backups {} would free {}", list.join(" "), human(freed));
+                }
+                println!("{:>8} {:>8} {:>12} {:>12}", "version", "backup", "new data", "volume");
+                for v in trend {
+                    let show = |b: Option<u64>| b.map_or_else(|| "-".into(), human);
+                    println!(
+                        "{:>8} {:>8} {:>12} {:>12}",
+                        v.version,
+                        v.backup,
+                        show(v.new_bytes),
+                        show(v.volume_bytes)
+                    );
+                }
+            }
+        }
         Command::List { repo, json } => list(&repo, json)?,
         Command::Stats { repo, id, json } => stats(&repo, id.as_deref(), json)?,
         Command::Delete { repo, id } => {
@@ -518,6 +632,9 @@ fn init(a: InitArgs) -> Result<()> {
     config.fingerprint = a.chunking.fingerprint;
     config.container_size = a.container_size;
     config.index = a.index;
+    config.layout = a.layout;
+    config.arrange = a.arrange;
+    config.trace = a.trace;
     config.bloom_fpr = a.bloom_fpr;
     config.index_cache_bytes = a.index_memory;
     config.rewrite = RewriteParams {
@@ -562,24 +679,64 @@ fn progress_bar(total: Option<u64>) -> ProgressBar {
     }
 }
 
-fn backup_cmd(repo: &Path, input: &str, label: String, source: String, json: bool) -> Result<()> {
+fn backup_cmd(
+    repo: &Path,
+    input: Option<&str>,
+    trace: Option<&Path>,
+    label: String,
+    source: String,
+    json: bool,
+) -> Result<()> {
     let r = open(repo, true)?;
-    let (mut reader, name, total): (Box<dyn Read + Send>, String, Option<u64>) = if input == "-" {
-        (Box::new(io::stdin()), "stdin".into(), None)
-    } else {
-        let f = File::open(input).with_context(|| format!("opening input {input}"))?;
-        let total = f.metadata().ok().map(|m| m.len());
-        (Box::new(f), input.to_string(), total)
+    let options_for = |progress| BackupOptions {
+        label: label.clone(),
+        source: source.clone(),
+        progress,
     };
-    let bar = progress_bar(total);
-    let on_progress = |n: u64| bar.set_position(n);
-    let options = BackupOptions {
-        label,
-        source,
-        progress: Some(&on_progress),
+    let outcome = match (input, trace) {
+        (_, Some(path)) => {
+            let mut reader = TraceFile::open(path)?;
+            let mut failure = None;
+            let mut chunks = std::iter::from_fn(|| match reader.next_chunk() {
+                Ok(Some(c)) => Some(Ok((Fingerprint(c.fp), c.size))),
+                Ok(None) => None,
+                Err(e) => {
+                    let msg = e.to_string();
+                    failure = Some(e);
+                    Some(Err(tessera::Error::InvalidConfig(msg)))
+                }
+            });
+            let done = run_backup(&r, Source::Trace(&mut chunks), &options_for(None));
+            drop(chunks);
+            match (done, failure) {
+                (_, Some(e)) => return Err(e.into()),
+                (done, None) => done?,
+            }
+        }
+        (Some(input), None) => {
+            let (mut reader, name, total): (Box<dyn Read + Send>, String, Option<u64>) = if input == "-" {
+                (Box::new(io::stdin()), "stdin".into(), None)
+            } else {
+                let f = File::open(input).with_context(|| format!("opening input {input}"))?;
+                let total = f.metadata().ok().map(|m| m.len());
+                (Box::new(f), input.to_string(), total)
+            };
+            let bar = progress_bar(total);
+            let on_progress = |n: u64| bar.set_position(n);
+            let done = run_backup(
+                &r,
+                Source::Data {
+                    input: &mut reader,
+                    name: &name,
+                },
+                &options_for(Some(&on_progress)),
+            )?;
+            bar.finish_and_clear();
+            done
+        }
+        (None, None) => bail!("give a file to back up, `-` for standard input, or --trace FILE"),
     };
-    let snap = backup(&r, &mut reader, &name, &options)?;
-    bar.finish_and_clear();
+    let snap = &outcome.snapshot;
     let s = &snap.stats;
     if json {
         let mut v = serde_json::to_value(s)?;
@@ -587,10 +744,13 @@ fn backup_cmd(repo: &Path, input: &str, label: String, source: String, json: boo
         v["time"] = snap.time.into();
         v["label"] = snap.label.clone().into();
         v["source"] = snap.source.clone().into();
+        if let Some(a) = &outcome.arrange {
+            v["arrange"] = serde_json::to_value(a)?;
+        }
         println!("{v}");
     } else {
         println!(
-            "backup {} committed: {} logical, {} stored (dedup {}), {} chunks ({} new, {} internal duplicates), {} containers, {:.2} s, {:.0} MB/s",
+            "backup {} committed: {} logical, {} stored (dedup {}), {} chunks ({} new, {} internal duplicates, {} rewritten), {} containers, {:.2} s, {:.0} MB/s",
             snap.id,
             human(s.logical_bytes),
             human(s.stored_bytes),
@@ -598,15 +758,29 @@ fn backup_cmd(repo: &Path, input: &str, label: String, source: String, json: boo
             s.chunks,
             s.unique.chunks,
             s.internal_duplicates.chunks,
+            s.rewritten.chunks,
             s.containers_written,
             s.seconds,
             s.throughput_mb_s
         );
+        if let Some(a) = &outcome.arrange {
+            println!(
+                "arranged: {} categories split, {} volume(s) written, {:.2} s",
+                a.categories_split, a.volumes_written, a.seconds
+            );
+        }
     }
     Ok(())
 }
 
-fn restore_cmd(repo: &Path, id: &str, output: &str, cache: usize, json: bool) -> Result<()> {
+fn restore_cmd(
+    repo: &Path,
+    id: &str,
+    output: &str,
+    policy: CachePolicy,
+    cache: usize,
+    json: bool,
+) -> Result<()> {
     if cache == 0 {
         bail!("--cache-size must be at least 1 container");
     }
@@ -617,6 +791,7 @@ fn restore_cmd(repo: &Path, id: &str, output: &str, cache: usize, json: bool) ->
     let on_progress = |n: u64| bar.set_position(n);
     let options = RestoreOptions {
         cache_containers: cache,
+        policy,
         progress: Some(&on_progress),
     };
     let stats = if output == "-" {

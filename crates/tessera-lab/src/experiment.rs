@@ -10,7 +10,11 @@ use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use tessera::backup::{backup, BackupOptions};
+use crate::trace::TraceFile;
+use tessera::backup::{run as run_backup, BackupOptions, Source};
+use tessera::config::Layout;
+use tessera::fingerprint::Fingerprint;
+use tessera::restore_plan::CachePolicy;
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
 use tessera::fingerprint::FingerprintAlgo;
@@ -53,6 +57,9 @@ pub enum ExperimentError {
     /// Generating the dataset failed.
     #[error("generating the dataset: {0}")]
     Generate(String),
+    /// A trace could not be read.
+    #[error("{0}")]
+    Trace(String),
 }
 
 fn io_err(what: &Path) -> impl Fn(io::Error) -> ExperimentError + '_ {
@@ -112,6 +119,9 @@ pub struct GenSpec {
     /// Independent source lineages interleaved (1 = single source).
     #[serde(default = "one")]
     pub sources: u32,
+    /// Generate fingerprint traces instead of data (trace repositories).
+    #[serde(default)]
+    pub trace: bool,
 }
 
 fn one() -> u32 {
@@ -244,6 +254,19 @@ pub struct SystemSpec {
     /// GCCDF: clusters smaller than this are not split further (e.g. "64KiB").
     #[serde(default = "default_split")]
     pub gc_split_threshold: String,
+    /// Restore cache policy: lru, opt or faa.
+    #[serde(default = "default_cache_policy")]
+    pub cache: String,
+    /// Repository layout: container or lifecycle (MFDedup).
+    #[serde(default = "default_layout")]
+    pub layout: String,
+}
+
+fn default_cache_policy() -> String {
+    "lru".into()
+}
+fn default_layout() -> String {
+    "container".into()
 }
 
 fn default_split() -> String {
@@ -304,6 +327,12 @@ impl SystemSpec {
         };
         c.rewrite.kind = self.rewrite.parse()?;
         c.rewrite.limit = self.rewrite_limit;
+        c.layout = match self.layout.as_str() {
+            "container" => Layout::Container,
+            "lifecycle" => Layout::Lifecycle,
+            other => return Err(format!("unknown layout {other:?} (expected container or lifecycle)")),
+        };
+        self.cache.parse::<CachePolicy>()?;
         c.validate().map_err(|e| e.to_string())?;
         if self.cache_size == 0 {
             return Err("cache_size must be at least 1 container".into());
@@ -449,6 +478,8 @@ pub struct VersionRecord {
     pub restores: Vec<RestoreRecord>,
     /// GC made after this version, if any.
     pub gc: Option<GcRecord>,
+    /// Arranging after this version (lifecycle layout).
+    pub arrange: Option<tessera::lifecycle::ArrangeStats>,
 }
 
 /// Restores of every retained backup after the last version, per system.
@@ -498,6 +529,7 @@ pub fn dataset_versions(spec: &DatasetSpec, out: &Path) -> Result<Vec<Version>, 
             size: parse_size(&g.size).map_err(ExperimentError::Generate)?,
             seed: g.seed,
             sources: g.sources,
+            trace: g.trace,
             ..GenOptions::default()
         };
         if let Some(r) = g.change_rate {
@@ -591,34 +623,59 @@ fn run_system(
             source,
         }
     };
+    let lifecycle = repo_config.layout == Layout::Lifecycle;
+    let trace = versions.iter().any(|v| is_trace(&v.path));
+    let mut repo_config = repo_config;
+    repo_config.trace = trace;
+    let policy: CachePolicy = system.cache.parse().map_err(|detail| ExperimentError::Config {
+        path: system.name.clone(),
+        detail,
+    })?;
     let repo = Repository::init(&repo_dir, repo_config).map_err(engine(0))?;
     let mut records = Vec::new();
     for (i, v) in versions.iter().enumerate() {
         let n = i + 1;
-        let mut input = File::open(&v.path).map_err(io_err(&v.path))?;
-        let snap = backup(
-            &repo,
-            &mut input,
-            &v.path.display().to_string(),
-            &BackupOptions {
-                label: format!("v{n}"),
-                source: v.source.clone(),
-                progress: None,
-            },
-        )
+        let options = BackupOptions {
+            label: format!("v{n}"),
+            source: v.source.clone(),
+            progress: None,
+        };
+        let outcome = if trace {
+            let mut reader = TraceFile::open(&v.path).map_err(|e| ExperimentError::Trace(e.to_string()))?;
+            let mut chunks = std::iter::from_fn(|| match reader.next_chunk() {
+                Ok(Some(c)) => Some(Ok((Fingerprint(c.fp), c.size))),
+                Ok(None) => None,
+                Err(e) => Some(Err(tessera::Error::InvalidConfig(e.to_string()))),
+            });
+            run_backup(&repo, Source::Trace(&mut chunks), &options)
+        } else {
+            let mut input = File::open(&v.path).map_err(io_err(&v.path))?;
+            let name = v.path.display().to_string();
+            run_backup(&repo, Source::Data { input: &mut input, name: &name }, &options)
+        }
         .map_err(engine(n))?;
+        let snap = outcome.snapshot;
 
         let mut gc_record = None;
         if let Some(keep) = config.retention.keep_last {
             if n % config.retention.gc_every == 0 {
+                let t = std::time::Instant::now();
                 let forgotten = forget_keep_last(&repo, keep, false).map_err(engine(n))?;
-                let options = system
-                    .gc_options(config.retention.gc_threshold)
-                    .map_err(|detail| ExperimentError::Config {
-                        path: system.name.clone(),
-                        detail,
-                    })?;
-                let stats = gc(&repo, options).map_err(engine(n))?;
+                let stats = if lifecycle {
+                    // Deleting frees the space: no GC pass; its cost is the deletion.
+                    tessera::gc::GcStats {
+                        seconds: t.elapsed().as_secs_f64(),
+                        ..Default::default()
+                    }
+                } else {
+                    let options = system
+                        .gc_options(config.retention.gc_threshold)
+                        .map_err(|detail| ExperimentError::Config {
+                            path: system.name.clone(),
+                            detail,
+                        })?;
+                    gc(&repo, options).map_err(engine(n))?
+                };
                 gc_record = Some(GcRecord {
                     forgotten: forgotten.len(),
                     stats,
@@ -644,6 +701,7 @@ fn run_system(
                     &mut io::sink(),
                     &RestoreOptions {
                         cache_containers: system.cache_size,
+                        policy,
                         progress: None,
                     },
                 )
@@ -673,6 +731,7 @@ fn run_system(
             actual_dedup_ratio: totals.dedup_ratio.unwrap_or(1.0),
             restores,
             gc: gc_record,
+            arrange: outcome.arrange,
         };
         progress(&progress_line(&record, versions.len()));
         records.push(record);
@@ -687,6 +746,7 @@ fn run_system(
                 &mut io::sink(),
                 &RestoreOptions {
                     cache_containers: system.cache_size,
+                    policy,
                     progress: None,
                 },
             )
@@ -725,6 +785,11 @@ fn run_system(
         None
     };
     Ok((records, finals))
+}
+
+/// Whether a version file is a fingerprint trace (by its extension).
+fn is_trace(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "trace")
 }
 
 fn progress_line(r: &VersionRecord, total: usize) -> String {

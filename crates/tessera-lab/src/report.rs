@@ -57,12 +57,19 @@ pub const METRICS: &[Metric] = &[
         value: |r| Some(r.index_memory_bytes as f64 / 1048576.0),
     },
     Metric {
-        title: "GC time per round",
+        title: "GC / arranging time per round",
         unit: "seconds",
-        value: |r| r.gc.as_ref().map(|g| g.stats.seconds),
+        value: |r| {
+            let gc = r.gc.as_ref().map(|g| g.stats.seconds);
+            let arrange = r.arrange.as_ref().map(|a| a.seconds);
+            match (gc, arrange) {
+                (None, None) => None,
+                (g, a) => Some(g.unwrap_or(0.0) + a.unwrap_or(0.0)),
+            }
+        },
     },
     Metric {
-        title: "GC bytes moved per round",
+        title: "GC / arranging bytes moved per round",
         unit: "MiB read + written",
         value: |r| {
             r.gc.as_ref()

@@ -16,7 +16,11 @@ use crate::container::{self, Builder, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::fingerprint::{FingerprintAlgo, FingerprintMap};
+use crate::config::Layout;
+use crate::envelope;
 use crate::index::{Chunk, Decision, DedupIndex, Reorder};
+use crate::lifecycle::{self, ArrangeStats, LifecycleBackupOptions};
+use crate::rewrite::{RewriteFilter, Verdict};
 use crate::repo::Repository;
 use crate::snapshot::{self, BackupStats, ChunkRef, ClassCount, Recipe, Snapshot, StageSeconds};
 use bytes::Bytes;
@@ -83,6 +87,7 @@ impl BlockLayout {
 /// allocated, so it never blocks and memory stays bounded by the pipeline's
 /// queues as before.
 struct BufferPool {
+    layout: BlockLayout,
     size: usize,
     idle_tx: Sender<Vec<u8>>,
     idle_rx: Receiver<Vec<u8>>,
@@ -112,6 +117,7 @@ impl BufferPool {
         // Idle buffers kept: about as many as the queues can hold at once.
         let (idle_tx, idle_rx) = bounded(3 * QUEUE_DEPTH + 4);
         BufferPool {
+            layout,
             size: layout.headroom + layout.read_len,
             idle_tx,
             idle_rx,
@@ -141,6 +147,28 @@ struct Block {
     first_seq: u64,
 }
 
+/// Where a backup's chunks come from.
+pub enum Source<'a> {
+    /// A byte stream, chunked and fingerprinted by the pipeline.
+    Data {
+        /// The stream.
+        input: &'a mut (dyn Read + Send),
+        /// Its name in errors (a path or `stdin`).
+        name: &'a str,
+    },
+    /// A fingerprint trace: fingerprint and length per chunk, no data (trace repositories).
+    Trace(&'a mut (dyn Iterator<Item = Result<(Fingerprint, u32)>> + Send)),
+}
+
+/// A committed backup and, for the lifecycle layout, the arranging that followed it.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The committed snapshot.
+    pub snapshot: Snapshot,
+    /// Arranging run after the backup (lifecycle layout with automatic arranging).
+    pub arrange: Option<ArrangeStats>,
+}
+
 /// Backs up everything `input` yields (named `input_name` in errors) into
 /// `repo`, which must be open exclusively, and returns the committed snapshot.
 pub fn backup(
@@ -149,29 +177,175 @@ pub fn backup(
     input_name: &str,
     options: &BackupOptions,
 ) -> Result<Snapshot> {
+    let source = Source::Data {
+        input,
+        name: input_name,
+    };
+    run(repo, source, options).map(|o| o.snapshot)
+}
+
+/// Backs up the chunks of `source` into `repo` (open exclusively), in the
+/// repository's layout: the general entry point behind [`backup`].
+pub fn run(repo: &Repository, source: Source, options: &BackupOptions) -> Result<Outcome> {
+    let config = repo.config();
+    match (&source, config.trace) {
+        (Source::Data { .. }, true) => {
+            return Err(Error::InvalidConfig(format!(
+                "{}: a trace repository takes fingerprint traces, not data",
+                repo.backend().location()
+            )))
+        }
+        (Source::Trace(_), false) => {
+            return Err(Error::InvalidConfig(format!(
+                "{}: fingerprint traces need a trace repository (init --trace)",
+                repo.backend().location()
+            )))
+        }
+        _ => {}
+    }
+    match config.layout {
+        Layout::Container => backup_containers(repo, source, options).map(|snapshot| Outcome {
+            snapshot,
+            arrange: None,
+        }),
+        Layout::Lifecycle => backup_lifecycle(repo, source, options),
+    }
+}
+
+/// Handles of the front-end threads and the stage each runs.
+type FrontEnd<'scope> = Vec<(&'static str, std::thread::ScopedJoinHandle<'scope, Result<Duration>>)>;
+
+/// Starts the front end of `source` on threads of `s`: batches of
+/// fingerprinted chunks, in stream order, go to `tx`.
+fn spawn_front_end<'scope, 'env, 'src: 'scope>(
+    s: &'scope std::thread::Scope<'scope, 'env>,
+    source: Source<'src>,
+    chunker: &'scope dyn Chunker,
+    algo: FingerprintAlgo,
+    pool: &'scope BufferPool,
+    tx: Sender<Vec<Chunk>>,
+) -> FrontEnd<'scope> {
+    match source {
+        Source::Data { input, name } => {
+            let layout = pool.layout;
+            let (raw_tx, raw_rx) = bounded::<RawBlock>(QUEUE_DEPTH);
+            let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
+            vec![
+                ("input reader", s.spawn(move || read_blocks(input, name, pool, layout, raw_tx))),
+                ("chunking", s.spawn(move || cut_blocks(chunker, pool, layout, raw_rx, block_tx))),
+                ("fingerprinting", s.spawn(move || fingerprint(algo, block_rx, tx))),
+            ]
+        }
+        Source::Trace(chunks) => vec![("trace reader", s.spawn(move || read_trace(chunks, tx)))],
+    }
+}
+
+/// Joins the front end; returns (reading and chunking, fingerprinting) time
+/// or the first stage's error.
+fn join_front_end(front: FrontEnd) -> Result<(Duration, Duration)> {
+    let mut read = Duration::ZERO;
+    let mut hash = Duration::ZERO;
+    let joined: Vec<_> = front
+        .into_iter()
+        .map(|(stage, h)| (stage, join(h, stage)))
+        .collect();
+    for (stage, r) in joined {
+        let t = r?;
+        if stage == "fingerprinting" {
+            hash += t;
+        } else {
+            read += t;
+        }
+    }
+    Ok((read, hash))
+}
+
+/// Stage 1 of a trace backup: batches the trace's chunks.
+fn read_trace(
+    chunks: &mut (dyn Iterator<Item = Result<(Fingerprint, u32)>> + Send),
+    tx: Sender<Vec<Chunk>>,
+) -> Result<Duration> {
+    const BATCH: usize = 4096;
+    let mut busy = Duration::ZERO;
+    let mut seq = 0u64;
+    let mut batch = Vec::with_capacity(BATCH);
+    let t = Instant::now();
+    for item in chunks {
+        let (fp, len) = item?;
+        batch.push(Chunk {
+            seq,
+            fp,
+            len,
+            data: None,
+        });
+        seq += 1;
+        if batch.len() == BATCH {
+            busy += t.elapsed();
+            if tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).is_err() {
+                return Ok(busy);
+            }
+        }
+    }
+    if !batch.is_empty() {
+        let _ = tx.send(batch);
+    }
+    Ok(busy + t.elapsed())
+}
+
+/// The lifecycle layout (MFDedup): the same front end, then NDF deduplication
+/// into categories and, unless configured otherwise, arranging.
+fn backup_lifecycle(repo: &Repository, source: Source, options: &BackupOptions) -> Result<Outcome> {
+    let config = repo.config();
+    let chunker = config.chunker.build()?;
+    let pool = BufferPool::new(BlockLayout::new(chunker.max_size()));
+    let (tx, rx) = bounded::<Vec<Chunk>>(QUEUE_DEPTH);
+    let lifecycle_options = LifecycleBackupOptions {
+        label: options.label.clone(),
+        source: options.source.clone(),
+        progress: options.progress,
+    };
+    std::thread::scope(|s| {
+        let front = spawn_front_end(s, source, chunker.as_ref(), config.fingerprint, &pool, tx);
+        let done = lifecycle::backup(repo, rx.into_iter().map(Ok), &lifecycle_options);
+        // An input error explains a backup that ended early.
+        join_front_end(front)?;
+        let outcome = done?;
+        Ok(Outcome {
+            snapshot: outcome.snapshot,
+            arrange: outcome.arrange,
+        })
+    })
+}
+
+/// The container layout: deduplicate, rewrite, fill containers, commit.
+fn backup_containers(repo: &Repository, source: Source, options: &BackupOptions) -> Result<Snapshot> {
     let started = Instant::now();
     let io_before = repo.io_stats();
     let config = repo.config().clone();
     let chunker = config.chunker.build()?;
     let id = repo.next_backup_id()?;
     let mut index = repo.open_index()?;
+    let history_key = rewrite_history_key(&options.source);
+    let history = match repo.backend().read(&history_key) {
+        Ok(bytes) => envelope::open(&history_key, HISTORY_KIND, HISTORY_VERSION, &bytes)
+            .ok()
+            .map(<[u8]>::to_vec),
+        Err(Error::NotFound(_)) => None,
+        Err(e) => return Err(e),
+    };
+    let mut filter = config
+        .rewrite
+        .build(u64::from(config.container_size), history.as_deref());
     let next_container = repo.next_container_id()?;
     let backend = repo.shared_backend();
 
-    let layout = BlockLayout::new(chunker.max_size());
-    let pool = BufferPool::new(layout);
+    let pool = BufferPool::new(BlockLayout::new(chunker.max_size()));
     let stop = AtomicBool::new(false);
-
-    let (raw_tx, raw_rx) = bounded::<RawBlock>(QUEUE_DEPTH);
-    let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
     let (chunk_tx, chunk_rx) = bounded::<Vec<Chunk>>(QUEUE_DEPTH);
     let (container_tx, container_rx) = bounded::<Builder>(CONTAINER_QUEUE_DEPTH);
 
     let (chunks, totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
-        let pool = &pool;
-        let reader = s.spawn(move || read_blocks(input, input_name, pool, layout, raw_tx));
-        let cutter = s.spawn(|| cut_blocks(chunker.as_ref(), pool, layout, raw_rx, block_tx));
-        let hasher = s.spawn(|| fingerprint(config.fingerprint, block_rx, chunk_tx));
+        let front = spawn_front_end(s, source, chunker.as_ref(), config.fingerprint, &pool, chunk_tx);
         let writers: Vec<_> = (0..WRITERS)
             .map(|_| {
                 let (backend, rx, stop) = (backend.as_ref(), container_rx.clone(), &stop);
@@ -179,8 +353,13 @@ pub fn backup(
             })
             .collect();
         drop(container_rx);
-        let mut store = Store::new(next_container, config.container_size as usize, container_tx);
-        let stored = store_chunks(index.as_mut(), &mut store, chunk_rx, options);
+        let mut store = Store::new(
+            next_container,
+            config.container_size as usize,
+            config.trace,
+            container_tx,
+        );
+        let stored = store_chunks(index.as_mut(), filter.as_mut(), &mut store, chunk_rx, options);
         // Close the container queue whatever happened, so that the writers end.
         let totals = store.finish();
         // Join every writer, then report the first error or, as the writers
@@ -192,17 +371,12 @@ pub fn backup(
         let write_time = written
             .into_iter()
             .try_fold(Duration::ZERO, |acc, r| r.map(|t| acc.max(t)));
-        let hash_time = join(hasher, "fingerprinting");
-        let cut_time = join(cutter, "chunking");
-        let read_time = join(reader, "input reader");
         // Report the earliest stage's error: a failing input explains the rest.
-        let read_time = read_time?;
-        let cut_time = cut_time?;
-        let hash_time = hash_time?;
+        let (read_time, hash_time) = join_front_end(front)?;
         let write_time = write_time?;
         let chunks = stored?;
         let mut totals = totals?;
-        totals.read_time = read_time + cut_time;
+        totals.read_time = read_time;
         totals.hash_time = hash_time;
         totals.write_time = write_time;
         Ok((chunks, totals))
@@ -215,17 +389,25 @@ pub fn backup(
     let logical_bytes = recipe.logical_bytes();
     repo.backend()
         .write(&snapshot::recipe_key(id), &recipe.encode()?)?;
+    if let Some(state) = filter.learn(&recipe.chunks) {
+        repo.backend().write(
+            &history_key,
+            &envelope::seal(HISTORY_KIND, HISTORY_VERSION, &state),
+        )?;
+    }
 
+    let stored_bytes = totals.unique.bytes + totals.rewritten.bytes;
     let stats = BackupStats {
         logical_bytes,
-        stored_bytes: totals.unique.bytes,
+        stored_bytes,
         chunks: recipe.chunks.len() as u64,
         unique_chunks: totals.unique.chunks,
         unique: totals.unique,
         internal_duplicates: totals.internal,
         duplicates: totals.duplicates,
+        rewritten: totals.rewritten,
         containers_written: totals.containers_written,
-        dedup_ratio: ratio(logical_bytes, totals.unique.bytes),
+        dedup_ratio: ratio(logical_bytes, stored_bytes),
         stage_seconds: StageSeconds {
             chunk: totals.read_time.as_secs_f64(),
             fingerprint: totals.hash_time.as_secs_f64(),
@@ -248,15 +430,23 @@ pub fn backup(
         logical_bytes,
         stats,
     };
-    // The snapshot's own size is not known before it is encoded; count it from a first encoding.
-    let snapshot_len = snap.encode()?.len() as u64;
     snap.stats.stage_seconds.commit = commit_started.elapsed().as_secs_f64();
     snap.stats.seconds = started.elapsed().as_secs_f64();
     snap.stats.throughput_mb_s = logical_bytes as f64 / 1e6 / snap.stats.seconds.max(1e-9);
-    snap.stats.bytes_written = repo.io_stats().since(&io_before).write_bytes + snapshot_len;
+    snap.stats.bytes_written = repo.io_stats().since(&io_before).write_bytes;
     repo.backend()
         .write(&snapshot::snapshot_key(id), &snap.encode()?)?;
     Ok(snap)
+}
+
+/// Envelope kind and version of a rewrite policy's history (HAR's sparse containers).
+const HISTORY_KIND: &[u8; 4] = b"RWHI";
+const HISTORY_VERSION: u32 = 1;
+
+/// Key of the rewrite history of source lineage `source` (hex of its name).
+pub fn rewrite_history_key(source: &str) -> String {
+    let hex: String = source.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("rewrite/s{hex}")
 }
 
 /// Logical / stored bytes; `None` when nothing was stored.
@@ -415,10 +605,11 @@ fn write_containers(
     Ok(busy)
 }
 
-/// Stage 3: asks the index, restores stream order, fills containers and
-/// builds the recipe.
+/// Stage 3: asks the index, restores stream order, applies the rewrite
+/// filter, fills containers and builds the recipe.
 fn store_chunks(
     index: &mut dyn DedupIndex,
+    filter: &mut dyn RewriteFilter,
     store: &mut Store,
     rx: Receiver<Vec<Chunk>>,
     options: &BackupOptions,
@@ -427,6 +618,7 @@ fn store_chunks(
     let mut reorder = Reorder::default();
     let mut decided = Vec::new();
     let mut ready = Vec::new();
+    let mut verdicts = Vec::new();
     let mut done_bytes = 0u64;
     let mut batches = rx.into_iter();
     loop {
@@ -446,10 +638,16 @@ fn store_chunks(
         store.totals.index_time += t.elapsed();
 
         let t = Instant::now();
-        let placed_before = store.placed.len();
         for (chunk, decision) in ready.drain(..) {
-            done_bytes += u64::from(chunk.len);
-            recipe.push(store.put(chunk, decision)?);
+            filter.push(chunk, decision, &mut verdicts);
+        }
+        if last {
+            filter.finish(&mut verdicts);
+        }
+        let placed_before = store.placed.len();
+        for v in verdicts.drain(..) {
+            done_bytes += u64::from(v.chunk.len);
+            recipe.push(store.put(v)?);
         }
         store.totals.store_time += t.elapsed();
         let t = Instant::now();
@@ -473,11 +671,12 @@ fn store_chunks(
 }
 
 /// Fills containers with the chunks to store and remembers where this
-/// backup's chunks went (for internal duplicates).
+/// backup's chunks went (for internal duplicates and rewritten chunks).
 struct Store {
     open: Option<Builder>,
     next_container: ContainerId,
     capacity: usize,
+    trace: bool,
     tx: Sender<Builder>,
     here: FingerprintMap<ContainerId>,
     placed: Vec<(Fingerprint, ContainerId)>,
@@ -491,6 +690,7 @@ struct StoreTotals {
     unique: ClassCount,
     internal: ClassCount,
     duplicates: ClassCount,
+    rewritten: ClassCount,
     containers_written: u64,
     index_time: Duration,
     store_time: Duration,
@@ -500,11 +700,12 @@ struct StoreTotals {
 }
 
 impl Store {
-    fn new(next_container: ContainerId, capacity: usize, tx: Sender<Builder>) -> Self {
+    fn new(next_container: ContainerId, capacity: usize, trace: bool, tx: Sender<Builder>) -> Self {
         Store {
             open: None,
             next_container,
             capacity,
+            trace,
             tx,
             here: FingerprintMap::default(),
             placed: Vec::new(),
@@ -512,9 +713,23 @@ impl Store {
         }
     }
 
-    /// Records one decided chunk, storing it if it is unique.
-    fn put(&mut self, chunk: Chunk, decision: Decision) -> Result<ChunkRef> {
+    /// Records one chunk with its verdict, storing it if it is unique or rewritten.
+    fn put(&mut self, v: Verdict) -> Result<ChunkRef> {
+        let Verdict {
+            chunk,
+            decision,
+            rewrite,
+        } = v;
         let container = match decision {
+            // A duplicate already rewritten earlier in this stream uses that copy.
+            Decision::Duplicate(_) if self.here.contains_key(&chunk.fp) => {
+                self.totals.internal.add(chunk.len);
+                self.here[&chunk.fp]
+            }
+            Decision::Duplicate(_) if rewrite => {
+                self.totals.rewritten.add(chunk.len);
+                self.store(&chunk)?
+            }
             Decision::Duplicate(c) => {
                 self.totals.duplicates.add(chunk.len);
                 c
@@ -530,13 +745,7 @@ impl Store {
             }
             Decision::Unique => {
                 self.totals.unique.add(chunk.len);
-                let data = chunk.data.as_deref().ok_or_else(|| {
-                    Error::Pipeline(format!("chunk {} has no data to store", chunk.seq))
-                })?;
-                let c = self.append(&chunk, data)?;
-                self.here.insert(chunk.fp, c);
-                self.placed.push((chunk.fp, c));
-                c
+                self.store(&chunk)?
             }
         };
         Ok(ChunkRef {
@@ -546,20 +755,44 @@ impl Store {
         })
     }
 
-    fn append(&mut self, chunk: &Chunk, data: &[u8]) -> Result<ContainerId> {
-        if self.open.as_ref().is_some_and(|b| !b.fits(data.len())) {
+    /// Appends a chunk to the open container (lengths only in trace repositories).
+    fn store(&mut self, chunk: &Chunk) -> Result<ContainerId> {
+        let data = match (&chunk.data, self.trace) {
+            (Some(d), false) => Some(d.as_ref()),
+            (None, true) => None,
+            _ => {
+                return Err(Error::Pipeline(format!(
+                    "chunk {} has {} data in a {} repository",
+                    chunk.seq,
+                    if chunk.data.is_some() { "" } else { "no" },
+                    if self.trace { "trace" } else { "data" }
+                )))
+            }
+        };
+        let len = chunk.len as usize;
+        if self.open.as_ref().is_some_and(|b| !b.fits(len)) {
             self.seal()?;
         }
         let builder = match &mut self.open {
             Some(b) => b,
             None => {
-                let b = Builder::new(self.next_container, self.capacity);
+                let b = if self.trace {
+                    Builder::without_data(self.next_container, self.capacity)
+                } else {
+                    Builder::new(self.next_container, self.capacity)
+                };
                 self.next_container += 1;
                 self.open.insert(b)
             }
         };
-        builder.push(chunk.fp, data);
-        Ok(builder.id())
+        match data {
+            Some(d) => builder.push(chunk.fp, d),
+            None => builder.push_len(chunk.fp, chunk.len),
+        }
+        let c = builder.id();
+        self.here.insert(chunk.fp, c);
+        self.placed.push((chunk.fp, c));
+        Ok(c)
     }
 
     fn seal(&mut self) -> Result<()> {

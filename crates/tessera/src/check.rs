@@ -62,6 +62,9 @@ type ChunkSet = hashbrown::HashSet<(Fingerprint, ContainerId), FingerprintHashBu
 
 /// Checks `repo`.
 pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
+    if repo.config().layout == crate::config::Layout::Lifecycle {
+        return crate::lifecycle::check(repo, options);
+    }
     let mut report = CheckReport::default();
     let algo = repo.config().fingerprint;
     let mut stored = ChunkSet::default();

@@ -262,6 +262,9 @@ impl Repository {
 
     /// Totals over the whole repository.
     pub fn totals(&self) -> Result<RepoTotals> {
+        if self.config.layout == crate::config::Layout::Lifecycle {
+            return crate::lifecycle::totals(self);
+        }
         let snapshots = self.snapshots()?;
         let containers = self.containers()?;
         let mut physical_bytes = 0;
@@ -278,9 +281,19 @@ impl Repository {
         })
     }
 
-    /// Deletes backup `id` (its snapshot, then its recipe). Space is
-    /// reclaimed by garbage collection, not here.
+    /// Deletes backup `id`. In the container layout, space is reclaimed by
+    /// garbage collection; the lifecycle layout frees it at once.
     pub fn delete_backup(&self, id: BackupId) -> Result<()> {
+        match self.config.layout {
+            crate::config::Layout::Container => self.remove_snapshot(id),
+            crate::config::Layout::Lifecycle => {
+                crate::lifecycle::delete_backups(self, &[id]).map(|_| ())
+            }
+        }
+    }
+
+    /// Removes backup `id`'s snapshot, then its recipe (layouts free the space).
+    pub(crate) fn remove_snapshot(&self, id: BackupId) -> Result<()> {
         let snap = self.snapshot(id)?;
         let last = self.backups()?.last().copied().unwrap_or(0);
         let state = self.state()?;

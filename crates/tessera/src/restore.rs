@@ -11,19 +11,21 @@
 use crate::backend::Backend;
 use crate::container::{self, Container, ContainerId};
 use crate::error::{Error, Result};
+use crate::config::Layout;
 use crate::fingerprint::FingerprintAlgo;
+use crate::lifecycle::{self, LifecycleRestoreOptions};
 use crate::repo::Repository;
+use crate::restore_plan::{self, CachePolicy, Plan, Step};
 use crate::snapshot::{BackupId, ChunkRef};
 use crossbeam_channel::{bounded, Receiver, Sender};
-use lru::LruCache;
 use rayon::prelude::*;
 use serde::Serialize;
+use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
-use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Default container cache size, in containers.
 pub const DEFAULT_CACHE_CONTAINERS: usize = 32;
@@ -37,8 +39,10 @@ const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Options of one restore.
 pub struct RestoreOptions<'a> {
-    /// Containers the cache holds.
+    /// Containers the cache holds (forward assembly: its area is this many containers' size).
     pub cache_containers: usize,
+    /// Cache policy.
+    pub policy: CachePolicy,
     /// Called with the number of bytes restored so far.
     pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
 }
@@ -47,6 +51,7 @@ impl Default for RestoreOptions<'_> {
     fn default() -> Self {
         RestoreOptions {
             cache_containers: DEFAULT_CACHE_CONTAINERS,
+            policy: CachePolicy::Lru,
             progress: None,
         }
     }
@@ -65,8 +70,11 @@ pub struct RestoreStats {
     pub bytes_read: u64,
     /// bytes_read / bytes_restored.
     pub read_amplification: f64,
-    /// Containers read (cache misses).
+    /// Containers read (cache misses), or objects read in the lifecycle layout.
     pub containers_read: u64,
+    /// Distinct read extents (seeks): one per container read; in the lifecycle
+    /// layout, per contiguous range of a volume or category read.
+    pub extents: u64,
     /// MiB restored per container read.
     pub speed_factor: f64,
     /// Wall time.
@@ -75,46 +83,155 @@ pub struct RestoreStats {
     pub throughput_mb_s: f64,
     /// Containers the cache held.
     pub cache_containers: usize,
-}
-
-/// The containers an LRU cache of `capacity` containers loads, in order,
-/// when the chunks are read in recipe order.
-pub fn lru_loads(chunks: &[ChunkRef], capacity: NonZeroUsize) -> Vec<ContainerId> {
-    let mut cache = LruCache::new(capacity);
-    let mut loads = Vec::new();
-    for c in chunks {
-        if cache.get(&c.container).is_none() {
-            cache.put(c.container, ());
-            loads.push(c.container);
-        }
-    }
-    loads
+    /// The cache policy (`lru`, `opt`, `faa`; `lifecycle` for that layout).
+    pub policy: String,
+    /// Computed from metadata only (trace repositories): nothing was restored.
+    pub plan_only: bool,
 }
 
 /// Restores backup `id` of `repo` into `out` and returns the metrics.
 ///
 /// Fails on the first chunk that is missing or whose bytes do not match its
-/// fingerprint, before writing any of it.
+/// fingerprint, before writing any of it. In a trace repository nothing is
+/// written: the restore is planned from the metadata and its metrics
+/// computed, identical to those of a real restore of the same recipe.
 pub fn restore(
     repo: &Repository,
     id: BackupId,
     out: &mut dyn Write,
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
+    if repo.config().layout == Layout::Lifecycle {
+        return restore_lifecycle(repo, id, out, options);
+    }
     let started = Instant::now();
-    let io_before = repo.io_stats();
     repo.snapshot(id)?;
     let recipe = repo.recipe(id)?;
-    let capacity = NonZeroUsize::new(options.cache_containers.max(1)).unwrap_or(NonZeroUsize::MIN);
-    let loads = lru_loads(&recipe.chunks, capacity);
+    // Bytes read count container reads only, not the recipe.
+    let io_before = repo.io_stats();
+    let capacity = options.cache_containers.max(1);
+    let plan = restore_plan::plan(
+        &recipe.chunks,
+        options.policy,
+        capacity,
+        u64::from(repo.config().container_size),
+    );
+    let mut stats = if repo.config().trace {
+        planned_stats(repo, &recipe.chunks, &plan)?
+    } else {
+        let mut stats = execute(repo, id, &recipe.chunks, &plan, out, options)?;
+        out.flush().map_err(|e| Error::Output {
+            what: "output".into(),
+            source: e,
+        })?;
+        stats.bytes_read = repo.io_stats().since(&io_before).read_bytes;
+        stats
+    };
+    stats.id = id;
+    stats.cache_containers = capacity;
+    stats.policy = options.policy.name().into();
+    stats.containers_read = plan.reads().len() as u64;
+    stats.extents = stats.containers_read;
+    finish_stats(&mut stats, started);
+    Ok(stats)
+}
+
+/// Derived metrics: read amplification, speed factor, throughput.
+fn finish_stats(stats: &mut RestoreStats, started: Instant) {
+    stats.read_amplification = if stats.bytes_restored == 0 {
+        0.0
+    } else {
+        stats.bytes_read as f64 / stats.bytes_restored as f64
+    };
+    stats.speed_factor = if stats.containers_read == 0 {
+        0.0
+    } else {
+        stats.bytes_restored as f64 / (1024.0 * 1024.0) / stats.containers_read as f64
+    };
+    stats.seconds = started.elapsed().as_secs_f64();
+    stats.throughput_mb_s = stats.bytes_restored as f64 / 1e6 / stats.seconds.max(1e-9);
+}
+
+/// The metrics of a plan without reading data: bytes read are the planned
+/// containers' full sizes, read from their headers (not counted as restore I/O).
+fn planned_stats(repo: &Repository, chunks: &[ChunkRef], plan: &Plan) -> Result<RestoreStats> {
+    let mut sizes: std::collections::HashMap<ContainerId, u64> = Default::default();
+    let mut bytes_read = 0;
+    for &cid in plan.reads() {
+        let size = match sizes.get(&cid) {
+            Some(&s) => s,
+            None => {
+                let head = repo
+                    .backend()
+                    .read_range(&container::key(cid), 0, container::HEADER_LEN as u64)?;
+                let s = container::Header::parse(cid, &head)?.total_len() as u64;
+                sizes.insert(cid, s);
+                s
+            }
+        };
+        bytes_read += size;
+    }
+    Ok(RestoreStats {
+        bytes_restored: chunks.iter().map(|c| u64::from(c.len)).sum(),
+        chunks: chunks.len() as u64,
+        bytes_read,
+        plan_only: true,
+        ..RestoreStats::default()
+    })
+}
+
+/// Restores a backup of a lifecycle repository (see [`crate::lifecycle`]).
+fn restore_lifecycle(
+    repo: &Repository,
+    id: BackupId,
+    out: &mut dyn Write,
+    options: &RestoreOptions,
+) -> Result<RestoreStats> {
+    let started = Instant::now();
+    let l = if repo.config().trace {
+        lifecycle::plan_restore(repo, id)?
+    } else {
+        let opts = LifecycleRestoreOptions {
+            progress: options.progress,
+            ..LifecycleRestoreOptions::default()
+        };
+        lifecycle::restore_to_writer(repo, id, out, &opts)?
+    };
+    let mut stats = RestoreStats {
+        id,
+        bytes_restored: l.bytes_restored,
+        chunks: l.chunks,
+        bytes_read: l.bytes_read,
+        containers_read: l.objects_read,
+        extents: l.extents,
+        policy: "lifecycle".into(),
+        plan_only: l.plan_only,
+        ..RestoreStats::default()
+    };
+    finish_stats(&mut stats, started);
+    stats.read_amplification = l.read_amplification;
+    Ok(stats)
+}
+
+/// Reads the planned containers (on reader threads, ahead of use) and
+/// assembles the backup into `out`.
+fn execute(
+    repo: &Repository,
+    id: BackupId,
+    chunks: &[ChunkRef],
+    plan: &Plan,
+    out: &mut dyn Write,
+    options: &RestoreOptions,
+) -> Result<RestoreStats> {
     let algo = repo.config().fingerprint;
     let backend = repo.shared_backend();
+    let loads = plan.reads();
     // Each load gets a one-slot channel for its result; the slots travel to
     // the assembler in load order, so readers may finish out of order.
     let (slot_tx, slot_rx) = bounded::<Receiver<Result<Arc<Container>>>>(READ_AHEAD);
     let (job_tx, job_rx) = bounded::<(ContainerId, Sender<Result<Arc<Container>>>)>(0);
 
-    let mut stats = std::thread::scope(|s| -> Result<RestoreStats> {
+    std::thread::scope(|s| -> Result<RestoreStats> {
         let readers: Vec<_> = (0..READERS)
             .map(|_| {
                 let (backend, jobs) = (backend.as_ref(), job_rx.clone());
@@ -131,7 +248,6 @@ pub fn restore(
             })
             .collect();
         drop(job_rx);
-        let loads = &loads;
         let dispatcher = s.spawn(move || {
             for &cid in loads {
                 let (result_tx, result_rx) = bounded(1);
@@ -140,35 +256,41 @@ pub fn restore(
                 }
             }
         });
-        let result = assemble(id, &recipe.chunks, capacity, algo, slot_rx, out, options);
+        let mut next = Loaded { slots: slot_rx };
+        let result = match plan {
+            Plan::Cache { steps, .. } => assemble(id, chunks, steps, algo, &mut next, out, options),
+            Plan::Assembly { windows, .. } => {
+                forward_assemble(id, chunks, windows, algo, &mut next, out, options)
+            }
+        };
+        drop(next);
         let panicked = |_| Error::Pipeline("container reader thread panicked".into());
         dispatcher.join().map_err(panicked)?;
         for r in readers {
             r.join().map_err(panicked)?;
         }
         result
-    })?;
-    out.flush().map_err(|e| Error::Output {
-        what: "output".into(),
-        source: e,
-    })?;
-    stats.id = id;
-    stats.cache_containers = capacity.get();
-    stats.containers_read = loads.len() as u64;
-    stats.bytes_read = repo.io_stats().since(&io_before).read_bytes;
-    stats.read_amplification = if stats.bytes_restored == 0 {
-        0.0
-    } else {
-        stats.bytes_read as f64 / stats.bytes_restored as f64
-    };
-    stats.speed_factor = if stats.containers_read == 0 {
-        0.0
-    } else {
-        stats.bytes_restored as f64 / (1024.0 * 1024.0) / stats.containers_read as f64
-    };
-    stats.seconds = started.elapsed().as_secs_f64();
-    stats.throughput_mb_s = stats.bytes_restored as f64 / 1e6 / stats.seconds.max(1e-9);
-    Ok(stats)
+    })
+}
+
+/// Containers arriving from the readers in plan order.
+struct Loaded {
+    slots: Receiver<Receiver<Result<Arc<Container>>>>,
+}
+
+impl Loaded {
+    /// The next planned container, which must be `expected`.
+    fn next(&mut self, expected: ContainerId) -> Result<Arc<Container>> {
+        let stopped = |_| Error::Pipeline("container reader stopped early".into());
+        let ct = self.slots.recv().map_err(stopped)?.recv().map_err(stopped)??;
+        if ct.header.id != expected {
+            return Err(Error::Pipeline(format!(
+                "reader delivered container {:016x}, expected {:016x}",
+                ct.header.id, expected
+            )));
+        }
+        Ok(ct)
+    }
 }
 
 /// Restores backup `id` into the file `path`: written to a temporary file
@@ -212,40 +334,34 @@ fn load_container(backend: &dyn Backend, id: ContainerId) -> Result<Arc<Containe
     Ok(Arc::new(Container::parse(id, bytes)?))
 }
 
-/// Replays the LRU cache over the recipe, taking loaded containers from the
-/// reader in order, verifies windows of chunks in parallel and writes them.
+/// Follows a cache plan (LRU or OPT) over the recipe, taking loaded
+/// containers from the readers in plan order, verifies windows of chunks in
+/// parallel and writes them.
 fn assemble(
     id: BackupId,
     chunks: &[ChunkRef],
-    capacity: NonZeroUsize,
+    steps: &[Step],
     algo: FingerprintAlgo,
-    loaded: Receiver<Receiver<Result<Arc<Container>>>>,
+    loaded: &mut Loaded,
     out: &mut dyn Write,
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
-    let mut cache: LruCache<ContainerId, Arc<Container>> = LruCache::new(capacity);
+    let mut cache: HashMap<ContainerId, Arc<Container>> = HashMap::new();
     let mut stats = RestoreStats::default();
     let mut window: Vec<(Arc<Container>, usize, &ChunkRef)> = Vec::new();
     let mut window_bytes = 0u64;
-    let mut wait = Duration::ZERO;
-    for c in chunks {
-        let container = match cache.get(&c.container) {
-            Some(ct) => ct.clone(),
-            None => {
-                let t = Instant::now();
-                let stopped = |_| Error::Pipeline("container reader stopped early".into());
-                let ct = loaded.recv().map_err(stopped)?.recv().map_err(stopped)??;
-                wait += t.elapsed();
-                if ct.header.id != c.container {
-                    return Err(Error::Pipeline(format!(
-                        "reader delivered container {:016x}, expected {:016x}",
-                        ct.header.id, c.container
-                    )));
-                }
-                cache.put(c.container, ct.clone());
-                ct
+    for (c, step) in chunks.iter().zip(steps) {
+        if let Step::Load { evict } = step {
+            if let Some(victim) = evict {
+                cache.remove(victim);
             }
-        };
+            let ct = loaded.next(c.container)?;
+            cache.insert(c.container, ct);
+        }
+        let container = cache
+            .get(&c.container)
+            .cloned()
+            .ok_or_else(|| Error::Pipeline(format!("plan lost container {:016x}", c.container)))?;
         let i = container.find(&c.fp).ok_or_else(|| Error::MissingChunk {
             backup: id,
             container: c.container,
@@ -265,6 +381,87 @@ fn assemble(
     Ok(stats)
 }
 
+/// Forward assembly: for each window of the recipe, every container it
+/// needs is read once (in first-use order) and all its chunks for the
+/// window are verified and copied into the assembly area, which is then written.
+fn forward_assemble(
+    id: BackupId,
+    chunks: &[ChunkRef],
+    windows: &[(usize, usize)],
+    algo: FingerprintAlgo,
+    loaded: &mut Loaded,
+    out: &mut dyn Write,
+    options: &RestoreOptions,
+) -> Result<RestoreStats> {
+    let mut stats = RestoreStats::default();
+    let mut start = 0;
+    let mut area: Vec<u8> = Vec::new();
+    for &(n, reads) in windows {
+        let window = &chunks[start..start + n];
+        let mut offsets = Vec::with_capacity(n);
+        let mut total = 0usize;
+        let mut by_container: HashMap<ContainerId, Vec<usize>> = HashMap::new();
+        let mut order = Vec::with_capacity(reads);
+        for (k, c) in window.iter().enumerate() {
+            offsets.push(total);
+            total += c.len as usize;
+            let slots = by_container.entry(c.container).or_default();
+            if slots.is_empty() {
+                order.push(c.container);
+            }
+            slots.push(k);
+        }
+        area.clear();
+        area.resize(total, 0);
+        for cid in order {
+            let ct = loaded.next(cid)?;
+            let wanted = by_container.get(&cid).map(Vec::as_slice).unwrap_or_default();
+            // Verify in parallel, then copy into the area.
+            let found: Vec<usize> = wanted
+                .par_iter()
+                .map(|&k| {
+                    let c = &window[k];
+                    let i = ct.find(&c.fp).ok_or_else(|| Error::MissingChunk {
+                        backup: id,
+                        container: cid,
+                        fingerprint: c.fp.to_string(),
+                    })?;
+                    verify(algo, ct.chunk(i), c)?;
+                    Ok(i)
+                })
+                .collect::<Result<_>>()?;
+            for (&k, i) in wanted.iter().zip(found) {
+                let bytes = ct.chunk(i);
+                area[offsets[k]..offsets[k] + bytes.len()].copy_from_slice(bytes);
+            }
+        }
+        out.write_all(&area).map_err(|e| Error::Output {
+            what: "output".into(),
+            source: e,
+        })?;
+        stats.bytes_restored += total as u64;
+        stats.chunks += n as u64;
+        if let Some(p) = options.progress {
+            p(stats.bytes_restored);
+        }
+        start += n;
+    }
+    Ok(stats)
+}
+
+/// Checks that `bytes` are the chunk `c` names.
+fn verify(algo: FingerprintAlgo, bytes: &[u8], c: &ChunkRef) -> Result<()> {
+    let actual = algo.hash(bytes);
+    if actual != c.fp || bytes.len() != c.len as usize {
+        return Err(Error::ChunkMismatch {
+            container: c.container,
+            fingerprint: c.fp.to_string(),
+            actual: actual.to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// Verifies every chunk of the window (in parallel), then writes them in order.
 fn flush_window(
     window: &mut Vec<(Arc<Container>, usize, &ChunkRef)>,
@@ -272,18 +469,9 @@ fn flush_window(
     out: &mut dyn Write,
     stats: &mut RestoreStats,
 ) -> Result<()> {
-    window.par_iter().try_for_each(|(ct, i, c)| {
-        let bytes = ct.chunk(*i);
-        let actual = algo.hash(bytes);
-        if actual != c.fp || bytes.len() != c.len as usize {
-            return Err(Error::ChunkMismatch {
-                container: c.container,
-                fingerprint: c.fp.to_string(),
-                actual: actual.to_string(),
-            });
-        }
-        Ok(())
-    })?;
+    window
+        .par_iter()
+        .try_for_each(|(ct, i, c)| verify(algo, ct.chunk(*i), c))?;
     for (ct, i, _) in window.drain(..) {
         let bytes = ct.chunk(i);
         out.write_all(bytes).map_err(|e| Error::Output {
@@ -299,31 +487,6 @@ fn flush_window(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fingerprint::Fingerprint;
-
-    #[test]
-    fn lru_loads_follow_the_cache() {
-        let refs: Vec<ChunkRef> = [1, 2, 1, 3, 1, 2]
-            .iter()
-            .map(|&c| ChunkRef {
-                fp: Fingerprint::default(),
-                len: 1,
-                container: c,
-            })
-            .collect();
-        assert_eq!(
-            lru_loads(&refs, NonZeroUsize::new(2).unwrap()),
-            vec![1, 2, 3, 2]
-        );
-        assert_eq!(
-            lru_loads(&refs, NonZeroUsize::new(3).unwrap()),
-            vec![1, 2, 3]
-        );
-        assert_eq!(
-            lru_loads(&refs, NonZeroUsize::new(1).unwrap()),
-            vec![1, 2, 1, 3, 1, 2]
-        );
-    }
 
     /// Backs up 12 MiB of varied data (several containers, chunks repeated
     /// far apart) and returns the repository and its backup id.
@@ -352,17 +515,60 @@ mod tests {
     }
 
     #[test]
-    fn restores_with_any_cache_size() {
+    fn restores_with_any_policy_and_cache_size() {
         let (_dir, repo, id, data) = repository();
-        for cache_containers in [1, 2, 32] {
-            let mut out = Vec::new();
+        let mut reads = HashMap::new();
+        for policy in [CachePolicy::Lru, CachePolicy::Opt, CachePolicy::Faa] {
+            for cache_containers in [1, 2, 32] {
+                let mut out = Vec::new();
+                let options = RestoreOptions {
+                    cache_containers,
+                    policy,
+                    progress: None,
+                };
+                let stats = restore(&repo, id, &mut out, &options).unwrap();
+                assert!(out == data, "{policy:?}, cache {cache_containers}");
+                assert_eq!(stats.bytes_restored, data.len() as u64);
+                assert!(!stats.plan_only);
+                reads.insert((policy, cache_containers), stats.containers_read);
+            }
+        }
+        // The 2 MiB repeated at the end needs its containers again: a cache
+        // of one container re-reads, OPT never reads more than LRU.
+        for n in [1, 2, 32] {
+            assert!(reads[&(CachePolicy::Opt, n)] <= reads[&(CachePolicy::Lru, n)]);
+        }
+        assert!(reads[&(CachePolicy::Lru, 1)] > reads[&(CachePolicy::Lru, 32)]);
+    }
+
+    #[test]
+    fn trace_repositories_plan_restores_with_the_same_metrics() {
+        use crate::backup::{run, BackupOptions, Source};
+        let (_dir, repo, id, _) = repository();
+        let recipe = repo.recipe(id).unwrap();
+        let tdir = tempfile::tempdir().unwrap();
+        let mut config = crate::config::Config::new("t".into());
+        config.trace = true;
+        let trace = Repository::init(&tdir.path().join("trace"), config).unwrap();
+        let mut chunks = recipe.chunks.iter().map(|c| Ok((c.fp, c.len)));
+        let snap = run(&trace, Source::Trace(&mut chunks), &BackupOptions::default())
+            .unwrap()
+            .snapshot;
+        for policy in [CachePolicy::Lru, CachePolicy::Opt, CachePolicy::Faa] {
             let options = RestoreOptions {
-                cache_containers,
+                cache_containers: 2,
+                policy,
                 progress: None,
             };
-            let stats = restore(&repo, id, &mut out, &options).unwrap();
-            assert!(out == data, "cache {cache_containers}");
-            assert_eq!(stats.bytes_restored, data.len() as u64);
+            let real = restore(&repo, id, &mut std::io::sink(), &options).unwrap();
+            let planned = restore(&trace, snap.id, &mut std::io::sink(), &options).unwrap();
+            assert!(planned.plan_only);
+            assert_eq!(
+                (planned.bytes_restored, planned.containers_read, planned.bytes_read),
+                (real.bytes_restored, real.containers_read, real.bytes_read),
+                "{policy:?}"
+            );
+            assert_eq!(planned.read_amplification, real.read_amplification);
         }
     }
 

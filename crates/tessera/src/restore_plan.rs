@@ -19,7 +19,7 @@ use std::num::NonZeroUsize;
 use std::str::FromStr;
 
 /// A restore cache policy.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum CachePolicy {
     /// Least recently used container cache.

@@ -119,9 +119,11 @@ pub struct BackupStats {
     pub internal_duplicates: ClassCount,
     /// Duplicates of chunks stored by earlier backups.
     pub duplicates: ClassCount,
+    /// Duplicates the rewrite policy stored again.
+    pub rewritten: ClassCount,
     /// Containers written.
     pub containers_written: u64,
-    /// Bytes written to the backend (containers, index, recipe, snapshot).
+    /// Bytes written to the backend before the snapshot itself (containers, index, recipe).
     pub bytes_written: u64,
     /// Logical bytes / stored bytes of this backup (`None` when it stored nothing).
     pub dedup_ratio: Option<f64>,

@@ -10,6 +10,8 @@ use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
 use tessera::restore::{restore, RestoreOptions};
+use tessera::restore_plan::CachePolicy;
+use tessera::rewrite::{RewriteKind, RewriteParams};
 use tessera::Repository;
 
 #[derive(Clone, Debug)]
@@ -77,8 +79,18 @@ fn edit(prev: &[u8], edits: u8, seed: u64) -> Vec<u8> {
     v
 }
 
-fn small_config() -> Config {
+fn small_config(rewrite: RewriteKind) -> Config {
     let mut c = Config::new("gc-property".into());
+    // Small segments and contexts so that rewriting happens at this scale.
+    c.rewrite = RewriteParams {
+        kind: rewrite,
+        segment_bytes: 32 * 1024,
+        capping_level: 2,
+        smr_level: 2,
+        cbr_stream_context: 16 * 1024,
+        limit: Some(0.5),
+        ..RewriteParams::default()
+    };
     c.chunker = ChunkerParams {
         kind: ChunkerKind::Fastcdc,
         min_size: 256,
@@ -96,17 +108,31 @@ fn verify(repo: &Repository, originals: &BTreeMap<u64, Vec<u8>>) {
     assert_eq!(live, originals.keys().copied().collect::<Vec<_>>());
     for (&id, data) in originals {
         let mut out = Vec::new();
-        restore(repo, id, &mut out, &RestoreOptions { cache_containers: 3, progress: None }).unwrap();
-        assert!(out == *data, "backup {id} restored wrong bytes");
+        for policy in [CachePolicy::Lru, CachePolicy::Opt, CachePolicy::Faa] {
+            out.clear();
+            let options = RestoreOptions { cache_containers: 3, policy, progress: None };
+            restore(repo, id, &mut out, &options).unwrap();
+            assert!(out == *data, "backup {id} restored wrong bytes ({policy:?})");
+        }
     }
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 12, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 20, ..ProptestConfig::default() })]
     #[test]
-    fn gc_never_loses_a_referenced_chunk(steps in prop::collection::vec(step(), 4..18), seed: u64) {
+    fn gc_never_loses_a_referenced_chunk(
+        steps in prop::collection::vec(step(), 4..18),
+        seed: u64,
+        rewrite in prop_oneof![
+            Just(RewriteKind::None),
+            Just(RewriteKind::Cbr),
+            Just(RewriteKind::Capping),
+            Just(RewriteKind::Har),
+            Just(RewriteKind::Smr),
+        ],
+    ) {
         let dir = tempfile::tempdir().unwrap();
-        let repo = Repository::init(&dir.path().join("r"), small_config()).unwrap();
+        let repo = Repository::init(&dir.path().join("r"), small_config(rewrite)).unwrap();
         let mut current = Rng(seed | 1).bytes(120_000);
         let mut live: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
         for s in steps {

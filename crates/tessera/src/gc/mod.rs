@@ -155,9 +155,13 @@ pub fn forget_candidates(snapshots: &[Snapshot], keep: usize) -> Vec<BackupId> {
     ids
 }
 
-/// Deletes all but the `keep` newest backups; returns the deleted ids.
+/// Deletes all but the `keep` newest backups; returns the deleted ids. (The
+/// lifecycle layout frees their space at once; the container layout at the next GC.)
 pub fn forget_keep_last(repo: &Repository, keep: usize, dry_run: bool) -> Result<Vec<BackupId>> {
     let ids = forget_candidates(&repo.snapshots()?, keep);
+    if !dry_run && repo.config().layout == crate::config::Layout::Lifecycle {
+        return crate::lifecycle::forget_keep_last(repo, keep).map(|d| d.deleted);
+    }
     if !dry_run {
         for &id in &ids {
             repo.delete_backup(id)?;
@@ -177,6 +181,12 @@ struct Selected {
 
 /// Collects garbage in `repo` (open exclusively).
 pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
+    if repo.config().layout == crate::config::Layout::Lifecycle {
+        return Err(Error::InvalidConfig(format!(
+            "{}: the lifecycle layout frees space when backups are deleted and needs no GC",
+            repo.backend().location()
+        )));
+    }
     if !(0.0..=100.0).contains(&options.threshold_pct) {
         return Err(Error::InvalidConfig(format!(
             "GC threshold {}% is outside 0..=100",

@@ -49,7 +49,7 @@ pub struct DeleteStats {
 pub fn delete_backups(repo: &Repository, ids: &[BackupId]) -> Result<DeleteStats> {
     require_layout(repo)?;
     for &id in ids {
-        repo.delete_backup(id)?;
+        repo.remove_snapshot(id)?;
     }
     let mut stats = reclaim(repo)?;
     stats.deleted = ids.to_vec();
