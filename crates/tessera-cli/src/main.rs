@@ -10,25 +10,25 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tessera::backend::Backend;
 use tessera::backup::{run as run_backup, BackupOptions, Source};
-use tessera::config::{Arrange, Layout};
-use tessera::fingerprint::Fingerprint;
-use tessera::restore_plan::CachePolicy;
-use tessera_lab::trace::TraceFile;
 use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
+use tessera::config::IndexKind;
+use tessera::config::{Arrange, Layout};
+use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
 use tessera::restore::{restore, restore_to_path, RestoreOptions, DEFAULT_CACHE_CONTAINERS};
-use tessera::snapshot::BackupId;
-use tessera::config::IndexKind;
+use tessera::restore_plan::CachePolicy;
 use tessera::rewrite::{RewriteKind, RewriteParams};
+use tessera::snapshot::BackupId;
 use tessera::units::{parse_size, parse_size_u32};
 use tessera::Repository;
 use tessera_lab::analyze::{analyze_paths, Input, VersionRow};
 use tessera_lab::experiment::{self, ExperimentConfig};
 use tessera_lab::gen::{generate_with, GenOptions};
 use tessera_lab::trace::write_data_trace;
+use tessera_lab::trace::TraceFile;
 
 /// Tessera: a deduplicating backup store.
 #[derive(Parser)]
@@ -354,7 +354,9 @@ fn parse_layout(s: &str) -> Result<Layout, String> {
     match s {
         "container" => Ok(Layout::Container),
         "lifecycle" => Ok(Layout::Lifecycle),
-        other => Err(format!("unknown layout {other:?} (expected container or lifecycle)")),
+        other => Err(format!(
+            "unknown layout {other:?} (expected container or lifecycle)"
+        )),
     }
 }
 
@@ -362,7 +364,9 @@ fn parse_arrange(s: &str) -> Result<Arrange, String> {
     match s {
         "auto" => Ok(Arrange::Auto),
         "manual" => Ok(Arrange::Manual),
-        other => Err(format!("unknown arranging mode {other:?} (expected auto or manual)")),
+        other => Err(format!(
+            "unknown arranging mode {other:?} (expected auto or manual)"
+        )),
     }
 }
 
@@ -411,7 +415,14 @@ fn run(command: Command) -> Result<ExitCode> {
             label,
             source,
             json,
-        } => backup_cmd(&repo, input.as_deref(), trace.as_deref(), label, source, json)?,
+        } => backup_cmd(
+            &repo,
+            input.as_deref(),
+            trace.as_deref(),
+            label,
+            source,
+            json,
+        )?,
         Command::Restore {
             repo,
             id,
@@ -451,13 +462,23 @@ fn run(command: Command) -> Result<ExitCode> {
             };
             let trend = tessera::lifecycle::trend(&r, &source)?;
             if json {
-                println!("{}", serde_json::json!({ "ids": ids, "freed_bytes": freed, "trend": trend }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "ids": ids, "freed_bytes": freed, "trend": trend })
+                );
             } else {
                 if !ids.is_empty() {
                     let list: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
-                    println!("deleting backups {} would free {}", list.join(" "), human(freed));
+                    println!(
+                        "deleting backups {} would free {}",
+                        list.join(" "),
+                        human(freed)
+                    );
                 }
-                println!("{:>8} {:>8} {:>12} {:>12}", "version", "backup", "new data", "volume");
+                println!(
+                    "{:>8} {:>8} {:>12} {:>12}",
+                    "version", "backup", "new data", "volume"
+                );
                 for v in trend {
                     let show = |b: Option<u64>| b.map_or_else(|| "-".into(), human);
                     println!(
@@ -493,7 +514,10 @@ fn run(command: Command) -> Result<ExitCode> {
             let r = open(&repo, !dry_run)?;
             let ids = forget_keep_last(&r, keep_last, dry_run)?;
             if json {
-                println!("{}", serde_json::json!({ "deleted": ids, "dry_run": dry_run }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "deleted": ids, "dry_run": dry_run })
+                );
             } else {
                 let verb = if dry_run { "would delete" } else { "deleted" };
                 let list: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
@@ -619,7 +643,10 @@ fn backup_id(repo: &Repository, text: &str) -> Result<BackupId> {
     if text == "latest" {
         return match repo.backups()?.last() {
             Some(&id) => Ok(id),
-            None => bail!("{}: the repository holds no backup", repo.backend().location()),
+            None => bail!(
+                "{}: the repository holds no backup",
+                repo.backend().location()
+            ),
         };
     }
     text.parse()
@@ -697,30 +724,33 @@ fn backup_cmd(
         (_, Some(path)) => {
             let mut reader = TraceFile::open(path)?;
             let mut failure = None;
-            let mut chunks = std::iter::from_fn(|| match reader.next_chunk() {
-                Ok(Some(c)) => Some(Ok((Fingerprint(c.fp), c.size))),
-                Ok(None) => None,
-                Err(e) => {
-                    let msg = e.to_string();
-                    failure = Some(e);
-                    Some(Err(tessera::Error::InvalidConfig(msg)))
-                }
-            });
-            let done = run_backup(&r, Source::Trace(&mut chunks), &options_for(None));
-            drop(chunks);
+            let done = {
+                let mut chunks = std::iter::from_fn(|| match reader.next_chunk() {
+                    Ok(Some(c)) => Some(Ok((Fingerprint(c.fp), c.size))),
+                    Ok(None) => None,
+                    Err(e) => {
+                        let msg = e.to_string();
+                        failure = Some(e);
+                        Some(Err(tessera::Error::InvalidConfig(msg)))
+                    }
+                });
+                run_backup(&r, Source::Trace(&mut chunks), &options_for(None))
+            };
+            // A malformed trace is reported as such, with its line or offset.
             match (done, failure) {
                 (_, Some(e)) => return Err(e.into()),
                 (done, None) => done?,
             }
         }
         (Some(input), None) => {
-            let (mut reader, name, total): (Box<dyn Read + Send>, String, Option<u64>) = if input == "-" {
-                (Box::new(io::stdin()), "stdin".into(), None)
-            } else {
-                let f = File::open(input).with_context(|| format!("opening input {input}"))?;
-                let total = f.metadata().ok().map(|m| m.len());
-                (Box::new(f), input.to_string(), total)
-            };
+            let (mut reader, name, total): (Box<dyn Read + Send>, String, Option<u64>) =
+                if input == "-" {
+                    (Box::new(io::stdin()), "stdin".into(), None)
+                } else {
+                    let f = File::open(input).with_context(|| format!("opening input {input}"))?;
+                    let total = f.metadata().ok().map(|m| m.len());
+                    (Box::new(f), input.to_string(), total)
+                };
             let bar = progress_bar(total);
             let on_progress = |n: u64| bar.set_position(n);
             let done = run_backup(
@@ -845,7 +875,11 @@ fn list(repo: &Path, json: bool) -> Result<()> {
         return Ok(());
     }
     let mut out = io::stdout().lock();
-    writeln!(out, "{:>6}  {:>10}  {:>10}  {:>10}  {:<12}  label", "id", "time", "logical", "stored", "source")?;
+    writeln!(
+        out,
+        "{:>6}  {:>10}  {:>10}  {:>10}  {:<12}  label",
+        "id", "time", "logical", "stored", "source"
+    )?;
     for s in snaps {
         writeln!(
             out,
@@ -910,17 +944,29 @@ fn check_cmd(repo: &Path, read_data: bool, json: bool) -> Result<ExitCode> {
                 "problem: {}: {} (affects backups: {})",
                 p.object,
                 p.detail,
-                if users.is_empty() { "none".into() } else { users.join(", ") }
+                if users.is_empty() {
+                    "none".into()
+                } else {
+                    users.join(", ")
+                }
             );
         }
         println!(
             "checked {} containers ({} chunks{}), {} backups ({} references): {}{}",
             report.containers,
             report.stored_chunks,
-            if read_data { format!(", {} re-hashed", report.chunks_verified) } else { String::new() },
+            if read_data {
+                format!(", {} re-hashed", report.chunks_verified)
+            } else {
+                String::new()
+            },
             report.backups,
             report.references,
-            if report.is_ok() { "no problems".to_string() } else { format!("{} problem(s)", report.problems.len()) },
+            if report.is_ok() {
+                "no problems".to_string()
+            } else {
+                format!("{} problem(s)", report.problems.len())
+            },
             if report.unreferenced_containers + report.uncommitted_recipes > 0 {
                 format!(
                     "; {} unreferenced container(s) and {} uncommitted recipe(s) left by interrupted backups",
@@ -935,7 +981,10 @@ fn check_cmd(repo: &Path, read_data: bool, json: bool) -> Result<ExitCode> {
         Ok(ExitCode::SUCCESS)
     } else {
         if !json {
-            eprintln!("tessera: error: check found {} problem(s)", report.problems.len());
+            eprintln!(
+                "tessera: error: check found {} problem(s)",
+                report.problems.len()
+            );
         }
         Ok(ExitCode::FAILURE)
     }

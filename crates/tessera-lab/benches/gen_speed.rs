@@ -18,7 +18,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         total += lineage.write_tar(&mut io::sink())?;
     }
     let s = t.elapsed().as_secs_f64();
-    println!("data:  {total} bytes in {s:.2} s = {:.0} MB/s", total as f64 / s / 1e6);
+    println!(
+        "data:  {total} bytes in {s:.2} s = {:.0} MB/s",
+        total as f64 / s / 1e6
+    );
 
     let mut ds = Dataset::new(&GenOptions {
         versions: 3,

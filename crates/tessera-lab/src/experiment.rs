@@ -5,21 +5,21 @@
 
 use crate::gen::{generate, GenOptions};
 use crate::report;
+use crate::trace::TraceFile;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use crate::trace::TraceFile;
 use tessera::backup::{run as run_backup, BackupOptions, Source};
-use tessera::config::Layout;
-use tessera::fingerprint::Fingerprint;
-use tessera::restore_plan::CachePolicy;
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
+use tessera::config::Layout;
+use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, GcOptions};
 use tessera::restore::{restore, RestoreOptions, RestoreStats};
+use tessera::restore_plan::CachePolicy;
 use tessera::units::parse_size;
 use tessera::Repository;
 
@@ -330,7 +330,11 @@ impl SystemSpec {
         c.layout = match self.layout.as_str() {
             "container" => Layout::Container,
             "lifecycle" => Layout::Lifecycle,
-            other => return Err(format!("unknown layout {other:?} (expected container or lifecycle)")),
+            other => {
+                return Err(format!(
+                    "unknown layout {other:?} (expected container or lifecycle)"
+                ))
+            }
         };
         self.cache.parse::<CachePolicy>()?;
         c.validate().map_err(|e| e.to_string())?;
@@ -627,10 +631,13 @@ fn run_system(
     let trace = versions.iter().any(|v| is_trace(&v.path));
     let mut repo_config = repo_config;
     repo_config.trace = trace;
-    let policy: CachePolicy = system.cache.parse().map_err(|detail| ExperimentError::Config {
-        path: system.name.clone(),
-        detail,
-    })?;
+    let policy: CachePolicy = system
+        .cache
+        .parse()
+        .map_err(|detail| ExperimentError::Config {
+            path: system.name.clone(),
+            detail,
+        })?;
     let repo = Repository::init(&repo_dir, repo_config).map_err(engine(0))?;
     let mut records = Vec::new();
     for (i, v) in versions.iter().enumerate() {
@@ -641,7 +648,8 @@ fn run_system(
             progress: None,
         };
         let outcome = if trace {
-            let mut reader = TraceFile::open(&v.path).map_err(|e| ExperimentError::Trace(e.to_string()))?;
+            let mut reader =
+                TraceFile::open(&v.path).map_err(|e| ExperimentError::Trace(e.to_string()))?;
             let mut chunks = std::iter::from_fn(|| match reader.next_chunk() {
                 Ok(Some(c)) => Some(Ok((Fingerprint(c.fp), c.size))),
                 Ok(None) => None,
@@ -651,7 +659,14 @@ fn run_system(
         } else {
             let mut input = File::open(&v.path).map_err(io_err(&v.path))?;
             let name = v.path.display().to_string();
-            run_backup(&repo, Source::Data { input: &mut input, name: &name }, &options)
+            run_backup(
+                &repo,
+                Source::Data {
+                    input: &mut input,
+                    name: &name,
+                },
+                &options,
+            )
         }
         .map_err(engine(n))?;
         let snap = outcome.snapshot;
@@ -668,12 +683,13 @@ fn run_system(
                         ..Default::default()
                     }
                 } else {
-                    let options = system
-                        .gc_options(config.retention.gc_threshold)
-                        .map_err(|detail| ExperimentError::Config {
-                            path: system.name.clone(),
-                            detail,
-                        })?;
+                    let options =
+                        system
+                            .gc_options(config.retention.gc_threshold)
+                            .map_err(|detail| ExperimentError::Config {
+                                path: system.name.clone(),
+                                detail,
+                            })?;
                     gc(&repo, options).map_err(engine(n))?
                 };
                 gc_record = Some(GcRecord {
@@ -768,7 +784,10 @@ fn run_system(
             mean_restore_mb_s: mean(&|r| r.stats.throughput_mb_s),
             mean_modelled_seconds: mean(&|r| r.modelled_seconds),
             gc_containers_produced: gcs.clone().map(|g| g.stats.containers_produced).sum(),
-            gc_bytes_moved: gcs.clone().map(|g| g.stats.bytes_read + g.stats.bytes_written).sum(),
+            gc_bytes_moved: gcs
+                .clone()
+                .map(|g| g.stats.bytes_read + g.stats.bytes_written)
+                .sum(),
             gc_seconds: gcs.map(|g| g.stats.seconds).sum(),
             restores,
         };

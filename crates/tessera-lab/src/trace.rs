@@ -529,8 +529,11 @@ fn read_exact_at<R: Read>(
 mod tests {
     use super::*;
 
-    /// Builds a hashfile of `version` with the given files (path, chunks of (size, hash)).
-    fn hashfile(version: u32, hash_bits: u32, files: &[(&str, Vec<(u32, Vec<u8>)>)]) -> Vec<u8> {
+    /// A file of a test hashfile: its path and chunks of (size, hash).
+    type TestFile<'a> = (&'a str, Vec<(u32, Vec<u8>)>);
+
+    /// Builds a hashfile of `version` with the given files.
+    fn hashfile(version: u32, hash_bits: u32, files: &[TestFile]) -> Vec<u8> {
         let mut out = Vec::new();
         out.extend_from_slice(&FSL_MAGIC.to_le_bytes());
         out.extend_from_slice(&version.to_le_bytes());

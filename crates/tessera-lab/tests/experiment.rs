@@ -19,13 +19,23 @@ fn example_experiment_runs_and_renders_every_plot() {
     let results = run(&config, out.path(), &mut |_| lines += 1).unwrap();
 
     assert_eq!(results.versions.len(), 6);
-    assert_eq!(lines, 6 * config.systems.len(), "one progress line per system and version");
+    assert_eq!(
+        lines,
+        6 * config.systems.len(),
+        "one progress line per system and version"
+    );
     assert_eq!(results.records.len(), 6 * config.systems.len());
     for r in &results.records {
         // Container headers and metadata count as physical bytes: a first backup is just below 1.
-        assert!(r.actual_dedup_ratio.is_finite() && r.actual_dedup_ratio > 0.95, "{r:?}");
+        assert!(
+            r.actual_dedup_ratio.is_finite() && r.actual_dedup_ratio > 0.95,
+            "{r:?}"
+        );
         assert!(r.backup_mb_s.is_finite() && r.backup_mb_s > 0.0);
-        assert!(!r.restores.is_empty(), "the newest backup is restored every version");
+        assert!(
+            !r.restores.is_empty(),
+            "the newest backup is restored every version"
+        );
         for x in &r.restores {
             // Below 1 when internal duplicates are served from the cache.
             assert!(x.stats.read_amplification.is_finite() && x.stats.read_amplification > 0.0);
@@ -33,7 +43,10 @@ fn example_experiment_runs_and_renders_every_plot() {
         }
         assert!(r.gc.is_some(), "GC runs after every backup");
         if r.version > 3 {
-            assert!(r.gc.as_ref().is_some_and(|g| g.forgotten > 0), "retention deletes one backup per version");
+            assert!(
+                r.gc.as_ref().is_some_and(|g| g.forgotten > 0),
+                "retention deletes one backup per version"
+            );
         }
     }
 
@@ -42,14 +55,29 @@ fn example_experiment_runs_and_renders_every_plot() {
     for m in METRICS {
         let data = series(&results, m);
         assert_eq!(data.len(), config.systems.len());
-        assert!(data.iter().all(|(_, points)| !points.is_empty()), "{} has no points", m.title);
-        assert!(html.contains(m.title), "report lacks a plot titled {:?}", m.title);
+        assert!(
+            data.iter().all(|(_, points)| !points.is_empty()),
+            "{} has no points",
+            m.title
+        );
+        assert!(
+            html.contains(m.title),
+            "report lacks a plot titled {:?}",
+            m.title
+        );
     }
-    assert_eq!(html.matches("<svg").count(), METRICS.len(), "one SVG per metric");
+    assert_eq!(
+        html.matches("<svg").count(),
+        METRICS.len(),
+        "one SVG per metric"
+    );
     assert!(!html.contains("NaN") && !html.contains("inf"));
     let csv = std::fs::read_to_string(out.path().join("results.csv")).unwrap();
     assert_eq!(csv.lines().count(), 1 + results.records.len());
     let json: serde_json::Value =
         serde_json::from_slice(&std::fs::read(out.path().join("results.json")).unwrap()).unwrap();
-    assert_eq!(json["records"].as_array().unwrap().len(), results.records.len());
+    assert_eq!(
+        json["records"].as_array().unwrap().len(),
+        results.records.len()
+    );
 }

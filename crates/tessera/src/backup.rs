@@ -12,16 +12,16 @@
 
 use crate::backend::Backend;
 use crate::chunker::{cut_all, Chunker};
+use crate::config::Layout;
 use crate::container::{self, Builder, ContainerId};
+use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::fingerprint::{FingerprintAlgo, FingerprintMap};
-use crate::config::Layout;
-use crate::envelope;
 use crate::index::{Chunk, Decision, DedupIndex, Reorder};
 use crate::lifecycle::{self, ArrangeStats, LifecycleBackupOptions};
-use crate::rewrite::{RewriteFilter, Verdict};
 use crate::repo::Repository;
+use crate::rewrite::{RewriteFilter, Verdict};
 use crate::snapshot::{self, BackupStats, ChunkRef, ClassCount, Recipe, Snapshot, StageSeconds};
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -213,7 +213,10 @@ pub fn run(repo: &Repository, source: Source, options: &BackupOptions) -> Result
 }
 
 /// Handles of the front-end threads and the stage each runs.
-type FrontEnd<'scope> = Vec<(&'static str, std::thread::ScopedJoinHandle<'scope, Result<Duration>>)>;
+type FrontEnd<'scope> = Vec<(
+    &'static str,
+    std::thread::ScopedJoinHandle<'scope, Result<Duration>>,
+)>;
 
 /// Starts the front end of `source` on threads of `s`: batches of
 /// fingerprinted chunks, in stream order, go to `tx`.
@@ -231,9 +234,18 @@ fn spawn_front_end<'scope, 'env, 'src: 'scope>(
             let (raw_tx, raw_rx) = bounded::<RawBlock>(QUEUE_DEPTH);
             let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
             vec![
-                ("input reader", s.spawn(move || read_blocks(input, name, pool, layout, raw_tx))),
-                ("chunking", s.spawn(move || cut_blocks(chunker, pool, layout, raw_rx, block_tx))),
-                ("fingerprinting", s.spawn(move || fingerprint(algo, block_rx, tx))),
+                (
+                    "input reader",
+                    s.spawn(move || read_blocks(input, name, pool, layout, raw_tx)),
+                ),
+                (
+                    "chunking",
+                    s.spawn(move || cut_blocks(chunker, pool, layout, raw_rx, block_tx)),
+                ),
+                (
+                    "fingerprinting",
+                    s.spawn(move || fingerprint(algo, block_rx, tx)),
+                ),
             ]
         }
         Source::Trace(chunks) => vec![("trace reader", s.spawn(move || read_trace(chunks, tx)))],
@@ -267,10 +279,9 @@ fn read_trace(
 ) -> Result<Duration> {
     const BATCH: usize = 4096;
     let mut busy = Duration::ZERO;
-    let mut seq = 0u64;
     let mut batch = Vec::with_capacity(BATCH);
     let t = Instant::now();
-    for item in chunks {
+    for (seq, item) in (0u64..).zip(chunks) {
         let (fp, len) = item?;
         batch.push(Chunk {
             seq,
@@ -278,10 +289,12 @@ fn read_trace(
             len,
             data: None,
         });
-        seq += 1;
         if batch.len() == BATCH {
             busy += t.elapsed();
-            if tx.send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH))).is_err() {
+            if tx
+                .send(std::mem::replace(&mut batch, Vec::with_capacity(BATCH)))
+                .is_err()
+            {
                 return Ok(busy);
             }
         }
@@ -318,7 +331,11 @@ fn backup_lifecycle(repo: &Repository, source: Source, options: &BackupOptions) 
 }
 
 /// The container layout: deduplicate, rewrite, fill containers, commit.
-fn backup_containers(repo: &Repository, source: Source, options: &BackupOptions) -> Result<Snapshot> {
+fn backup_containers(
+    repo: &Repository,
+    source: Source,
+    options: &BackupOptions,
+) -> Result<Snapshot> {
     let started = Instant::now();
     let io_before = repo.io_stats();
     let config = repo.config().clone();
@@ -345,7 +362,14 @@ fn backup_containers(repo: &Repository, source: Source, options: &BackupOptions)
     let (container_tx, container_rx) = bounded::<Builder>(CONTAINER_QUEUE_DEPTH);
 
     let (chunks, totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
-        let front = spawn_front_end(s, source, chunker.as_ref(), config.fingerprint, &pool, chunk_tx);
+        let front = spawn_front_end(
+            s,
+            source,
+            chunker.as_ref(),
+            config.fingerprint,
+            &pool,
+            chunk_tx,
+        );
         let writers: Vec<_> = (0..WRITERS)
             .map(|_| {
                 let (backend, rx, stop) = (backend.as_ref(), container_rx.clone(), &stop);
@@ -359,7 +383,13 @@ fn backup_containers(repo: &Repository, source: Source, options: &BackupOptions)
             config.trace,
             container_tx,
         );
-        let stored = store_chunks(index.as_mut(), filter.as_mut(), &mut store, chunk_rx, options);
+        let stored = store_chunks(
+            index.as_mut(),
+            filter.as_mut(),
+            &mut store,
+            chunk_rx,
+            options,
+        );
         // Close the container queue whatever happened, so that the writers end.
         let totals = store.finish();
         // Join every writer, then report the first error or, as the writers

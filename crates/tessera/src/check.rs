@@ -82,15 +82,18 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             match parsed {
                 Ok(ct) => {
                     // Trace containers hold no data to re-hash.
-                    let to_hash = if ct.header.has_data() { ct.metas.len() } else { 0 };
+                    let to_hash = if ct.header.has_data() {
+                        ct.metas.len()
+                    } else {
+                        0
+                    };
                     let mismatches: Vec<(Fingerprint, String)> = (0..to_hash)
                         .into_par_iter()
                         .filter_map(|i| {
                             let expected = ct.metas[i].fp;
                             let actual = algo.hash(ct.chunk(i));
-                            (actual != expected).then(|| {
-                                (expected, format!("chunk {expected} hashes to {actual}"))
-                            })
+                            (actual != expected)
+                                .then(|| (expected, format!("chunk {expected} hashes to {actual}")))
                         })
                         .collect();
                     report.chunks_verified += to_hash as u64;

@@ -230,8 +230,7 @@ impl Builder {
 
     /// Whether a chunk of `len` bytes still fits.
     pub fn fits(&self, len: usize) -> bool {
-        HEADER_LEN + (self.metas.len() + 1) * META_ENTRY_LEN + self.data_len + len
-            <= self.capacity
+        HEADER_LEN + (self.metas.len() + 1) * META_ENTRY_LEN + self.data_len + len <= self.capacity
     }
 
     /// Appends a chunk (the caller checked [`Builder::fits`]).
@@ -393,7 +392,10 @@ mod tests {
         assert_eq!(bytes.len(), HEADER_LEN + 2 * META_ENTRY_LEN);
         let c = Container::parse(3, bytes).unwrap();
         assert!(!c.header.has_data());
-        assert_eq!(c.header.total_len(), HEADER_LEN + 2 * META_ENTRY_LEN + 17000);
+        assert_eq!(
+            c.header.total_len(),
+            HEADER_LEN + 2 * META_ENTRY_LEN + 17000
+        );
         assert_eq!(c.metas[1].offset, 8000);
         assert!(c.chunk(1).is_empty());
     }

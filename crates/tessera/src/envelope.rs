@@ -30,7 +30,10 @@ pub fn open<'a>(name: &str, kind: &[u8; 4], version: u32, object: &'a [u8]) -> R
     if object.len() < HEADER_LEN + TRAILER_LEN {
         return Err(Error::corrupt(
             name,
-            format!("truncated: {} bytes is shorter than an envelope", object.len()),
+            format!(
+                "truncated: {} bytes is shorter than an envelope",
+                object.len()
+            ),
         ));
     }
     if &object[0..4] != MAGIC {
@@ -104,7 +107,10 @@ mod tests {
         for i in 0..sealed.len() {
             let mut bad = sealed.clone();
             bad[i] ^= 0x01;
-            assert!(open("t", b"TEST", 1, &bad).is_err(), "flip at {i} undetected");
+            assert!(
+                open("t", b"TEST", 1, &bad).is_err(),
+                "flip at {i} undetected"
+            );
         }
     }
 
@@ -114,10 +120,17 @@ mod tests {
         for n in 0..sealed.len() {
             assert!(open("t", b"TEST", 1, &sealed[..n]).is_err());
         }
-        assert!(matches!(open("t", b"OTHR", 1, &sealed), Err(Error::Corrupt { .. })));
+        assert!(matches!(
+            open("t", b"OTHR", 1, &sealed),
+            Err(Error::Corrupt { .. })
+        ));
         assert!(matches!(
             open("t", b"TEST", 2, &sealed),
-            Err(Error::UnsupportedVersion { found: 1, supported: 2, .. })
+            Err(Error::UnsupportedVersion {
+                found: 1,
+                supported: 2,
+                ..
+            })
         ));
     }
 }

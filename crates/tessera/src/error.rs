@@ -31,7 +31,9 @@ pub enum Error {
     #[error("{0}: already exists and is not empty")]
     AlreadyExists(String),
     /// An object was written by a format version this build does not understand.
-    #[error("{object}: format version {found} is not supported (this build reads version {supported})")]
+    #[error(
+        "{object}: format version {found} is not supported (this build reads version {supported})"
+    )]
     UnsupportedVersion {
         /// The object.
         object: String,
@@ -49,7 +51,9 @@ pub enum Error {
         detail: String,
     },
     /// A stored chunk's bytes do not hash to its fingerprint.
-    #[error("container {container:016x}: chunk {fingerprint} is corrupt (its bytes hash to {actual})")]
+    #[error(
+        "container {container:016x}: chunk {fingerprint} is corrupt (its bytes hash to {actual})"
+    )]
     ChunkMismatch {
         /// The container holding the chunk.
         container: u64,

@@ -36,7 +36,11 @@ impl Fingerprint {
 impl fmt::Display for Fingerprint {
     /// Shows the full 32 bytes in hex, trailing zero padding trimmed to whole hash widths.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let len = if self.0[20..].iter().all(|&b| b == 0) { 20 } else { 32 };
+        let len = if self.0[20..].iter().all(|&b| b == 0) {
+            20
+        } else {
+            32
+        };
         f.write_str(&self.hex(len))
     }
 }
@@ -164,7 +168,11 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for a in [FingerprintAlgo::Blake3, FingerprintAlgo::Sha256, FingerprintAlgo::Sha1] {
+        for a in [
+            FingerprintAlgo::Blake3,
+            FingerprintAlgo::Sha256,
+            FingerprintAlgo::Sha1,
+        ] {
             assert_eq!(a.name().parse::<FingerprintAlgo>().unwrap(), a);
         }
         assert!("md5".parse::<FingerprintAlgo>().is_err());

@@ -9,9 +9,9 @@
 //! parallel.
 
 use crate::backend::Backend;
+use crate::config::Layout;
 use crate::container::{self, Container, ContainerId};
 use crate::error::{Error, Result};
-use crate::config::Layout;
 use crate::fingerprint::FingerprintAlgo;
 use crate::lifecycle::{self, LifecycleRestoreOptions};
 use crate::repo::Repository;
@@ -161,9 +161,11 @@ fn planned_stats(repo: &Repository, chunks: &[ChunkRef], plan: &Plan) -> Result<
         let size = match sizes.get(&cid) {
             Some(&s) => s,
             None => {
-                let head = repo
-                    .backend()
-                    .read_range(&container::key(cid), 0, container::HEADER_LEN as u64)?;
+                let head = repo.backend().read_range(
+                    &container::key(cid),
+                    0,
+                    container::HEADER_LEN as u64,
+                )?;
                 let s = container::Header::parse(cid, &head)?.total_len() as u64;
                 sizes.insert(cid, s);
                 s
@@ -282,7 +284,12 @@ impl Loaded {
     /// The next planned container, which must be `expected`.
     fn next(&mut self, expected: ContainerId) -> Result<Arc<Container>> {
         let stopped = |_| Error::Pipeline("container reader stopped early".into());
-        let ct = self.slots.recv().map_err(stopped)?.recv().map_err(stopped)??;
+        let ct = self
+            .slots
+            .recv()
+            .map_err(stopped)?
+            .recv()
+            .map_err(stopped)??;
         if ct.header.id != expected {
             return Err(Error::Pipeline(format!(
                 "reader delivered container {:016x}, expected {:016x}",
@@ -415,7 +422,10 @@ fn forward_assemble(
         area.resize(total, 0);
         for cid in order {
             let ct = loaded.next(cid)?;
-            let wanted = by_container.get(&cid).map(Vec::as_slice).unwrap_or_default();
+            let wanted = by_container
+                .get(&cid)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             // Verify in parallel, then copy into the area.
             let found: Vec<usize> = wanted
                 .par_iter()
@@ -551,9 +561,13 @@ mod tests {
         config.trace = true;
         let trace = Repository::init(&tdir.path().join("trace"), config).unwrap();
         let mut chunks = recipe.chunks.iter().map(|c| Ok((c.fp, c.len)));
-        let snap = run(&trace, Source::Trace(&mut chunks), &BackupOptions::default())
-            .unwrap()
-            .snapshot;
+        let snap = run(
+            &trace,
+            Source::Trace(&mut chunks),
+            &BackupOptions::default(),
+        )
+        .unwrap()
+        .snapshot;
         for policy in [CachePolicy::Lru, CachePolicy::Opt, CachePolicy::Faa] {
             let options = RestoreOptions {
                 cache_containers: 2,
@@ -564,7 +578,11 @@ mod tests {
             let planned = restore(&trace, snap.id, &mut std::io::sink(), &options).unwrap();
             assert!(planned.plan_only);
             assert_eq!(
-                (planned.bytes_restored, planned.containers_read, planned.bytes_read),
+                (
+                    planned.bytes_restored,
+                    planned.containers_read,
+                    planned.bytes_read
+                ),
                 (real.bytes_restored, real.containers_read, real.bytes_read),
                 "{policy:?}"
             );

@@ -49,7 +49,9 @@ impl FromStr for CachePolicy {
             "lru" => Ok(CachePolicy::Lru),
             "opt" => Ok(CachePolicy::Opt),
             "faa" => Ok(CachePolicy::Faa),
-            other => Err(format!("unknown cache policy {other:?} (expected lru, opt or faa)")),
+            other => Err(format!(
+                "unknown cache policy {other:?} (expected lru, opt or faa)"
+            )),
         }
     }
 }
@@ -96,7 +98,12 @@ impl Plan {
 
 /// Plans the restore of `chunks` under `policy` with a budget of
 /// `containers` containers (FAA: an area of `containers × container_size` bytes).
-pub fn plan(chunks: &[ChunkRef], policy: CachePolicy, containers: usize, container_size: u64) -> Plan {
+pub fn plan(
+    chunks: &[ChunkRef],
+    policy: CachePolicy,
+    containers: usize,
+    container_size: u64,
+) -> Plan {
     let n = NonZeroUsize::new(containers).unwrap_or(NonZeroUsize::MIN);
     match policy {
         CachePolicy::Lru => plan_lru(chunks, n),

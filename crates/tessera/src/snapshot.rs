@@ -73,7 +73,10 @@ impl Recipe {
         let recipe: Recipe = postcard::from_bytes(payload)
             .map_err(|e| Error::corrupt(&name, format!("undecodable recipe: {e}")))?;
         if recipe.backup != id {
-            return Err(Error::corrupt(&name, format!("belongs to backup {}", recipe.backup)));
+            return Err(Error::corrupt(
+                &name,
+                format!("belongs to backup {}", recipe.backup),
+            ));
         }
         Ok(recipe)
     }
@@ -187,7 +190,10 @@ impl Snapshot {
         let snap: Snapshot = serde_json::from_slice(payload)
             .map_err(|e| Error::corrupt(&name, format!("undecodable snapshot: {e}")))?;
         if snap.id != id {
-            return Err(Error::corrupt(&name, format!("belongs to backup {}", snap.id)));
+            return Err(Error::corrupt(
+                &name,
+                format!("belongs to backup {}", snap.id),
+            ));
         }
         Ok(snap)
     }
@@ -208,7 +214,11 @@ mod tests {
             .collect();
         let r = Recipe { backup: 3, chunks };
         let bytes = r.encode().unwrap();
-        assert!(bytes.len() < 1000 * 40, "recipe takes {} bytes", bytes.len());
+        assert!(
+            bytes.len() < 1000 * 40,
+            "recipe takes {} bytes",
+            bytes.len()
+        );
         assert_eq!(Recipe::decode(3, &bytes).unwrap(), r);
         assert!(Recipe::decode(4, &bytes).is_err());
     }

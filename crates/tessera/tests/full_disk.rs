@@ -247,7 +247,8 @@ fn full_disk_at_every_kind_of_write_fails_cleanly() {
             );
             // Containers are written by several threads at once: which one
             // hits the full disk first varies, but the error names it.
-            let named = if kind(&failed) == kind(&writes[i].0) && failed.starts_with("containers/") {
+            let named = if kind(&failed) == kind(&writes[i].0) && failed.starts_with("containers/")
+            {
                 message.contains("containers/")
             } else {
                 message.contains(&failed)

@@ -21,7 +21,11 @@ enum Step {
     /// Delete all but the newest `keep` backups.
     Forget { keep: usize },
     /// Collect garbage at this utilization threshold with this chunk ordering.
-    Gc { threshold: u8, defrag: Defrag, segment: usize },
+    Gc {
+        threshold: u8,
+        defrag: Defrag,
+        segment: usize,
+    },
     /// Delete one backup chosen by index among the live ones.
     Delete { pick: usize },
 }
@@ -103,16 +107,27 @@ fn small_config(rewrite: RewriteKind) -> Config {
 
 fn verify(repo: &Repository, originals: &BTreeMap<u64, Vec<u8>>) {
     let report = check(repo, CheckOptions { read_data: true }).unwrap();
-    assert!(report.is_ok(), "check found problems: {:?}", report.problems);
+    assert!(
+        report.is_ok(),
+        "check found problems: {:?}",
+        report.problems
+    );
     let live = repo.backups().unwrap();
     assert_eq!(live, originals.keys().copied().collect::<Vec<_>>());
     for (&id, data) in originals {
         let mut out = Vec::new();
         for policy in [CachePolicy::Lru, CachePolicy::Opt, CachePolicy::Faa] {
             out.clear();
-            let options = RestoreOptions { cache_containers: 3, policy, progress: None };
+            let options = RestoreOptions {
+                cache_containers: 3,
+                policy,
+                progress: None,
+            };
             restore(repo, id, &mut out, &options).unwrap();
-            assert!(out == *data, "backup {id} restored wrong bytes ({policy:?})");
+            assert!(
+                out == *data,
+                "backup {id} restored wrong bytes ({policy:?})"
+            );
         }
     }
 }

@@ -33,9 +33,9 @@ impl Local {
 
     fn path(&self, key: &str) -> Result<PathBuf> {
         let valid = !key.is_empty()
-            && key
-                .split('/')
-                .all(|part| !part.is_empty() && part != "." && part != ".." && !part.starts_with('.'));
+            && key.split('/').all(|part| {
+                !part.is_empty() && part != "." && part != ".." && !part.starts_with('.')
+            });
         if !valid {
             return Err(Error::io(
                 format!("object key {key:?}"),
@@ -96,7 +96,10 @@ impl Backend for Local {
                 sync_dir(parent).map_err(io_err)?;
             }
         }
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
         let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
         let result = (|| -> io::Result<()> {

@@ -113,7 +113,9 @@ impl ChunkerParams {
                     ));
                 }
                 if !(min.is_multiple_of(2) && avg.is_multiple_of(2) && max.is_multiple_of(2)) {
-                    return bad(format!("fastcdc sizes must be even (got {min}/{avg}/{max})"));
+                    return bad(format!(
+                        "fastcdc sizes must be even (got {min}/{avg}/{max})"
+                    ));
                 }
             }
             ChunkerKind::Rabin => {
@@ -351,7 +353,12 @@ mod tests {
         edited.extend_from_slice(b"an insertion that shifts every later byte");
         edited.extend_from_slice(&data[100_000..]);
         for kind in [ChunkerKind::Fastcdc, ChunkerKind::Rabin] {
-            let c = ChunkerParams { kind, ..ChunkerParams::default() }.build().unwrap();
+            let c = ChunkerParams {
+                kind,
+                ..ChunkerParams::default()
+            }
+            .build()
+            .unwrap();
             let a = chunk_streaming(c.as_ref(), &data, 1 << 20);
             let b = chunk_streaming(c.as_ref(), &edited, 1 << 20);
             // The tail chunks after the edit must be identical.
@@ -364,23 +371,49 @@ mod tests {
     fn mean_chunk_size_is_near_the_target() {
         let data = pseudo_random(8 << 20, 3);
         for kind in [ChunkerKind::Fastcdc, ChunkerKind::Rabin] {
-            let c = ChunkerParams { kind, ..ChunkerParams::default() }.build().unwrap();
+            let c = ChunkerParams {
+                kind,
+                ..ChunkerParams::default()
+            }
+            .build()
+            .unwrap();
             let lens = chunk_streaming(c.as_ref(), &data, 1 << 20);
             let mean = data.len() / lens.len();
-            assert!((6 * 1024..=14 * 1024).contains(&mean), "{kind:?}: mean chunk {mean}");
+            assert!(
+                (6 * 1024..=14 * 1024).contains(&mean),
+                "{kind:?}: mean chunk {mean}"
+            );
         }
     }
 
     #[test]
     fn invalid_parameters_are_rejected() {
         let bad = [
-            ChunkerParams { min_size: 9000, ..ChunkerParams::default() },
-            ChunkerParams { max_size: 32 << 20, ..ChunkerParams::default() },
-            ChunkerParams { kind: ChunkerKind::Rabin, avg_size: 6000, ..ChunkerParams::default() },
-            ChunkerParams { kind: ChunkerKind::Fastcdc, min_size: 3, avg_size: 8, max_size: 16 },
+            ChunkerParams {
+                min_size: 9000,
+                ..ChunkerParams::default()
+            },
+            ChunkerParams {
+                max_size: 32 << 20,
+                ..ChunkerParams::default()
+            },
+            ChunkerParams {
+                kind: ChunkerKind::Rabin,
+                avg_size: 6000,
+                ..ChunkerParams::default()
+            },
+            ChunkerParams {
+                kind: ChunkerKind::Fastcdc,
+                min_size: 3,
+                avg_size: 8,
+                max_size: 16,
+            },
         ];
         for p in bad {
-            assert!(matches!(p.build(), Err(Error::InvalidConfig(_))), "{p:?} accepted");
+            assert!(
+                matches!(p.build(), Err(Error::InvalidConfig(_))),
+                "{p:?} accepted"
+            );
         }
     }
 }

@@ -81,8 +81,9 @@ pub fn plan(
                 next.push(leaf);
                 continue;
             }
-            let (referenced, not): (Vec<usize>, Vec<usize>) =
-                leaf.into_iter().partition(|&i| owners.references(backup, &chunks[i].0));
+            let (referenced, not): (Vec<usize>, Vec<usize>) = leaf
+                .into_iter()
+                .partition(|&i| owners.references(backup, &chunks[i].0));
             // Left child: not referenced by this backup; right child: referenced.
             for child in [not, referenced] {
                 if !child.is_empty() {

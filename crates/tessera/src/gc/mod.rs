@@ -16,12 +16,12 @@ use crate::backend::Backend;
 use crate::container::{self, Builder, Container, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
-use std::sync::Arc;
 use crate::index::Relocations;
 use crate::repo::Repository;
 use crate::snapshot::{self, BackupId, Snapshot};
 use serde::Serialize;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::Instant;
 
 mod gccdf;
@@ -59,7 +59,9 @@ impl std::str::FromStr for Defrag {
             "none" => Ok(Defrag::None),
             "gccdf" => Ok(Defrag::Gccdf),
             "random" => Ok(Defrag::Random),
-            other => Err(format!("unknown defragmentation {other:?} (expected none, gccdf or random)")),
+            other => Err(format!(
+                "unknown defragmentation {other:?} (expected none, gccdf or random)"
+            )),
         }
     }
 }
@@ -269,7 +271,11 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         Defrag::None => 1,
         Defrag::Gccdf | Defrag::Random => options.segment.max(1),
     };
-    let with_live: Vec<ContainerId> = selected.iter().filter(|s| s.has_live).map(|s| s.id).collect();
+    let with_live: Vec<ContainerId> = selected
+        .iter()
+        .filter(|s| s.has_live)
+        .map(|s| s.id)
+        .collect();
     for group in with_live.chunks(segment) {
         stats.segments += 1;
         let t = Instant::now();
@@ -303,7 +309,8 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
             Defrag::None => (0..cache.len()).collect(),
             Defrag::Random => gccdf::random_order(cache.len(), stats.segments),
             Defrag::Gccdf => {
-                let fps: Vec<(Fingerprint, u32)> = cache.iter().map(|c| (c.meta().fp, c.meta().len)).collect();
+                let fps: Vec<(Fingerprint, u32)> =
+                    cache.iter().map(|c| (c.meta().fp, c.meta().len)).collect();
                 let involved = owners.involved(group);
                 let plan = gccdf::plan(&fps, &involved, &owners, options.split_threshold);
                 stats.tree_leaves += plan.leaves;

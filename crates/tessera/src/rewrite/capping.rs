@@ -77,15 +77,34 @@ mod tests {
     fn rewrites_the_least_referenced_containers_of_a_segment() {
         // One segment of 10 chunks: 4 in container 1, 3 in 2, 2 in 3, 1 new.
         let d = |c| Decision::Duplicate(c);
-        let decisions = [d(1), d(2), d(1), d(3), d(1), d(2), d(3), d(2), d(1), Decision::Unique];
-        let flags = run(&mut Capping::new(1 << 30, 2, Budget::new(None)), &decisions, 100);
+        let decisions = [
+            d(1),
+            d(2),
+            d(1),
+            d(3),
+            d(1),
+            d(2),
+            d(3),
+            d(2),
+            d(1),
+            Decision::Unique,
+        ];
+        let flags = run(
+            &mut Capping::new(1 << 30, 2, Budget::new(None)),
+            &decisions,
+            100,
+        );
         assert_eq!(
             flags,
             vec![false, false, false, true, false, false, true, false, false, false]
         );
         // Segments of 3 chunks and a cap of 1: each segment keeps its biggest
         // container (ties: the lowest id).
-        let flags = run(&mut Capping::new(300, 1, Budget::new(None)), &decisions, 100);
+        let flags = run(
+            &mut Capping::new(300, 1, Budget::new(None)),
+            &decisions,
+            100,
+        );
         assert_eq!(
             flags,
             vec![false, true, false, true, false, true, true, true, false, false]

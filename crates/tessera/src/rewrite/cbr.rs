@@ -101,7 +101,11 @@ impl RewriteFilter for Cbr {
         }
         self.window_bytes += u64::from(chunk.len);
         self.window.push_back((chunk, decision));
-        while self.window.front().is_some_and(|(c, _)| self.window_bytes - u64::from(c.len) >= self.stream_context) {
+        while self
+            .window
+            .front()
+            .is_some_and(|(c, _)| self.window_bytes - u64::from(c.len) >= self.stream_context)
+        {
             self.decide_head(out);
         }
     }
@@ -135,8 +139,8 @@ mod tests {
         }
         let mut f = Cbr::new(1000, 0.7, 1000, Budget::new(Some(0.5)));
         let flags = run(&mut f, &decisions, 100);
-        for i in 0..40 {
-            assert!(!flags[i], "dense duplicate {i} rewritten");
+        for (i, &f) in flags.iter().enumerate().take(40) {
+            assert!(!f, "dense duplicate {i} rewritten");
         }
         for i in (50..100).step_by(10) {
             assert!(flags[i], "isolated duplicate {i} kept");
@@ -145,7 +149,7 @@ mod tests {
 
     #[test]
     fn respects_the_budget() {
-        let decisions: Vec<Decision> = (0..1000u64).map(|i| Decision::Duplicate(i)).collect();
+        let decisions: Vec<Decision> = (0..1000u64).map(Decision::Duplicate).collect();
         let mut f = Cbr::new(1000, 0.7, 1_000_000, Budget::new(Some(0.05)));
         let flags = run(&mut f, &decisions, 100);
         let n = flags.iter().filter(|&&r| r).count();

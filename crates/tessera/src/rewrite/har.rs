@@ -21,7 +21,12 @@ pub struct Har {
 impl Har {
     /// HAR with the sparse containers recorded after the previous backup
     /// (`history`, as returned by [`RewriteFilter::learn`]; unreadable history counts as none).
-    pub fn new(history: Option<&[u8]>, threshold: f64, container_size: u64, budget: Budget) -> Self {
+    pub fn new(
+        history: Option<&[u8]>,
+        threshold: f64,
+        container_size: u64,
+        budget: Budget,
+    ) -> Self {
         let sparse = history
             .map(|h| {
                 h.chunks_exact(8)
@@ -103,7 +108,17 @@ mod tests {
         let mut next = Har::new(Some(&history), 0.5, 1000, Budget::new(None));
         assert_eq!(next.sparse(), &HashSet::from([1, 3]));
         let d = Decision::Duplicate;
-        let flags = run(&mut next, &[d(1), d(2), d(3), Decision::Unique, Decision::InternalDuplicate], 10);
+        let flags = run(
+            &mut next,
+            &[
+                d(1),
+                d(2),
+                d(3),
+                Decision::Unique,
+                Decision::InternalDuplicate,
+            ],
+            10,
+        );
         assert_eq!(flags, vec![true, false, true, false, false]);
     }
 }

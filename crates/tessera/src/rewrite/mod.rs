@@ -137,7 +137,9 @@ impl RewriteParams {
                 return Err(format!("rewrite limit {l} is outside 0..=1"));
             }
         }
-        if !(0.0..=1.0).contains(&self.cbr_min_utility) || !(0.0..=1.0).contains(&self.har_utilization) {
+        if !(0.0..=1.0).contains(&self.cbr_min_utility)
+            || !(0.0..=1.0).contains(&self.har_utilization)
+        {
             return Err("CBR utility and HAR utilization thresholds must be within 0..=1".into());
         }
         if self.segment_bytes == 0 || self.cbr_stream_context == 0 {
@@ -162,7 +164,9 @@ impl RewriteParams {
                 container_size,
                 Budget::new(Some(self.limit.unwrap_or(0.05))),
             )),
-            RewriteKind::Capping => Box::new(Capping::new(self.segment_bytes, self.capping_level, limit)),
+            RewriteKind::Capping => {
+                Box::new(Capping::new(self.segment_bytes, self.capping_level, limit))
+            }
             RewriteKind::Har => Box::new(Har::new(
                 history,
                 self.har_utilization,

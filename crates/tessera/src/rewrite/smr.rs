@@ -49,8 +49,10 @@ impl Smr {
                 .iter()
                 .filter(|(cid, _)| !selected.contains(*cid))
                 .map(|(cid, fps)| {
-                    let fresh: Vec<(&Fingerprint, &u32)> =
-                        fps.iter().filter(|(fp, _)| !covered.contains(*fp)).collect();
+                    let fresh: Vec<(&Fingerprint, &u32)> = fps
+                        .iter()
+                        .filter(|(fp, _)| !covered.contains(*fp))
+                        .collect();
                     let bytes: u64 = fresh.iter().map(|(_, &l)| u64::from(l)).sum();
                     (fresh.len(), bytes, std::cmp::Reverse(*cid))
                 })
