@@ -245,6 +245,14 @@ pub struct SystemSpec {
     pub rewrite: String,
     /// Optional rewrite limit (fraction of bytes, e.g. 0.05).
     pub rewrite_limit: Option<f64>,
+    /// Capping and SMR segment size (default 20 MiB).
+    pub rewrite_segment: Option<String>,
+    /// Capping level: old containers per segment (default 20).
+    pub capping_level: Option<u32>,
+    /// SMR level: containers selected per segment (default 20).
+    pub smr_level: Option<u32>,
+    /// CBR stream context (default 5 MiB).
+    pub cbr_stream_context: Option<String>,
     /// GC chunk ordering: none, gccdf or random.
     #[serde(default = "default_none")]
     pub defrag: String,
@@ -327,6 +335,19 @@ impl SystemSpec {
         };
         c.rewrite.kind = self.rewrite.parse()?;
         c.rewrite.limit = self.rewrite_limit;
+        if let Some(v) = &self.rewrite_segment {
+            c.rewrite.segment_bytes = parse_size(v).map_err(|e| format!("rewrite_segment: {e}"))?;
+        }
+        if let Some(v) = &self.cbr_stream_context {
+            c.rewrite.cbr_stream_context =
+                parse_size(v).map_err(|e| format!("cbr_stream_context: {e}"))?;
+        }
+        if let Some(v) = self.capping_level {
+            c.rewrite.capping_level = v;
+        }
+        if let Some(v) = self.smr_level {
+            c.rewrite.smr_level = v;
+        }
         c.layout = match self.layout.as_str() {
             "container" => Layout::Container,
             "lifecycle" => Layout::Lifecycle,

@@ -625,7 +625,8 @@ fn write_containers(
         }
         let t = Instant::now();
         let id = builder.id();
-        let written = backend.write(&container::key(id), &builder.seal());
+        let sealed = builder.seal_parts();
+        let written = backend.write_parts(&container::key(id), &sealed.parts());
         busy += t.elapsed();
         if written.is_err() {
             stop.store(true, Ordering::Relaxed);

@@ -188,9 +188,31 @@ pub struct Builder {
     id: ContainerId,
     capacity: usize,
     metas: Vec<ChunkMeta>,
+    /// The data section.
     data: Vec<u8>,
     data_len: usize,
     with_data: bool,
+}
+
+/// A sealed container as the two pieces to write in order: header and
+/// metadata, then the data section (so the data is not copied again).
+pub struct Sealed {
+    /// Header and metadata section.
+    pub head: Vec<u8>,
+    /// The data section.
+    pub data: Vec<u8>,
+}
+
+impl Sealed {
+    /// The pieces to write, in order.
+    pub fn parts(&self) -> [&[u8]; 2] {
+        [&self.head, &self.data]
+    }
+
+    /// The container as one buffer.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.parts().concat()
+    }
 }
 
 impl Builder {
@@ -200,7 +222,7 @@ impl Builder {
             id,
             capacity,
             metas: Vec::new(),
-            data: Vec::with_capacity(capacity),
+            data: Vec::new(),
             data_len: 0,
             with_data: true,
         }
@@ -209,12 +231,8 @@ impl Builder {
     /// An empty container of a trace repository: chunk lengths only, no data section.
     pub fn without_data(id: ContainerId, capacity: usize) -> Self {
         Builder {
-            id,
-            capacity,
-            metas: Vec::new(),
-            data: Vec::new(),
-            data_len: 0,
             with_data: false,
+            ..Builder::new(id, capacity)
         }
     }
 
@@ -237,6 +255,9 @@ impl Builder {
     pub fn push(&mut self, fp: Fingerprint, bytes: &[u8]) {
         self.push_len(fp, bytes.len() as u32);
         if self.with_data {
+            if self.data.capacity() == 0 {
+                self.data.reserve_exact(self.capacity);
+            }
             self.data.extend_from_slice(bytes);
         }
     }
@@ -251,29 +272,37 @@ impl Builder {
         self.data_len += len as usize;
     }
 
-    /// Serialises the container.
+    /// Serialises the container into one buffer.
     pub fn seal(self) -> Vec<u8> {
-        let mut meta = Vec::with_capacity(self.metas.len() * META_ENTRY_LEN);
-        for m in &self.metas {
-            meta.extend_from_slice(&m.fp.0);
-            meta.extend_from_slice(&m.offset.to_le_bytes());
-            meta.extend_from_slice(&m.len.to_le_bytes());
-        }
-        let mut out = Vec::with_capacity(HEADER_LEN + meta.len() + self.data.len());
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&CONTAINER_VERSION.to_le_bytes());
-        out.extend_from_slice(&self.id.to_le_bytes());
-        out.extend_from_slice(&(self.metas.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(self.data_len as u32).to_le_bytes());
-        out.extend_from_slice(&crc32c::crc32c(&meta).to_le_bytes());
-        out.extend_from_slice(&crc32c::crc32c(&self.data).to_le_bytes());
+        self.seal_parts().to_vec()
+    }
+
+    /// Serialises the header and metadata; the data stays in the chunks' buffers.
+    pub fn seal_parts(self) -> Sealed {
+        let mut head = Vec::with_capacity(HEADER_LEN + self.metas.len() * META_ENTRY_LEN);
+        head.extend_from_slice(MAGIC);
+        head.extend_from_slice(&CONTAINER_VERSION.to_le_bytes());
+        head.extend_from_slice(&self.id.to_le_bytes());
+        head.extend_from_slice(&(self.metas.len() as u32).to_le_bytes());
+        head.extend_from_slice(&(self.data_len as u32).to_le_bytes());
+        head.extend_from_slice(&[0; 8]); // metadata and data checksums, below
         let flags = if self.with_data { 0 } else { FLAG_NO_DATA };
-        out.extend_from_slice(&flags.to_le_bytes());
-        let header_crc = crc32c::crc32c(&out);
-        out.extend_from_slice(&header_crc.to_le_bytes());
-        out.extend_from_slice(&meta);
-        out.extend_from_slice(&self.data);
-        out
+        head.extend_from_slice(&flags.to_le_bytes());
+        head.extend_from_slice(&[0; 4]); // header checksum, below
+        for m in &self.metas {
+            head.extend_from_slice(&m.fp.0);
+            head.extend_from_slice(&m.offset.to_le_bytes());
+            head.extend_from_slice(&m.len.to_le_bytes());
+        }
+        let meta_crc = crc32c::crc32c(&head[HEADER_LEN..]);
+        head[24..28].copy_from_slice(&meta_crc.to_le_bytes());
+        head[28..32].copy_from_slice(&crc32c::crc32c(&self.data).to_le_bytes());
+        let header_crc = crc32c::crc32c(&head[..36]);
+        head[36..40].copy_from_slice(&header_crc.to_le_bytes());
+        Sealed {
+            head,
+            data: self.data,
+        }
     }
 }
 

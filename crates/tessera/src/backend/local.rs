@@ -54,6 +54,22 @@ impl Local {
     }
 }
 
+/// Writes all of `parts` with as few system calls as the OS allows.
+fn write_all_vectored(f: &mut File, parts: &[&[u8]]) -> io::Result<()> {
+    let mut slices: Vec<io::IoSlice> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        // The OS takes at most IOV_MAX (1024) slices per call.
+        let take = rest.len().min(1024);
+        let n = f.write_vectored(&rest[..take])?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0"));
+        }
+        io::IoSlice::advance_slices(&mut rest, n);
+    }
+    Ok(())
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -86,6 +102,10 @@ impl Backend for Local {
     }
 
     fn write(&self, key: &str, data: &[u8]) -> Result<()> {
+        self.write_parts(key, &[data])
+    }
+
+    fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         let path = self.path(key)?;
         let dir = path.parent().unwrap_or(&self.root).to_path_buf();
         let io_err = |e| Error::io(format!("writing {}", path.display()), e);
@@ -104,7 +124,7 @@ impl Backend for Local {
         let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
         let result = (|| -> io::Result<()> {
             let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            f.write_all(data)?;
+            write_all_vectored(&mut f, parts)?;
             f.sync_all()?;
             drop(f);
             fs::rename(&tmp, &path)?;

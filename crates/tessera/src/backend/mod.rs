@@ -26,6 +26,11 @@ pub trait Backend: Send + Sync {
     fn size(&self, key: &str) -> Result<u64>;
     /// Stores `data` as `key` atomically and durably, replacing any old object.
     fn write(&self, key: &str, data: &[u8]) -> Result<()>;
+    /// Stores the concatenation of `parts` as `key`, like [`Backend::write`]
+    /// (backends that can, write the parts without concatenating them).
+    fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        self.write(key, &parts.concat())
+    }
     /// Removes `key`; absent keys are not an error.
     fn delete(&self, key: &str) -> Result<()>;
     /// Names of the objects directly under `dir` (without the `dir/` prefix), sorted.
@@ -146,6 +151,13 @@ impl Backend for Counting {
         self.writes.fetch_add(1, Ordering::Relaxed);
         self.write_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+    fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        self.inner.write_parts(key, parts)?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.write_bytes.fetch_add(len as u64, Ordering::Relaxed);
         Ok(())
     }
     fn delete(&self, key: &str) -> Result<()> {

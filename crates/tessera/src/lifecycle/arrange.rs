@@ -194,12 +194,37 @@ fn round(
         let mut archive = PartWriter::new(backend, v - 1, has_data, part_bytes, |p, first| {
             vol_key(&l, v - 1, p, first)
         });
+        // Versions below the oldest live one are gone for good: a category
+        // Cat.(i,j) with i < oldest has the live lifecycle oldest..=j, so the
+        // active categories starting below it are merged into the oldest's
+        // (and archived likewise). Without this, a lineage would keep one
+        // active category per version ever backed up, and restoring any
+        // version would read all of them (one object and extent each).
+        let oldest = live.first().copied();
+        let start_of = |i: u64, end: u64| oldest.map_or(i, |o| i.max(o.min(end)));
+        // The writer of the new active category being written, by start.
+        let mut migrate: Option<(u64, PartWriter)> = None;
         let mut k = 0;
         while k < inputs.len() {
             let i = inputs[k].0;
-            let mut migrate = PartWriter::new(backend, v, has_data, part_bytes, |p, _| {
-                cat_key(&l, i, v, p)
-            });
+            let to = start_of(i, v);
+            if migrate.as_ref().is_none_or(|(s, _)| *s != to) {
+                if let Some((_, w)) = migrate.take() {
+                    stats.categories_written += u64::from(w.finish()?);
+                }
+                let key_of = {
+                    let l = l.clone();
+                    move |p: u32, _: u64| cat_key(&l, to, v, p)
+                };
+                migrate = Some((
+                    to,
+                    PartWriter::new(backend, v, has_data, part_bytes, key_of),
+                ));
+            }
+            let Some((_, writer)) = migrate.as_mut() else {
+                unreachable!("a writer was just created")
+            };
+            let archived_start = start_of(i, v - 1);
             // Dead: no live version in [i, v-1] (nothing can reference it any more).
             let dead = live.range(i..v).next().is_none();
             while k < inputs.len() && inputs[k].0 == i {
@@ -234,19 +259,21 @@ fn round(
                     |fp, len, bytes| {
                         if table.contains(&fp) {
                             stats.chunks_migrated += 1;
-                            migrate.push(i, &fp, len, bytes)
+                            writer.push(to, &fp, len, bytes)
                         } else if dead {
                             stats.chunks_dropped += 1;
                             Ok(())
                         } else {
                             stats.chunks_archived += 1;
-                            archive.push(i, &fp, len, bytes)
+                            archive.push(archived_start, &fp, len, bytes)
                         }
                     },
                 )?;
             }
             stats.categories_split += 1;
-            stats.categories_written += u64::from(migrate.finish()?);
+        }
+        if let Some((_, w)) = migrate.take() {
+            stats.categories_written += u64::from(w.finish()?);
         }
         stats.volumes_written += u64::from(archive.finish()? > 0);
     }

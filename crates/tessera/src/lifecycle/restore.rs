@@ -168,16 +168,41 @@ pub fn restore_to_file(
     no_trace(repo)?;
     let (lineage, k, required) = locate(repo, id)?;
     let recipe = repo.recipe(id)?;
-    let algo = repo.config().fingerprint;
-    let backend = repo.backend().as_ref();
-    let (mut table, total) = hash_table(&recipe);
     let what = path.display().to_string();
     let out_err = |e| Error::Output {
         what: what.clone(),
         source: e,
     };
     let file = File::create(path).map_err(out_err)?;
+    let total = recipe.chunks.iter().map(|c| u64::from(c.len)).sum();
     file.set_len(total).map_err(out_err)?;
+    let (mut stats, log) = restore_in_one_pass(
+        repo,
+        id,
+        (&lineage, k, &required),
+        &recipe,
+        options,
+        |bytes, offset| file.write_all_at(bytes, offset).map_err(out_err),
+    )?;
+    file.sync_all().map_err(out_err)?;
+    stats.finish(&log, started);
+    Ok(stats)
+}
+
+/// Reads each required category of backup `id` once, sequentially (one
+/// extent per object), and calls `place(bytes, offset)` for every output
+/// offset of every chunk, after verifying the chunk. Sets `bytes_restored`.
+fn restore_in_one_pass(
+    repo: &Repository,
+    id: BackupId,
+    (lineage, k, required): (&Lineage, u64, &[Required]),
+    recipe: &Recipe,
+    options: &LifecycleRestoreOptions,
+    mut place: impl FnMut(&[u8], u64) -> Result<()>,
+) -> Result<(LifecycleRestoreStats, ReadLog)> {
+    let algo = repo.config().fingerprint;
+    let backend = repo.backend().as_ref();
+    let (mut table, _) = hash_table(recipe);
     let mut stats = LifecycleRestoreStats {
         id,
         version: k,
@@ -188,7 +213,7 @@ pub fn restore_to_file(
     };
     let mut log = ReadLog::default();
     let mut restored = 0u64;
-    super::for_each_required(backend, &required, &mut log, |req, header, prefix, log| {
+    super::for_each_required(backend, required, &mut log, |req, header, prefix, log| {
         for idx in 0..prefix {
             stats.categories_read += 1;
             let metas = format::read_meta(backend, &req.key, header, idx, log)?;
@@ -221,8 +246,7 @@ pub fn restore_to_file(
                     })?;
                     for (at, len, _, offsets) in needed {
                         for o in offsets {
-                            file.write_all_at(&piece[at..at + len], o)
-                                .map_err(out_err)?;
+                            place(&piece[at..at + len], o)?;
                             restored += len as u64;
                         }
                     }
@@ -238,10 +262,8 @@ pub fn restore_to_file(
     if let Some(fp) = table.keys().next() {
         return Err(missing(id, fp));
     }
-    file.sync_all().map_err(out_err)?;
     stats.bytes_restored = restored;
-    stats.finish(&log, started);
-    Ok(stats)
+    Ok((stats, log))
 }
 
 /// Where a chunk is stored: object index, absolute offset, length.
@@ -253,8 +275,10 @@ struct Loc {
 }
 
 /// Restores backup `id` to `out` in order, assembling `window_bytes` of
-/// output at a time. The chunk metadata of the required categories is read
-/// first (a location table for the recipe's chunks); then, per window, the
+/// output at a time. A backup no larger than one window is assembled in
+/// memory in one sequential pass over the required categories (one extent
+/// per object, as [`restore_to_file`]). Otherwise the chunk metadata of the
+/// required categories is read first (a location table for the recipe's chunks); then, per window, the
 /// chunks it needs are read in storage order, coalesced into extents. A
 /// chunk that several windows need is read once per window, so the read
 /// amplification grows as the window shrinks below the backup's size.
@@ -268,6 +292,32 @@ pub fn restore_to_writer(
     no_trace(repo)?;
     let (lineage, k, required) = locate(repo, id)?;
     let recipe = repo.recipe(id)?;
+    let total: u64 = recipe.chunks.iter().map(|c| u64::from(c.len)).sum();
+    let out_err = |e| Error::Output {
+        what: "output".into(),
+        source: e,
+    };
+    if total <= options.window_bytes {
+        // The whole backup is one window: assemble it in memory reading each
+        // required category once, sequentially, as a restore to a file does.
+        let mut buf = vec![0u8; total as usize];
+        let (mut stats, log) = restore_in_one_pass(
+            repo,
+            id,
+            (&lineage, k, &required),
+            &recipe,
+            options,
+            |bytes, offset| {
+                let o = offset as usize;
+                buf[o..o + bytes.len()].copy_from_slice(bytes);
+                Ok(())
+            },
+        )?;
+        out.write_all(&buf).map_err(out_err)?;
+        out.flush().map_err(out_err)?;
+        stats.finish(&log, started);
+        return Ok(stats);
+    }
     let algo = repo.config().fingerprint;
     let backend = repo.backend().as_ref();
     let mut stats = LifecycleRestoreStats {
