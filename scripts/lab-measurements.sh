@@ -121,25 +121,27 @@ EOF
     rm -rf "$out"
     local t0 t1
     t0=$(now)
-    "$T" experiment "$cfg" --out "$out" >/dev/null
+    "$T" experiment "$cfg" --out "$out" >"$WORK/overhead-experiment.log" 2>&1
     t1=$(now)
     local exp_s
     exp_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
 
     local repo="$WORK/overhead-repo" cli_s=0 backup_s=0 restore_s=0 s
+    local log="$WORK/overhead-cli.log"
     rm -rf "$repo"
+    : >"$log"
     t0=$(now)
     "$T" init "$repo" >/dev/null
     t1=$(now)
     cli_s=$(awk -v a="$t0" -v b="$t1" -v c="$cli_s" 'BEGIN { printf "%.6f", c + b - a }')
     for f in $(ls "$ds"/v*.tar | sort); do
         t0=$(now)
-        "$T" backup "$repo" "$f" >/dev/null
+        "$T" backup "$repo" "$f" >>"$log" 2>&1
         t1=$(now)
         s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f", b - a }')
         backup_s=$(awk -v x="$backup_s" -v s="$s" 'BEGIN { printf "%.6f", x + s }')
         t0=$(now)
-        "$T" restore "$repo" latest - >/dev/null
+        "$T" restore "$repo" latest - >/dev/null 2>>"$log"
         t1=$(now)
         s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f", b - a }')
         restore_s=$(awk -v x="$restore_s" -v s="$s" 'BEGIN { printf "%.6f", x + s }')
@@ -151,7 +153,8 @@ EOF
     printf 'tessera experiment            %8.2f s\n' "$exp_s"
     printf 'tessera backup (sum)          %8.2f s\n' "$backup_s"
     printf 'tessera restore - (sum)       %8.2f s\n' "$restore_s"
-    printf 'CLI commands (init+backup+restore) %8.2f s\n' "$cli_s"
+    printf 'CLI total (init+backup+restore) %6.2f s\n' "$cli_s"
+    echo "(experiment progress: $WORK/overhead-experiment.log, CLI output: $log)"
     awk -v e="$exp_s" -v c="$cli_s" 'BEGIN {
         r = e / c
         printf "ratio experiment / CLI = %.3f (target <= 1.5): %s\n", r, (r <= 1.5 ? "OK" : "NOT MET")

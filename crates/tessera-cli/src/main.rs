@@ -379,7 +379,22 @@ fn parse_index(s: &str) -> Result<IndexKind, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and version go to stdout as clap prints them.
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            // Usage errors: one line, like every other error.
+            let text = e.to_string();
+            let first = text
+                .lines()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
+            eprintln!("tessera: error: {first} (see tessera --help)");
+            return ExitCode::from(2);
+        }
+    };
     match run(cli.command) {
         Ok(code) => code,
         Err(e) => {
