@@ -222,7 +222,7 @@ fn round(
                 ));
             }
             let Some((_, writer)) = migrate.as_mut() else {
-                unreachable!("a writer was just created")
+                return Err(Error::Pipeline("arranging lost its category writer".into()));
             };
             let archived_start = start_of(i, v - 1);
             // Dead: no live version in [i, v-1] (nothing can reference it any more).
