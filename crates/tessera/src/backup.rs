@@ -360,6 +360,8 @@ fn backup_containers(
     let stop = AtomicBool::new(false);
     let (chunk_tx, chunk_rx) = bounded::<Vec<Chunk>>(QUEUE_DEPTH);
     let (container_tx, container_rx) = bounded::<Builder>(CONTAINER_QUEUE_DEPTH);
+    // Data buffers of written containers, reused by the next ones.
+    let (spare_tx, spare_rx) = bounded::<Vec<u8>>(WRITERS + CONTAINER_QUEUE_DEPTH);
 
     let (chunks, totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
         let front = spawn_front_end(
@@ -373,7 +375,8 @@ fn backup_containers(
         let writers: Vec<_> = (0..WRITERS)
             .map(|_| {
                 let (backend, rx, stop) = (backend.as_ref(), container_rx.clone(), &stop);
-                s.spawn(move || write_containers(backend, rx, stop))
+                let spare = spare_tx.clone();
+                s.spawn(move || write_containers(backend, rx, spare, stop))
             })
             .collect();
         drop(container_rx);
@@ -382,6 +385,7 @@ fn backup_containers(
             config.container_size as usize,
             config.trace,
             container_tx,
+            spare_rx,
         );
         let stored = store_chunks(
             index.as_mut(),
@@ -616,6 +620,7 @@ fn fingerprint(
 fn write_containers(
     backend: &dyn Backend,
     rx: Receiver<Builder>,
+    spare: Sender<Vec<u8>>,
     stop: &AtomicBool,
 ) -> Result<Duration> {
     let mut busy = Duration::ZERO;
@@ -628,6 +633,8 @@ fn write_containers(
         let sealed = builder.seal_parts();
         let written = backend.write_parts(&container::key(id), &sealed.parts());
         busy += t.elapsed();
+        // Hand the data buffer back for the next container (dropped if enough are spare).
+        let _ = spare.try_send(sealed.data);
         if written.is_err() {
             stop.store(true, Ordering::Relaxed);
             return written.map(|()| busy);
@@ -709,6 +716,7 @@ struct Store {
     capacity: usize,
     trace: bool,
     tx: Sender<Builder>,
+    spare: Receiver<Vec<u8>>,
     here: FingerprintMap<ContainerId>,
     placed: Vec<(Fingerprint, ContainerId)>,
     totals: StoreTotals,
@@ -731,13 +739,20 @@ struct StoreTotals {
 }
 
 impl Store {
-    fn new(next_container: ContainerId, capacity: usize, trace: bool, tx: Sender<Builder>) -> Self {
+    fn new(
+        next_container: ContainerId,
+        capacity: usize,
+        trace: bool,
+        tx: Sender<Builder>,
+        spare: Receiver<Vec<u8>>,
+    ) -> Self {
         Store {
             open: None,
             next_container,
             capacity,
             trace,
             tx,
+            spare,
             here: FingerprintMap::default(),
             placed: Vec::new(),
             totals: StoreTotals::default(),
@@ -810,7 +825,10 @@ impl Store {
                 let b = if self.trace {
                     Builder::without_data(self.next_container, self.capacity)
                 } else {
-                    Builder::new(self.next_container, self.capacity)
+                    match self.spare.try_recv() {
+                        Ok(buf) => Builder::with_buffer(self.next_container, self.capacity, buf),
+                        Err(_) => Builder::new(self.next_container, self.capacity),
+                    }
                 };
                 self.next_container += 1;
                 self.open.insert(b)

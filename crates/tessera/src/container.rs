@@ -228,6 +228,16 @@ impl Builder {
         }
     }
 
+    /// An empty container `id` whose data section reuses `buf` (cleared; its
+    /// capacity spares allocating and faulting in a new buffer).
+    pub fn with_buffer(id: ContainerId, capacity: usize, mut buf: Vec<u8>) -> Self {
+        buf.clear();
+        Builder {
+            data: buf,
+            ..Builder::new(id, capacity)
+        }
+    }
+
     /// An empty container of a trace repository: chunk lengths only, no data section.
     pub fn without_data(id: ContainerId, capacity: usize) -> Self {
         Builder {
@@ -255,8 +265,8 @@ impl Builder {
     pub fn push(&mut self, fp: Fingerprint, bytes: &[u8]) {
         self.push_len(fp, bytes.len() as u32);
         if self.with_data {
-            if self.data.capacity() == 0 {
-                self.data.reserve_exact(self.capacity);
+            if self.data.capacity() < self.capacity {
+                self.data.reserve_exact(self.capacity - self.data.len());
             }
             self.data.extend_from_slice(bytes);
         }

@@ -145,8 +145,8 @@ fn new_bloom(expected: u64, fpr: f64) -> BloomFilter {
     BloomFilter::with_false_pos(fpr).expected_items(expected.max(MIN_BLOOM_ENTRIES) as usize)
 }
 
-fn bloom_key(generation: u64) -> String {
-    format!("{DDFS_PREFIX}/b{generation:016x}")
+fn bloom_key(prefix: &str, generation: u64) -> String {
+    format!("{prefix}/b{generation:016x}")
 }
 
 fn encode_bloom(generation: u64, bloom: &BloomFilter) -> Vec<u8> {
@@ -162,8 +162,8 @@ fn encode_bloom(generation: u64, bloom: &BloomFilter) -> Vec<u8> {
     envelope::seal(BLOOM_KIND, BLOOM_VERSION, &payload)
 }
 
-fn decode_bloom(generation: u64, bytes: &[u8]) -> Result<BloomFilter> {
-    let key = bloom_key(generation);
+fn decode_bloom(prefix: &str, generation: u64, bytes: &[u8]) -> Result<BloomFilter> {
+    let key = bloom_key(prefix, generation);
     let payload = envelope::open(&key, BLOOM_KIND, BLOOM_VERSION, bytes)?;
     if payload.len() < 24 {
         return Err(Error::corrupt(key, "truncated Bloom filter header"));
@@ -365,7 +365,48 @@ pub struct Ddfs {
     rebuilt_here: bool,
     dirty: bool,
     stats: IndexStats,
+    /// Where the objects live and how the index behaves (plain DDFS or a
+    /// hot/cold part of [`super::Ehid`]).
+    layout: Layout,
+    /// When set, the next merge keeps only entries naming these containers;
+    /// the others are handed to the merge's hook (HID index separation).
+    keep: Option<hashbrown::HashSet<ContainerId>>,
+    /// Chunk counts of the containers whose metadata was read (when tracked).
+    sizes: Option<hashbrown::HashMap<ContainerId, u32>>,
 }
+
+/// Where a DDFS table lives and how it is opened.
+#[derive(Clone, Debug)]
+pub(crate) struct Layout {
+    /// Directory of the objects.
+    pub prefix: String,
+    /// Policy name reported in the counters.
+    pub policy: &'static str,
+    /// Whether the Bloom filter screens lookups (HID reads the table for every miss).
+    pub bloom: bool,
+    /// Whether a missing or damaged table is rebuilt from the containers and
+    /// containers newer than the table are added (otherwise it starts empty).
+    pub from_containers: bool,
+}
+
+impl Layout {
+    fn ddfs() -> Layout {
+        Layout {
+            prefix: DDFS_PREFIX.into(),
+            policy: "ddfs",
+            bloom: true,
+            from_containers: true,
+        }
+    }
+
+    fn manifest_key(&self) -> String {
+        format!("{}/manifest", self.prefix)
+    }
+}
+
+/// Hands the entries a separating merge dropped to the caller, before the
+/// new generation becomes current.
+pub(crate) type EvictHook<'a> = &'a mut dyn FnMut(Vec<(Fingerprint, ContainerId)>) -> Result<()>;
 
 impl Ddfs {
     /// Opens the index, checking it against the containers that exist
@@ -378,8 +419,18 @@ impl Ddfs {
         containers: &[ContainerId],
         params: DdfsParams,
     ) -> Result<Ddfs> {
+        Ddfs::open_in(backend, containers, params, Layout::ddfs())
+    }
+
+    /// [`Ddfs::open`] with the objects and behaviour of `layout`.
+    pub(crate) fn open_in(
+        backend: Arc<dyn Backend>,
+        containers: &[ContainerId],
+        params: DdfsParams,
+        layout: Layout,
+    ) -> Result<Ddfs> {
         let params = params.checked()?;
-        let manifest = match backend.read(MANIFEST_KEY) {
+        let manifest = match backend.read(&layout.manifest_key()) {
             Ok(bytes) => match Manifest::decode(&bytes) {
                 Ok(m) => Some(m),
                 Err(e) if unusable(&e) => None,
@@ -391,14 +442,15 @@ impl Ddfs {
         let existing: BTreeSet<ContainerId> = containers.iter().copied().collect();
         let Some(manifest) = manifest.filter(|m| m.referenced.iter().all(|c| existing.contains(c)))
         else {
-            let mut index = Ddfs::rebuild(backend, containers, params)?;
+            let mut index = Ddfs::rebuild_in(backend, containers, params, layout)?;
             index.stats.rebuilt = !containers.is_empty();
             return Ok(index);
         };
-        let table = Table::new(DDFS_PREFIX, manifest.table);
+        let prefix = layout.prefix.clone();
+        let table = Table::new(&prefix, manifest.table);
         let generation = manifest.table.generation;
-        let bloom = match backend.read(&bloom_key(generation)) {
-            Ok(bytes) => decode_bloom(generation, &bytes),
+        let bloom = match backend.read(&bloom_key(&prefix, generation)) {
+            Ok(bytes) => decode_bloom(&prefix, generation, &bytes),
             Err(e) => Err(e),
         };
         let bloom = match bloom {
@@ -411,11 +463,14 @@ impl Ddfs {
                 });
                 match scanned {
                     Ok(()) => {
-                        backend.write(&bloom_key(generation), &encode_bloom(generation, &bloom))?;
+                        backend.write(
+                            &bloom_key(&prefix, generation),
+                            &encode_bloom(generation, &bloom),
+                        )?;
                         bloom
                     }
                     Err(e) if unusable(&e) => {
-                        let mut index = Ddfs::rebuild(backend, containers, params)?;
+                        let mut index = Ddfs::rebuild_in(backend, containers, params, layout)?;
                         index.stats.rebuilt = true;
                         return Ok(index);
                     }
@@ -424,11 +479,16 @@ impl Ddfs {
             }
             Err(e) => return Err(e),
         };
-        let mut index = Ddfs::with_state(backend, params, manifest, bloom, containers);
-        let newer: Vec<_> = existing
-            .range(index.manifest.next_container..)
-            .copied()
-            .collect();
+        let scan_newer = layout.from_containers;
+        let mut index = Ddfs::with_state(backend, params, manifest, bloom, containers, layout);
+        let newer: Vec<_> = if scan_newer {
+            existing
+                .range(index.manifest.next_container..)
+                .copied()
+                .collect()
+        } else {
+            Vec::new()
+        };
         let pending = &mut index.pending;
         super::scan_containers(index.backend.as_ref(), &newer, |id, metas| {
             for m in metas {
@@ -449,9 +509,26 @@ impl Ddfs {
         containers: &[ContainerId],
         params: DdfsParams,
     ) -> Result<Ddfs> {
+        Ddfs::rebuild_in(backend, containers, params, Layout::ddfs())
+    }
+
+    /// [`Ddfs::rebuild`] with the objects and behaviour of `layout` (a
+    /// layout not built from the containers starts empty).
+    pub(crate) fn rebuild_in(
+        backend: Arc<dyn Backend>,
+        containers: &[ContainerId],
+        params: DdfsParams,
+        layout: Layout,
+    ) -> Result<Ddfs> {
         let params = params.checked()?;
-        let (manifest, bloom) = build_from_containers(backend.as_ref(), containers, params)?;
-        let mut index = Ddfs::with_state(backend, params, manifest, bloom, containers);
+        let containers = if layout.from_containers {
+            containers
+        } else {
+            &[]
+        };
+        let (manifest, bloom) =
+            build_from_containers(backend.as_ref(), &layout.prefix, containers, params)?;
+        let mut index = Ddfs::with_state(backend, params, manifest, bloom, containers, layout);
         index.stats.containers_scanned = containers.len() as u64;
         index.note_memory();
         Ok(index)
@@ -463,9 +540,15 @@ impl Ddfs {
         manifest: Manifest,
         bloom: BloomFilter,
         containers: &[ContainerId],
+        layout: Layout,
     ) -> Ddfs {
+        let containers = if layout.from_containers {
+            containers
+        } else {
+            &[]
+        };
         let stats = IndexStats {
-            policy: "ddfs".into(),
+            policy: layout.policy.into(),
             entries: manifest.table.entries,
             table_bytes: manifest.table.total_bytes(),
             ..IndexStats::default()
@@ -473,7 +556,7 @@ impl Ddfs {
         Ddfs {
             backend,
             params,
-            table: Table::new(DDFS_PREFIX, manifest.table),
+            table: Table::new(&layout.prefix, manifest.table),
             manifest,
             bloom,
             cache: Cache::new(params.cache_bytes),
@@ -485,6 +568,9 @@ impl Ddfs {
             rebuilt_here: false,
             dirty: false,
             stats,
+            layout,
+            keep: None,
+            sizes: None,
         }
     }
 
@@ -509,7 +595,7 @@ impl Ddfs {
             Some(&c) => return Ok(Decision::Duplicate(c)),
             None => {}
         }
-        if !self.bloom.contains_hash(bloom_hash(fp)) {
+        if self.layout.bloom && !self.bloom.contains_hash(bloom_hash(fp)) {
             self.stats.bloom_negatives += 1;
             self.pending.insert(*fp, PENDING);
             return Ok(Decision::Unique);
@@ -529,7 +615,9 @@ impl Ddfs {
                 Ok(Decision::Duplicate(c))
             }
             None => {
-                self.stats.bloom_false_positives += 1;
+                if self.layout.bloom {
+                    self.stats.bloom_false_positives += 1;
+                }
                 self.pending.insert(*fp, PENDING);
                 Ok(Decision::Unique)
             }
@@ -541,6 +629,9 @@ impl Ddfs {
         match container::read_meta(self.backend.as_ref(), c) {
             Ok((_, metas)) => {
                 self.stats.container_loads += 1;
+                if let Some(sizes) = &mut self.sizes {
+                    sizes.insert(c, metas.len() as u32);
+                }
                 self.cache.insert(c, metas.iter().map(|m| m.fp).collect());
                 Ok(())
             }
@@ -553,9 +644,13 @@ impl Ddfs {
     /// A lookup met a damaged table: rebuild it from the containers that
     /// existed at open (this backup's own are in `pending`).
     fn rebuild_here(&mut self) -> Result<()> {
-        let (manifest, bloom) =
-            build_from_containers(self.backend.as_ref(), &self.containers, self.params)?;
-        self.table = Table::new(DDFS_PREFIX, manifest.table);
+        let (manifest, bloom) = build_from_containers(
+            self.backend.as_ref(),
+            &self.layout.prefix,
+            &self.containers,
+            self.params,
+        )?;
+        self.table = Table::new(&self.layout.prefix, manifest.table);
         self.manifest = manifest;
         self.bloom = bloom;
         self.rebuilt_here = true;

@@ -200,14 +200,15 @@ fn round(
         // (and archived likewise). Without this, a lineage would keep one
         // active category per version ever backed up, and restoring any
         // version would read all of them (one object and extent each).
+        // (At most v-1: Cat.(v,v) is version v's pending category.)
         let oldest = live.first().copied();
-        let start_of = |i: u64, end: u64| oldest.map_or(i, |o| i.max(o.min(end)));
+        let start_of = |i: u64| oldest.map_or(i, |o| i.max(o.min(v - 1)));
         // The writer of the new active category being written, by start.
         let mut migrate: Option<(u64, PartWriter)> = None;
         let mut k = 0;
         while k < inputs.len() {
             let i = inputs[k].0;
-            let to = start_of(i, v);
+            let to = start_of(i);
             if migrate.as_ref().is_none_or(|(s, _)| *s != to) {
                 if let Some((_, w)) = migrate.take() {
                     stats.categories_written += u64::from(w.finish()?);
@@ -224,7 +225,6 @@ fn round(
             let Some((_, writer)) = migrate.as_mut() else {
                 return Err(Error::Pipeline("arranging lost its category writer".into()));
             };
-            let archived_start = start_of(i, v - 1);
             // Dead: no live version in [i, v-1] (nothing can reference it any more).
             let dead = live.range(i..v).next().is_none();
             while k < inputs.len() && inputs[k].0 == i {
@@ -265,7 +265,7 @@ fn round(
                             Ok(())
                         } else {
                             stats.chunks_archived += 1;
-                            archive.push(archived_start, &fp, len, bytes)
+                            archive.push(to, &fp, len, bytes)
                         }
                     },
                 )?;
