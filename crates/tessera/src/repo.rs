@@ -32,7 +32,8 @@ pub struct RepoTotals {
     pub backups: u64,
     /// Sum of the backups' logical sizes.
     pub logical_bytes: u64,
-    /// Bytes of all containers (data, metadata and headers).
+    /// Bytes of all containers (data, metadata and headers; in a trace
+    /// repository, the size the containers would have with their data).
     pub physical_bytes: u64,
     /// Containers.
     pub containers: u64,
@@ -269,7 +270,15 @@ impl Repository {
         let containers = self.containers()?;
         let mut physical_bytes = 0;
         for &c in &containers {
-            physical_bytes += self.backend.size(&container::key(c))?;
+            physical_bytes += if self.config.trace {
+                // Trace containers store no data: count the size they stand for.
+                let head =
+                    self.backend
+                        .read_range(&container::key(c), 0, container::HEADER_LEN as u64)?;
+                container::Header::parse(c, &head)?.total_len() as u64
+            } else {
+                self.backend.size(&container::key(c))?
+            };
         }
         let logical_bytes = snapshots.iter().map(|s| s.logical_bytes).sum();
         Ok(RepoTotals {

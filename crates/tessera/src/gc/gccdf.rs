@@ -15,6 +15,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// False-positive rate of the per-backup reference filters.
 const FPR: f64 = 0.001;
+/// Seed of the reference filters' hash.
+const SEED: u128 = 0x7465_7373_6572_6167_6363_6466_0000_0001;
 
 /// Who references what: a Bloom filter of each live backup's fingerprints,
 /// and for each container the live backups that reference it (the RRT).
@@ -27,7 +29,10 @@ pub struct Owners {
 impl Owners {
     /// Records backup `id`'s recipe.
     pub fn add_backup(&mut self, id: BackupId, chunks: &[ChunkRef]) {
-        let mut filter = BloomFilter::with_false_pos(FPR).expected_items(chunks.len().max(1));
+        // A fixed seed keeps GC plans (and so experiments) reproducible.
+        let mut filter = BloomFilter::with_false_pos(FPR)
+            .seed(&SEED)
+            .expected_items(chunks.len().max(1));
         for c in chunks {
             filter.insert(&c.fp.0);
             self.rrt.entry(c.container).or_default().insert(id);
