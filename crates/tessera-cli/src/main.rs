@@ -303,10 +303,15 @@ struct InitArgs {
     /// Container capacity.
     #[arg(long, default_value = "4MiB", value_parser = parse_size_u32)]
     container_size: u32,
-    /// Deduplication index: exact (all fingerprints in memory) or ddfs
-    /// (Bloom filter + on-disk table + locality-preserving cache).
+    /// Deduplication index: exact (all fingerprints in memory), ddfs
+    /// (Bloom filter + on-disk table + locality-preserving cache), hid or
+    /// ehid (ddfs keeping only hot entries: those of containers the last
+    /// backup used at least 50%; ehid with a Bloom filter over them).
     #[arg(long, default_value = "exact", value_parser = parse_index)]
     index: IndexKind,
+    /// HID/EHID: also look up hot misses in the cold index (maximum dedup).
+    #[arg(long)]
+    consult_cold: bool,
     /// DDFS: target false-positive rate of the Bloom filter.
     #[arg(long, default_value_t = tessera::config::DEFAULT_BLOOM_FPR)]
     bloom_fpr: f64,
@@ -374,7 +379,11 @@ fn parse_index(s: &str) -> Result<IndexKind, String> {
     match s {
         "exact" => Ok(IndexKind::Exact),
         "ddfs" => Ok(IndexKind::Ddfs),
-        other => Err(format!("unknown index {other:?} (expected exact or ddfs)")),
+        "hid" => Ok(IndexKind::Hid),
+        "ehid" => Ok(IndexKind::Ehid),
+        other => Err(format!(
+            "unknown index {other:?} (expected exact, ddfs, hid or ehid)"
+        )),
     }
 }
 
@@ -679,6 +688,7 @@ fn init(a: InitArgs) -> Result<()> {
     config.trace = a.trace;
     config.bloom_fpr = a.bloom_fpr;
     config.index_cache_bytes = a.index_memory;
+    config.ehid_consult_cold = a.consult_cold;
     config.rewrite = RewriteParams {
         kind: a.rewrite,
         limit: a.rewrite_limit.map(|p| p / 100.0),

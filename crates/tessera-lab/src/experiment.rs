@@ -331,7 +331,13 @@ impl SystemSpec {
         c.index = match self.index.as_str() {
             "exact" => tessera::config::IndexKind::Exact,
             "ddfs" => tessera::config::IndexKind::Ddfs,
-            other => return Err(format!("unknown index {other:?} (expected exact or ddfs)")),
+            "hid" => tessera::config::IndexKind::Hid,
+            "ehid" => tessera::config::IndexKind::Ehid,
+            other => {
+                return Err(format!(
+                    "unknown index {other:?} (expected exact, ddfs, hid or ehid)"
+                ))
+            }
         };
         c.rewrite.kind = self.rewrite.parse()?;
         c.rewrite.limit = self.rewrite_limit;

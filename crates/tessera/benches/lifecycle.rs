@@ -5,7 +5,8 @@
 //!   MFDedup deletes whole volumes, so the time should not grow with the
 //!   number of versions (±20 %). Each run deletes the oldest backup with
 //!   `lifecycle::delete_backups` (timed), then backs up one more version
-//!   (not timed) so the count stays the same.
+//!   (not timed) so the count stays the same; runs alternate between the
+//!   two lineages.
 //! * **restore**: after 30 versions of about `--version-mib` MiB each
 //!   (keeping the newest 20), the oldest and the newest retained version are
 //!   restored to a sink (every chunk verified) and, separately, the volume
@@ -23,8 +24,9 @@
 //!   into one lineage, MFDedup's own assumption.)
 //!
 //! Run: `cargo bench -p tessera --bench lifecycle`. Options (environment):
-//! `LIFECYCLE_BENCH_RUNS` (default 9), `LIFECYCLE_BENCH_VERSION_MIB`
-//! (default 24), `LIFECYCLE_BENCH_DIR` (where the temporary repositories go;
+//! `LIFECYCLE_BENCH_RUNS` (default 31), `LIFECYCLE_BENCH_VERSION_MIB`
+//! (default 24), `LIFECYCLE_BENCH_WARM=1` (never drop the page cache: both
+//! warm, the restore's CPU ceiling), `LIFECYCLE_BENCH_DIR` (where the temporary repositories go;
 //! default: cargo's target tmp dir). Exits non-zero if a criterion fails.
 
 use std::collections::BTreeMap;
@@ -125,45 +127,72 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 fn drop_caches() -> bool {
+    if std::env::var_os("LIFECYCLE_BENCH_WARM").is_some() {
+        return false;
+    }
     let synced = std::process::Command::new("sync")
         .status()
         .is_ok_and(|s| s.success());
     synced && std::fs::write("/proc/sys/vm/drop_caches", b"3\n").is_ok()
 }
 
-/// Median seconds of deleting the oldest backup with `stored` versions.
-fn delete_oldest(base: &Path, stored: usize, runs: usize) -> (f64, f64, f64) {
-    let dir = tempfile::tempdir_in(base).expect("tempdir");
-    let repo = Repository::init(&dir.path().join("repo"), lifecycle_config()).expect("init");
-    let mut data = Rng(stored as u64).bytes(512 * 1024);
-    let mut seed = 1000;
-    let mut next = |data: &mut Vec<u8>| {
-        seed += 1;
-        *data = edit(data, 4, 4096, seed);
-    };
-    for _ in 0..stored {
-        next(&mut data);
-        backup(&repo, "delete-bench", &data);
+/// A lineage with a fixed number of versions stored, for deletion timing.
+struct DeleteBench {
+    _dir: tempfile::TempDir,
+    repo: Repository,
+    data: Vec<u8>,
+    seed: u64,
+    stored: usize,
+    secs: Vec<f64>,
+}
+
+impl DeleteBench {
+    fn new(base: &Path, stored: usize) -> DeleteBench {
+        let dir = tempfile::tempdir_in(base).expect("tempdir");
+        let repo = Repository::init(&dir.path().join("repo"), lifecycle_config()).expect("init");
+        let mut b = DeleteBench {
+            _dir: dir,
+            repo,
+            data: Rng(stored as u64).bytes(512 * 1024),
+            seed: 1000,
+            stored,
+            secs: Vec::new(),
+        };
+        for _ in 0..stored {
+            b.next_version();
+        }
+        b
     }
-    let mut secs = Vec::new();
-    for _ in 0..runs {
-        let ids = repo.backups().expect("backups");
-        assert_eq!(ids.len(), stored);
+
+    fn next_version(&mut self) {
+        self.seed += 1;
+        self.data = edit(&self.data, 4, 4096, self.seed);
+        backup(&self.repo, "delete-bench", &self.data);
+    }
+
+    /// Deletes the oldest backup (timed), then backs up one more version.
+    fn run(&mut self) {
+        let ids = self.repo.backups().expect("backups");
+        assert_eq!(ids.len(), self.stored);
         let t = Instant::now();
-        let d = lifecycle::delete_backups(&repo, &ids[..1]).expect("delete");
-        secs.push(t.elapsed().as_secs_f64());
+        let d = lifecycle::delete_backups(&self.repo, &ids[..1]).expect("delete");
+        self.secs.push(t.elapsed().as_secs_f64());
         assert_eq!(
             (d.volumes_deleted, d.volumes_truncated),
             (1, 0),
             "deleting the oldest deletes one volume: {d:?}"
         );
-        next(&mut data);
-        backup(&repo, "delete-bench", &data);
+        self.next_version();
     }
-    let (min, max) = secs
-        .iter()
-        .fold((f64::MAX, 0f64), |(a, b), &s| (a.min(s), b.max(s)));
-    (median(&mut secs), min, max)
+
+    /// (median, min, max) seconds.
+    fn summary(&mut self) -> (f64, f64, f64) {
+        let (min, max) = self
+            .secs
+            .iter()
+            .fold((f64::MAX, 0f64), |(a, b), &s| (a.min(s), b.max(s)));
+        (median(&mut self.secs), min, max)
+    }
 }
 
 /// The object files restoring lineage version `k` reads when `r` is arranged
@@ -308,7 +337,7 @@ fn restore_vs_read(base: &Path, version_mib: usize, runs: usize) -> bool {
         if all_cold {
             "dropped before every restore and every read: both cold"
         } else {
-            "not dropped (not root): both warm"
+            "not dropped (not root, or LIFECYCLE_BENCH_WARM): both warm"
         }
     );
     ok
@@ -421,7 +450,7 @@ fn generated(gen: &Path, base: &Path) {
 }
 
 fn main() {
-    let runs = env_num("LIFECYCLE_BENCH_RUNS", 9).max(1) as usize;
+    let runs = env_num("LIFECYCLE_BENCH_RUNS", 31).max(1) as usize;
     let version_mib = env_num("LIFECYCLE_BENCH_VERSION_MIB", 24).max(1) as usize;
     let base = std::env::var_os("LIFECYCLE_BENCH_DIR")
         .map(PathBuf::from)
@@ -429,11 +458,20 @@ fn main() {
     std::fs::create_dir_all(&base).expect("bench dir");
     let mut ok = true;
 
+    // Runs alternate between the two lineages, so that load from elsewhere
+    // on the machine affects both alike.
+    let mut benches = [DeleteBench::new(&base, 10), DeleteBench::new(&base, 100)];
+    for _ in 0..runs {
+        for b in &mut benches {
+            b.run();
+        }
+    }
     let mut delete = Vec::new();
-    for stored in [10, 100] {
-        let (med, min, max) = delete_oldest(&base, stored, runs);
+    for b in &mut benches {
+        let (med, min, max) = b.summary();
         println!(
-            "delete oldest with {stored:>3} versions stored: median {:.3} ms (min {:.3}, max {:.3}; {runs} runs)",
+            "delete oldest with {:>3} versions stored: median {:.3} ms (min {:.3}, max {:.3}; {runs} runs)",
+            b.stored,
             med * 1e3,
             min * 1e3,
             max * 1e3

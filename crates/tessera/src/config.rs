@@ -26,6 +26,12 @@ pub enum IndexKind {
     /// filter in memory, and an LRU cache of container metadata loaded on
     /// each on-disk hit (locality-preserved caching).
     Ddfs,
+    /// HID (Liu et al., ACM TOS 2021): DDFS whose table keeps only the entries
+    /// of containers the last backup used well (hot); the others move to a
+    /// cold index. No Bloom filter: every miss reads the table.
+    Hid,
+    /// EHID: HID with a Bloom filter over the hot fingerprints only.
+    Ehid,
 }
 
 /// Default target false-positive rate of the DDFS Bloom filter.
@@ -95,6 +101,10 @@ pub struct Config {
     /// Bucket size in bytes of the on-disk fingerprint table (DDFS).
     #[serde(default = "default_index_bucket_bytes")]
     pub index_bucket_bytes: u32,
+    /// HID/EHID: look up hot-index misses in the cold index too (maximum
+    /// deduplication; fragmented chunks are then not stored again).
+    #[serde(default)]
+    pub ehid_consult_cold: bool,
     /// Rewriting policy and its parameters.
     #[serde(default)]
     pub rewrite: crate::rewrite::RewriteParams,
@@ -132,6 +142,7 @@ impl Config {
             bloom_fpr: DEFAULT_BLOOM_FPR,
             index_cache_bytes: DEFAULT_INDEX_CACHE_BYTES,
             index_bucket_bytes: DEFAULT_INDEX_BUCKET_BYTES,
+            ehid_consult_cold: false,
             rewrite: crate::rewrite::RewriteParams::default(),
             layout: Layout::Container,
             arrange: Arrange::Auto,

@@ -6,7 +6,7 @@ use crate::config::{Config, IndexKind, CONFIG_KEY};
 use crate::container::{self, ContainerId, CONTAINER_DIR};
 use crate::envelope;
 use crate::error::{Error, Result};
-use crate::index::{Ddfs, DdfsParams, DedupIndex, Exact, IndexStats};
+use crate::index::{Ddfs, DdfsParams, DedupIndex, Ehid, EhidParams, Exact, IndexStats};
 use crate::snapshot::{self, BackupId, Recipe, Snapshot, RECIPE_DIR, SNAPSHOT_DIR};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -239,6 +239,11 @@ impl Repository {
                 &containers,
                 DdfsParams::from_config(&self.config),
             )?)),
+            IndexKind::Hid | IndexKind::Ehid => Ok(Box::new(Ehid::open(
+                self.shared_backend(),
+                &containers,
+                EhidParams::from_config(&self.config, self.config.index == IndexKind::Ehid),
+            )?)),
         }
     }
 
@@ -255,6 +260,13 @@ impl Repository {
             IndexKind::Ddfs => {
                 let params = DdfsParams::from_config(&self.config);
                 let mut index = Ddfs::rebuild(self.shared_backend(), &containers, params)?;
+                index.commit(next)?;
+                Ok(index.stats())
+            }
+            IndexKind::Hid | IndexKind::Ehid => {
+                let params =
+                    EhidParams::from_config(&self.config, self.config.index == IndexKind::Ehid);
+                let mut index = Ehid::rebuild(self.shared_backend(), &containers, params)?;
                 index.commit(next)?;
                 Ok(index.stats())
             }

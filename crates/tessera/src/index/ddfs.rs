@@ -145,7 +145,12 @@ fn new_bloom(expected: u64, fpr: f64) -> BloomFilter {
     BloomFilter::with_false_pos(fpr).expected_items(expected.max(MIN_BLOOM_ENTRIES) as usize)
 }
 
-fn bloom_key(prefix: &str, generation: u64) -> String {
+#[cfg(test)]
+fn bloom_key(generation: u64) -> String {
+    bloom_key_in(DDFS_PREFIX, generation)
+}
+
+fn bloom_key_in(prefix: &str, generation: u64) -> String {
     format!("{prefix}/b{generation:016x}")
 }
 
@@ -162,8 +167,13 @@ fn encode_bloom(generation: u64, bloom: &BloomFilter) -> Vec<u8> {
     envelope::seal(BLOOM_KIND, BLOOM_VERSION, &payload)
 }
 
-fn decode_bloom(prefix: &str, generation: u64, bytes: &[u8]) -> Result<BloomFilter> {
-    let key = bloom_key(prefix, generation);
+#[cfg(test)]
+fn decode_bloom(generation: u64, bytes: &[u8]) -> Result<BloomFilter> {
+    decode_bloom_in(DDFS_PREFIX, generation, bytes)
+}
+
+fn decode_bloom_in(prefix: &str, generation: u64, bytes: &[u8]) -> Result<BloomFilter> {
+    let key = bloom_key_in(prefix, generation);
     let payload = envelope::open(&key, BLOOM_KIND, BLOOM_VERSION, bytes)?;
     if payload.len() < 24 {
         return Err(Error::corrupt(key, "truncated Bloom filter header"));
@@ -449,8 +459,8 @@ impl Ddfs {
         let prefix = layout.prefix.clone();
         let table = Table::new(&prefix, manifest.table);
         let generation = manifest.table.generation;
-        let bloom = match backend.read(&bloom_key(&prefix, generation)) {
-            Ok(bytes) => decode_bloom(&prefix, generation, &bytes),
+        let bloom = match backend.read(&bloom_key_in(&prefix, generation)) {
+            Ok(bytes) => decode_bloom_in(&prefix, generation, &bytes),
             Err(e) => Err(e),
         };
         let bloom = match bloom {
@@ -464,7 +474,7 @@ impl Ddfs {
                 match scanned {
                     Ok(()) => {
                         backend.write(
-                            &bloom_key(&prefix, generation),
+                            &bloom_key_in(&prefix, generation),
                             &encode_bloom(generation, &bloom),
                         )?;
                         bloom
@@ -661,7 +671,7 @@ impl Ddfs {
 
     /// Writes a new table generation: the old table (with relocations
     /// applied) merged with the placed entries of `pending`.
-    fn merge(&mut self, next_container: ContainerId) -> Result<()> {
+    fn merge(&mut self, next_container: ContainerId, hook: Option<EvictHook>) -> Result<()> {
         let mut new: Vec<(Fingerprint, ContainerId)> = self
             .pending
             .iter()
@@ -674,11 +684,12 @@ impl Ddfs {
         let mut buckets = table::buckets_for(upper, self.params.bucket_bytes);
         let mut doublings = 0;
         let backend = self.backend.clone();
-        let (table, bloom, referenced) = loop {
+        let prefix = self.layout.prefix.clone();
+        let (table, bloom, referenced, evicted) = loop {
             let mut m = Merger {
                 writer: TableWriter::new(
                     backend.as_ref(),
-                    DDFS_PREFIX,
+                    &prefix,
                     generation,
                     buckets,
                     self.params.bucket_bytes,
@@ -687,6 +698,8 @@ impl Ddfs {
                 bloom: new_bloom(upper, self.params.bloom_fpr),
                 referenced: BTreeSet::new(),
                 overflow: false,
+                keep: self.keep.as_ref(),
+                evicted: Vec::new(),
             };
             let mut next = new.iter().peekable();
             let scanned = self.table.scan(backend.as_ref(), |fp, c| {
@@ -699,10 +712,17 @@ impl Ddfs {
                     next.next();
                 }
                 let fresh = next.next_if(|n| n.0 == fp).map(|n| n.1);
-                // The old entry wins (as in the exact index) unless GC dropped it.
-                match self.relocated(&fp, c).or(fresh) {
-                    Some(c) => m.emit(fp, c),
-                    None => Ok(()),
+                // The old entry wins (as in the exact index) unless GC dropped
+                // it, or a separating merge drops it and there is a fresh one.
+                match (self.relocated(&fp, c), fresh) {
+                    (Some(old), Some(new)) if m.keep.is_some_and(|k| !k.contains(&old)) => {
+                        m.emit(fp, old)?;
+                        m.emit(fp, new)
+                    }
+                    (old, fresh) => match old.or(fresh) {
+                        Some(c) => m.emit(fp, c),
+                        None => Ok(()),
+                    },
                 }
             });
             match scanned {
@@ -710,7 +730,7 @@ impl Ddfs {
                 Err(e) if unusable(&e) && !self.rebuilt_here => {
                     // The old table is damaged: rebuild it, then merge again.
                     self.rebuild_here()?;
-                    return self.merge(next_container);
+                    return self.merge(next_container, hook);
                 }
                 Err(e) => return Err(e),
             }
@@ -722,19 +742,76 @@ impl Ddfs {
                 doublings += 1;
                 continue;
             }
-            break (m.writer.finish()?, m.bloom, m.referenced);
+            break (m.writer.finish()?, m.bloom, m.referenced, m.evicted);
         };
+        if let Some(hook) = hook {
+            hook(evicted)?;
+        }
         let manifest = Manifest {
             next_container,
             table: *table.meta(),
             referenced: referenced.into_iter().collect(),
         };
-        persist(backend.as_ref(), &manifest, &bloom)?;
+        persist(backend.as_ref(), &self.layout, &manifest, &bloom)?;
         self.stats.commit_write_bytes = table.meta().total_bytes();
         self.table = table;
         self.manifest = manifest;
         self.bloom = bloom;
         Ok(())
+    }
+
+    /// Makes the next commit keep only entries naming `keep` (all when `None`).
+    pub(crate) fn set_keep(&mut self, keep: Option<hashbrown::HashSet<ContainerId>>) {
+        self.keep = keep;
+    }
+
+    /// Records the chunk count of every container whose metadata is read.
+    pub(crate) fn track_sizes(&mut self) {
+        self.sizes.get_or_insert_with(Default::default);
+    }
+
+    /// The chunk count of container `c`, if its metadata was read.
+    pub(crate) fn container_size(&self, c: ContainerId) -> Option<u32> {
+        self.sizes.as_ref()?.get(&c).copied()
+    }
+
+    /// Whether the Bloom filter may hold `fp` (no I/O).
+    pub(crate) fn may_contain(&self, fp: &Fingerprint) -> bool {
+        self.bloom.contains_hash(bloom_hash(fp))
+    }
+
+    /// Looks `fp` up in the table only (Bloom filter, then one bucket read),
+    /// without recording anything for this backup.
+    pub(crate) fn find(&mut self, fp: &Fingerprint) -> Result<Option<ContainerId>> {
+        if self.manifest.table.entries == 0 || !self.may_contain(fp) {
+            return Ok(None);
+        }
+        self.stats.disk_lookups += 1;
+        let found = match self.table.lookup(self.backend.as_ref(), fp) {
+            Ok(found) => found,
+            // A damaged table part of a part that may start empty: treat as a miss.
+            Err(e) if unusable(&e) && !self.layout.from_containers => None,
+            Err(e) => return Err(e),
+        };
+        Ok(found.and_then(|c| self.relocated(fp, c)))
+    }
+
+    /// Makes `fp`, decided `Unique` by [`Ddfs::decide`] this backup, a
+    /// duplicate of container `c` instead (found elsewhere), and caches `c`'s
+    /// metadata.
+    pub(crate) fn adopt(&mut self, fp: Fingerprint, c: ContainerId) -> Result<()> {
+        self.placed(&[(fp, c)])?;
+        self.load_container(c)
+    }
+
+    /// This backup's decision for `fp` (the DDFS lookup order).
+    pub(crate) fn decide_one(&mut self, fp: &Fingerprint) -> Result<Decision> {
+        self.stats.lookups += 1;
+        self.decide(fp)
+    }
+
+    pub(crate) fn refresh_stats(&mut self) {
+        self.note_memory();
     }
 
     fn note_memory(&mut self) {
@@ -772,11 +849,19 @@ struct Merger<'a> {
     bloom: BloomFilter,
     referenced: BTreeSet<ContainerId>,
     overflow: bool,
+    /// Only entries naming these containers are kept (all when `None`).
+    keep: Option<&'a hashbrown::HashSet<ContainerId>>,
+    /// The entries `keep` left out.
+    evicted: Vec<(Fingerprint, ContainerId)>,
 }
 
 impl Merger<'_> {
     fn emit(&mut self, fp: Fingerprint, c: ContainerId) -> Result<()> {
         if self.overflow {
+            return Ok(());
+        }
+        if self.keep.is_some_and(|k| !k.contains(&c)) {
+            self.evicted.push((fp, c));
             return Ok(());
         }
         if self.writer.push(fp, c)? == Pushed::Overflow {
@@ -792,6 +877,7 @@ impl Merger<'_> {
 /// Builds and persists a new generation from the containers' metadata.
 fn build_from_containers(
     backend: &dyn Backend,
+    prefix: &str,
     containers: &[ContainerId],
     params: DdfsParams,
 ) -> Result<(Manifest, BloomFilter)> {
@@ -802,10 +888,10 @@ fn build_from_containers(
     // The first container holding a fingerprint wins, as in the exact index.
     entries.sort_unstable_by_key(|e| (order_key(&e.0), e.1));
     entries.dedup_by_key(|e| e.0);
-    let generation = next_generation(backend)?;
+    let generation = next_generation(backend, prefix)?;
     let table = table::write_sorted(
         backend,
-        DDFS_PREFIX,
+        prefix,
         generation,
         params.bucket_bytes,
         params.part_buckets,
@@ -822,14 +908,14 @@ fn build_from_containers(
         table: *table.meta(),
         referenced: referenced.into_iter().collect(),
     };
-    persist(backend, &manifest, &bloom)?;
+    persist_in(backend, prefix, &manifest, &bloom)?;
     Ok((manifest, bloom))
 }
 
 /// A generation above every one present.
-fn next_generation(backend: &dyn Backend) -> Result<u64> {
+fn next_generation(backend: &dyn Backend, prefix: &str) -> Result<u64> {
     let mut top = 0;
-    for name in backend.list(DDFS_PREFIX)? {
+    for name in backend.list(prefix)? {
         if let Some(g) = object_generation(&name) {
             top = top.max(g);
         }
@@ -848,13 +934,31 @@ fn object_generation(name: &str) -> Option<u64> {
 
 /// Writes the Bloom filter and then the manifest (the table parts are
 /// written already), and deletes the objects of other generations.
-fn persist(backend: &dyn Backend, manifest: &Manifest, bloom: &BloomFilter) -> Result<()> {
+fn persist(
+    backend: &dyn Backend,
+    layout: &Layout,
+    manifest: &Manifest,
+    bloom: &BloomFilter,
+) -> Result<()> {
+    persist_in(backend, &layout.prefix, manifest, bloom)
+}
+
+/// [`persist`] under `prefix`.
+fn persist_in(
+    backend: &dyn Backend,
+    prefix: &str,
+    manifest: &Manifest,
+    bloom: &BloomFilter,
+) -> Result<()> {
     let generation = manifest.table.generation;
-    backend.write(&bloom_key(generation), &encode_bloom(generation, bloom))?;
-    backend.write(MANIFEST_KEY, &manifest.encode())?;
-    for name in backend.list(DDFS_PREFIX)? {
+    backend.write(
+        &bloom_key_in(prefix, generation),
+        &encode_bloom(generation, bloom),
+    )?;
+    backend.write(&format!("{prefix}/manifest"), &manifest.encode())?;
+    for name in backend.list(prefix)? {
         if object_generation(&name).is_some_and(|g| g != generation) {
-            backend.delete(&format!("{DDFS_PREFIX}/{name}"))?;
+            backend.delete(&format!("{prefix}/{name}"))?;
         }
     }
     Ok(())
@@ -912,10 +1016,26 @@ impl DedupIndex for Ddfs {
     }
 
     fn commit(&mut self, next_container: ContainerId) -> Result<()> {
+        self.commit_with(next_container, None)
+    }
+
+    fn stats(&self) -> IndexStats {
+        self.stats.clone()
+    }
+}
+
+impl Ddfs {
+    /// [`DedupIndex::commit`]; when `keep` is set, `hook` receives the
+    /// entries it leaves out before the new generation becomes current.
+    pub(crate) fn commit_with(
+        &mut self,
+        next_container: ContainerId,
+        hook: Option<EvictHook>,
+    ) -> Result<()> {
         self.stats.commit_write_bytes = 0;
         let next_container = next_container.max(self.manifest.next_container);
-        if self.dirty {
-            self.merge(next_container)?;
+        if self.dirty || self.keep.is_some() {
+            self.merge(next_container, hook)?;
             self.pending.retain(|_, c| *c == PENDING);
             self.placed = 0;
             self.removed.clear();
@@ -923,14 +1043,11 @@ impl DedupIndex for Ddfs {
             self.dirty = false;
         } else if next_container > self.manifest.next_container {
             self.manifest.next_container = next_container;
-            self.backend.write(MANIFEST_KEY, &self.manifest.encode())?;
+            self.backend
+                .write(&self.layout.manifest_key(), &self.manifest.encode())?;
         }
         self.note_memory();
         Ok(())
-    }
-
-    fn stats(&self) -> IndexStats {
-        self.stats.clone()
     }
 }
 

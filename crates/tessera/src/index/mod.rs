@@ -9,10 +9,14 @@
 //! [`Reorder`] buffer.
 
 mod ddfs;
+mod ehid;
 mod exact;
 pub mod table;
 
 pub use ddfs::{Ddfs, DdfsParams, DDFS_PREFIX};
+pub use ehid::{
+    Cumm, Ehid, EhidParams, DEFAULT_SPARSE_THRESHOLD, EHID_COLD_PREFIX, EHID_HOT_PREFIX,
+};
 pub use exact::Exact;
 
 use crate::backend::Backend;
@@ -84,6 +88,25 @@ pub struct IndexStats {
     pub table_bytes: u64,
     /// Bytes written to persist the index in the last commit (DDFS).
     pub commit_write_bytes: u64,
+    /// Entries of the cold index (HID/EHID): they name sparse containers and
+    /// are not looked up unless `ehid_consult_cold` is set.
+    pub cold_entries: u64,
+    /// Bytes of the cold index's on-disk table (HID/EHID).
+    pub cold_table_bytes: u64,
+    /// Bytes of the cold index's Bloom filter (HID/EHID; counted in
+    /// `memory_bytes` only when the cold index is consulted).
+    pub cold_bloom_bytes: u64,
+    /// Chunks that missed the hot index while the cold index's Bloom filter
+    /// holds them: fragmented chunks stored again as unique (FTU; an estimate
+    /// that includes the cold filter's false positives) (HID/EHID).
+    pub ftu_chunks: u64,
+    /// Chunks deduplicated by the cold index (`ehid_consult_cold`).
+    pub cold_hits: u64,
+    /// Containers this backup referenced whose utilization was below the
+    /// threshold (HID/EHID).
+    pub sparse_containers: u64,
+    /// Entries moved from the hot to the cold index by the last commit (HID/EHID).
+    pub evicted_entries: u64,
 }
 
 /// Calls `f` with the metadata of each of `containers` in order; containers

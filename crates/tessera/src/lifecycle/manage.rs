@@ -136,6 +136,12 @@ fn reclaim_lineage(
         if j >= l.state.arranged {
             continue; // left by an interrupted round: arranging deletes it
         }
+        if live.contains(&j) {
+            // Every category Cat.(i,j) of the volume holds the live version
+            // j: nothing to reclaim, and no header to read (so deleting the
+            // oldest backup does not read every volume's header).
+            continue;
+        }
         // The dead categories are a suffix of the volume, across its parts.
         let (mut cut, mut first_kept) = (false, false);
         for (n, &(p, first)) in parts.iter().enumerate() {

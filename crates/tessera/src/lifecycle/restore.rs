@@ -17,6 +17,7 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Default reassembly window of streaming restores: 64 MiB.
@@ -211,54 +212,97 @@ fn restore_in_one_pass(
         windows: 1,
         ..LifecycleRestoreStats::default()
     };
-    let mut log = ReadLog::default();
     let mut restored = 0u64;
-    super::for_each_required(backend, required, &mut log, |req, header, prefix, log| {
-        for idx in 0..prefix {
-            stats.categories_read += 1;
-            let metas = format::read_meta(backend, &req.key, header, idx, log)?;
-            format::stream_pieces(
-                backend,
-                &req.key,
-                header,
-                idx,
-                &metas,
-                log,
-                |chunks, piece| {
-                    let piece = piece.ok_or_else(|| Error::corrupt(&req.key, "no chunk data"))?;
-                    // The chunks of this piece the backup needs: (position, length, fp, offsets).
-                    let mut needed = Vec::new();
-                    let mut at = 0usize;
-                    for &(fp, len) in chunks {
-                        if let Some((want, offsets)) = table.remove(&fp) {
-                            if want != len {
-                                return Err(Error::corrupt(
-                                    &req.key,
-                                    format!("chunk {fp} has length {len}, recipe says {want}"),
-                                ));
-                            }
-                            needed.push((at, len as usize, fp, offsets));
-                        }
-                        at += len as usize;
+    // Reading (a thread of its own) overlaps verifying and placing. Each
+    // object's prefix is read in one request after its header (objects are
+    // at most a part, `lifecycle_part_bytes`), and its categories are
+    // handed over, up to two in flight.
+    type Category = (String, Vec<(Fingerprint, u32)>, Arc<Vec<u8>>, usize);
+    let (tx, rx) = crossbeam_channel::bounded::<Category>(2);
+    let (read, placed) = std::thread::scope(|s| {
+        let reader = s.spawn(move || -> Result<(ReadLog, u64)> {
+            let mut log = ReadLog::default();
+            let mut categories = 0u64;
+            super::for_each_required(backend, required, &mut log, |req, header, prefix, log| {
+                if !header.has_data {
+                    return Err(Error::corrupt(&req.key, "no chunk data"));
+                }
+                let start = VolumeHeader::len_for(header.categories.len());
+                let last = &header.categories[prefix - 1];
+                let end = header.data_offset(prefix - 1) + last.data_bytes;
+                let body = Arc::new(log.read(backend, &req.key, start, end - start)?);
+                for e in &header.categories[..prefix] {
+                    categories += 1;
+                    let m = (e.offset - start) as usize;
+                    let d = m + e.meta_len() as usize;
+                    let metas = format::parse_meta(&req.key, e, &body[m..d])?;
+                    let data = &body[d..d + e.data_bytes as usize];
+                    if crc32c::crc32c(data) != e.data_crc {
+                        return Err(Error::corrupt(
+                            &req.key,
+                            format!("data checksum mismatch in category {}", e.start),
+                        ));
                     }
-                    needed.par_iter().try_for_each(|(at, len, fp, _)| {
-                        verify(algo, &req.key, fp, &piece[*at..*at + *len])
-                    })?;
+                    log.data_bytes += e.data_bytes;
+                    tx.send((req.key.clone(), metas, Arc::clone(&body), d))
+                        .map_err(|_| Error::Pipeline("restore stopped".into()))?;
+                }
+                Ok(())
+            })?;
+            Ok((log, categories))
+        });
+        let mut placed = Ok(());
+        for (key, chunks, body, data) in &rx {
+            let piece = &body[data..];
+            // The chunks of this category the backup needs: (position, length, fp, offsets).
+            let mut needed = Vec::new();
+            let mut at = 0usize;
+            for (fp, len) in chunks {
+                if let Some((want, offsets)) = table.remove(&fp) {
+                    if want != len {
+                        placed = Err(Error::corrupt(
+                            &key,
+                            format!("chunk {fp} has length {len}, recipe says {want}"),
+                        ));
+                        break;
+                    }
+                    needed.push((at, len as usize, fp, offsets));
+                }
+                at += len as usize;
+            }
+            if placed.is_err() {
+                break;
+            }
+            placed = needed
+                .par_iter()
+                .try_for_each(|(at, len, fp, _)| verify(algo, &key, fp, &piece[*at..*at + *len]))
+                .and_then(|()| {
                     for (at, len, _, offsets) in needed {
                         for o in offsets {
                             place(&piece[at..at + len], o)?;
                             restored += len as u64;
                         }
                     }
-                    if let Some(p) = options.progress {
-                        p(restored);
-                    }
                     Ok(())
-                },
-            )?;
+                });
+            if placed.is_err() {
+                break;
+            }
+            if let Some(p) = options.progress {
+                p(restored);
+            }
         }
-        Ok(())
-    })?;
+        // Stops the reader if placing failed.
+        drop(rx);
+        let read = reader
+            .join()
+            .unwrap_or_else(|_| Err(Error::Pipeline("the restore reader panicked".into())));
+        (read, placed)
+    });
+    // A placing error first (the reader then only saw the channel closed).
+    placed?;
+    let (log, categories) = read?;
+    stats.categories_read = categories;
     if let Some(fp) = table.keys().next() {
         return Err(missing(id, fp));
     }
