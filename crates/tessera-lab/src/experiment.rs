@@ -751,7 +751,7 @@ fn run_system(
                 .map_err(engine(n))?;
                 restores.push(RestoreRecord {
                     version: id as usize,
-                    modelled_seconds: config.disk.seconds(stats.containers_read, stats.bytes_read),
+                    modelled_seconds: config.disk.seconds(stats.extents, stats.bytes_read),
                     stats,
                 });
             }
@@ -796,7 +796,7 @@ fn run_system(
             .map_err(engine(n))?;
             restores.push(RestoreRecord {
                 version: id as usize,
-                modelled_seconds: config.disk.seconds(stats.containers_read, stats.bytes_read),
+                modelled_seconds: config.disk.seconds(stats.extents, stats.bytes_read),
                 stats,
             });
         }

@@ -19,11 +19,22 @@ fn example_experiment_runs_and_renders_every_plot() {
     let results = run(&config, out.path(), &mut |_| lines += 1).unwrap();
 
     assert_eq!(results.versions.len(), 6);
+    let finals = usize::from(config.restore.retained_at_end);
     assert_eq!(
         lines,
-        6 * config.systems.len(),
-        "one progress line per system and version"
+        (6 + finals) * config.systems.len(),
+        "one progress line per system and version (and per final restore round)"
     );
+    assert_eq!(results.final_restores.len(), finals * config.systems.len());
+    for f in &results.final_restores {
+        assert_eq!(
+            f.restores.len(),
+            3,
+            "{}: every retained backup restored",
+            f.system
+        );
+        assert!(f.mean_read_amplification.is_finite() && f.mean_read_amplification > 0.0);
+    }
     assert_eq!(results.records.len(), 6 * config.systems.len());
     for r in &results.records {
         // Container headers and metadata count as physical bytes: a first backup is just below 1.
