@@ -18,13 +18,14 @@
 #     and 100 versions stored; restore of the oldest and newest retained
 #     version against a sequential read of the files it reads.
 #
-# Usage: scripts/mfdedup-measurements.sh [OUT]   (default: results/mfdedup)
+# Usage: scripts/mfdedup-measurements.sh [OUT]   (default: a new temporary
+# directory; the datasets take about 3.5 GB, keep them out of the work tree)
 # Exits non-zero if a criterion fails (after printing every figure).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p tessera-cli
 T=$PWD/target/release/tessera
-OUT=${1:-results/mfdedup}
+OUT=${1:-$(mktemp -d -t tessera-mfdedup.XXXXXX)}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 status=0

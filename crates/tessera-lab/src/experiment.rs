@@ -658,6 +658,11 @@ fn run_system(
     let trace = versions.iter().any(|v| is_trace(&v.path));
     let mut repo_config = repo_config;
     repo_config.trace = trace;
+    if lifecycle {
+        // Arrange after retention has deleted what it deletes, so that a
+        // round never arranges categories of a version about to go.
+        repo_config.arrange = tessera::config::Arrange::Manual;
+    }
     let policy: CachePolicy = system
         .cache
         .parse()
@@ -726,6 +731,12 @@ fn run_system(
             }
         }
 
+        let arrange = if lifecycle {
+            Some(tessera::lifecycle::arrange(&repo).map_err(engine(n))?)
+        } else {
+            outcome.arrange
+        };
+
         let mut restores = Vec::new();
         if config.restore.every > 0 && n % config.restore.every == 0 {
             let retained = repo.backups().map_err(engine(n))?;
@@ -774,7 +785,7 @@ fn run_system(
             actual_dedup_ratio: totals.dedup_ratio.unwrap_or(1.0),
             restores,
             gc: gc_record,
-            arrange: outcome.arrange,
+            arrange,
         };
         progress(&progress_line(&record, versions.len()));
         records.push(record);
