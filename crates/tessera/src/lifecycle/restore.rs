@@ -216,9 +216,9 @@ fn restore_in_one_pass(
     // Reading (a thread of its own) overlaps verifying and placing. Each
     // object's prefix is read in one request after its header (objects are
     // at most a part, `lifecycle_part_bytes`), and its categories are
-    // handed over, up to two in flight.
+    // handed over, up to 16 in flight.
     type Category = (String, Vec<(Fingerprint, u32)>, Arc<Vec<u8>>, usize);
-    let (tx, rx) = crossbeam_channel::bounded::<Category>(2);
+    let (tx, rx) = crossbeam_channel::bounded::<Category>(16);
     let (read, placed) = std::thread::scope(|s| {
         let reader = s.spawn(move || -> Result<(ReadLog, u64)> {
             let mut log = ReadLog::default();
