@@ -251,12 +251,32 @@ fn restore_in_one_pass(
             })?;
             Ok((log, categories))
         });
+        // Chunks to verify and place, gathered over categories so that
+        // verification runs in parallel over enough of them.
+        type Needed = (Arc<Vec<u8>>, usize, usize, Fingerprint, Vec<u64>, String);
+        const BATCH_BYTES: usize = 4 << 20;
+        let mut batch: Vec<Needed> = Vec::new();
+        let mut batch_bytes = 0usize;
+        let mut flush = |batch: &mut Vec<Needed>, restored: &mut u64| -> Result<()> {
+            batch
+                .par_iter()
+                .try_for_each(|(body, at, len, fp, _, key)| {
+                    verify(algo, key, fp, &body[*at..*at + *len])
+                })?;
+            for (body, at, len, _, offsets, _) in batch.drain(..) {
+                for o in offsets {
+                    place(&body[at..at + len], o)?;
+                    *restored += len as u64;
+                }
+            }
+            if let Some(p) = options.progress {
+                p(*restored);
+            }
+            Ok(())
+        };
         let mut placed = Ok(());
         for (key, chunks, body, data) in &rx {
-            let piece = &body[data..];
-            // The chunks of this category the backup needs: (position, length, fp, offsets).
-            let mut needed = Vec::new();
-            let mut at = 0usize;
+            let mut at = data;
             for (fp, len) in chunks {
                 if let Some((want, offsets)) = table.remove(&fp) {
                     if want != len {
@@ -266,31 +286,31 @@ fn restore_in_one_pass(
                         ));
                         break;
                     }
-                    needed.push((at, len as usize, fp, offsets));
+                    batch.push((
+                        Arc::clone(&body),
+                        at,
+                        len as usize,
+                        fp,
+                        offsets,
+                        key.clone(),
+                    ));
+                    batch_bytes += len as usize;
                 }
                 at += len as usize;
             }
             if placed.is_err() {
                 break;
             }
-            placed = needed
-                .par_iter()
-                .try_for_each(|(at, len, fp, _)| verify(algo, &key, fp, &piece[*at..*at + *len]))
-                .and_then(|()| {
-                    for (at, len, _, offsets) in needed {
-                        for o in offsets {
-                            place(&piece[at..at + len], o)?;
-                            restored += len as u64;
-                        }
-                    }
-                    Ok(())
-                });
-            if placed.is_err() {
-                break;
+            if batch_bytes >= BATCH_BYTES {
+                batch_bytes = 0;
+                placed = flush(&mut batch, &mut restored);
+                if placed.is_err() {
+                    break;
+                }
             }
-            if let Some(p) = options.progress {
-                p(restored);
-            }
+        }
+        if placed.is_ok() {
+            placed = flush(&mut batch, &mut restored);
         }
         // Stops the reader if placing failed.
         drop(rx);
