@@ -749,22 +749,8 @@ fn run_system(
                 }
             }
             for id in targets {
-                let stats = restore(
-                    &repo,
-                    id,
-                    &mut io::sink(),
-                    &RestoreOptions {
-                        cache_containers: system.cache_size,
-                        policy,
-                        progress: None,
-                    },
-                )
-                .map_err(engine(n))?;
-                restores.push(RestoreRecord {
-                    version: id as usize,
-                    modelled_seconds: config.disk.seconds(stats.extents, stats.bytes_read),
-                    stats,
-                });
+                restores
+                    .push(restore_one(&repo, id, system, policy, config.disk).map_err(engine(n))?);
             }
         }
 
@@ -794,22 +780,7 @@ fn run_system(
         let n = versions.len();
         let mut restores = Vec::new();
         for id in repo.backups().map_err(engine(n))? {
-            let stats = restore(
-                &repo,
-                id,
-                &mut io::sink(),
-                &RestoreOptions {
-                    cache_containers: system.cache_size,
-                    policy,
-                    progress: None,
-                },
-            )
-            .map_err(engine(n))?;
-            restores.push(RestoreRecord {
-                version: id as usize,
-                modelled_seconds: config.disk.seconds(stats.extents, stats.bytes_read),
-                stats,
-            });
+            restores.push(restore_one(&repo, id, system, policy, config.disk).map_err(engine(n))?);
         }
         let mean = |f: &dyn Fn(&RestoreRecord) -> f64| {
             restores.iter().map(f).sum::<f64>() / restores.len().max(1) as f64
@@ -842,6 +813,27 @@ fn run_system(
         None
     };
     Ok((records, finals))
+}
+
+/// Restores backup `id` to a sink (every chunk verified) and models its time on `disk`.
+fn restore_one(
+    repo: &Repository,
+    id: u64,
+    system: &SystemSpec,
+    policy: CachePolicy,
+    disk: DiskModel,
+) -> tessera::Result<RestoreRecord> {
+    let options = RestoreOptions {
+        cache_containers: system.cache_size,
+        policy,
+        progress: None,
+    };
+    let stats = restore(repo, id, &mut io::sink(), &options)?;
+    Ok(RestoreRecord {
+        version: id as usize,
+        modelled_seconds: disk.seconds(stats.extents, stats.bytes_read),
+        stats,
+    })
 }
 
 /// Whether a version file is a fingerprint trace (by its extension).

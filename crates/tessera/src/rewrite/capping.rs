@@ -3,68 +3,43 @@
 //! holding the most of its bytes — and duplicates in any other container
 //! are rewritten.
 
-use super::{candidate, Budget, RewriteFilter, Verdict};
+use super::{candidate, Budget, Segmented, SelectContainers};
 use crate::container::ContainerId;
 use crate::index::{Chunk, Decision};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+/// Capping keeps the `level` containers holding the most bytes of the segment.
+pub struct CappingSelect {
+    level: usize,
+}
 
 /// The Capping filter.
-pub struct Capping {
-    segment_bytes: u64,
-    level: usize,
-    budget: Budget,
-    segment: Vec<(Chunk, Decision)>,
-    bytes: u64,
-}
+pub type Capping = Segmented<CappingSelect>;
 
 impl Capping {
     /// Segments of `segment_bytes`, at most `level` containers each.
     pub fn new(segment_bytes: u64, level: u32, budget: Budget) -> Self {
-        Capping {
+        Segmented::with_selector(
             segment_bytes,
-            level: level as usize,
+            CappingSelect {
+                level: level as usize,
+            },
             budget,
-            segment: Vec::new(),
-            bytes: 0,
-        }
+        )
     }
+}
 
-    fn flush(&mut self, out: &mut Vec<Verdict>) {
+impl SelectContainers for CappingSelect {
+    fn select(&self, segment: &[(Chunk, Decision)]) -> HashSet<ContainerId> {
         let mut per_container: HashMap<ContainerId, u64> = HashMap::new();
-        for (c, d) in &self.segment {
+        for (c, d) in segment {
             if let Some(cid) = candidate(*d) {
                 *per_container.entry(cid).or_default() += u64::from(c.len);
             }
         }
         let mut ranked: Vec<(ContainerId, u64)> = per_container.into_iter().collect();
         ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let kept: std::collections::HashSet<ContainerId> =
-            ranked.iter().take(self.level).map(|r| r.0).collect();
-        for (chunk, decision) in self.segment.drain(..) {
-            let rewrite = candidate(decision)
-                .is_some_and(|cid| !kept.contains(&cid) && self.budget.allow(chunk.len));
-            out.push(Verdict {
-                chunk,
-                decision,
-                rewrite,
-            });
-        }
-        self.bytes = 0;
-    }
-}
-
-impl RewriteFilter for Capping {
-    fn push(&mut self, chunk: Chunk, decision: Decision, out: &mut Vec<Verdict>) {
-        self.budget.see(chunk.len);
-        self.bytes += u64::from(chunk.len);
-        self.segment.push((chunk, decision));
-        if self.bytes >= self.segment_bytes {
-            self.flush(out);
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<Verdict>) {
-        self.flush(out);
+        ranked.iter().take(self.level).map(|r| r.0).collect()
     }
 }
 

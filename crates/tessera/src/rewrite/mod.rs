@@ -229,6 +229,66 @@ impl Budget {
     }
 }
 
+/// Chooses, for a full segment, the old containers whose duplicates stay
+/// references; duplicates in any other container are rewritten.
+pub trait SelectContainers: Send {
+    /// The containers to keep for `segment`.
+    fn select(&self, segment: &[(Chunk, Decision)]) -> std::collections::HashSet<ContainerId>;
+}
+
+/// A segment-based rewriting policy (Capping, SMR): buffers `segment_bytes`
+/// of the stream, asks its selector which containers to keep, and rewrites
+/// the other duplicates within the budget.
+pub struct Segmented<S> {
+    segment_bytes: u64,
+    budget: Budget,
+    segment: Vec<(Chunk, Decision)>,
+    bytes: u64,
+    selector: S,
+}
+
+impl<S: SelectContainers> Segmented<S> {
+    /// Segments of `segment_bytes` judged by `selector`.
+    pub fn with_selector(segment_bytes: u64, selector: S, budget: Budget) -> Self {
+        Segmented {
+            segment_bytes,
+            budget,
+            segment: Vec::new(),
+            bytes: 0,
+            selector,
+        }
+    }
+
+    fn flush(&mut self, out: &mut Vec<Verdict>) {
+        let kept = self.selector.select(&self.segment);
+        for (chunk, decision) in self.segment.drain(..) {
+            let rewrite = candidate(decision)
+                .is_some_and(|cid| !kept.contains(&cid) && self.budget.allow(chunk.len));
+            out.push(Verdict {
+                chunk,
+                decision,
+                rewrite,
+            });
+        }
+        self.bytes = 0;
+    }
+}
+
+impl<S: SelectContainers> RewriteFilter for Segmented<S> {
+    fn push(&mut self, chunk: Chunk, decision: Decision, out: &mut Vec<Verdict>) {
+        self.budget.see(chunk.len);
+        self.bytes += u64::from(chunk.len);
+        self.segment.push((chunk, decision));
+        if self.bytes >= self.segment_bytes {
+            self.flush(out);
+        }
+    }
+
+    fn finish(&mut self, out: &mut Vec<Verdict>) {
+        self.flush(out);
+    }
+}
+
 /// The container a duplicate references, if it is a rewrite candidate.
 pub(crate) fn candidate(decision: Decision) -> Option<ContainerId> {
     match decision {

@@ -6,38 +6,39 @@
 //! repeated references to the same chunk count once, so containers that
 //! serve many different chunks win over ones referenced many times for few.
 
-use super::{candidate, Budget, RewriteFilter, Verdict};
+use super::{candidate, Budget, Segmented, SelectContainers};
 use crate::container::ContainerId;
 use crate::fingerprint::Fingerprint;
 use crate::index::{Chunk, Decision};
 use std::collections::{HashMap, HashSet};
 
-/// The SMR filter.
-pub struct Smr {
-    segment_bytes: u64,
+/// SMR selects up to `level` containers greedily by distinct chunks served.
+pub struct SmrSelect {
     level: usize,
-    budget: Budget,
-    segment: Vec<(Chunk, Decision)>,
-    bytes: u64,
 }
+
+/// The SMR filter.
+pub type Smr = Segmented<SmrSelect>;
 
 impl Smr {
     /// Segments of `segment_bytes`, at most `level` containers selected each.
     pub fn new(segment_bytes: u64, level: u32, budget: Budget) -> Self {
-        Smr {
+        Segmented::with_selector(
             segment_bytes,
-            level: level as usize,
+            SmrSelect {
+                level: level as usize,
+            },
             budget,
-            segment: Vec::new(),
-            bytes: 0,
-        }
+        )
     }
+}
 
+impl SelectContainers for SmrSelect {
     /// The greedy selection: repeatedly the container covering the most
     /// not-yet-covered distinct chunks (bytes break ties, then lower id).
-    fn select(&self) -> HashSet<ContainerId> {
+    fn select(&self, segment: &[(Chunk, Decision)]) -> HashSet<ContainerId> {
         let mut covers: HashMap<ContainerId, HashMap<Fingerprint, u32>> = HashMap::new();
-        for (c, d) in &self.segment {
+        for (c, d) in segment {
             if let Some(cid) = candidate(*d) {
                 covers.entry(cid).or_default().insert(c.fp, c.len);
             }
@@ -69,41 +70,13 @@ impl Smr {
         }
         selected
     }
-
-    fn flush(&mut self, out: &mut Vec<Verdict>) {
-        let selected = self.select();
-        for (chunk, decision) in self.segment.drain(..) {
-            let rewrite = candidate(decision)
-                .is_some_and(|cid| !selected.contains(&cid) && self.budget.allow(chunk.len));
-            out.push(Verdict {
-                chunk,
-                decision,
-                rewrite,
-            });
-        }
-        self.bytes = 0;
-    }
-}
-
-impl RewriteFilter for Smr {
-    fn push(&mut self, chunk: Chunk, decision: Decision, out: &mut Vec<Verdict>) {
-        self.budget.see(chunk.len);
-        self.bytes += u64::from(chunk.len);
-        self.segment.push((chunk, decision));
-        if self.bytes >= self.segment_bytes {
-            self.flush(out);
-        }
-    }
-
-    fn finish(&mut self, out: &mut Vec<Verdict>) {
-        self.flush(out);
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rewrite::test_util::chunk;
+    use crate::rewrite::RewriteFilter;
 
     #[test]
     fn prefers_containers_with_more_distinct_chunks() {
