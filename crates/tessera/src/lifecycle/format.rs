@@ -197,12 +197,21 @@ impl VolumeHeader {
 
 /// Reads and parses the header of volume object `key` (two ranged reads).
 pub fn read_header(backend: &dyn Backend, key: &str, log: &mut ReadLog) -> Result<VolumeHeader> {
-    let fixed = log.read(backend, key, 0, HEADER_FIXED as u64)?;
-    let count = VolumeHeader::parse_fixed(key, &fixed)?;
-    let rest_len = VolumeHeader::len_for(count as usize) - HEADER_FIXED as u64;
-    let rest = log.read(backend, key, HEADER_FIXED as u64, rest_len)?;
-    let mut all = fixed;
-    all.extend_from_slice(&rest);
+    // One request covers headers of up to ~100 categories (every byte read
+    // is counted; the extent ends where the header does, so reading on from
+    // there continues it). Larger headers take a second request.
+    const GUESS: u64 = 4096;
+    let mut all = backend.read_range(key, 0, GUESS)?;
+    let count = VolumeHeader::parse_fixed(key, &all)?;
+    let len = VolumeHeader::len_for(count as usize);
+    if all.len() as u64 >= len {
+        log.note_until(key, 0, all.len() as u64, len);
+        all.truncate(len as usize);
+    } else {
+        log.note(key, 0, all.len() as u64);
+        let rest = log.read(backend, key, all.len() as u64, len - all.len() as u64)?;
+        all.extend_from_slice(&rest);
+    }
     VolumeHeader::parse(key, &all)
 }
 
@@ -563,6 +572,12 @@ impl ReadLog {
 
     /// Counts a read (or, for plans, a read that would be made).
     pub fn note(&mut self, key: &str, offset: u64, len: u64) {
+        self.note_until(key, offset, len, len);
+    }
+
+    /// Counts a read of `len` bytes from `offset` of which only the first
+    /// `used` are used: a next read from `offset + used` continues its extent.
+    pub fn note_until(&mut self, key: &str, offset: u64, len: u64, used: u64) {
         self.requests += 1;
         self.bytes += len;
         let continues = matches!(&self.last, Some((k, end)) if k == key && *end == offset);
@@ -572,7 +587,7 @@ impl ReadLog {
         if !self.objects.contains(key) {
             self.objects.insert(key.to_string());
         }
-        self.last = Some((key.to_string(), offset + len));
+        self.last = Some((key.to_string(), offset + used));
     }
 }
 
