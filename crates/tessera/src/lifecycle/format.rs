@@ -570,6 +570,15 @@ impl ReadLog {
         Ok(b)
     }
 
+    /// Adds the counts of `other`, a log of reads made in parallel with these.
+    pub fn merge(&mut self, other: ReadLog) {
+        self.requests += other.requests;
+        self.bytes += other.bytes;
+        self.data_bytes += other.data_bytes;
+        self.extents += other.extents;
+        self.objects.extend(other.objects);
+    }
+
     /// Counts a read (or, for plans, a read that would be made).
     pub fn note(&mut self, key: &str, offset: u64, len: u64) {
         self.note_until(key, offset, len, len);

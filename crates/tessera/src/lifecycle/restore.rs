@@ -219,38 +219,63 @@ fn restore_in_one_pass(
     // handed over, up to 16 in flight.
     type Category = (String, Vec<(Fingerprint, u32)>, Arc<Vec<u8>>, usize);
     let (tx, rx) = crossbeam_channel::bounded::<Category>(16);
+    // Placement is by fingerprint, so objects may be read in any order:
+    // several readers (each keeping a volume's parts together, in order)
+    // hide the latency of many small reads.
+    const READERS: usize = 3;
+    let mut shares: Vec<Vec<Required>> = vec![Vec::new(); READERS];
+    let mut next = 0;
+    for (i, req) in required.iter().enumerate() {
+        let same_group = i > 0 && req.group.is_some() && req.group == required[i - 1].group;
+        if !same_group && i > 0 {
+            next = (next + 1) % READERS;
+        }
+        shares[next].push(req.clone());
+    }
     let (read, placed) = std::thread::scope(|s| {
-        let reader = s.spawn(move || -> Result<(ReadLog, u64)> {
-            let mut log = ReadLog::default();
-            let mut categories = 0u64;
-            super::for_each_required(backend, required, &mut log, |req, header, prefix, log| {
-                if !header.has_data {
-                    return Err(Error::corrupt(&req.key, "no chunk data"));
-                }
-                let start = VolumeHeader::len_for(header.categories.len());
-                let last = &header.categories[prefix - 1];
-                let end = header.data_offset(prefix - 1) + last.data_bytes;
-                let body = Arc::new(log.read(backend, &req.key, start, end - start)?);
-                for e in &header.categories[..prefix] {
-                    categories += 1;
-                    let m = (e.offset - start) as usize;
-                    let d = m + e.meta_len() as usize;
-                    let metas = format::parse_meta(&req.key, e, &body[m..d])?;
-                    let data = &body[d..d + e.data_bytes as usize];
-                    if crc32c::crc32c(data) != e.data_crc {
-                        return Err(Error::corrupt(
-                            &req.key,
-                            format!("data checksum mismatch in category {}", e.start),
-                        ));
-                    }
-                    log.data_bytes += e.data_bytes;
-                    tx.send((req.key.clone(), metas, Arc::clone(&body), d))
-                        .map_err(|_| Error::Pipeline("restore stopped".into()))?;
-                }
-                Ok(())
-            })?;
-            Ok((log, categories))
-        });
+        let readers: Vec<_> = shares
+            .into_iter()
+            .map(|share| {
+                let tx = tx.clone();
+                s.spawn(move || -> Result<(ReadLog, u64)> {
+                    let mut log = ReadLog::default();
+                    let mut categories = 0u64;
+                    super::for_each_required(
+                        backend,
+                        &share,
+                        &mut log,
+                        |req, header, prefix, log| {
+                            if !header.has_data {
+                                return Err(Error::corrupt(&req.key, "no chunk data"));
+                            }
+                            let start = VolumeHeader::len_for(header.categories.len());
+                            let last = &header.categories[prefix - 1];
+                            let end = header.data_offset(prefix - 1) + last.data_bytes;
+                            let body = Arc::new(log.read(backend, &req.key, start, end - start)?);
+                            for e in &header.categories[..prefix] {
+                                categories += 1;
+                                let m = (e.offset - start) as usize;
+                                let d = m + e.meta_len() as usize;
+                                let metas = format::parse_meta(&req.key, e, &body[m..d])?;
+                                let data = &body[d..d + e.data_bytes as usize];
+                                if crc32c::crc32c(data) != e.data_crc {
+                                    return Err(Error::corrupt(
+                                        &req.key,
+                                        format!("data checksum mismatch in category {}", e.start),
+                                    ));
+                                }
+                                log.data_bytes += e.data_bytes;
+                                tx.send((req.key.clone(), metas, Arc::clone(&body), d))
+                                    .map_err(|_| Error::Pipeline("restore stopped".into()))?;
+                            }
+                            Ok(())
+                        },
+                    )?;
+                    Ok((log, categories))
+                })
+            })
+            .collect();
+        drop(tx);
         // Chunks to verify and place, gathered over categories so that
         // verification runs in parallel over enough of them.
         type Needed = (Arc<Vec<u8>>, usize, usize, Fingerprint, Vec<u64>, String);
@@ -312,11 +337,21 @@ fn restore_in_one_pass(
         if placed.is_ok() {
             placed = flush(&mut batch, &mut restored);
         }
-        // Stops the reader if placing failed.
+        // Stops the readers if placing failed.
         drop(rx);
-        let read = reader
-            .join()
-            .unwrap_or_else(|_| Err(Error::Pipeline("the restore reader panicked".into())));
+        let mut read: Result<(ReadLog, u64)> = Ok((ReadLog::default(), 0));
+        for r in readers {
+            let one = r
+                .join()
+                .unwrap_or_else(|_| Err(Error::Pipeline("a restore reader panicked".into())));
+            read = match (read, one) {
+                (Ok((mut log, n)), Ok((other, m))) => {
+                    log.merge(other);
+                    Ok((log, n + m))
+                }
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            };
+        }
         (read, placed)
     });
     // A placing error first (the reader then only saw the channel closed).
