@@ -849,7 +849,11 @@ fn restore_cmd(
         policy,
         progress: Some(&on_progress),
     };
-    let stats = if output == "-" {
+    let stats = if r.config().trace {
+        // A trace repository holds no data: plan the restore, write nothing.
+        restore(&r, id, &mut io::sink(), &options)
+            .with_context(|| format!("planning the restore of backup {id}"))?
+    } else if output == "-" {
         let stdout = io::stdout();
         let mut lock = io::BufWriter::with_capacity(1 << 20, stdout.lock());
         restore(&r, id, &mut lock, &options)
@@ -861,6 +865,16 @@ fn restore_cmd(
     bar.finish_and_clear();
     let text = if json {
         serde_json::to_string(&stats)?
+    } else if stats.plan_only {
+        format!(
+            "planned restore of backup {} (trace repository: nothing written): {} in {} containers read, {} read, read amplification {:.3}, speed factor {:.2} MiB/container",
+            stats.id,
+            human(stats.bytes_restored),
+            stats.containers_read,
+            human(stats.bytes_read),
+            stats.read_amplification,
+            stats.speed_factor
+        )
     } else {
         format!(
             "restored backup {}: {} in {:.2} s ({:.0} MB/s), {} containers read, {} read, read amplification {:.3}, speed factor {:.2} MiB/container",
