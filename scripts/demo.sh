@@ -12,19 +12,9 @@ REPO=$W/repo
 rm -rf "$REPO" "$W/data"
 mkdir -p "$W/data"
 
-echo "== generating 8 versions of a 32 MiB file with scattered edits in $W/data"
-head -c $((32 << 20)) /dev/urandom >"$W/data/v1"
-for v in 2 3 4 5 6 7 8; do
-  prev=$W/data/v$((v - 1)); cur=$W/data/v$v
-  cp "$prev" "$cur"
-  size=$(stat -c %s "$cur")
-  for _ in 1 2 3 4 5 6 7 8; do # overwrite 4 KiB at random offsets
-    dd if=/dev/urandom of="$cur" bs=4096 count=1 seek=$((RANDOM * 32768 % (size / 4096))) conv=notrunc status=none
-  done
-  cut=$(((RANDOM * 997) % size)) # insert 10 KiB somewhere
-  { head -c "$cut" "$cur"; head -c 10240 /dev/urandom; tail -c +$((cut + 1)) "$cur"; } >"$cur.new"
-  mv "$cur.new" "$cur"
-done
+echo "== generating 8 versions (~32 MiB each) of a file tree aged by edits, packed as tar, in $W/data"
+"$T" gen "$W/data" --versions 8 --size 32MiB --change-rate 0.1
+for v in 1 2 3 4 5 6 7 8; do mv "$W/data/v000$v.tar" "$W/data/v$v"; done
 
 echo "== tessera init $REPO"
 "$T" init "$REPO"
