@@ -423,7 +423,23 @@ fn backup_containers(
     let logical_bytes = recipe.logical_bytes();
     repo.backend()
         .write(&snapshot::recipe_key(id), &recipe.encode()?)?;
-    if let Some(state) = filter.learn(&recipe.chunks) {
+    let mut container_bytes = std::collections::HashMap::new();
+    if filter.needs_container_sizes() {
+        for c in &recipe.chunks {
+            if let std::collections::hash_map::Entry::Vacant(e) = container_bytes.entry(c.container)
+            {
+                let head = repo.backend().read_range(
+                    &container::key(c.container),
+                    0,
+                    container::HEADER_LEN as u64,
+                )?;
+                e.insert(u64::from(
+                    container::Header::parse(c.container, &head)?.data_len,
+                ));
+            }
+        }
+    }
+    if let Some(state) = filter.learn(&recipe.chunks, &container_bytes) {
         repo.backend().write(
             &history_key,
             &envelope::seal(HISTORY_KIND, HISTORY_VERSION, &state),

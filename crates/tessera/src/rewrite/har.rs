@@ -1,8 +1,11 @@
 //! HAR, history-aware rewriting (Fu et al., USENIX ATC'14): after each
 //! backup, the containers it references whose utilization (distinct bytes
-//! it references / container size) is below a threshold are *sparse*; the
-//! next backup of the same source rewrites its duplicates that live in
-//! those sparse containers.
+//! it references / the container's data bytes) is below a threshold are
+//! *sparse*; the next backup of the same source rewrites its duplicates that
+//! live in those sparse containers. Utilization is measured against what a
+//! container holds, not its capacity: the last, partly filled container of
+//! every backup would otherwise always count as sparse and its chunks be
+//! rewritten again and again.
 
 use super::{candidate, Budget, RewriteFilter, Verdict};
 use crate::container::ContainerId;
@@ -66,7 +69,15 @@ impl RewriteFilter for Har {
 
     fn finish(&mut self, _out: &mut Vec<Verdict>) {}
 
-    fn learn(&mut self, recipe: &[ChunkRef]) -> Option<Vec<u8>> {
+    fn needs_container_sizes(&self) -> bool {
+        true
+    }
+
+    fn learn(
+        &mut self,
+        recipe: &[ChunkRef],
+        container_bytes: &HashMap<ContainerId, u64>,
+    ) -> Option<Vec<u8>> {
         let mut seen = HashSet::new();
         let mut used: HashMap<ContainerId, u64> = HashMap::new();
         for c in recipe {
@@ -76,7 +87,13 @@ impl RewriteFilter for Har {
         }
         let mut sparse: Vec<ContainerId> = used
             .into_iter()
-            .filter(|&(_, bytes)| (bytes as f64) < self.threshold * self.container_size as f64)
+            .filter(|&(cid, bytes)| {
+                let size = container_bytes
+                    .get(&cid)
+                    .copied()
+                    .unwrap_or(self.container_size);
+                (bytes as f64) < self.threshold * size.max(1) as f64
+            })
             .map(|(cid, _)| cid)
             .collect();
         sparse.sort_unstable();
@@ -103,10 +120,12 @@ mod tests {
             })
             .collect();
         let mut first = Har::new(None, 0.5, 1000, Budget::new(None));
-        let history = first.learn(&refs).unwrap();
-        // Container 1: 200 of 1000 bytes; 2: 900; 3: 300 -> 1 and 3 are sparse.
+        // Container 3 holds only 500 bytes (a backup's last container).
+        let sizes = HashMap::from([(1, 1000), (2, 1000), (3, 500)]);
+        let history = first.learn(&refs, &sizes).unwrap();
+        // Container 1: 200 of 1000 bytes; 2: 900 of 1000; 3: 300 of 500 -> only 1 is sparse.
         let mut next = Har::new(Some(&history), 0.5, 1000, Budget::new(None));
-        assert_eq!(next.sparse(), &HashSet::from([1, 3]));
+        assert_eq!(next.sparse(), &HashSet::from([1]));
         let d = Decision::Duplicate;
         let flags = run(
             &mut next,
@@ -119,6 +138,6 @@ mod tests {
             ],
             10,
         );
-        assert_eq!(flags, vec![true, false, true, false, false]);
+        assert_eq!(flags, vec![true, false, false, false, false]);
     }
 }

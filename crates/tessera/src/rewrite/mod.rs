@@ -38,9 +38,18 @@ pub trait RewriteFilter: Send {
     fn push(&mut self, chunk: Chunk, decision: Decision, out: &mut Vec<Verdict>);
     /// End of stream: appends the chunks still held back.
     fn finish(&mut self, out: &mut Vec<Verdict>);
+    /// Whether [`RewriteFilter::learn`] needs the data sizes of the containers the recipe names.
+    fn needs_container_sizes(&self) -> bool {
+        false
+    }
     /// After the backup's recipe is final: history-based policies learn from
-    /// it and return the state to persist (`None` when stateless).
-    fn learn(&mut self, _recipe: &[ChunkRef]) -> Option<Vec<u8>> {
+    /// it (and from the data bytes of the containers it names, when they asked
+    /// for them) and return the state to persist (`None` when stateless).
+    fn learn(
+        &mut self,
+        _recipe: &[ChunkRef],
+        _container_bytes: &std::collections::HashMap<ContainerId, u64>,
+    ) -> Option<Vec<u8>> {
         None
     }
 }
