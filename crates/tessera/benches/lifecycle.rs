@@ -40,50 +40,9 @@ use tessera::config::{Config, Layout};
 use tessera::lifecycle::{self, LifecycleRestoreOptions, LifecycleRestoreStats};
 use tessera::Repository;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(n + 8);
-        while v.len() < n {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(n);
-        v
-    }
-}
-
-/// The previous version with `edits` overwrites, insertions and deletions of
-/// up to `max_len` bytes each.
-fn edit(prev: &[u8], edits: u32, max_len: usize, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed | 1);
-    let mut v = prev.to_vec();
-    for _ in 0..edits {
-        let at = (rng.next() as usize) % v.len().max(1);
-        let len = 1 + (rng.next() as usize) % max_len;
-        match rng.next() % 3 {
-            0 => {
-                let end = (at + len).min(v.len());
-                let fresh = rng.bytes(end - at);
-                v[at..end].copy_from_slice(&fresh);
-            }
-            1 => {
-                let fresh = rng.bytes(len);
-                v.splice(at..at, fresh);
-            }
-            _ => {
-                let end = (at + len).min(v.len());
-                v.drain(at..end);
-            }
-        }
-    }
-    v
-}
+#[path = "../tests/common/mod.rs"]
+mod common;
+use common::{edit, Rng};
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)

@@ -3,6 +3,9 @@
 //! repository must still check clean with every live backup restoring
 //! byte-identically, and a later `gc` must finish the job.
 
+mod common;
+
+use common::{copy_dir, Rng};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tessera::backend::{Backend, Local, LockGuard};
@@ -73,31 +76,6 @@ impl Backend for Crashing {
     }
 }
 
-fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let target = to.join(e.file_name());
-        if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &target);
-        } else {
-            std::fs::copy(e.path(), &target).unwrap();
-        }
-    }
-}
-
 fn verify(path: &Path, live: &[(u64, Vec<u8>)]) {
     let repo = Repository::open(path, true).unwrap();
     let report = check(&repo, CheckOptions { read_data: true }).unwrap();
@@ -126,11 +104,11 @@ fn gc_interrupted_at_every_write_loses_nothing() {
     };
     config.container_size = 16 * 1024;
     let repo = Repository::init(&base, config).unwrap();
-    let mut data = pseudo_random(150_000, 1);
+    let mut data = Rng(1).bytes(150_000);
     let mut versions = Vec::new();
     for v in 0..5u64 {
         let at = (v as usize * 29_000) % data.len();
-        data[at..at + 3000].copy_from_slice(&pseudo_random(3000, v + 10));
+        data[at..at + 3000].copy_from_slice(&Rng(v + 10).bytes(3000));
         let snap = backup(&repo, &mut &data[..], "mem", &BackupOptions::default()).unwrap();
         versions.push((snap.id, data.clone()));
     }

@@ -2,6 +2,9 @@
 //! live backup references: every live backup restores byte-identically and
 //! `check --read-data` passes after every step.
 
+mod common;
+
+use common::{edit, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use tessera::backup::{backup, BackupOptions};
@@ -42,45 +45,6 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(threshold, defrag, segment)| Step::Gc { threshold, defrag, segment }),
         1 => any::<usize>().prop_map(|pick| Step::Delete { pick }),
     ]
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
-/// The previous version with a few overwrites, insertions and deletions.
-fn edit(prev: &[u8], edits: u8, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed | 1);
-    let mut v = prev.to_vec();
-    for _ in 0..edits {
-        let at = (rng.next() as usize) % v.len().max(1);
-        let len = 1 + (rng.next() as usize) % 3000;
-        match rng.next() % 3 {
-            0 => {
-                let end = (at + len).min(v.len());
-                let fresh = rng.bytes(end - at);
-                v[at..end].copy_from_slice(&fresh);
-            }
-            1 => {
-                let fresh = rng.bytes(len);
-                v.splice(at..at, fresh);
-            }
-            _ => {
-                let end = (at + len).min(v.len());
-                v.drain(at..end);
-            }
-        }
-    }
-    v
 }
 
 fn small_config(rewrite: RewriteKind) -> Config {
@@ -153,7 +117,7 @@ proptest! {
         for s in steps {
             match s {
                 Step::Backup { edits, seed } => {
-                    current = edit(&current, edits, seed);
+                    current = edit(&current, u32::from(edits), 3000, seed);
                     let snap = backup(&repo, &mut &current[..], "mem", &BackupOptions::default()).unwrap();
                     live.insert(snap.id, current.clone());
                 }

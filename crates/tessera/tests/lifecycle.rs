@@ -3,6 +3,9 @@
 //! read amplification, crashes during arranging, arranging that falls
 //! behind, multi-source lineages, trace repositories and random sequences.
 
+mod common;
+
+use common::{copy_dir, edit, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -16,45 +19,6 @@ use tessera::error::{Error, Result};
 use tessera::index::Chunk;
 use tessera::lifecycle::{self, LifecycleBackupOptions, LifecycleRestoreOptions};
 use tessera::Repository;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
-/// The previous version with a few overwrites, insertions and deletions.
-fn edit(prev: &[u8], edits: u32, seed: u64) -> Vec<u8> {
-    let mut rng = Rng(seed | 1);
-    let mut v = prev.to_vec();
-    for _ in 0..edits {
-        let at = (rng.next() as usize) % v.len().max(1);
-        let len = 1 + (rng.next() as usize) % 6000;
-        match rng.next() % 3 {
-            0 => {
-                let end = (at + len).min(v.len());
-                let fresh = rng.bytes(end - at);
-                v[at..end].copy_from_slice(&fresh);
-            }
-            1 => {
-                let fresh = rng.bytes(len);
-                v.splice(at..at, fresh);
-            }
-            _ => {
-                let end = (at + len).min(v.len());
-                v.drain(at..end);
-            }
-        }
-    }
-    v
-}
 
 fn config(arrange: Arrange, trace: bool) -> Config {
     let mut c = Config::new("lifecycle-test".into());
@@ -166,7 +130,7 @@ fn round_trip_of_25_versions_with_edits_without_read_amplification() {
     let mut data = Rng(7).bytes(400_000);
     let mut originals = BTreeMap::new();
     for v in 0..25u64 {
-        data = edit(&data, 6, v + 1);
+        data = edit(&data, 6, 6000, v + 1);
         let out = backup(&repo, "disk", &data);
         let snap = out.snapshot;
         assert_eq!(snap.stats.index.policy, "ndf");
@@ -254,7 +218,7 @@ fn restore_after_deleting_oldest_middle_and_newest_backups() {
     let mut data = Rng(3).bytes(300_000);
     let mut originals = BTreeMap::new();
     for v in 0..14u64 {
-        data = edit(&data, 8, 100 + v);
+        data = edit(&data, 8, 6000, 100 + v);
         let s = backup(&repo, "vm", &data).snapshot;
         originals.insert(s.id, data.clone());
     }
@@ -280,7 +244,7 @@ fn restore_after_deleting_oldest_middle_and_newest_backups() {
         verify_all(&repo, dir.path(), &originals);
     }
     // Back up again after deleting the newest: still correct.
-    data = edit(&data, 8, 999);
+    data = edit(&data, 8, 6000, 999);
     let s = backup(&repo, "vm", &data).snapshot;
     originals.insert(s.id, data.clone());
     let stats = verify_all(&repo, dir.path(), &originals);
@@ -371,7 +335,7 @@ fn crash_at_every_request_of_arranging_then_resume_loses_nothing() {
         let repo = Repository::init(&root, config(Arrange::Manual, false)).unwrap();
         let mut data = Rng(5).bytes(200_000);
         for v in 0..6u64 {
-            data = edit(&data, 6, 50 + v);
+            data = edit(&data, 6, 6000, 50 + v);
             let s = backup(&repo, "db", &data).snapshot;
             originals.insert(s.id, data.clone());
         }
@@ -415,18 +379,6 @@ fn crash_at_every_request_of_arranging_then_resume_loses_nothing() {
     assert!(crashes > 5, "only {crashes} crash points");
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let t = to.join(e.file_name());
-        if e.path().is_dir() {
-            copy_dir(&e.path(), &t);
-        } else {
-            std::fs::copy(e.path(), t).unwrap();
-        }
-    }
-}
-
 #[test]
 fn crash_during_backup_and_deletion_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -436,13 +388,13 @@ fn crash_during_backup_and_deletion_loses_nothing() {
     {
         let repo = Repository::init(&root, config(Arrange::Auto, false)).unwrap();
         for v in 0..4u64 {
-            data = edit(&data, 6, 70 + v);
+            data = edit(&data, 6, 6000, 70 + v);
             let s = backup(&repo, "db", &data).snapshot;
             originals.insert(s.id, data.clone());
         }
     }
     for budget in 0..12 {
-        let next = edit(&data, 6, 500 + budget as u64);
+        let next = edit(&data, 6, 6000, 500 + budget as u64);
         let committed = {
             let backend = FailAfter {
                 inner: Local::new(&root),
@@ -485,7 +437,7 @@ fn crash_during_backup_and_deletion_loses_nothing() {
         lifecycle::reclaim(&repo).unwrap();
         verify_all(&repo, dir.path(), &originals);
         // A new version keeps the chain going.
-        data = edit(&data, 6, 900 + budget as u64);
+        data = edit(&data, 6, 6000, 900 + budget as u64);
         let s = backup(&repo, "db", &data).snapshot;
         originals.insert(s.id, data.clone());
     }
@@ -508,7 +460,7 @@ fn crash_while_removing_a_lineage_then_reusing_its_source() {
         {
             let repo = Repository::init(&root, config(Arrange::Auto, false)).unwrap();
             for v in 0..5u64 {
-                data = edit(&data, 6, 800 + v);
+                data = edit(&data, 6, 6000, 800 + v);
                 backup(&repo, "vm", &data);
             }
         }
@@ -536,7 +488,7 @@ fn crash_while_removing_a_lineage_then_reusing_its_source() {
         // The source goes on: with the old lineage's leftovers, or what is left of it.
         let mut fresh = Rng(14).bytes(100_000);
         for v in 0..4u64 {
-            fresh = edit(&fresh, 6, 850 + v);
+            fresh = edit(&fresh, 6, 6000, 850 + v);
             let s = backup(&repo, "vm", &fresh).snapshot;
             originals.insert(s.id, fresh.clone());
             verify_all(&repo, dir.path(), &originals);
@@ -553,7 +505,7 @@ fn arranging_falls_behind_then_catches_up() {
     let mut data = Rng(11).bytes(300_000);
     let mut originals = BTreeMap::new();
     for v in 0..10u64 {
-        data = edit(&data, 10, 200 + v);
+        data = edit(&data, 10, 6000, 200 + v);
         let out = backup(&repo, "web", &data);
         assert!(out.arrange.is_none());
         originals.insert(out.snapshot.id, data.clone());
@@ -572,7 +524,7 @@ fn arranging_falls_behind_then_catches_up() {
     let second = *originals.keys().nth(1).unwrap();
     lifecycle::delete_backups(&repo, &[second]).unwrap();
     originals.remove(&second);
-    data = edit(&data, 10, 999);
+    data = edit(&data, 10, 6000, 999);
     let s = backup(&repo, "web", &data).snapshot;
     originals.insert(s.id, data.clone());
     verify_all(&repo, dir.path(), &originals);
@@ -598,8 +550,8 @@ fn interleaved_lineages_deduplicate_like_separate_repositories() {
     let mut originals = BTreeMap::new();
     let (mut stored_shared, mut stored_alone) = (0, 0);
     for v in 0..8u64 {
-        a = edit(&a, 5, 300 + v);
-        b = edit(&b, 5, 400 + v);
+        a = edit(&a, 5, 6000, 300 + v);
+        b = edit(&b, 5, 6000, 400 + v);
         let sa = backup(&shared, "host-a", &a).snapshot;
         let sb = backup(&shared, "", &b).snapshot;
         stored_shared += sa.stats.stored_bytes + sb.stats.stored_bytes;
@@ -638,7 +590,7 @@ fn trace_repository_plans_restores_from_metadata() {
     let mut data = Rng(31).bytes(200_000);
     let mut ids = Vec::new();
     for v in 0..6u64 {
-        data = edit(&data, 5, 600 + v);
+        data = edit(&data, 5, 6000, 600 + v);
         let t = backup(&trace, "t", &data).snapshot;
         let r = backup(&real, "t", &data).snapshot;
         assert_eq!(t.stats.stored_bytes, r.stats.stored_bytes);
@@ -678,7 +630,7 @@ fn check_finds_a_damaged_volume_and_names_the_affected_backups() {
     let mut data = Rng(41).bytes(200_000);
     let mut ids = Vec::new();
     for v in 0..4u64 {
-        data = edit(&data, 6, 700 + v);
+        data = edit(&data, 6, 6000, 700 + v);
         ids.push(backup(&repo, "s", &data).snapshot.id);
     }
     let vol = dir
@@ -750,7 +702,7 @@ proptest! {
             match s {
                 Step::Backup { source, edits, seed } => {
                     let k = source as usize;
-                    current[k] = edit(&current[k], u32::from(edits), seed);
+                    current[k] = edit(&current[k], u32::from(edits), 6000, seed);
                     let snap = backup(&repo, &format!("src{k}"), &current[k]).snapshot;
                     originals.insert(snap.id, current[k].clone());
                 }
