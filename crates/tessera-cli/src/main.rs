@@ -306,7 +306,9 @@ struct InitArgs {
     /// Deduplication index: exact (all fingerprints in memory), ddfs
     /// (Bloom filter + on-disk table + locality-preserving cache), hid or
     /// ehid (ddfs keeping only hot entries: those of containers the last
-    /// backup used at least 50%; ehid with a Bloom filter over them).
+    /// backup used at least 50%; ehid with a Bloom filter over them), eager
+    /// or lazy (on-disk table + metadata log + fingerprint cache; lazy
+    /// buffers cache misses and searches them on disk a bucket at a time).
     #[arg(long, default_value = "exact", value_parser = parse_index)]
     index: IndexKind,
     /// HID/EHID: also look up hot misses in the cold index (maximum dedup).
@@ -315,9 +317,23 @@ struct InitArgs {
     /// DDFS: target false-positive rate of the Bloom filter.
     #[arg(long, default_value_t = tessera::config::DEFAULT_BLOOM_FPR)]
     bloom_fpr: f64,
-    /// DDFS: memory budget of the container-metadata cache.
+    /// DDFS, eager, lazy: memory budget of the index's cache (lazy: cache
+    /// and buffer together).
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     index_memory: u64,
+    /// Eager, lazy: size of the Bloom filter (default: sized for --bloom-fpr).
+    #[arg(long, value_parser = parse_size)]
+    bloom_size: Option<u64>,
+    /// Lazy: buffer fingerprint threshold (fingerprints a buffer bucket
+    /// collects before they are searched on disk together).
+    #[arg(long, default_value_t = tessera::config::DEFAULT_LAZY_BFT)]
+    bft: u32,
+    /// Eager, lazy: metadata-log entries prefetched into the cache per on-disk hit.
+    #[arg(long, default_value_t = tessera::config::DEFAULT_LAZY_PREFETCH)]
+    prefetch: u32,
+    /// Lazy: percent of --index-memory given to the buffer (the rest is the cache).
+    #[arg(long, default_value_t = tessera::config::DEFAULT_LAZY_BUFFER_PCT)]
+    buffer_share: u32,
     /// Data layout: container (a log of containers) or lifecycle (MFDedup
     /// categories and volumes, deletion without GC).
     #[arg(long, default_value = "container", value_parser = parse_layout)]
@@ -376,15 +392,7 @@ fn parse_arrange(s: &str) -> Result<Arrange, String> {
 }
 
 fn parse_index(s: &str) -> Result<IndexKind, String> {
-    match s {
-        "exact" => Ok(IndexKind::Exact),
-        "ddfs" => Ok(IndexKind::Ddfs),
-        "hid" => Ok(IndexKind::Hid),
-        "ehid" => Ok(IndexKind::Ehid),
-        other => Err(format!(
-            "unknown index {other:?} (expected exact, ddfs, hid or ehid)"
-        )),
-    }
+    s.parse()
 }
 
 fn main() -> ExitCode {
@@ -688,6 +696,10 @@ fn init(a: InitArgs) -> Result<()> {
     config.trace = a.trace;
     config.bloom_fpr = a.bloom_fpr;
     config.index_cache_bytes = a.index_memory;
+    config.bloom_bytes = a.bloom_size.unwrap_or(0);
+    config.lazy_bft = a.bft;
+    config.lazy_prefetch = a.prefetch;
+    config.lazy_buffer_pct = a.buffer_share;
     config.ehid_consult_cold = a.consult_cold;
     config.rewrite = RewriteParams {
         kind: a.rewrite,

@@ -93,11 +93,13 @@ fn backup_killed_at_random_moments_leaves_repository_consistent() {
         // follows the runs, which get slower as the repository grows). Odd
         // attempts aim at the commit phase: a random moment shortly after the
         // last container, or right after the recipe, appeared on disk.
+        let stderr_path = tmp.path().join("backup.stderr");
+        let stderr_file = std::fs::File::create(&stderr_path).unwrap();
         let spawned = Instant::now();
         let mut child = cmd(["backup".as_ref(), repo.as_os_str(), big.as_os_str()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(stderr_file)
             .spawn()
             .unwrap();
         let mut finished_after = None;
@@ -152,7 +154,11 @@ fn backup_killed_at_random_moments_leaves_repository_consistent() {
             Some(9) => true,
             Some(sig) => panic!("backup died of signal {sig}"),
             None => {
-                assert!(status.success(), "backup failed on its own: {status}");
+                assert!(
+                    status.success(),
+                    "backup failed on its own: {status}: {}",
+                    std::fs::read_to_string(&stderr_path).unwrap_or_default()
+                );
                 false
             }
         };

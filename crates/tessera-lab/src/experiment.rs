@@ -268,6 +268,14 @@ pub struct SystemSpec {
     /// Repository layout: container or lifecycle (MFDedup).
     #[serde(default = "default_layout")]
     pub layout: String,
+    /// Memory budget of the index's cache (ddfs, eager, lazy), e.g. "16MiB".
+    pub index_memory: Option<String>,
+    /// Size of the eager/lazy Bloom filter (default: sized for `bloom_fpr`).
+    pub bloom_size: Option<String>,
+    /// Target false-positive rate of the Bloom filter.
+    pub bloom_fpr: Option<f64>,
+    /// Lazy: buffer fingerprint threshold.
+    pub bft: Option<u32>,
 }
 
 fn default_cache_policy() -> String {
@@ -328,17 +336,19 @@ impl SystemSpec {
         };
         c.fingerprint = self.fingerprint.parse::<FingerprintAlgo>()?;
         c.container_size = size("container_size", &self.container_size)?;
-        c.index = match self.index.as_str() {
-            "exact" => tessera::config::IndexKind::Exact,
-            "ddfs" => tessera::config::IndexKind::Ddfs,
-            "hid" => tessera::config::IndexKind::Hid,
-            "ehid" => tessera::config::IndexKind::Ehid,
-            other => {
-                return Err(format!(
-                    "unknown index {other:?} (expected exact, ddfs, hid or ehid)"
-                ))
-            }
-        };
+        c.index = self.index.parse()?;
+        if let Some(v) = &self.index_memory {
+            c.index_cache_bytes = parse_size(v).map_err(|e| format!("index_memory: {e}"))?;
+        }
+        if let Some(v) = &self.bloom_size {
+            c.bloom_bytes = parse_size(v).map_err(|e| format!("bloom_size: {e}"))?;
+        }
+        if let Some(v) = self.bloom_fpr {
+            c.bloom_fpr = v;
+        }
+        if let Some(v) = self.bft {
+            c.lazy_bft = v;
+        }
         c.rewrite.kind = self.rewrite.parse()?;
         c.rewrite.limit = self.rewrite_limit;
         if let Some(v) = &self.rewrite_segment {

@@ -32,6 +32,30 @@ pub enum IndexKind {
     Hid,
     /// EHID: HID with a Bloom filter over the hot fingerprints only.
     Ehid,
+    /// Eager baseline of lazy deduplication (Ma et al., ACM TOS 2017):
+    /// Bloom filter, LRU fingerprint cache, one on-disk lookup per miss that
+    /// prefetches the following entries of the metadata log.
+    Eager,
+    /// Lazy deduplication: cache misses are buffered and searched on disk a
+    /// hash bucket at a time, prefetching around buffer cycles.
+    Lazy,
+}
+
+impl std::str::FromStr for IndexKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "exact" => Ok(IndexKind::Exact),
+            "ddfs" => Ok(IndexKind::Ddfs),
+            "hid" => Ok(IndexKind::Hid),
+            "ehid" => Ok(IndexKind::Ehid),
+            "eager" => Ok(IndexKind::Eager),
+            "lazy" => Ok(IndexKind::Lazy),
+            other => Err(format!(
+                "unknown index {other:?} (expected exact, ddfs, hid, ehid, eager or lazy)"
+            )),
+        }
+    }
 }
 
 /// Default target false-positive rate of the DDFS Bloom filter.
@@ -49,6 +73,23 @@ fn default_index_cache_bytes() -> u64 {
 }
 fn default_index_bucket_bytes() -> u32 {
     DEFAULT_INDEX_BUCKET_BYTES
+}
+
+/// Default buffer fingerprint threshold of the lazy index (the paper's BFT).
+pub const DEFAULT_LAZY_BFT: u32 = 32;
+/// Default metadata-log entries per prefetch (the paper's N).
+pub const DEFAULT_LAZY_PREFETCH: u32 = 2048;
+/// Default share of the lazy index's memory budget given to its buffer, in percent.
+pub const DEFAULT_LAZY_BUFFER_PCT: u32 = 50;
+
+fn default_lazy_bft() -> u32 {
+    DEFAULT_LAZY_BFT
+}
+fn default_lazy_prefetch() -> u32 {
+    DEFAULT_LAZY_PREFETCH
+}
+fn default_lazy_buffer_pct() -> u32 {
+    DEFAULT_LAZY_BUFFER_PCT
 }
 
 /// How a repository lays out chunk data, fixed at `init`.
@@ -95,12 +136,25 @@ pub struct Config {
     /// Target false-positive rate of the index's Bloom filter (DDFS), in (0, 0.5].
     #[serde(default = "default_bloom_fpr")]
     pub bloom_fpr: f64,
-    /// Memory budget in bytes of the index's container-metadata cache (DDFS).
+    /// Memory budget in bytes of the index's cache (DDFS: container metadata;
+    /// eager: fingerprints; lazy: fingerprint cache and buffer together).
     #[serde(default = "default_index_cache_bytes")]
     pub index_cache_bytes: u64,
     /// Bucket size in bytes of the on-disk fingerprint table (DDFS).
     #[serde(default = "default_index_bucket_bytes")]
     pub index_bucket_bytes: u32,
+    /// Bytes of the Bloom filter (eager/lazy); 0 sizes it for `bloom_fpr`.
+    #[serde(default)]
+    pub bloom_bytes: u64,
+    /// Lazy: fingerprints a buffer bucket collects before its on-disk search.
+    #[serde(default = "default_lazy_bft")]
+    pub lazy_bft: u32,
+    /// Eager/lazy: metadata-log entries read into the cache per prefetch.
+    #[serde(default = "default_lazy_prefetch")]
+    pub lazy_prefetch: u32,
+    /// Lazy: percent of the memory budget given to the buffer (the rest is the cache).
+    #[serde(default = "default_lazy_buffer_pct")]
+    pub lazy_buffer_pct: u32,
     /// HID/EHID: look up hot-index misses in the cold index too (maximum
     /// deduplication; fragmented chunks are then not stored again).
     #[serde(default)]
@@ -142,6 +196,10 @@ impl Config {
             bloom_fpr: DEFAULT_BLOOM_FPR,
             index_cache_bytes: DEFAULT_INDEX_CACHE_BYTES,
             index_bucket_bytes: DEFAULT_INDEX_BUCKET_BYTES,
+            bloom_bytes: 0,
+            lazy_bft: DEFAULT_LAZY_BFT,
+            lazy_prefetch: DEFAULT_LAZY_PREFETCH,
+            lazy_buffer_pct: DEFAULT_LAZY_BUFFER_PCT,
             ehid_consult_cold: false,
             rewrite: crate::rewrite::RewriteParams::default(),
             layout: Layout::Container,
@@ -176,6 +234,13 @@ impl Config {
                 self.index_bucket_bytes,
                 buckets.start(),
                 buckets.end()
+            )));
+        }
+        if self.lazy_bft == 0 || self.lazy_prefetch == 0 || self.lazy_buffer_pct >= 100 {
+            return Err(Error::InvalidConfig(format!(
+                "lazy index: buffer fingerprint threshold {} and prefetch {} must be positive \
+                 and the buffer share {}% below 100%",
+                self.lazy_bft, self.lazy_prefetch, self.lazy_buffer_pct
             )));
         }
         if self.container_size > 1 << 30 {

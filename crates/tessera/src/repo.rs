@@ -6,7 +6,9 @@ use crate::config::{Config, IndexKind, CONFIG_KEY};
 use crate::container::{self, ContainerId, CONTAINER_DIR};
 use crate::envelope;
 use crate::error::{Error, Result};
-use crate::index::{Ddfs, DdfsParams, DedupIndex, Ehid, EhidParams, Exact, IndexStats};
+use crate::index::{
+    Ddfs, DdfsParams, DedupIndex, Ehid, EhidParams, Exact, IndexStats, Lazy, LazyMode, LazyParams,
+};
 use crate::snapshot::{self, BackupId, Recipe, Snapshot, RECIPE_DIR, SNAPSHOT_DIR};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -244,6 +246,11 @@ impl Repository {
                 &containers,
                 EhidParams::from_config(&self.config, self.config.index == IndexKind::Ehid),
             )?)),
+            IndexKind::Eager | IndexKind::Lazy => Ok(Box::new(Lazy::open(
+                self.shared_backend(),
+                &containers,
+                self.lazy_params(),
+            )?)),
         }
     }
 
@@ -270,7 +277,22 @@ impl Repository {
                 index.commit(next)?;
                 Ok(index.stats())
             }
+            IndexKind::Eager | IndexKind::Lazy => {
+                let mut index =
+                    Lazy::rebuild(self.shared_backend(), &containers, self.lazy_params())?;
+                index.commit(next)?;
+                Ok(index.stats())
+            }
         }
+    }
+
+    fn lazy_params(&self) -> LazyParams {
+        let mode = if self.config.index == IndexKind::Lazy {
+            LazyMode::Lazy
+        } else {
+            LazyMode::Eager
+        };
+        LazyParams::from_config(&self.config, mode)
     }
 
     /// Totals over the whole repository.

@@ -128,7 +128,7 @@ impl Default for DdfsParams {
 /// The Bloom filter's 64-bit source hash of a fingerprint: independent of
 /// [`Fingerprint::key64`] (which places it in the table) and well mixed even
 /// for short trace fingerprints.
-fn bloom_hash(fp: &Fingerprint) -> u64 {
+pub(super) fn bloom_hash(fp: &Fingerprint) -> u64 {
     let a = u64::from_le_bytes(le8(&fp.0[0..8]));
     let b = u64::from_le_bytes(le8(&fp.0[8..16]));
     let c = u64::from_le_bytes(le8(&fp.0[16..24]));
@@ -150,11 +150,11 @@ fn bloom_key(generation: u64) -> String {
     bloom_key_in(DDFS_PREFIX, generation)
 }
 
-fn bloom_key_in(prefix: &str, generation: u64) -> String {
+pub(super) fn bloom_key_in(prefix: &str, generation: u64) -> String {
     format!("{prefix}/b{generation:016x}")
 }
 
-fn encode_bloom(generation: u64, bloom: &BloomFilter) -> Vec<u8> {
+pub(super) fn encode_bloom(generation: u64, bloom: &BloomFilter) -> Vec<u8> {
     let words = bloom.as_slice();
     let mut payload = Vec::with_capacity(24 + words.len() * 8);
     payload.extend_from_slice(&generation.to_le_bytes());
@@ -172,7 +172,7 @@ fn decode_bloom(generation: u64, bytes: &[u8]) -> Result<BloomFilter> {
     decode_bloom_in(DDFS_PREFIX, generation, bytes)
 }
 
-fn decode_bloom_in(prefix: &str, generation: u64, bytes: &[u8]) -> Result<BloomFilter> {
+pub(super) fn decode_bloom_in(prefix: &str, generation: u64, bytes: &[u8]) -> Result<BloomFilter> {
     let key = bloom_key_in(prefix, generation);
     let payload = envelope::open(&key, BLOOM_KIND, BLOOM_VERSION, bytes)?;
     if payload.len() < 24 {
@@ -259,7 +259,7 @@ impl Manifest {
 }
 
 /// Whether an error means "this cached object cannot be used" (so rebuild it).
-fn unusable(e: &Error) -> bool {
+pub(super) fn unusable(e: &Error) -> bool {
     matches!(
         e,
         Error::Corrupt { .. } | Error::UnsupportedVersion { .. } | Error::NotFound(_)
@@ -828,7 +828,7 @@ impl Ddfs {
 
 /// Where an entry pointing to container `c` points after garbage collection
 /// removed `removed` and moved chunks as `moved` (`None`: dropped).
-fn follow(
+pub(super) fn follow(
     removed: &BTreeSet<ContainerId>,
     moved: &Relocations,
     fp: &Fingerprint,
@@ -913,7 +913,7 @@ fn build_from_containers(
 }
 
 /// A generation above every one present.
-fn next_generation(backend: &dyn Backend, prefix: &str) -> Result<u64> {
+pub(super) fn next_generation(backend: &dyn Backend, prefix: &str) -> Result<u64> {
     let mut top = 0;
     for name in backend.list(prefix)? {
         if let Some(g) = object_generation(&name) {

@@ -11,13 +11,18 @@
 mod ddfs;
 mod ehid;
 mod exact;
+mod lazy;
+pub mod metalog;
 pub mod table;
+#[cfg(test)]
+mod test_mem;
 
 pub use ddfs::{Ddfs, DdfsParams, DDFS_PREFIX};
 pub use ehid::{
     Cumm, Ehid, EhidParams, DEFAULT_SPARSE_THRESHOLD, EHID_COLD_PREFIX, EHID_HOT_PREFIX,
 };
 pub use exact::Exact;
+pub use lazy::{Lazy, LazyParams, Mode as LazyMode, LAZY_PREFIX};
 
 use crate::backend::Backend;
 use crate::container::{self, ContainerId};
@@ -107,6 +112,26 @@ pub struct IndexStats {
     pub sparse_containers: u64,
     /// Entries moved from the hot to the cold index by the last commit (HID/EHID).
     pub evicted_entries: u64,
+    /// Runs of metadata-log entries read into the cache after an on-disk hit (lazy/eager).
+    pub prefetches: u64,
+    /// Single metadata-log entries read without prefetching (lazy: found
+    /// fingerprints outside any buffer cycle).
+    pub log_reads: u64,
+    /// Fingerprint-cache lookups (lazy/eager: prelookups and postlookups).
+    pub cache_lookups: u64,
+    /// Fingerprints found in the cache as they arrived (lazy/eager).
+    pub prelookup_hits: u64,
+    /// Buffered fingerprints found in the cache after a prefetch (lazy).
+    pub postlookup_hits: u64,
+    /// Buffer buckets searched before they were full, to bound the bytes
+    /// held back behind the oldest undecided chunk (lazy).
+    pub forced_flushes: u64,
+    /// Peak bytes of chunks held back behind the oldest undecided chunk (lazy).
+    pub buffer_peak_bytes: u64,
+    /// Seconds spent reading the on-disk table (lazy/eager).
+    pub disk_seconds: f64,
+    /// Seconds spent reading the metadata log (lazy/eager).
+    pub prefetch_seconds: f64,
 }
 
 /// Calls `f` with the metadata of each of `containers` in order; containers

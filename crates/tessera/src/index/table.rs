@@ -212,6 +212,36 @@ impl Table {
         Ok(entries.iter().find(|e| e.0 == *fp).map(|e| e.1))
     }
 
+    /// The entries of buckets `first..first+count`: one ranged read per
+    /// part touched; returns the entries and the number of reads.
+    pub fn read_buckets(
+        &self,
+        backend: &dyn Backend,
+        first: u64,
+        count: u64,
+    ) -> Result<(Vec<(Fingerprint, ContainerId)>, u64)> {
+        let end = first.saturating_add(count).min(self.meta.buckets);
+        let b = u64::from(self.meta.bucket_bytes);
+        let pb = u64::from(self.meta.part_buckets);
+        let mut out = Vec::new();
+        let mut reads = 0;
+        let mut bucket = first;
+        while bucket < end {
+            let run = (pb - bucket % pb).min(end - bucket);
+            let (key, offset) = self.locate(bucket);
+            let bytes = backend.read_range(&key, offset, run * b)?;
+            reads += 1;
+            if bytes.len() as u64 != run * b {
+                return Err(Error::corrupt(key, format!("bucket {bucket} truncated")));
+            }
+            for (i, one) in bytes.chunks_exact(b as usize).enumerate() {
+                self.decode_bucket(&key, bucket + i as u64, one, &mut out)?;
+            }
+            bucket += run;
+        }
+        Ok((out, reads))
+    }
+
     /// The entries of bucket `bucket` (one ranged read).
     pub fn read_bucket(
         &self,

@@ -1,0 +1,992 @@
+//! Lazy exact deduplication and its eager baseline (Ma, Stones, Ma, Wang,
+//! Ren, Wang, Liu, "Lazy exact deduplication", ACM TOS 13(2), 2017), on the
+//! same on-disk structures (§4.2):
+//!
+//! - an on-disk hash table of the unique fingerprints ([`super::table`]),
+//!   each entry pointing at a position of
+//! - the log-structured metadata array ([`super::metalog`]): every chunk of
+//!   every backup, unique or duplicate, in arrival order, with its container;
+//! - in memory: a Bloom filter over the table, an LRU cache of fingerprints
+//!   filled by prefetching runs of the metadata log, and this backup's new
+//!   fingerprints.
+//!
+//! **Eager** (the baseline): Bloom filter → cache → one on-disk lookup of the
+//! fingerprint's bucket → on a hit, prefetch the `prefetch` log entries that
+//! start at the found one into the cache.
+//!
+//! **Lazy**: fingerprints that pass the Bloom filter and miss the cache
+//! (prelookup) are buffered, with their chunks, in `n` in-memory hash buckets
+//! that partition the key space like the on-disk table (the table's buckets
+//! are ranges of the same key order, so one buffer bucket is one contiguous
+//! run of on-disk buckets). When a buffer bucket holds `bft` fingerprints
+//! they are searched on disk together (one ranged read). A hit of a
+//! fingerprint with rank `r` in its buffer cycle prefetches `prefetch` log
+//! entries starting `r` entries before the found one, then looks the other
+//! fingerprints of that cycle up in the cache (postlookup). Buffer cycles and
+//! ranks follow Algorithm 1 (a new cycle after more than 200 consecutive
+//! Bloom negatives, or when the rank passes the prefetch volume: the paper's
+//! MAX_CYCLE_LENGTH, 2048, equals its N so that one prefetch covers a
+//! cycle; at most 10 postlookups per fingerprint, after which it leaves its
+//! cycle and is found without prefetching).
+//!
+//! Decisions arrive out of stream order; the pipeline restores the order,
+//! holding every chunk from the oldest undecided one on. The index bounds
+//! those held bytes by the buffer's share of the memory budget (the paper's
+//! `(S_fp + S_chk)·n·T`): past it, the bucket of the oldest buffered chunk is
+//! searched early (a *forced flush*).
+//!
+//! Both decide exactly like [`super::Exact`]. A damaged table or log object
+//! makes the affected chunks unique (stored again, never wrong) and the next
+//! commit rebuilds the index from the containers; garbage collection does
+//! the same (the log names the containers it deleted).
+
+use super::ddfs::{
+    bloom_hash, bloom_key_in, decode_bloom_in, encode_bloom, next_generation, unusable,
+};
+use super::metalog::{self, Entry, MetaLog};
+use super::table::{self, order_key, Pushed, Table, TableMeta, TableWriter};
+use super::{Chunk, Decision, DedupIndex, IndexStats, Relocations};
+use crate::backend::Backend;
+use crate::config::Config;
+use crate::container::{self, ContainerId};
+use crate::envelope::{self, le4, le8};
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FingerprintHashBuilder, FingerprintMap, FINGERPRINT_LEN};
+use fastbloom::BloomFilter;
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Directory of the lazy/eager index objects.
+pub const LAZY_PREFIX: &str = "index/lazy";
+const MANIFEST_KEY: &str = "index/lazy/manifest";
+const MANIFEST_KIND: &[u8; 4] = b"IDXL";
+const MANIFEST_VERSION: u32 = 1;
+/// Marks a fingerprint decided `Unique` in this backup but not yet placed.
+const PENDING: ContainerId = ContainerId::MAX;
+/// Algorithm 1: consecutive Bloom negatives that end a buffer cycle.
+const MAX_UNIQUE_LENGTH: u32 = 200;
+/// Cache lookups (postlookups) a buffered fingerprint gets before it leaves its cycle.
+const MAX_CACHE_LOOKUPS: u8 = 10;
+/// Estimated bytes per cached fingerprint (entry, LRU links, map slot).
+const CACHE_ENTRY_BYTES: u64 = 96;
+/// The smallest Bloom filter.
+const MIN_BLOOM_BITS: u64 = 8192;
+
+/// Which lookup method the index uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// One on-disk lookup per fingerprint that passes the Bloom filter and misses the cache.
+    Eager,
+    /// Buffered fingerprints searched on disk a bucket at a time.
+    Lazy,
+}
+
+/// Parameters of the lazy and eager indexes.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct LazyParams {
+    /// Lookup method.
+    pub mode: Mode,
+    /// Memory budget of the fingerprint cache and (lazy) the buffer, in bytes.
+    pub memory_bytes: u64,
+    /// Share of the budget the lazy buffer gets (the rest is the cache); eager uses none.
+    pub buffer_share: f64,
+    /// Bits of the Bloom filter / 8; 0 sizes it for `bloom_fpr`.
+    pub bloom_bytes: u64,
+    /// Target false-positive rate when `bloom_bytes` is 0.
+    pub bloom_fpr: f64,
+    /// Buffer fingerprint threshold: fingerprints a buffer bucket collects before its on-disk search.
+    pub bft: u32,
+    /// Log entries read into the cache per prefetch.
+    pub prefetch: u32,
+    /// Average chunk size, to size the buffer's buckets.
+    pub avg_chunk: u32,
+    /// Bytes per bucket of the on-disk table.
+    pub bucket_bytes: u32,
+    /// Buckets per table part object.
+    pub part_buckets: u32,
+}
+
+impl LazyParams {
+    /// The parameters a repository configuration sets.
+    pub fn from_config(config: &Config, mode: Mode) -> LazyParams {
+        LazyParams {
+            mode,
+            memory_bytes: config.index_cache_bytes,
+            buffer_share: f64::from(config.lazy_buffer_pct) / 100.0,
+            bloom_bytes: config.bloom_bytes,
+            bloom_fpr: config.bloom_fpr,
+            bft: config.lazy_bft,
+            prefetch: config.lazy_prefetch,
+            avg_chunk: config.chunker.avg_size,
+            bucket_bytes: config.index_bucket_bytes,
+            part_buckets: table::DEFAULT_PART_BUCKETS,
+        }
+    }
+
+    fn checked(self) -> Result<LazyParams> {
+        let bad = |what: String| Err(Error::InvalidConfig(what));
+        if self.bft == 0 || self.prefetch == 0 {
+            return bad(format!(
+                "buffer fingerprint threshold {} and prefetch {} must be positive",
+                self.bft, self.prefetch
+            ));
+        }
+        if !(0.0..1.0).contains(&self.buffer_share) {
+            return bad(format!(
+                "lazy buffer share {} is not in [0, 1)",
+                self.buffer_share
+            ));
+        }
+        if self.bloom_bytes == 0 && !(self.bloom_fpr > 0.0 && self.bloom_fpr <= 0.5) {
+            return bad(format!(
+                "Bloom filter false-positive rate {} is not in (0, 0.5]",
+                self.bloom_fpr
+            ));
+        }
+        if !(table::MIN_BUCKET_BYTES..=table::MAX_BUCKET_BYTES).contains(&self.bucket_bytes)
+            || self.part_buckets == 0
+        {
+            return bad(format!("invalid index table shape {self:?}"));
+        }
+        Ok(self)
+    }
+
+    /// Bytes of chunks the lazy buffer may hold back (0 for eager).
+    fn buffer_bytes(&self) -> u64 {
+        match self.mode {
+            Mode::Eager => 0,
+            Mode::Lazy => (self.memory_bytes as f64 * self.buffer_share) as u64,
+        }
+    }
+
+    /// The buffer's hash buckets: `n = budget / ((S_fp + S_chk)·T)`.
+    fn buffer_buckets(&self) -> usize {
+        let per_bucket = (FINGERPRINT_LEN as u64 + u64::from(self.avg_chunk)) * u64::from(self.bft);
+        (self.buffer_bytes() / per_bucket.max(1)).max(1) as usize
+    }
+
+    fn cache_entries(&self) -> usize {
+        let bytes = self.memory_bytes - self.buffer_bytes();
+        (bytes / CACHE_ENTRY_BYTES).max(1) as usize
+    }
+
+    fn new_bloom(&self, entries: u64) -> BloomFilter {
+        let entries = entries.max(1024);
+        let bits = if self.bloom_bytes > 0 {
+            self.bloom_bytes * 8
+        } else {
+            // m = -n ln p / (ln 2)^2
+            (-(entries as f64) * self.bloom_fpr.ln() / (2f64.ln().powi(2))).ceil() as u64
+        };
+        BloomFilter::with_num_bits(bits.max(MIN_BLOOM_BITS) as usize)
+            .expected_items(entries as usize)
+    }
+}
+
+/// The persisted state: the current table and log.
+#[derive(Clone, Debug, PartialEq)]
+struct Manifest {
+    /// Containers below this id are all in the index (or were damaged).
+    next_container: ContainerId,
+    table: TableMeta,
+    log_generation: u64,
+    log_len: u64,
+    /// Containers the log names, ascending.
+    referenced: Vec<ContainerId>,
+}
+
+impl Manifest {
+    fn encode(&self) -> Vec<u8> {
+        let t = &self.table;
+        let mut p = Vec::with_capacity(64 + self.referenced.len() * 8);
+        p.extend_from_slice(&t.generation.to_le_bytes());
+        p.extend_from_slice(&self.next_container.to_le_bytes());
+        p.extend_from_slice(&t.buckets.to_le_bytes());
+        p.extend_from_slice(&t.entries.to_le_bytes());
+        p.extend_from_slice(&t.bucket_bytes.to_le_bytes());
+        p.extend_from_slice(&t.part_buckets.to_le_bytes());
+        p.extend_from_slice(&self.log_generation.to_le_bytes());
+        p.extend_from_slice(&self.log_len.to_le_bytes());
+        p.extend_from_slice(&(self.referenced.len() as u64).to_le_bytes());
+        for c in &self.referenced {
+            p.extend_from_slice(&c.to_le_bytes());
+        }
+        envelope::seal(MANIFEST_KIND, MANIFEST_VERSION, &p)
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Manifest> {
+        let p = envelope::open(MANIFEST_KEY, MANIFEST_KIND, MANIFEST_VERSION, bytes)?;
+        if p.len() < 64 {
+            return Err(Error::corrupt(MANIFEST_KEY, "truncated manifest"));
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(le8(&p[at..at + 8]));
+        let table = TableMeta {
+            generation: u64_at(0),
+            buckets: u64_at(16),
+            entries: u64_at(24),
+            bucket_bytes: u32::from_le_bytes(le4(&p[32..36])),
+            part_buckets: u32::from_le_bytes(le4(&p[36..40])),
+        };
+        table.validate(MANIFEST_KEY)?;
+        let count = u64_at(56);
+        let body = &p[64..];
+        if body.len() as u64 != count.saturating_mul(8) {
+            return Err(Error::corrupt(
+                MANIFEST_KEY,
+                "container list does not match its size",
+            ));
+        }
+        Ok(Manifest {
+            next_container: u64_at(8),
+            table,
+            log_generation: u64_at(40),
+            log_len: u64_at(48),
+            referenced: body
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(le8(c)))
+                .collect(),
+        })
+    }
+}
+
+/// A buffered fingerprint: its chunks (the first occurrence and later
+/// repeats) wait for the on-disk search of its bucket.
+struct Buffered {
+    /// Stream position of the first occurrence.
+    seq: u64,
+    chunks: Vec<Chunk>,
+    /// Buffer cycle and rank (Algorithm 1); `None` once out of its cycle.
+    cycle: Option<u64>,
+    rank: u32,
+    lookups: u8,
+    bucket: usize,
+}
+
+/// The lazy or eager index.
+pub struct Lazy {
+    backend: Arc<dyn Backend>,
+    params: LazyParams,
+    manifest: Manifest,
+    table: Table,
+    log: MetaLog,
+    bloom: BloomFilter,
+    cache: lru::LruCache<Fingerprint, ContainerId, FingerprintHashBuilder>,
+    /// This backup's new fingerprints (`PENDING` until placed) and those of
+    /// containers newer than the index.
+    new: FingerprintMap<ContainerId>,
+    /// Log entries of the containers newer than the index.
+    scanned: Vec<Entry>,
+    /// This backup's chunks in stream order with their containers
+    /// (`PENDING` for chunks stored by this backup).
+    stream: Vec<Entry>,
+    buffer: FingerprintMap<Buffered>,
+    buckets: Vec<Vec<Fingerprint>>,
+    cycles: hashbrown::HashMap<u64, Vec<Fingerprint>>,
+    /// Buffered first occurrences in stream order (stale items are skipped).
+    oldest: VecDeque<(u64, u64, Fingerprint)>,
+    stream_bytes: u64,
+    uniques: u32,
+    rank: u32,
+    cycle: u64,
+    /// The index must be rebuilt from the containers at commit (GC moved
+    /// chunks, or an index object was found damaged).
+    stale: bool,
+    stats: IndexStats,
+}
+
+impl Lazy {
+    /// Opens the index, checking it against the containers that exist
+    /// (`containers`, sorted): rebuilds it if the manifest or Bloom filter
+    /// is missing or damaged or the log names containers that do not exist,
+    /// and adds the containers newer than it.
+    pub fn open(
+        backend: Arc<dyn Backend>,
+        containers: &[ContainerId],
+        params: LazyParams,
+    ) -> Result<Lazy> {
+        let params = params.checked()?;
+        let manifest = match backend.read(MANIFEST_KEY) {
+            Ok(bytes) => match Manifest::decode(&bytes) {
+                Ok(m) => Some(m),
+                Err(e) if unusable(&e) => None,
+                Err(e) => return Err(e),
+            },
+            Err(e) if unusable(&e) => None,
+            Err(e) => return Err(e),
+        };
+        let existing: BTreeSet<ContainerId> = containers.iter().copied().collect();
+        let manifest = manifest.filter(|m| m.referenced.iter().all(|c| existing.contains(c)));
+        let bloom = match &manifest {
+            Some(m) => {
+                let g = m.table.generation;
+                match backend.read(&bloom_key_in(LAZY_PREFIX, g)) {
+                    Ok(bytes) => match decode_bloom_in(LAZY_PREFIX, g, &bytes) {
+                        Ok(b) => Some(b),
+                        Err(e) if unusable(&e) => None,
+                        Err(e) => return Err(e),
+                    },
+                    Err(e) if unusable(&e) => None,
+                    Err(e) => return Err(e),
+                }
+            }
+            None => None,
+        };
+        let (Some(manifest), Some(bloom)) = (manifest, bloom) else {
+            let mut index = Lazy::rebuild(backend, containers, params)?;
+            index.stats.rebuilt = !containers.is_empty();
+            return Ok(index);
+        };
+        let mut index = Lazy::with_state(backend, params, manifest, bloom);
+        let newer: Vec<_> = existing
+            .range(index.manifest.next_container..)
+            .copied()
+            .collect();
+        let (new, scanned) = (&mut index.new, &mut index.scanned);
+        super::scan_containers(index.backend.as_ref(), &newer, |id, metas| {
+            for m in metas {
+                new.entry(m.fp).or_insert(id);
+                scanned.push((m.fp, id));
+            }
+        })?;
+        index.stats.containers_scanned = newer.len() as u64;
+        index.note_memory();
+        Ok(index)
+    }
+
+    /// Builds the index from the metadata of `containers` (their chunks in
+    /// container order form the log) and persists it.
+    pub fn rebuild(
+        backend: Arc<dyn Backend>,
+        containers: &[ContainerId],
+        params: LazyParams,
+    ) -> Result<Lazy> {
+        let params = params.checked()?;
+        let (manifest, bloom) = build_from_containers(backend.as_ref(), containers, &params)?;
+        let mut index = Lazy::with_state(backend, params, manifest, bloom);
+        index.stats.containers_scanned = containers.len() as u64;
+        index.note_memory();
+        Ok(index)
+    }
+
+    fn with_state(
+        backend: Arc<dyn Backend>,
+        params: LazyParams,
+        manifest: Manifest,
+        bloom: BloomFilter,
+    ) -> Lazy {
+        let policy = match params.mode {
+            Mode::Eager => "eager",
+            Mode::Lazy => "lazy",
+        };
+        let cache_entries = std::num::NonZeroUsize::new(params.cache_entries())
+            .unwrap_or(std::num::NonZeroUsize::MIN);
+        Lazy {
+            table: Table::new(LAZY_PREFIX, manifest.table),
+            log: MetaLog::new(LAZY_PREFIX, manifest.log_generation, manifest.log_len),
+            stats: IndexStats {
+                policy: policy.into(),
+                entries: manifest.table.entries,
+                table_bytes: manifest.table.total_bytes(),
+                ..IndexStats::default()
+            },
+            backend,
+            manifest,
+            bloom,
+            cache: lru::LruCache::with_hasher(cache_entries, FingerprintHashBuilder),
+            new: FingerprintMap::default(),
+            scanned: Vec::new(),
+            stream: Vec::new(),
+            buffer: FingerprintMap::default(),
+            buckets: vec![Vec::new(); params.buffer_buckets()],
+            cycles: hashbrown::HashMap::new(),
+            oldest: VecDeque::new(),
+            stream_bytes: 0,
+            uniques: 0,
+            rank: 0,
+            cycle: 0,
+            stale: false,
+            params,
+        }
+    }
+
+    /// Records `chunks`' decision (the first gets `first`, repeats follow it).
+    fn emit(&mut self, chunks: Vec<Chunk>, first: Decision, decided: &mut Vec<(Chunk, Decision)>) {
+        if first == Decision::Unique {
+            if let Some(c) = chunks.first() {
+                self.new.insert(c.fp, PENDING);
+            }
+        }
+        for (i, chunk) in chunks.into_iter().enumerate() {
+            let d = match first {
+                Decision::Unique if i > 0 => Decision::InternalDuplicate,
+                d => d,
+            };
+            if let (Decision::Duplicate(c), Some(e)) = (d, self.stream.get_mut(chunk.seq as usize))
+            {
+                e.1 = c;
+            }
+            decided.push((chunk, d));
+        }
+    }
+
+    /// Algorithm 1 for a chunk the Bloom filter calls new.
+    fn count_unique(&mut self) {
+        self.uniques += 1;
+        if self.uniques > MAX_UNIQUE_LENGTH {
+            self.rank = 0;
+            self.uniques = 0;
+            self.cycle += 1;
+        }
+    }
+
+    /// Decides one chunk as it arrives (or buffers it).
+    fn offer(&mut self, chunk: Chunk, decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
+        let offset = self.stream_bytes;
+        self.stream_bytes += u64::from(chunk.len);
+        if self.stream.len() as u64 != chunk.seq {
+            return Err(Error::Pipeline(format!(
+                "chunk {} offered out of order (expected {})",
+                chunk.seq,
+                self.stream.len()
+            )));
+        }
+        self.stream.push((chunk.fp, PENDING));
+        self.stats.lookups += 1;
+        let fp = chunk.fp;
+        if let Some(b) = self.buffer.get_mut(&fp) {
+            b.chunks.push(chunk);
+            self.rank += self.uniques + 1;
+            self.uniques = 0;
+            return Ok(());
+        }
+        match self.new.get(&fp) {
+            Some(&PENDING) => {
+                decided.push((chunk, Decision::InternalDuplicate));
+                return Ok(());
+            }
+            Some(&c) => {
+                self.emit(vec![chunk], Decision::Duplicate(c), decided);
+                return Ok(());
+            }
+            None => {}
+        }
+        if !self.bloom.contains_hash(bloom_hash(&fp)) {
+            self.stats.bloom_negatives += 1;
+            self.count_unique();
+            self.emit(vec![chunk], Decision::Unique, decided);
+            return Ok(());
+        }
+        self.rank += self.uniques;
+        self.uniques = 0;
+        self.stats.cache_lookups += 1;
+        if let Some(&c) = self.cache.get(&fp) {
+            self.stats.prelookup_hits += 1;
+            self.stats.cache_hits += 1;
+            self.rank += 1;
+            self.emit(vec![chunk], Decision::Duplicate(c), decided);
+            return Ok(());
+        }
+        match self.params.mode {
+            Mode::Eager => {
+                let d = self.lookup_one(&fp)?;
+                self.emit(vec![chunk], d, decided);
+            }
+            Mode::Lazy => {
+                if self.rank >= self.params.prefetch {
+                    self.rank = 0;
+                    self.cycle += 1;
+                }
+                let bucket = self.buffer_bucket(&fp);
+                self.buffer.insert(
+                    fp,
+                    Buffered {
+                        seq: chunk.seq,
+                        chunks: vec![chunk],
+                        cycle: Some(self.cycle),
+                        rank: self.rank,
+                        lookups: 0,
+                        bucket,
+                    },
+                );
+                self.cycles.entry(self.cycle).or_default().push(fp);
+                self.oldest.push_back((self.seq_of(&fp), offset, fp));
+                self.buckets[bucket].push(fp);
+                if self.buckets[bucket].len() >= self.params.bft as usize {
+                    self.flush(bucket, decided)?;
+                }
+            }
+        }
+        self.rank += 1;
+        // Bound the bytes held back behind the oldest undecided chunk.
+        let limit = self.params.buffer_bytes();
+        while let Some((bucket, held)) = self.oldest_undecided() {
+            if held <= limit {
+                self.stats.buffer_peak_bytes = self.stats.buffer_peak_bytes.max(held);
+                break;
+            }
+            self.stats.forced_flushes += 1;
+            self.flush(bucket, decided)?;
+        }
+        Ok(())
+    }
+
+    fn seq_of(&self, fp: &Fingerprint) -> u64 {
+        self.buffer.get(fp).map_or(0, |b| b.seq)
+    }
+
+    /// The buffer bucket of the oldest undecided chunk and the bytes held from it on.
+    fn oldest_undecided(&mut self) -> Option<(usize, u64)> {
+        while let Some(&(seq, offset, fp)) = self.oldest.front() {
+            match self.buffer.get(&fp) {
+                Some(b) if b.seq == seq => return Some((b.bucket, self.stream_bytes - offset)),
+                _ => {
+                    self.oldest.pop_front();
+                }
+            }
+        }
+        None
+    }
+
+    /// The buffer bucket of `fp`: the same key order as the on-disk table.
+    fn buffer_bucket(&self, fp: &Fingerprint) -> usize {
+        let n = self.buckets.len() as u128;
+        ((u128::from(fp.key64()) * n) >> 64) as usize
+    }
+
+    /// Eager: one on-disk lookup, and a prefetch on a hit.
+    fn lookup_one(&mut self, fp: &Fingerprint) -> Result<Decision> {
+        if self.manifest.table.entries == 0 {
+            self.stats.bloom_false_positives += 1;
+            return Ok(Decision::Unique);
+        }
+        let t = Instant::now();
+        self.stats.disk_lookups += 1;
+        let found = self.table.lookup(self.backend.as_ref(), fp);
+        self.stats.disk_seconds += t.elapsed().as_secs_f64();
+        let found = match found {
+            Ok(found) => found,
+            Err(e) if unusable(&e) => {
+                self.stale = true;
+                None
+            }
+            Err(e) => return Err(e),
+        };
+        let Some(pos) = found else {
+            self.stats.bloom_false_positives += 1;
+            return Ok(Decision::Unique);
+        };
+        Ok(match self.fetch(pos, Some(0), fp)? {
+            Some(c) => Decision::Duplicate(c),
+            None => Decision::Unique,
+        })
+    }
+
+    /// The container of log entry `pos` (which must hold `fp`). With a rank
+    /// `r`, prefetches `prefetch` entries from `pos - r` into the cache;
+    /// without, reads only the entry.
+    fn fetch(
+        &mut self,
+        pos: u64,
+        rank: Option<u32>,
+        fp: &Fingerprint,
+    ) -> Result<Option<ContainerId>> {
+        let (start, count) = match rank {
+            Some(r) => (
+                pos.saturating_sub(u64::from(r)),
+                u64::from(self.params.prefetch),
+            ),
+            None => (pos, 1),
+        };
+        let t = Instant::now();
+        let read = self.log.read(self.backend.as_ref(), start, count);
+        self.stats.prefetch_seconds += t.elapsed().as_secs_f64();
+        let (entries, reads) = match read {
+            Ok(r) => r,
+            Err(e) if unusable(&e) => {
+                self.stale = true;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if rank.is_some() {
+            self.stats.prefetches += reads;
+            for &(f, c) in &entries {
+                self.cache.put(f, c);
+            }
+            self.stats.cache_peak_bytes = self
+                .stats
+                .cache_peak_bytes
+                .max(self.cache.len() as u64 * CACHE_ENTRY_BYTES);
+        } else {
+            self.stats.log_reads += reads;
+        }
+        match entries.get((pos - start) as usize) {
+            Some(&(f, c)) if f == *fp => Ok(Some(c)),
+            _ => {
+                // The table points at an entry of another fingerprint: damaged.
+                self.stale = true;
+                Ok(None)
+            }
+        }
+    }
+
+    /// Lazy: searches buffer bucket `bucket` on disk and decides its fingerprints.
+    fn flush(&mut self, bucket: usize, decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
+        let mut fps = std::mem::take(&mut self.buckets[bucket]);
+        fps.retain(|fp| self.buffer.contains_key(fp));
+        if fps.is_empty() {
+            return Ok(());
+        }
+        let mut found = FingerprintMap::<u64>::default();
+        if self.manifest.table.entries > 0 {
+            let meta = *self.table.meta();
+            let first = fps.iter().map(|f| meta.bucket_of(f)).min().unwrap_or(0);
+            let last = fps.iter().map(|f| meta.bucket_of(f)).max().unwrap_or(0);
+            let t = Instant::now();
+            let read = self
+                .table
+                .read_buckets(self.backend.as_ref(), first, last - first + 1);
+            self.stats.disk_seconds += t.elapsed().as_secs_f64();
+            match read {
+                Ok((entries, reads)) => {
+                    self.stats.disk_lookups += reads;
+                    let wanted: hashbrown::HashSet<Fingerprint, FingerprintHashBuilder> =
+                        fps.iter().copied().collect();
+                    found.extend(entries.into_iter().filter(|e| wanted.contains(&e.0)));
+                }
+                Err(e) if unusable(&e) => self.stale = true,
+                Err(e) => return Err(e),
+            }
+        }
+        fps.sort_by_key(|fp| self.seq_of(fp));
+        for fp in fps {
+            let Some(b) = self.buffer.remove(&fp) else {
+                continue; // decided by a postlookup of this flush
+            };
+            let Some(&pos) = found.get(&fp) else {
+                self.stats.bloom_false_positives += 1;
+                self.emit(b.chunks, Decision::Unique, decided);
+                continue;
+            };
+            let rank = b.cycle.map(|_| b.rank);
+            let decision = match self.fetch(pos, rank, &fp)? {
+                Some(c) => Decision::Duplicate(c),
+                None => Decision::Unique,
+            };
+            self.emit(b.chunks, decision, decided);
+            if let Some(cycle) = b.cycle {
+                self.postlookup(cycle, decided);
+            }
+        }
+        Ok(())
+    }
+
+    /// Looks the buffered fingerprints of `cycle` up in the cache after a prefetch.
+    fn postlookup(&mut self, cycle: u64, decided: &mut Vec<(Chunk, Decision)>) {
+        let Some(members) = self.cycles.remove(&cycle) else {
+            return;
+        };
+        let mut keep = Vec::new();
+        for fp in members {
+            let Some(b) = self.buffer.get_mut(&fp) else {
+                continue;
+            };
+            if b.cycle != Some(cycle) {
+                continue;
+            }
+            self.stats.cache_lookups += 1;
+            if let Some(&c) = self.cache.get(&fp) {
+                self.stats.postlookup_hits += 1;
+                self.stats.cache_hits += 1;
+                if let Some(b) = self.buffer.remove(&fp) {
+                    self.buckets[b.bucket].retain(|f| *f != fp);
+                    self.emit(b.chunks, Decision::Duplicate(c), decided);
+                }
+                continue;
+            }
+            b.lookups += 1;
+            if b.lookups >= MAX_CACHE_LOOKUPS {
+                b.cycle = None;
+            } else {
+                keep.push(fp);
+            }
+        }
+        if !keep.is_empty() {
+            self.cycles.entry(cycle).or_default().extend(keep);
+        }
+    }
+
+    /// Appends this backup's log entries, merges its new fingerprints into
+    /// a new table generation and switches the manifest to it.
+    fn append_and_merge(&mut self, next_container: ContainerId) -> Result<()> {
+        let mut append = std::mem::take(&mut self.scanned);
+        append.reserve(self.stream.len());
+        for (fp, c) in std::mem::take(&mut self.stream) {
+            let c = if c == PENDING {
+                match self.new.get(&fp) {
+                    Some(&c) if c != PENDING => c,
+                    _ => {
+                        return Err(Error::Pipeline(format!(
+                            "chunk {fp} was decided new but never stored"
+                        )))
+                    }
+                }
+            } else {
+                c
+            };
+            append.push((fp, c));
+        }
+        let base = self.log.len();
+        let mut fresh: FingerprintMap<u64> = FingerprintMap::default();
+        for (i, (fp, _)) in append.iter().enumerate() {
+            if self.new.contains_key(fp) {
+                fresh.entry(*fp).or_insert(base + i as u64);
+            }
+        }
+        let mut fresh: Vec<(Fingerprint, u64)> = fresh.into_iter().collect();
+        fresh.sort_unstable_by_key(|e| order_key(&e.0));
+        let mut referenced: BTreeSet<ContainerId> =
+            self.manifest.referenced.iter().copied().collect();
+        referenced.extend(append.iter().map(|e| e.1));
+        self.log.append(self.backend.as_ref(), &append)?;
+        let (table, bloom) = self.merge(&fresh)?;
+        let manifest = Manifest {
+            next_container,
+            table: *table.meta(),
+            log_generation: self.log.generation(),
+            log_len: self.log.len(),
+            referenced: referenced.into_iter().collect(),
+        };
+        persist(self.backend.as_ref(), &manifest, &bloom)?;
+        self.stats.commit_write_bytes = table.meta().total_bytes();
+        self.table = table;
+        self.manifest = manifest;
+        self.bloom = bloom;
+        Ok(())
+    }
+
+    /// The old table merged with `fresh` (sorted in table order; an old entry wins).
+    fn merge(&self, fresh: &[(Fingerprint, u64)]) -> Result<(Table, BloomFilter)> {
+        let upper = self.manifest.table.entries + fresh.len() as u64;
+        let generation = self.manifest.table.generation + 1;
+        let p = &self.params;
+        let mut buckets = table::buckets_for(upper, p.bucket_bytes);
+        let mut doublings = 0;
+        let backend = self.backend.as_ref();
+        loop {
+            let mut out = Merged {
+                writer: TableWriter::new(
+                    backend,
+                    LAZY_PREFIX,
+                    generation,
+                    buckets,
+                    p.bucket_bytes,
+                    p.part_buckets,
+                )?,
+                bloom: p.new_bloom(upper),
+                overflow: false,
+            };
+            let mut next = fresh.iter().peekable();
+            self.table.scan(backend, |fp, pos| {
+                let key = order_key(&fp);
+                while let Some(&&(nfp, npos)) = next.peek() {
+                    if order_key(&nfp) >= key {
+                        break;
+                    }
+                    out.emit(nfp, npos)?;
+                    next.next();
+                }
+                next.next_if(|n| n.0 == fp);
+                out.emit(fp, pos)
+            })?;
+            for &(fp, pos) in next {
+                out.emit(fp, pos)?;
+            }
+            if out.overflow {
+                buckets = table::grow(buckets, doublings)?;
+                doublings += 1;
+                continue;
+            }
+            return Ok((out.writer.finish()?, out.bloom));
+        }
+    }
+
+    fn note_memory(&mut self) {
+        let bloom = (self.bloom.num_bits() / 8) as u64;
+        let cache = self.cache.len() as u64 * CACHE_ENTRY_BYTES;
+        let now = bloom + cache + self.stats.buffer_peak_bytes + self.new.allocation_size() as u64;
+        self.stats.memory_bytes = self.stats.memory_bytes.max(now);
+        self.stats.bloom_bytes = bloom;
+        self.stats.entries = self.manifest.table.entries
+            + self.new.values().filter(|&&c| c != PENDING).count() as u64;
+        self.stats.table_bytes = self.manifest.table.total_bytes();
+    }
+}
+
+/// Streams entries into a new table generation and its Bloom filter.
+struct Merged<'a> {
+    writer: TableWriter<'a>,
+    bloom: BloomFilter,
+    overflow: bool,
+}
+
+impl Merged<'_> {
+    fn emit(&mut self, fp: Fingerprint, pos: u64) -> Result<()> {
+        if self.overflow {
+            return Ok(());
+        }
+        if self.writer.push(fp, pos)? == Pushed::Overflow {
+            self.overflow = true;
+        } else {
+            self.bloom.insert_hash(bloom_hash(&fp));
+        }
+        Ok(())
+    }
+}
+
+/// Builds and persists a new log, table and Bloom filter from the
+/// containers' metadata.
+fn build_from_containers(
+    backend: &dyn Backend,
+    containers: &[ContainerId],
+    params: &LazyParams,
+) -> Result<(Manifest, BloomFilter)> {
+    let mut entries = Vec::new();
+    super::scan_containers(backend, containers, |id, metas| {
+        entries.extend(metas.iter().map(|m| (m.fp, id)));
+    })?;
+    let mut log_generation = 0;
+    for name in backend.list(LAZY_PREFIX)? {
+        if let Some(g) = metalog::segment_generation(&name) {
+            log_generation = log_generation.max(g);
+        }
+    }
+    let mut log = MetaLog::new(LAZY_PREFIX, log_generation + 1, 0);
+    log.append(backend, &entries)?;
+    let mut first: FingerprintMap<u64> = FingerprintMap::default();
+    for (i, (fp, _)) in entries.iter().enumerate() {
+        first.entry(*fp).or_insert(i as u64);
+    }
+    let mut sorted: Vec<(Fingerprint, u64)> = first.into_iter().collect();
+    sorted.sort_unstable_by_key(|e| order_key(&e.0));
+    let generation = next_generation(backend, LAZY_PREFIX)?;
+    let table = table::write_sorted(
+        backend,
+        LAZY_PREFIX,
+        generation,
+        params.bucket_bytes,
+        params.part_buckets,
+        &sorted,
+    )?;
+    let mut bloom = params.new_bloom(sorted.len() as u64);
+    for (fp, _) in &sorted {
+        bloom.insert_hash(bloom_hash(fp));
+    }
+    let referenced: BTreeSet<ContainerId> = entries.iter().map(|e| e.1).collect();
+    let manifest = Manifest {
+        next_container: containers.last().map_or(0, |c| c + 1),
+        table: *table.meta(),
+        log_generation: log.generation(),
+        log_len: log.len(),
+        referenced: referenced.into_iter().collect(),
+    };
+    persist(backend, &manifest, &bloom)?;
+    Ok((manifest, bloom))
+}
+
+/// Writes the Bloom filter and then the manifest (table parts and log
+/// segments are written already), then deletes other generations' objects.
+fn persist(backend: &dyn Backend, manifest: &Manifest, bloom: &BloomFilter) -> Result<()> {
+    let generation = manifest.table.generation;
+    backend.write(
+        &bloom_key_in(LAZY_PREFIX, generation),
+        &encode_bloom(generation, bloom),
+    )?;
+    backend.write(MANIFEST_KEY, &manifest.encode())?;
+    for name in backend.list(LAZY_PREFIX)? {
+        let table_gen = table::parse_part_name(&name).map(|(g, _)| g).or_else(|| {
+            let hex = name.strip_prefix('b')?;
+            (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
+        });
+        let stale = table_gen.is_some_and(|g| g != generation)
+            || metalog::segment_generation(&name).is_some_and(|g| g != manifest.log_generation);
+        if stale {
+            backend.delete(&format!("{LAZY_PREFIX}/{name}"))?;
+        }
+    }
+    Ok(())
+}
+
+impl DedupIndex for Lazy {
+    fn submit(&mut self, batch: Vec<Chunk>, decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
+        decided.reserve(batch.len());
+        for chunk in batch {
+            self.offer(chunk, decided)?;
+        }
+        self.note_memory();
+        Ok(())
+    }
+
+    fn finish(&mut self, decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
+        while let Some((bucket, _)) = self.oldest_undecided() {
+            self.flush(bucket, decided)?;
+        }
+        self.note_memory();
+        Ok(())
+    }
+
+    fn placed(&mut self, stored: &[(Fingerprint, ContainerId)]) -> Result<()> {
+        for (fp, c) in stored {
+            self.new.insert(*fp, *c);
+        }
+        Ok(())
+    }
+
+    fn relocate(&mut self, _removed: &BTreeSet<ContainerId>, _moved: &Relocations) -> Result<()> {
+        // The log names the removed containers: rebuild at commit.
+        self.stale = true;
+        self.cache.clear();
+        Ok(())
+    }
+
+    fn commit(&mut self, next_container: ContainerId) -> Result<()> {
+        self.stats.commit_write_bytes = 0;
+        let next_container = next_container.max(self.manifest.next_container);
+        if self.stale {
+            let mut containers: Vec<ContainerId> = self
+                .backend
+                .list(container::CONTAINER_DIR)?
+                .iter()
+                .filter_map(|n| container::parse_key_name(n))
+                .collect();
+            containers.sort_unstable();
+            let (manifest, bloom) =
+                build_from_containers(self.backend.as_ref(), &containers, &self.params)?;
+            self.table = Table::new(LAZY_PREFIX, manifest.table);
+            self.log = MetaLog::new(LAZY_PREFIX, manifest.log_generation, manifest.log_len);
+            self.manifest = manifest;
+            self.bloom = bloom;
+            self.stats.rebuilt = true;
+        } else if !self.stream.is_empty() || !self.scanned.is_empty() {
+            self.append_and_merge(next_container)?;
+        } else if next_container > self.manifest.next_container {
+            self.manifest.next_container = next_container;
+            self.backend.write(MANIFEST_KEY, &self.manifest.encode())?;
+        }
+        self.new.clear();
+        self.stream.clear();
+        self.scanned.clear();
+        self.stale = false;
+        self.note_memory();
+        Ok(())
+    }
+
+    fn stats(&self) -> IndexStats {
+        self.stats.clone()
+    }
+}
+
+#[cfg(test)]
+#[path = "lazy_tests.rs"]
+mod tests;

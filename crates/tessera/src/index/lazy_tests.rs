@@ -1,0 +1,399 @@
+use super::*;
+use crate::backend::Counting;
+use crate::index::test_mem::{mem, Mem};
+use crate::index::{Exact, Reorder};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+fn fp(i: u32) -> Fingerprint {
+    crate::fingerprint::FingerprintAlgo::Blake3.hash(&i.to_le_bytes())
+}
+
+fn params(mode: Mode) -> LazyParams {
+    LazyParams {
+        mode,
+        memory_bytes: 64 << 10,
+        buffer_share: 0.5,
+        bloom_bytes: 0,
+        bloom_fpr: 0.01,
+        bft: 4,
+        prefetch: 16,
+        avg_chunk: 1024,
+        bucket_bytes: 512,
+        part_buckets: 4,
+    }
+}
+
+/// A decision's class as the exact index sees it: a duplicate of a
+/// container this backup wrote is an internal duplicate (which of the two a
+/// repeat gets depends on when its first occurrence was placed).
+fn class(d: Decision, first_new: ContainerId) -> u8 {
+    match d {
+        Decision::Unique => 0,
+        Decision::Duplicate(c) if c < first_new => 1,
+        Decision::Duplicate(_) | Decision::InternalDuplicate => 2,
+    }
+}
+
+/// Trace containers written by simulated backups.
+struct Sim {
+    backend: Arc<dyn Backend>,
+    containers: BTreeMap<ContainerId, Vec<Fingerprint>>,
+    next: ContainerId,
+    per_container: usize,
+}
+
+impl Sim {
+    fn write(&mut self, id: ContainerId, fps: Vec<Fingerprint>) {
+        let mut b = container::Builder::without_data(id, 1 << 30);
+        for f in &fps {
+            b.push_len(*f, 1024);
+        }
+        self.backend.write(&container::key(id), &b.seal()).unwrap();
+        self.containers.insert(id, fps);
+    }
+
+    /// Runs `stream` through `index` like the pipeline: batches in, decisions
+    /// put back in stream order, unique chunks placed into containers.
+    /// Returns the decisions and checks every duplicate names a container
+    /// holding the chunk.
+    fn backup(
+        &mut self,
+        index: &mut dyn DedupIndex,
+        stream: &[u32],
+        batch: usize,
+    ) -> Vec<Decision> {
+        let mut open: Vec<Fingerprint> = Vec::new();
+        let mut open_id = self.next;
+        let mut here: BTreeMap<ContainerId, Vec<Fingerprint>> = BTreeMap::new();
+        let mut reorder = Reorder::default();
+        let mut out = Vec::new();
+        let chunks: Vec<Chunk> = stream
+            .iter()
+            .enumerate()
+            .map(|(seq, &i)| Chunk {
+                seq: seq as u64,
+                fp: fp(i),
+                len: 1024,
+                data: None,
+            })
+            .collect();
+        let mut parts = chunks.chunks(batch.max(1));
+        loop {
+            let mut decided = Vec::new();
+            let last = match parts.next() {
+                Some(p) => {
+                    index.submit(p.to_vec(), &mut decided).unwrap();
+                    false
+                }
+                None => {
+                    index.finish(&mut decided).unwrap();
+                    true
+                }
+            };
+            let mut ready = Vec::new();
+            reorder.push(decided, &mut ready);
+            let mut placed = Vec::new();
+            for (c, d) in ready {
+                if let Decision::Duplicate(cid) = d {
+                    let holds = self.containers.get(&cid).is_some_and(|s| s.contains(&c.fp))
+                        || here.get(&cid).is_some_and(|v| v.contains(&c.fp))
+                        || (cid == open_id && open.contains(&c.fp));
+                    assert!(holds, "container {cid} does not hold chunk {}", c.seq);
+                }
+                if d == Decision::Unique {
+                    if open.len() == self.per_container {
+                        here.insert(open_id, std::mem::take(&mut open));
+                        open_id += 1;
+                    }
+                    open.push(c.fp);
+                    placed.push((c.fp, open_id));
+                }
+                out.push(d);
+            }
+            index.placed(&placed).unwrap();
+            if last {
+                break;
+            }
+        }
+        assert_eq!(reorder.waiting(), 0, "decisions left undecided");
+        assert_eq!(out.len(), stream.len());
+        if !open.is_empty() {
+            here.insert(open_id, open);
+            open_id += 1;
+        }
+        for (id, fps) in here {
+            self.write(id, fps);
+        }
+        self.next = open_id;
+        index.commit(self.next).unwrap();
+        out
+    }
+}
+
+/// Runs the same backups through the exact index and `mode`, each on its own
+/// repository, and checks that they decide alike.
+fn same_as_exact(mode: Mode, p: LazyParams, backups: &[(Vec<u32>, usize)], per_container: usize) {
+    let mut sims: Vec<Sim> = (0..2)
+        .map(|_| Sim {
+            backend: mem(),
+            containers: BTreeMap::new(),
+            next: 1,
+            per_container,
+        })
+        .collect();
+    for (n, (stream, batch)) in backups.iter().enumerate() {
+        let first_new = [sims[0].next, sims[1].next];
+        let ids: Vec<_> = sims[0].containers.keys().copied().collect();
+        let mut exact = Exact::open(sims[0].backend.clone(), &ids).unwrap();
+        let want = sims[0].backup(&mut exact, stream, *batch);
+        let ids: Vec<_> = sims[1].containers.keys().copied().collect();
+        let mut lazy = Lazy::open(sims[1].backend.clone(), &ids, LazyParams { mode, ..p }).unwrap();
+        let got = sims[1].backup(&mut lazy, stream, *batch);
+        for (k, (w, g)) in want.iter().zip(&got).enumerate() {
+            assert_eq!(
+                class(*w, first_new[0]),
+                class(*g, first_new[1]),
+                "backup {n}, chunk {k}: exact {w:?}, {mode:?} {g:?}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Lazy and eager decide every chunk like the exact index, whatever the
+    /// batching, cache, buffer, Bloom filter and table shape.
+    #[test]
+    fn lazy_and_eager_decide_like_the_exact_index(
+        backups in prop::collection::vec(
+            (prop::collection::vec(0u32..120, 0..300), 1usize..50), 1..6),
+        per_container in 1usize..9,
+        memory in prop::sample::select(vec![2u64 << 10, 16 << 10, 1 << 20]),
+        bft in 1u32..6,
+        prefetch in prop::sample::select(vec![1u32, 7, 64]),
+        bloom in prop::sample::select(vec![0u64, 16]),
+        bucket_bytes in prop::sample::select(vec![table::MIN_BUCKET_BYTES, 512]),
+    ) {
+        let p = LazyParams {
+            memory_bytes: memory,
+            bft,
+            prefetch,
+            bloom_bytes: bloom,
+            bucket_bytes,
+            ..params(Mode::Lazy)
+        };
+        same_as_exact(Mode::Lazy, p, &backups, per_container);
+        same_as_exact(Mode::Eager, p, &backups, per_container);
+    }
+}
+
+/// Versions of a 6000-chunk stream whose 8-chunk runs are reordered in
+/// every version (files moved around), with a few new chunks in each run.
+fn versions(n: usize) -> Vec<Vec<u32>> {
+    let mut v: Vec<u32> = (0..6000).collect();
+    let mut next = 10_000;
+    let mut out = Vec::new();
+    let mut state = 0x9e37_79b9_u64;
+    let mut rand = move |m: usize| {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % m as u64) as usize
+    };
+    for _ in 0..n {
+        let mut runs: Vec<Vec<u32>> = v.chunks(8).map(<[u32]>::to_vec).collect();
+        for i in (1..runs.len()).rev() {
+            runs.swap(i, rand(i + 1));
+        }
+        for run in &mut runs {
+            if rand(4) == 0 {
+                let at = rand(run.len());
+                run[at] = next;
+                next += 1;
+            }
+        }
+        v = runs.concat();
+        out.push(v.clone());
+    }
+    out
+}
+
+fn run_versions(mode: Mode, bloom_bytes: u64) -> IndexStats {
+    let counting = Arc::new(Counting::new(Box::new(Mem::default())));
+    let mut sim = Sim {
+        backend: counting,
+        containers: BTreeMap::new(),
+        next: 1,
+        per_container: 64,
+    };
+    let p = LazyParams {
+        mode,
+        // Far below the index (6000+ entries): ~1000 cached fingerprints.
+        memory_bytes: 200 << 10,
+        bloom_bytes,
+        bft: 8,
+        prefetch: 64,
+        part_buckets: 4096,
+        ..params(mode)
+    };
+    let mut last = IndexStats::default();
+    for stream in versions(4) {
+        let ids: Vec<_> = sim.containers.keys().copied().collect();
+        let mut index = Lazy::open(sim.backend.clone(), &ids, p).unwrap();
+        sim.backup(&mut index, &stream, 512);
+        last = index.stats();
+    }
+    last
+}
+
+#[test]
+fn lazy_needs_fewer_disk_reads_than_eager() {
+    let eager = run_versions(Mode::Eager, 0);
+    let lazy = run_versions(Mode::Lazy, 0);
+    eprintln!("eager {eager:?}\nlazy {lazy:?}");
+    assert!(eager.disk_lookups > 0 && lazy.disk_lookups > 0);
+    assert!(
+        lazy.disk_lookups * 2 < eager.disk_lookups,
+        "lazy {} vs eager {} on-disk lookups",
+        lazy.disk_lookups,
+        eager.disk_lookups
+    );
+    assert!(lazy.postlookup_hits > 0, "{lazy:?}");
+    assert!(lazy.prefetches > 0 && eager.prefetches > 0);
+    // A tiny Bloom filter lets unique chunks through: more on-disk work for both.
+    let eager_small = run_versions(Mode::Eager, 64);
+    let lazy_small = run_versions(Mode::Lazy, 64);
+    assert!(eager_small.bloom_false_positives > eager.bloom_false_positives);
+    assert!(lazy_small.disk_lookups < eager_small.disk_lookups);
+}
+
+#[test]
+fn buffer_stays_within_its_budget() {
+    let backend = mem();
+    let mut sim = Sim {
+        backend: backend.clone(),
+        containers: BTreeMap::new(),
+        next: 1,
+        per_container: 16,
+    };
+    let stream: Vec<u32> = (0..3000).collect();
+    let mut index = Lazy::open(backend.clone(), &[], params(Mode::Lazy)).unwrap();
+    sim.backup(&mut index, &stream, 100);
+    let p = LazyParams {
+        memory_bytes: 40 << 10,
+        bft: 1000,
+        ..params(Mode::Lazy)
+    };
+    let ids: Vec<_> = sim.containers.keys().copied().collect();
+    let mut index = Lazy::open(backend, &ids, p).unwrap();
+    sim.backup(&mut index, &stream, 100);
+    let s = index.stats();
+    // Buckets never fill (bft 1000): every search is forced by the budget.
+    assert!(s.forced_flushes > 0, "{s:?}");
+    assert!(
+        s.buffer_peak_bytes <= 20 << 10,
+        "held {} bytes with a 20 KiB buffer",
+        s.buffer_peak_bytes
+    );
+}
+
+#[test]
+fn open_rebuilds_a_damaged_or_stale_index_and_gc_rebuilds_at_commit() {
+    let backend = mem();
+    let mut sim = Sim {
+        backend: backend.clone(),
+        containers: BTreeMap::new(),
+        next: 1,
+        per_container: 8,
+    };
+    let stream: Vec<u32> = (0..200).collect();
+    let p = params(Mode::Lazy);
+    let mut index = Lazy::open(backend.clone(), &[], p).unwrap();
+    sim.backup(&mut index, &stream, 50);
+    let ids: Vec<_> = sim.containers.keys().copied().collect();
+
+    // Intact: nothing to rebuild, everything is a duplicate.
+    let mut index = Lazy::open(backend.clone(), &ids, p).unwrap();
+    assert!(!index.stats().rebuilt);
+    let d = sim.backup(&mut index, &stream, 50);
+    assert!(d.iter().all(|d| matches!(d, Decision::Duplicate(_))));
+
+    // A damaged log segment: the chunks it covers are stored again (never a
+    // wrong container) and the commit rebuilds the index.
+    let names = backend.list(LAZY_PREFIX).unwrap();
+    let seg = names.iter().find(|n| n.starts_with('l')).unwrap();
+    let key = format!("{LAZY_PREFIX}/{seg}");
+    let mut bytes = backend.read(&key).unwrap();
+    bytes[100] ^= 1;
+    backend.write(&key, &bytes).unwrap();
+    let ids: Vec<_> = sim.containers.keys().copied().collect();
+    let mut index = Lazy::open(backend.clone(), &ids, p).unwrap();
+    sim.backup(&mut index, &stream, 50);
+    assert!(index.stats().rebuilt);
+    let ids: Vec<_> = sim.containers.keys().copied().collect();
+    let mut index = Lazy::open(backend.clone(), &ids, p).unwrap();
+    let d = sim.backup(&mut index, &stream, 50);
+    assert!(d.iter().all(|d| matches!(d, Decision::Duplicate(_))));
+
+    // A missing manifest: rebuilt at open.
+    backend.delete(MANIFEST_KEY).unwrap();
+    let ids: Vec<_> = sim.containers.keys().copied().collect();
+    let index = Lazy::open(backend.clone(), &ids, p).unwrap();
+    assert!(index.stats().rebuilt);
+}
+
+#[test]
+fn garbage_collection_makes_the_commit_rebuild() {
+    let backend = mem();
+    let mut sim = Sim {
+        backend: backend.clone(),
+        containers: BTreeMap::new(),
+        next: 1,
+        per_container: 8,
+    };
+    let stream: Vec<u32> = (0..200).collect();
+    let p = params(Mode::Lazy);
+    let mut index = Lazy::open(backend.clone(), &[], p).unwrap();
+    sim.backup(&mut index, &stream, 50);
+    // GC deleted container 1 (chunks 0..8): relocate, commit, and the index forgets it.
+    let gone = 1;
+    backend.delete(&container::key(gone)).unwrap();
+    sim.containers.remove(&gone);
+    let ids: Vec<_> = sim.containers.keys().copied().collect();
+    let mut index = Lazy::open(backend.clone(), &ids, p).unwrap();
+    index
+        .relocate(&BTreeSet::from([gone]), &Relocations::default())
+        .unwrap();
+    index.commit(sim.next).unwrap();
+    let d = sim.backup(&mut index, &stream, 50);
+    assert!(d[..8].iter().all(|d| *d == Decision::Unique), "{d:?}");
+    assert!(d[8..]
+        .iter()
+        .all(|d| matches!(d, Decision::Duplicate(c) if *c != gone)));
+}
+
+#[test]
+fn manifest_round_trip_and_damage() {
+    let m = Manifest {
+        next_container: 9,
+        table: TableMeta {
+            generation: 3,
+            buckets: 16,
+            entries: 40,
+            bucket_bytes: 512,
+            part_buckets: 4,
+        },
+        log_generation: 2,
+        log_len: 77,
+        referenced: vec![1, 4, 8],
+    };
+    let bytes = m.encode();
+    assert_eq!(Manifest::decode(&bytes).unwrap(), m);
+    let mut bad = bytes.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 1;
+    assert!(Manifest::decode(&bad).is_err());
+    assert!(Manifest::decode(&bytes[..20]).is_err());
+}
