@@ -44,13 +44,21 @@ fn versions_round_trip(index: &str) {
         let r = backup_json(&repo, &input);
         let idx = &r["index"];
         assert_eq!(idx["policy"], index, "{r}");
-        for field in ["disk_lookups", "prefetches", "cache_lookups", "prelookup_hits"] {
+        for field in [
+            "disk_lookups",
+            "prefetches",
+            "cache_lookups",
+            "prelookup_hits",
+        ] {
             assert!(idx[field].is_u64(), "index.{field} missing in {r}");
         }
         if v > 0 {
             assert!(num(idx, "disk_lookups") > 0, "{r}");
             assert!(num(idx, "prefetches") > 0, "{r}");
-            assert!(num(&r, "stored_bytes") < num(&r, "logical_bytes") / 2, "{r}");
+            assert!(
+                num(&r, "stored_bytes") < num(&r, "logical_bytes") / 2,
+                "{r}"
+            );
         }
         kept.push((num(&r, "id"), data.clone()));
     }
@@ -66,7 +74,10 @@ fn versions_round_trip(index: &str) {
     ok(["forget", "--keep-last", "2", repo.to_str().unwrap()]);
     ok(["gc", repo.to_str().unwrap()]);
     let r = backup_json(&repo, &input);
-    assert!(num(&r, "stored_bytes") < num(&r, "logical_bytes") / 10, "{r}");
+    assert!(
+        num(&r, "stored_bytes") < num(&r, "logical_bytes") / 10,
+        "{r}"
+    );
     let out = restore_to_file(&repo, num(&r, "id"), tmp.path());
     assert_file_eq(&out, &data);
     ok(["check", "--read-data", repo.to_str().unwrap()]);

@@ -11,7 +11,7 @@
 //! is invisible.
 
 use crate::backend::Backend;
-use crate::chunker::{cut_all, Chunker};
+use crate::chunker::{cut_all, cut_parallel, Chunker};
 use crate::config::Layout;
 use crate::container::{self, Builder, ContainerId};
 use crate::envelope;
@@ -34,6 +34,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Small enough that a block is still in the CPU cache when the next stage
 /// (chunking, then hashing) reads it after it was copied in.
 const BLOCK_SIZE: usize = 1024 * 1024;
+/// Chunking a block is split over the rayon threads when each gets at least
+/// this many maximum-size chunks of it (so that resynchronising at the piece
+/// starts, a few chunks, stays small against the piece).
+const PARALLEL_CHUNKS_PER_SEGMENT: usize = 4;
+/// Chunking is split only with at least this many rayon threads: on two
+/// cores fingerprinting already keeps both busy, and splitting chunking
+/// measured 5–7% slower backups (benches/throughput.rs); with more cores the
+/// serial chunker becomes the bottleneck (lazy-dedup paper, §3.5).
+const PARALLEL_CHUNKING_MIN_THREADS: usize = 4;
 /// Blocks or batches queued between two stages.
 const QUEUE_DEPTH: usize = 4;
 /// Full containers queued for the writers.
@@ -564,12 +573,12 @@ fn cut_blocks(
     let mut seq = 0u64;
     for RawBlock { mut buf, len, eof } in rx {
         let t = Instant::now();
-        // `cut_all` leaves fewer than `max_size` (= headroom) bytes uncut.
+        // `cut_block` leaves fewer than `max_size` (= headroom) bytes uncut.
         let start = layout.headroom - carry.len();
         let end = layout.headroom + len;
         buf[start..layout.headroom].copy_from_slice(&carry);
         let mut lengths = Vec::with_capacity((end - start) / 4096 + 1);
-        let used = cut_all(chunker, &buf[start..end], eof, &mut lengths);
+        let used = cut_block(chunker, &buf[start..end], eof, &mut lengths);
         carry.clear();
         carry.extend_from_slice(&buf[start + used..end]);
         busy += t.elapsed();
@@ -591,6 +600,21 @@ fn cut_blocks(
         }
     }
     Ok(busy)
+}
+
+/// Cuts one block like `cut_all`: in parallel pieces on the rayon pool
+/// (`cut_parallel`, the same cut points) when there are enough threads and
+/// the block holds at least [`PARALLEL_CHUNKS_PER_SEGMENT`] maximum-size
+/// chunks per thread, serially otherwise.
+fn cut_block(chunker: &dyn Chunker, data: &[u8], eof: bool, lengths: &mut Vec<u32>) -> usize {
+    let segments = rayon::current_num_threads();
+    if segments >= PARALLEL_CHUNKING_MIN_THREADS
+        && data.len() >= segments * PARALLEL_CHUNKS_PER_SEGMENT * chunker.max_size()
+    {
+        cut_parallel(chunker, data, eof, segments, lengths)
+    } else {
+        cut_all(chunker, data, eof, lengths)
+    }
 }
 
 /// Stage 2: fingerprints the chunks of each block in parallel.

@@ -3,14 +3,17 @@
 //! A [`Chunker`] decides where the chunk that starts at the beginning of a
 //! slice ends. It is stateless between chunks and looks at no more than
 //! `max_size` bytes, so cut points depend only on the data, never on how the
-//! input was read or split into blocks ([`cut_all`] drives it over a buffer).
+//! input was read or split into blocks ([`cut_all`] drives it over a buffer,
+//! [`cut_parallel`] does the same with pieces of the buffer on several threads).
 
 mod fastcdc;
 mod fixed;
+mod parallel;
 mod rabin;
 
 pub use self::fastcdc::FastCdc;
 pub use self::fixed::FixedSize;
+pub use self::parallel::cut_parallel;
 pub use self::rabin::Rabin;
 
 use crate::error::{Error, Result};
