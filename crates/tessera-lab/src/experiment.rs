@@ -509,6 +509,10 @@ pub struct VersionRecord {
     pub index_entries: u64,
     /// On-disk index lookups of the backup.
     pub index_disk_lookups: u64,
+    /// Every counter of the backup's index (lookups, prefetches, cache and
+    /// Bloom filter hits, per-component seconds).
+    #[serde(default)]
+    pub index: tessera::index::IndexStats,
     /// Logical bytes of all retained backups.
     pub retained_logical_bytes: u64,
     /// Physical bytes of the repository (containers).
@@ -776,6 +780,7 @@ fn run_system(
             index_memory_bytes: snap.stats.index.memory_bytes,
             index_entries: snap.stats.index.entries,
             index_disk_lookups: snap.stats.index.disk_lookups,
+            index: snap.stats.index.clone(),
             retained_logical_bytes: totals.logical_bytes,
             physical_bytes: totals.physical_bytes,
             actual_dedup_ratio: totals.dedup_ratio.unwrap_or(1.0),

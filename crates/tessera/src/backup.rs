@@ -402,6 +402,7 @@ fn backup_containers(
             &mut store,
             chunk_rx,
             options,
+            config.rewrite.kind != crate::rewrite::RewriteKind::None,
         );
         // Close the container queue whatever happened, so that the writers end.
         let totals = store.finish();
@@ -684,13 +685,15 @@ fn write_containers(
 }
 
 /// Stage 3: asks the index, restores stream order, applies the rewrite
-/// filter, fills containers and builds the recipe.
+/// filter, fills containers and builds the recipe. Duplicates keep their
+/// bytes only when `keep_duplicate_data` (a rewriting policy may store them).
 fn store_chunks(
     index: &mut dyn DedupIndex,
     filter: &mut dyn RewriteFilter,
     store: &mut Store,
     rx: Receiver<Vec<Chunk>>,
     options: &BackupOptions,
+    keep_duplicate_data: bool,
 ) -> Result<Vec<ChunkRef>> {
     let mut recipe = Vec::new();
     let mut reorder = Reorder::default();
@@ -712,6 +715,15 @@ fn store_chunks(
                 true
             }
         };
+        if !keep_duplicate_data {
+            // A duplicate is never stored again: drop its bytes now, so that
+            // decisions waiting for an earlier one (a lazy index) hold only metadata.
+            for (chunk, decision) in &mut decided {
+                if *decision != Decision::Unique {
+                    chunk.data = None;
+                }
+            }
+        }
         reorder.push(decided.drain(..), &mut ready);
         store.totals.index_time += t.elapsed();
 

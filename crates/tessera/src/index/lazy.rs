@@ -30,10 +30,13 @@
 //! cycle and is found without prefetching).
 //!
 //! Decisions arrive out of stream order; the pipeline restores the order,
-//! holding every chunk from the oldest undecided one on. The index bounds
-//! those held bytes by the buffer's share of the memory budget (the paper's
-//! `(S_fp + S_chk)·n·T`): past it, the bucket of the oldest buffered chunk is
-//! searched early (a *forced flush*).
+//! holding every chunk decided after the oldest undecided one (duplicates
+//! without their bytes, unless a rewriting policy may store them). The
+//! index bounds the chunk bytes held — buffered chunks plus the new chunks
+//! waiting behind them — by the buffer's share of the memory budget (the
+//! paper's `(S_fp + S_chk)·n·T`), and the chunks waiting by
+//! [`MAX_WAITING_CHUNKS`]: past either, the bucket of the oldest buffered
+//! chunk is searched early (a *forced flush*).
 //!
 //! Both decide exactly like [`super::Exact`]. A damaged table or log object
 //! makes the affected chunks unique (stored again, never wrong) and the next
@@ -68,6 +71,9 @@ const PENDING: ContainerId = ContainerId::MAX;
 const MAX_UNIQUE_LENGTH: u32 = 200;
 /// Cache lookups (postlookups) a buffered fingerprint gets before it leaves its cycle.
 const MAX_CACHE_LOOKUPS: u8 = 10;
+/// Most chunks that may wait behind the oldest undecided one (their
+/// metadata, ~100 bytes each, is held by the pipeline).
+pub const MAX_WAITING_CHUNKS: u64 = 1 << 16;
 /// Estimated bytes per cached fingerprint (entry, LRU links, map slot).
 const CACHE_ENTRY_BYTES: u64 = 96;
 /// The smallest Bloom filter.
@@ -105,6 +111,9 @@ pub struct LazyParams {
     pub bucket_bytes: u32,
     /// Buckets per table part object.
     pub part_buckets: u32,
+    /// Whether the pipeline keeps the bytes of decided duplicates while they
+    /// wait for earlier decisions (it does when a rewriting policy may store them).
+    pub hold_duplicates: bool,
 }
 
 impl LazyParams {
@@ -121,6 +130,7 @@ impl LazyParams {
             avg_chunk: config.chunker.avg_size,
             bucket_bytes: config.index_bucket_bytes,
             part_buckets: table::DEFAULT_PART_BUCKETS,
+            hold_duplicates: config.rewrite.kind != crate::rewrite::RewriteKind::None,
         }
     }
 
@@ -284,8 +294,13 @@ pub struct Lazy {
     buckets: Vec<Vec<Fingerprint>>,
     cycles: hashbrown::HashMap<u64, Vec<Fingerprint>>,
     /// Buffered first occurrences in stream order (stale items are skipped).
-    oldest: VecDeque<(u64, u64, Fingerprint)>,
-    stream_bytes: u64,
+    oldest: VecDeque<(u64, Fingerprint)>,
+    /// Bytes of the buffered first occurrences.
+    buffered_bytes: u64,
+    /// Decided chunks whose bytes the pipeline holds behind an undecided
+    /// one: stream position → length.
+    waiting: std::collections::BTreeMap<u64, u32>,
+    waiting_bytes: u64,
     uniques: u32,
     rank: u32,
     cycle: u64,
@@ -401,7 +416,9 @@ impl Lazy {
             buckets: vec![Vec::new(); params.buffer_buckets()],
             cycles: hashbrown::HashMap::new(),
             oldest: VecDeque::new(),
-            stream_bytes: 0,
+            buffered_bytes: 0,
+            waiting: std::collections::BTreeMap::new(),
+            waiting_bytes: 0,
             uniques: 0,
             rank: 0,
             cycle: 0,
@@ -417,11 +434,17 @@ impl Lazy {
                 self.new.insert(c.fp, PENDING);
             }
         }
+        let oldest = self.oldest_undecided().map(|(seq, _)| seq);
         for (i, chunk) in chunks.into_iter().enumerate() {
             let d = match first {
                 Decision::Unique if i > 0 => Decision::InternalDuplicate,
                 d => d,
             };
+            let held = d == Decision::Unique || self.params.hold_duplicates;
+            if held && oldest.is_some_and(|o| o < chunk.seq) {
+                self.waiting.insert(chunk.seq, chunk.len);
+                self.waiting_bytes += u64::from(chunk.len);
+            }
             if let (Decision::Duplicate(c), Some(e)) = (d, self.stream.get_mut(chunk.seq as usize))
             {
                 e.1 = c;
@@ -442,8 +465,6 @@ impl Lazy {
 
     /// Decides one chunk as it arrives (or buffers it).
     fn offer(&mut self, chunk: Chunk, decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
-        let offset = self.stream_bytes;
-        self.stream_bytes += u64::from(chunk.len);
         if self.stream.len() as u64 != chunk.seq {
             return Err(Error::Pipeline(format!(
                 "chunk {} offered out of order (expected {})",
@@ -498,6 +519,7 @@ impl Lazy {
                     self.cycle += 1;
                 }
                 let bucket = self.buffer_bucket(&fp);
+                self.buffered_bytes += u64::from(chunk.len);
                 self.buffer.insert(
                     fp,
                     Buffered {
@@ -510,7 +532,7 @@ impl Lazy {
                     },
                 );
                 self.cycles.entry(self.cycle).or_default().push(fp);
-                self.oldest.push_back((self.seq_of(&fp), offset, fp));
+                self.oldest.push_back((self.seq_of(&fp), fp));
                 self.buckets[bucket].push(fp);
                 if self.buckets[bucket].len() >= self.params.bft as usize {
                     self.flush(bucket, decided)?;
@@ -518,10 +540,12 @@ impl Lazy {
             }
         }
         self.rank += 1;
-        // Bound the bytes held back behind the oldest undecided chunk.
+        // Bound the bytes held back and the chunks waiting.
         let limit = self.params.buffer_bytes();
-        while let Some((bucket, held)) = self.oldest_undecided() {
-            if held <= limit {
+        while let Some((seq, bucket)) = self.oldest_undecided() {
+            let held = self.buffered_bytes + self.waiting_bytes;
+            let behind = self.stream.len() as u64 - seq;
+            if held <= limit && behind <= MAX_WAITING_CHUNKS {
                 self.stats.buffer_peak_bytes = self.stats.buffer_peak_bytes.max(held);
                 break;
             }
@@ -535,17 +559,28 @@ impl Lazy {
         self.buffer.get(fp).map_or(0, |b| b.seq)
     }
 
-    /// The buffer bucket of the oldest undecided chunk and the bytes held from it on.
-    fn oldest_undecided(&mut self) -> Option<(usize, u64)> {
-        while let Some(&(seq, offset, fp)) = self.oldest.front() {
+    /// The stream position and buffer bucket of the oldest undecided chunk;
+    /// forgets the waiting chunks before it.
+    fn oldest_undecided(&mut self) -> Option<(u64, usize)> {
+        let found = loop {
+            let Some(&(seq, fp)) = self.oldest.front() else {
+                break None;
+            };
             match self.buffer.get(&fp) {
-                Some(b) if b.seq == seq => return Some((b.bucket, self.stream_bytes - offset)),
+                Some(b) if b.seq == seq => break Some((seq, b.bucket)),
                 _ => {
                     self.oldest.pop_front();
                 }
             }
+        };
+        let keep_from = found.map_or(u64::MAX, |(seq, _)| seq);
+        while let Some(entry) = self.waiting.first_entry() {
+            if *entry.key() >= keep_from {
+                break;
+            }
+            self.waiting_bytes -= u64::from(entry.remove());
         }
-        None
+        found
     }
 
     /// The buffer bucket of `fp`: the same key order as the on-disk table.
@@ -641,12 +676,15 @@ impl Lazy {
         let mut found = FingerprintMap::<u64>::default();
         if self.manifest.table.entries > 0 {
             let meta = *self.table.meta();
-            let first = fps.iter().map(|f| meta.bucket_of(f)).min().unwrap_or(0);
-            let last = fps.iter().map(|f| meta.bucket_of(f)).max().unwrap_or(0);
+            let needed: BTreeSet<u64> = fps.iter().map(|f| meta.bucket_of(f)).collect();
+            let first = needed.first().copied().unwrap_or(0);
+            let last = needed.last().copied().unwrap_or(0);
             let t = Instant::now();
-            let read = self
-                .table
-                .read_buckets(self.backend.as_ref(), first, last - first + 1);
+            let read =
+                self.table
+                    .read_buckets(self.backend.as_ref(), first, last - first + 1, |b| {
+                        needed.contains(&b)
+                    });
             self.stats.disk_seconds += t.elapsed().as_secs_f64();
             match read {
                 Ok((entries, reads)) => {
@@ -661,7 +699,7 @@ impl Lazy {
         }
         fps.sort_by_key(|fp| self.seq_of(fp));
         for fp in fps {
-            let Some(b) = self.buffer.remove(&fp) else {
+            let Some(b) = self.take_buffered(&fp) else {
                 continue; // decided by a postlookup of this flush
             };
             let Some(&pos) = found.get(&fp) else {
@@ -669,6 +707,14 @@ impl Lazy {
                 self.emit(b.chunks, Decision::Unique, decided);
                 continue;
             };
+            // An earlier prefetch of this flush may have brought it in.
+            self.stats.cache_lookups += 1;
+            if let Some(&c) = self.cache.get(&fp) {
+                self.stats.postlookup_hits += 1;
+                self.stats.cache_hits += 1;
+                self.emit(b.chunks, Decision::Duplicate(c), decided);
+                continue;
+            }
             let rank = b.cycle.map(|_| b.rank);
             let decision = match self.fetch(pos, rank, &fp)? {
                 Some(c) => Decision::Duplicate(c),
@@ -680,6 +726,15 @@ impl Lazy {
             }
         }
         Ok(())
+    }
+
+    /// Removes `fp` from the buffer.
+    fn take_buffered(&mut self, fp: &Fingerprint) -> Option<Buffered> {
+        let b = self.buffer.remove(fp)?;
+        if let Some(first) = b.chunks.first() {
+            self.buffered_bytes -= u64::from(first.len);
+        }
+        Some(b)
     }
 
     /// Looks the buffered fingerprints of `cycle` up in the cache after a prefetch.
@@ -699,7 +754,7 @@ impl Lazy {
             if let Some(&c) = self.cache.get(&fp) {
                 self.stats.postlookup_hits += 1;
                 self.stats.cache_hits += 1;
-                if let Some(b) = self.buffer.remove(&fp) {
+                if let Some(b) = self.take_buffered(&fp) {
                     self.buckets[b.bucket].retain(|f| *f != fp);
                     self.emit(b.chunks, Decision::Duplicate(c), decided);
                 }
@@ -929,7 +984,7 @@ impl DedupIndex for Lazy {
     }
 
     fn finish(&mut self, decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
-        while let Some((bucket, _)) = self.oldest_undecided() {
+        while let Some((_, bucket)) = self.oldest_undecided() {
             self.flush(bucket, decided)?;
         }
         self.note_memory();

@@ -21,6 +21,7 @@ fn params(mode: Mode) -> LazyParams {
         avg_chunk: 1024,
         bucket_bytes: 512,
         part_buckets: 4,
+        hold_duplicates: false,
     }
 }
 

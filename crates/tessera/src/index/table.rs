@@ -212,13 +212,16 @@ impl Table {
         Ok(entries.iter().find(|e| e.0 == *fp).map(|e| e.1))
     }
 
-    /// The entries of buckets `first..first+count`: one ranged read per
-    /// part touched; returns the entries and the number of reads.
+    /// The entries of the buckets in `first..first+count` for which
+    /// `wanted` holds (only those are checked and decoded): one ranged read
+    /// of the whole run per part touched; returns the entries and the number
+    /// of reads.
     pub fn read_buckets(
         &self,
         backend: &dyn Backend,
         first: u64,
         count: u64,
+        wanted: impl Fn(u64) -> bool,
     ) -> Result<(Vec<(Fingerprint, ContainerId)>, u64)> {
         let end = first.saturating_add(count).min(self.meta.buckets);
         let b = u64::from(self.meta.bucket_bytes);
@@ -235,7 +238,10 @@ impl Table {
                 return Err(Error::corrupt(key, format!("bucket {bucket} truncated")));
             }
             for (i, one) in bytes.chunks_exact(b as usize).enumerate() {
-                self.decode_bucket(&key, bucket + i as u64, one, &mut out)?;
+                let index = bucket + i as u64;
+                if wanted(index) {
+                    self.decode_bucket(&key, index, one, &mut out)?;
+                }
             }
             bucket += run;
         }
