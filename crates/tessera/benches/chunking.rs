@@ -15,8 +15,11 @@
 //!
 //! Options: `CHUNKING_BENCH_RUNS` (default 5), `CHUNKING_BENCH_MIB` (default 256).
 
+#[path = "util/mod.rs"]
+mod util;
 use std::time::{Duration, Instant};
 use tessera::chunker::{cut_all, cut_parallel, Chunker, ChunkerParams};
+use util::{median, random_bytes};
 
 fn env_num(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -24,33 +27,6 @@ fn env_num(name: &str, default: usize) -> usize {
         .and_then(|v| v.trim().parse().ok())
         .unwrap_or(default)
         .max(1)
-}
-
-/// Deterministic incompressible bytes (xoshiro256**).
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut s = [
-        seed ^ 0x9E37_79B9_7F4A_7C15,
-        seed.wrapping_mul(0xBF58_476D_1CE4_E5B9) | 1,
-        0x94D0_49BB_1331_11EB,
-        0x2545_F491_4F6C_DD1D,
-    ];
-    let mut next = move || {
-        let out = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
-        let t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = s[3].rotate_left(45);
-        out
-    };
-    let mut v = vec![0u8; len];
-    for w in v.chunks_mut(8) {
-        let x = next().to_le_bytes();
-        w.copy_from_slice(&x[..w.len()]);
-    }
-    v
 }
 
 /// CPU seconds (user + system) used by this process so far, from /proc
@@ -72,16 +48,6 @@ fn cpu_seconds() -> f64 {
 
 fn mb_s(bytes: usize, t: Duration) -> f64 {
     bytes as f64 / 1e6 / t.as_secs_f64().max(1e-9)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// One variant: a name and how to cut the whole buffer.

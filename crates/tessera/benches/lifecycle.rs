@@ -29,6 +29,8 @@
 //! warm, the restore's CPU ceiling), `LIFECYCLE_BENCH_DIR` (where the temporary repositories go;
 //! default: cargo's target tmp dir). Exits non-zero if a criterion fails.
 
+#[path = "util/mod.rs"]
+mod util;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
@@ -39,6 +41,7 @@ use tessera::check::CheckOptions;
 use tessera::config::{Config, Layout};
 use tessera::lifecycle::{self, LifecycleRestoreOptions, LifecycleRestoreStats};
 use tessera::Repository;
+use util::median;
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -73,16 +76,6 @@ fn backup(repo: &Repository, source: &str, data: &[u8]) -> Outcome {
         &options,
     )
     .expect("backup")
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn drop_caches() -> bool {
@@ -150,7 +143,7 @@ impl DeleteBench {
             .secs
             .iter()
             .fold((f64::MAX, 0f64), |(a, b), &s| (a.min(s), b.max(s)));
-        (median(&mut self.secs), min, max)
+        (median(self.secs.clone()), min, max)
     }
 }
 
@@ -272,7 +265,7 @@ fn restore_vs_read(base: &Path, version_mib: usize, runs: usize) -> bool {
             last = Some(s);
         }
         let s = last.expect("runs >= 1");
-        let (restore, read) = (median(&mut restore), median(&mut read));
+        let (restore, read) = (median(restore.clone()), median(read.clone()));
         let ratio = restore / read;
         let pass = ratio >= 0.8;
         ok &= pass;

@@ -20,6 +20,8 @@
 //! default: cargo's target tmp dir, on the same disk as `target/`),
 //! `--quiet` (no per-run lines).
 
+#[path = "util/mod.rs"]
+mod util;
 use crossbeam_channel::bounded;
 use rayon::prelude::*;
 use std::io::Cursor;
@@ -32,6 +34,7 @@ use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::snapshot::Snapshot;
 use tessera::Repository;
+use util::{median, random_bytes};
 
 /// Block size of the baseline's chunking thread: the backup pipeline's
 /// (override with `TESSERA_BENCH_BASELINE_BLOCK_KIB` to compare).
@@ -85,33 +88,6 @@ fn options() -> Options {
     o.size_mib = o.size_mib.max(1);
     o.runs = o.runs.max(1);
     o
-}
-
-/// Deterministic incompressible bytes (xoshiro256**).
-fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-    let mut s = [
-        seed ^ 0x9E37_79B9_7F4A_7C15,
-        seed.wrapping_mul(0xBF58_476D_1CE4_E5B9) | 1,
-        0x94D0_49BB_1331_11EB,
-        0x2545_F491_4F6C_DD1D,
-    ];
-    let mut next = move || {
-        let out = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
-        let t = s[1] << 17;
-        s[2] ^= s[0];
-        s[3] ^= s[1];
-        s[1] ^= s[2];
-        s[0] ^= s[3];
-        s[2] ^= t;
-        s[3] = s[3].rotate_left(45);
-        out
-    };
-    let mut v = vec![0u8; len];
-    for w in v.chunks_mut(8) {
-        let x = next().to_le_bytes();
-        w.copy_from_slice(&x[..w.len()]);
-    }
-    v
 }
 
 /// Chunks `data` on one thread and fingerprints each block's chunks in
@@ -213,16 +189,6 @@ fn timed<T>(f: impl FnOnce() -> T) -> (T, Duration, f64) {
 
 fn mb_s(bytes: u64, t: Duration) -> f64 {
     bytes as f64 / 1e6 / t.as_secs_f64().max(1e-9)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 /// Measurements of one run: MB/s and CPU seconds.

@@ -211,49 +211,19 @@ struct Manifest {
 
 impl Manifest {
     fn encode(&self) -> Vec<u8> {
-        let t = &self.table;
         let mut p = Vec::with_capacity(48 + self.referenced.len() * 8);
-        p.extend_from_slice(&t.generation.to_le_bytes());
-        p.extend_from_slice(&self.next_container.to_le_bytes());
-        p.extend_from_slice(&t.buckets.to_le_bytes());
-        p.extend_from_slice(&t.entries.to_le_bytes());
-        p.extend_from_slice(&t.bucket_bytes.to_le_bytes());
-        p.extend_from_slice(&t.part_buckets.to_le_bytes());
-        p.extend_from_slice(&(self.referenced.len() as u64).to_le_bytes());
-        for c in &self.referenced {
-            p.extend_from_slice(&c.to_le_bytes());
-        }
+        table::encode_manifest_head(&self.table, self.next_container, &mut p);
+        table::encode_ids(&self.referenced, &mut p);
         envelope::seal(MANIFEST_KIND, MANIFEST_VERSION, &p)
     }
 
     fn decode(bytes: &[u8]) -> Result<Manifest> {
         let p = envelope::open(MANIFEST_KEY, MANIFEST_KIND, MANIFEST_VERSION, bytes)?;
-        if p.len() < 48 {
-            return Err(Error::corrupt(MANIFEST_KEY, "truncated manifest"));
-        }
-        let table = TableMeta {
-            generation: u64::from_le_bytes(le8(&p[0..8])),
-            buckets: u64::from_le_bytes(le8(&p[16..24])),
-            entries: u64::from_le_bytes(le8(&p[24..32])),
-            bucket_bytes: u32::from_le_bytes(le4(&p[32..36])),
-            part_buckets: u32::from_le_bytes(le4(&p[36..40])),
-        };
-        table.validate(MANIFEST_KEY)?;
-        let count = u64::from_le_bytes(le8(&p[40..48]));
-        let body = &p[48..];
-        if body.len() as u64 != count.saturating_mul(8) {
-            return Err(Error::corrupt(
-                MANIFEST_KEY,
-                "container list does not match its size",
-            ));
-        }
+        let (table, next_container) = table::decode_manifest_head(MANIFEST_KEY, p)?;
         Ok(Manifest {
-            next_container: u64::from_le_bytes(le8(&p[8..16])),
+            next_container,
             table,
-            referenced: body
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(le8(c)))
-                .collect(),
+            referenced: table::decode_ids(MANIFEST_KEY, &p[table::MANIFEST_HEAD_LEN..])?,
         })
     }
 }

@@ -52,7 +52,7 @@ use super::{Chunk, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::container::{self, ContainerId};
-use crate::envelope::{self, le4, le8};
+use crate::envelope::{self, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder, FingerprintMap, FINGERPRINT_LEN};
 use fastbloom::BloomFilter;
@@ -208,54 +208,27 @@ struct Manifest {
 
 impl Manifest {
     fn encode(&self) -> Vec<u8> {
-        let t = &self.table;
         let mut p = Vec::with_capacity(64 + self.referenced.len() * 8);
-        p.extend_from_slice(&t.generation.to_le_bytes());
-        p.extend_from_slice(&self.next_container.to_le_bytes());
-        p.extend_from_slice(&t.buckets.to_le_bytes());
-        p.extend_from_slice(&t.entries.to_le_bytes());
-        p.extend_from_slice(&t.bucket_bytes.to_le_bytes());
-        p.extend_from_slice(&t.part_buckets.to_le_bytes());
+        table::encode_manifest_head(&self.table, self.next_container, &mut p);
         p.extend_from_slice(&self.log_generation.to_le_bytes());
         p.extend_from_slice(&self.log_len.to_le_bytes());
-        p.extend_from_slice(&(self.referenced.len() as u64).to_le_bytes());
-        for c in &self.referenced {
-            p.extend_from_slice(&c.to_le_bytes());
-        }
+        table::encode_ids(&self.referenced, &mut p);
         envelope::seal(MANIFEST_KIND, MANIFEST_VERSION, &p)
     }
 
     fn decode(bytes: &[u8]) -> Result<Manifest> {
         let p = envelope::open(MANIFEST_KEY, MANIFEST_KIND, MANIFEST_VERSION, bytes)?;
-        if p.len() < 64 {
+        let (table, next_container) = table::decode_manifest_head(MANIFEST_KEY, p)?;
+        let head = table::MANIFEST_HEAD_LEN;
+        if p.len() < head + 16 {
             return Err(Error::corrupt(MANIFEST_KEY, "truncated manifest"));
         }
-        let u64_at = |at: usize| u64::from_le_bytes(le8(&p[at..at + 8]));
-        let table = TableMeta {
-            generation: u64_at(0),
-            buckets: u64_at(16),
-            entries: u64_at(24),
-            bucket_bytes: u32::from_le_bytes(le4(&p[32..36])),
-            part_buckets: u32::from_le_bytes(le4(&p[36..40])),
-        };
-        table.validate(MANIFEST_KEY)?;
-        let count = u64_at(56);
-        let body = &p[64..];
-        if body.len() as u64 != count.saturating_mul(8) {
-            return Err(Error::corrupt(
-                MANIFEST_KEY,
-                "container list does not match its size",
-            ));
-        }
         Ok(Manifest {
-            next_container: u64_at(8),
+            next_container,
             table,
-            log_generation: u64_at(40),
-            log_len: u64_at(48),
-            referenced: body
-                .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(le8(c)))
-                .collect(),
+            log_generation: u64::from_le_bytes(le8(&p[head..head + 8])),
+            log_len: u64::from_le_bytes(le8(&p[head + 8..head + 16])),
+            referenced: table::decode_ids(MANIFEST_KEY, &p[head + 16..])?,
         })
     }
 }

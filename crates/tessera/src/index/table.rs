@@ -149,6 +149,61 @@ fn bucket_of_key(key: u64, buckets: u64) -> u64 {
     ((u128::from(key) * u128::from(buckets)) >> 64) as u64
 }
 
+/// Bytes of the head every table-owning index manifest starts with.
+pub const MANIFEST_HEAD_LEN: usize = 40;
+
+/// Appends a manifest head (docs/FORMAT.md §10.2): generation,
+/// `next_container`, buckets, entries (u64 LE each), bucket bytes and
+/// buckets per part (u32 LE each).
+pub fn encode_manifest_head(meta: &TableMeta, next_container: u64, out: &mut Vec<u8>) {
+    out.extend_from_slice(&meta.generation.to_le_bytes());
+    out.extend_from_slice(&next_container.to_le_bytes());
+    out.extend_from_slice(&meta.buckets.to_le_bytes());
+    out.extend_from_slice(&meta.entries.to_le_bytes());
+    out.extend_from_slice(&meta.bucket_bytes.to_le_bytes());
+    out.extend_from_slice(&meta.part_buckets.to_le_bytes());
+}
+
+/// Parses and validates the head of manifest `key`: (table shape, next container).
+pub fn decode_manifest_head(key: &str, p: &[u8]) -> Result<(TableMeta, u64)> {
+    if p.len() < MANIFEST_HEAD_LEN {
+        return Err(Error::corrupt(key, "truncated manifest"));
+    }
+    let meta = TableMeta {
+        generation: u64::from_le_bytes(le8(&p[0..8])),
+        buckets: u64::from_le_bytes(le8(&p[16..24])),
+        entries: u64::from_le_bytes(le8(&p[24..32])),
+        bucket_bytes: u32::from_le_bytes(le4(&p[32..36])),
+        part_buckets: u32::from_le_bytes(le4(&p[36..40])),
+    };
+    meta.validate(key)?;
+    Ok((meta, u64::from_le_bytes(le8(&p[8..16]))))
+}
+
+/// Appends a list of ids: their count (u64 LE), then each (u64 LE).
+pub fn encode_ids(ids: &[u64], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(ids.len() as u64).to_le_bytes());
+    for id in ids {
+        out.extend_from_slice(&id.to_le_bytes());
+    }
+}
+
+/// Parses a list written by [`encode_ids`] that ends object `key`.
+pub fn decode_ids(key: &str, p: &[u8]) -> Result<Vec<u64>> {
+    let count = p.get(..8).map(|c| u64::from_le_bytes(le8(c)));
+    let body = p.get(8..).unwrap_or_default();
+    if count.is_none_or(|n| body.len() as u64 != n.saturating_mul(8)) {
+        return Err(Error::corrupt(
+            key,
+            "container list does not match its size",
+        ));
+    }
+    Ok(body
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(le8(c)))
+        .collect())
+}
+
 /// Object key of part `part` of generation `generation` under `prefix`.
 pub fn part_key(prefix: &str, generation: u64, part: u64) -> String {
     format!("{prefix}/t{generation:016x}.{part:06x}")
