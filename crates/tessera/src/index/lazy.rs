@@ -10,16 +10,21 @@
 //!   filled by prefetching runs of the metadata log, and this backup's new
 //!   fingerprints.
 //!
+//! The on-disk table is read a *hash slot* at a time: the key space is cut
+//! into `n` slots (the paper's `n` hash buckets, `n = buffer budget /
+//! ((S_fp + S_chk)·T)`), and a slot is the run of table buckets holding its
+//! keys, read with one ranged request; only the buckets a search needs are
+//! checked and decoded.
+//!
 //! **Eager** (the baseline): Bloom filter → cache → one on-disk lookup of the
-//! fingerprint's bucket → on a hit, prefetch the `prefetch` log entries that
-//! start at the found one into the cache.
+//! fingerprint's slot → on a hit, prefetch the `prefetch` log entries that
+//! start at the found one into the cache. (The DDFS index, `--index ddfs`,
+//! is the finer-grained alternative that reads one 4 KiB bucket per lookup.)
 //!
 //! **Lazy**: fingerprints that pass the Bloom filter and miss the cache
-//! (prelookup) are buffered, with their chunks, in `n` in-memory hash buckets
-//! that partition the key space like the on-disk table (the table's buckets
-//! are ranges of the same key order, so one buffer bucket is one contiguous
-//! run of on-disk buckets). When a buffer bucket holds `bft` fingerprints
-//! they are searched on disk together (one ranged read). A hit of a
+//! (prelookup) are buffered, with their chunks, in `n` in-memory hash buckets,
+//! one per slot. When a buffer bucket holds `bft` fingerprints they are
+//! searched on disk together: one read of their slot. A hit of a
 //! fingerprint with rank `r` in its buffer cycle prefetches `prefetch` log
 //! entries starting `r` entries before the found one, then looks the other
 //! fingerprints of that cycle up in the cache (postlookup). Buffer cycles and
@@ -170,10 +175,13 @@ impl LazyParams {
         }
     }
 
-    /// The buffer's hash buckets: `n = budget / ((S_fp + S_chk)·T)`.
-    fn buffer_buckets(&self) -> usize {
+    /// The hash slots of the on-disk table and of the lazy buffer: `n =
+    /// buffer budget / ((S_fp + S_chk)·T)`. Both methods use the same
+    /// structure, so eager gets the same `n` although its buffer is empty.
+    fn slots(&self) -> usize {
         let per_bucket = (FINGERPRINT_LEN as u64 + u64::from(self.avg_chunk)) * u64::from(self.bft);
-        (self.buffer_bytes() / per_bucket.max(1)).max(1) as usize
+        let budget = (self.memory_bytes as f64 * self.buffer_share) as u64;
+        (budget / per_bucket.max(1)).max(1) as usize
     }
 
     fn cache_entries(&self) -> usize {
@@ -386,7 +394,7 @@ impl Lazy {
             scanned: Vec::new(),
             stream: Vec::new(),
             buffer: FingerprintMap::default(),
-            buckets: vec![Vec::new(); params.buffer_buckets()],
+            buckets: vec![Vec::new(); params.slots()],
             cycles: hashbrown::HashMap::new(),
             oldest: VecDeque::new(),
             buffered_bytes: 0,
@@ -556,7 +564,7 @@ impl Lazy {
         found
     }
 
-    /// The buffer bucket of `fp`: the same key order as the on-disk table.
+    /// The hash slot of `fp` (its buffer bucket): the same key order as the on-disk table.
     fn buffer_bucket(&self, fp: &Fingerprint) -> usize {
         let n = self.buckets.len() as u128;
         ((u128::from(fp.key64()) * n) >> 64) as usize
@@ -568,18 +576,12 @@ impl Lazy {
             self.stats.bloom_false_positives += 1;
             return Ok(Decision::Unique);
         }
-        let t = Instant::now();
-        self.stats.disk_lookups += 1;
-        let found = self.table.lookup(self.backend.as_ref(), fp);
-        self.stats.disk_seconds += t.elapsed().as_secs_f64();
-        let found = match found {
-            Ok(found) => found,
-            Err(e) if unusable(&e) => {
-                self.stale = true;
-                None
-            }
-            Err(e) => return Err(e),
-        };
+        let bucket = self.table.meta().bucket_of(fp);
+        let found = self
+            .read_slot(self.buffer_bucket(fp), |b| b == bucket)?
+            .into_iter()
+            .find(|e| e.0 == *fp)
+            .map(|e| e.1);
         let Some(pos) = found else {
             self.stats.bloom_false_positives += 1;
             return Ok(Decision::Unique);
@@ -588,6 +590,34 @@ impl Lazy {
             Some(c) => Decision::Duplicate(c),
             None => Decision::Unique,
         })
+    }
+
+    /// Reads hash slot `slot` of the on-disk table (the run of table buckets
+    /// whose keys fall in it) and returns the entries of the buckets `wanted`
+    /// selects (only those are checked and decoded). A damaged slot reads
+    /// as empty and makes the commit rebuild the index.
+    fn read_slot(
+        &mut self,
+        slot: usize,
+        wanted: impl Fn(u64) -> bool,
+    ) -> Result<Vec<(Fingerprint, u64)>> {
+        let (first, count) = slot_buckets(slot, self.buckets.len(), self.table.meta().buckets);
+        let t = Instant::now();
+        let read = self
+            .table
+            .read_buckets(self.backend.as_ref(), first, count, wanted);
+        self.stats.disk_seconds += t.elapsed().as_secs_f64();
+        match read {
+            Ok((entries, reads)) => {
+                self.stats.disk_lookups += reads;
+                Ok(entries)
+            }
+            Err(e) if unusable(&e) => {
+                self.stale = true;
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// The container of log entry `pos` (which must hold `fp`). With a rank
@@ -650,25 +680,10 @@ impl Lazy {
         if self.manifest.table.entries > 0 {
             let meta = *self.table.meta();
             let needed: BTreeSet<u64> = fps.iter().map(|f| meta.bucket_of(f)).collect();
-            let first = needed.first().copied().unwrap_or(0);
-            let last = needed.last().copied().unwrap_or(0);
-            let t = Instant::now();
-            let read =
-                self.table
-                    .read_buckets(self.backend.as_ref(), first, last - first + 1, |b| {
-                        needed.contains(&b)
-                    });
-            self.stats.disk_seconds += t.elapsed().as_secs_f64();
-            match read {
-                Ok((entries, reads)) => {
-                    self.stats.disk_lookups += reads;
-                    let wanted: hashbrown::HashSet<Fingerprint, FingerprintHashBuilder> =
-                        fps.iter().copied().collect();
-                    found.extend(entries.into_iter().filter(|e| wanted.contains(&e.0)));
-                }
-                Err(e) if unusable(&e) => self.stale = true,
-                Err(e) => return Err(e),
-            }
+            let entries = self.read_slot(bucket, |b| needed.contains(&b))?;
+            let wanted: hashbrown::HashSet<Fingerprint, FingerprintHashBuilder> =
+                fps.iter().copied().collect();
+            found.extend(entries.into_iter().filter(|e| wanted.contains(&e.0)));
         }
         fps.sort_by_key(|fp| self.seq_of(fp));
         for fp in fps {
@@ -850,6 +865,17 @@ impl Lazy {
             + self.new.values().filter(|&&c| c != PENDING).count() as u64;
         self.stats.table_bytes = self.manifest.table.total_bytes();
     }
+}
+
+/// The table buckets of hash slot `slot` of `slots`: those holding the keys
+/// `slot·2^64/slots ..= (slot+1)·2^64/slots - 1` (first bucket, count).
+fn slot_buckets(slot: usize, slots: usize, buckets: u64) -> (u64, u64) {
+    let (s, n) = (slot as u128, slots.max(1) as u128);
+    let lo_key = (s << 64).div_ceil(n);
+    let hi_key = (((s + 1) << 64).div_ceil(n) - 1).min(u128::from(u64::MAX));
+    let bucket = |key: u128| ((key * u128::from(buckets)) >> 64) as u64;
+    let first = bucket(lo_key);
+    (first, bucket(hi_key) - first + 1)
 }
 
 /// Streams entries into a new table generation and its Bloom filter.

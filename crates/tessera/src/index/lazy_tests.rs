@@ -398,3 +398,26 @@ fn manifest_round_trip_and_damage() {
     assert!(Manifest::decode(&bad).is_err());
     assert!(Manifest::decode(&bytes[..20]).is_err());
 }
+
+proptest! {
+    /// The slots' bucket runs tile the table in order, and every
+    /// fingerprint's bucket lies in its slot's run.
+    #[test]
+    fn slots_tile_the_table(slots in 1usize..64, buckets in 1u64..5000, keys in prop::collection::vec(any::<u32>(), 1..50)) {
+        let mut next = 0;
+        for s in 0..slots {
+            let (first, count) = slot_buckets(s, slots, buckets);
+            prop_assert!(first <= next && first + count >= next, "slot {s}: {first}+{count}, expected from {next}");
+            next = first + count;
+        }
+        prop_assert_eq!(next, buckets);
+        let meta = TableMeta { generation: 1, buckets, entries: 0, bucket_bytes: 512, part_buckets: 4 };
+        for k in keys {
+            let f = fp(k);
+            let slot = ((u128::from(f.key64()) * slots as u128) >> 64) as usize;
+            let (first, count) = slot_buckets(slot, slots, buckets);
+            let b = meta.bucket_of(&f);
+            prop_assert!(first <= b && b < first + count);
+        }
+    }
+}

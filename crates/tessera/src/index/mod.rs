@@ -30,7 +30,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, VecDeque};
 
 /// Where garbage collection moved live chunks: (old container, fingerprint) → new container.
 pub type Relocations = hashbrown::HashMap<(ContainerId, Fingerprint), ContainerId>;
@@ -170,10 +170,14 @@ pub trait DedupIndex: Send {
 }
 
 /// Hands decisions on in stream order, holding back those that arrive early.
+///
+/// Stream positions are dense, so the held decisions live in a ring indexed
+/// by their distance from the next position to hand on (O(1) per decision).
 #[derive(Default)]
 pub struct Reorder {
     next: u64,
-    early: BTreeMap<u64, (Chunk, Decision)>,
+    early: VecDeque<Option<(Chunk, Decision)>>,
+    waiting: usize,
 }
 
 impl Reorder {
@@ -185,25 +189,29 @@ impl Reorder {
         ready: &mut Vec<(Chunk, Decision)>,
     ) {
         for item in decided {
-            if item.0.seq == self.next && self.early.is_empty() {
-                self.next += 1;
-                ready.push(item);
-            } else {
-                self.early.insert(item.0.seq, item);
+            let Some(slot) = item.0.seq.checked_sub(self.next) else {
+                continue; // decided twice: the first decision stands
+            };
+            let slot = slot as usize;
+            if slot >= self.early.len() {
+                self.early.resize_with(slot + 1, || None);
+            }
+            if self.early[slot].replace(item).is_none() {
+                self.waiting += 1;
             }
         }
-        while let Some(entry) = self.early.first_entry() {
-            if *entry.key() != self.next {
-                break;
+        while let Some(Some(_)) = self.early.front() {
+            if let Some(Some(item)) = self.early.pop_front() {
+                ready.push(item);
             }
-            ready.push(entry.remove());
+            self.waiting -= 1;
             self.next += 1;
         }
     }
 
     /// Decisions held back, waiting for earlier ones.
     pub fn waiting(&self) -> usize {
-        self.early.len()
+        self.waiting
     }
 }
 
@@ -238,5 +246,24 @@ mod tests {
             vec![0, 1, 2, 3, 4]
         );
         assert_eq!(r.waiting(), 0);
+    }
+
+    proptest::proptest! {
+        /// Any order of any batching comes out in stream order, each once.
+        #[test]
+        fn reorder_emits_every_permutation_in_order(
+            order in proptest::strategy::Strategy::prop_shuffle(
+                proptest::strategy::Just((0u64..300).collect::<Vec<_>>())),
+            cut in 1usize..40,
+        ) {
+            let mut r = Reorder::default();
+            let mut ready = Vec::new();
+            for part in order.chunks(cut) {
+                r.push(part.iter().map(|&s| (chunk(s), Decision::Unique)), &mut ready);
+            }
+            let got: Vec<u64> = ready.iter().map(|c| c.0.seq).collect();
+            proptest::prop_assert_eq!(got, (0..300).collect::<Vec<_>>());
+            proptest::prop_assert_eq!(r.waiting(), 0);
+        }
     }
 }
