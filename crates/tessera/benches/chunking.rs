@@ -19,15 +19,7 @@
 mod util;
 use std::time::{Duration, Instant};
 use tessera::chunker::{cut_all, cut_parallel, Chunker, ChunkerParams};
-use util::{median, random_bytes};
-
-fn env_num(name: &str, default: usize) -> usize {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(default)
-        .max(1)
-}
+use util::{env_num, median, random_bytes};
 
 /// CPU seconds (user + system) used by this process so far, from /proc
 /// (10 ms resolution; 0 where unavailable).

@@ -38,3 +38,12 @@ pub fn median(mut v: Vec<f64>) -> f64 {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
 }
+
+/// The positive integer in environment variable `name`, else `default`.
+pub fn env_num(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(default)
+        .max(1)
+}
