@@ -17,7 +17,7 @@ use crate::container::{self, Builder, ContainerId};
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
-use crate::fingerprint::{FingerprintAlgo, FingerprintMap};
+use crate::fingerprint::{BatchHasher, FingerprintAlgo, FingerprintMap};
 use crate::index::{Chunk, Decision, DedupIndex, Reorder};
 use crate::lifecycle::{self, ArrangeStats, LifecycleBackupOptions};
 use crate::repo::Repository;
@@ -25,7 +25,6 @@ use crate::rewrite::{RewriteFilter, Verdict};
 use crate::snapshot::{self, BackupStats, ChunkRef, ClassCount, Recipe, Snapshot, StageSeconds};
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Sender};
-use rayon::prelude::*;
 use std::io::{ErrorKind, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -253,7 +252,7 @@ fn spawn_front_end<'scope, 'env, 'src: 'scope>(
                 ),
                 (
                     "fingerprinting",
-                    s.spawn(move || fingerprint(algo, block_rx, tx)),
+                    s.spawn(move || fingerprint(&algo, block_rx, tx)),
                 ),
             ]
         }
@@ -620,31 +619,37 @@ fn cut_block(chunker: &dyn Chunker, data: &[u8], eof: bool, lengths: &mut Vec<u3
 
 /// Stage 2: fingerprints the chunks of each block in parallel.
 fn fingerprint(
-    algo: FingerprintAlgo,
+    hasher: &dyn BatchHasher,
     rx: Receiver<Block>,
     tx: Sender<Vec<Chunk>>,
 ) -> Result<Duration> {
     let mut busy = Duration::ZERO;
+    let mut fps = Vec::new();
     for block in rx {
         let t = Instant::now();
-        let mut offsets = Vec::with_capacity(block.lengths.len());
         let mut off = 0usize;
-        for &len in &block.lengths {
-            offsets.push(off);
-            off += len as usize;
-        }
-        let chunks: Vec<Chunk> = offsets
-            .par_iter()
-            .zip(block.lengths.par_iter())
-            .enumerate()
-            .map(|(i, (&off, &len))| {
+        let datas: Vec<Bytes> = block
+            .lengths
+            .iter()
+            .map(|&len| {
                 let data = block.data.slice(off..off + len as usize);
-                Chunk {
-                    seq: block.first_seq + i as u64,
-                    fp: algo.hash(&data),
-                    len,
-                    data: Some(data),
-                }
+                off += len as usize;
+                data
+            })
+            .collect();
+        let slices: Vec<&[u8]> = datas.iter().map(|d| d.as_ref()).collect();
+        fps.clear();
+        hasher.hash_batch(&slices, &mut fps);
+        let chunks: Vec<Chunk> = datas
+            .into_iter()
+            .zip(&fps)
+            .zip(&block.lengths)
+            .enumerate()
+            .map(|(i, ((data, &fp), &len))| Chunk {
+                seq: block.first_seq + i as u64,
+                fp,
+                len,
+                data: Some(data),
             })
             .collect();
         busy += t.elapsed();

@@ -108,6 +108,22 @@ impl FromStr for FingerprintAlgo {
     }
 }
 
+/// Fingerprints a batch of chunks: the seam where a hasher that wants large
+/// batches (a GPU, as in the lazy-dedup paper's §3.4) can be plugged into
+/// the backup pipeline, which hands it one block's chunks at a time.
+pub trait BatchHasher: Send + Sync {
+    /// Appends the fingerprint of each of `chunks` to `out`, in order.
+    fn hash_batch(&self, chunks: &[&[u8]], out: &mut Vec<Fingerprint>);
+}
+
+/// The CPU hasher: a batch's chunks are hashed in parallel on the rayon pool.
+impl BatchHasher for FingerprintAlgo {
+    fn hash_batch(&self, chunks: &[&[u8]], out: &mut Vec<Fingerprint>) {
+        use rayon::prelude::*;
+        out.par_extend(chunks.par_iter().map(|c| self.hash(c)));
+    }
+}
+
 /// A `BuildHasher` for maps keyed by [`Fingerprint`]: the key is already random,
 /// so hashing just mixes its first bytes.
 #[derive(Clone, Copy, Default, Debug)]
