@@ -236,6 +236,33 @@ fn backup_killed_at_random_moments_leaves_repository_consistent() {
     verify_all(&repo, &committed);
     let report = ok(["check".as_ref(), repo.as_os_str(), "--read-data".as_ref()]);
     assert!(report.contains("no problems"), "{report}");
+
+    // GC removes the temporary files the killed writes left behind (and
+    // nothing a backup needs).
+    let stray = repo.join("containers").join(".tmp.0000000000abcdef.1.0");
+    std::fs::write(&stray, b"partial").unwrap();
+    let gc: serde_json::Value =
+        serde_json::from_str(ok(["gc".as_ref(), "--json".as_ref(), repo.as_os_str()]).trim())
+            .unwrap();
+    assert!(num(&gc, "temporaries_removed") >= 1, "{gc}");
+    assert!(!stray.exists());
+    assert_eq!(temporaries(&repo), 0, "temporary files left after gc");
+    verify_all(&repo, &committed);
+}
+
+/// Temporary files anywhere in the repository.
+fn temporaries(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| {
+            if e.file_type().unwrap().is_dir() {
+                temporaries(&e.path())
+            } else {
+                usize::from(e.file_name().to_string_lossy().starts_with(".tmp."))
+            }
+        })
+        .sum()
 }
 
 fn dir_names_or_empty(dir: &std::path::Path) -> std::collections::BTreeSet<String> {

@@ -47,6 +47,7 @@ pub struct RepoTotals {
 pub struct Repository {
     backend: Arc<Counting>,
     config: Config,
+    exclusive: bool,
     _lock: LockGuard,
 }
 
@@ -78,6 +79,7 @@ impl Repository {
         Ok(Repository {
             backend,
             config,
+            exclusive: true,
             _lock: lock,
         })
     }
@@ -104,8 +106,14 @@ impl Repository {
         Ok(Repository {
             backend,
             config,
+            exclusive,
             _lock: lock,
         })
+    }
+
+    /// Whether this handle holds the exclusive lock.
+    pub fn is_exclusive(&self) -> bool {
+        self.exclusive
     }
 
     /// The configuration.

@@ -173,6 +173,10 @@ impl Backend for Local {
             .map_err(|e| Error::io(format!("inspecting {}", path.display()), e))
     }
 
+    fn remove_temporaries(&self) -> Result<u64> {
+        remove_temporaries_in(&self.root)
+    }
+
     fn lock(&self, exclusive: bool) -> Result<LockGuard> {
         let path = self.root.join(LOCK_FILE);
         let io_err = |e| Error::io(format!("locking {}", path.display()), e);
@@ -200,6 +204,25 @@ impl Backend for Local {
             Err(std::fs::TryLockError::Error(e)) => Err(io_err(e)),
         }
     }
+}
+
+/// Deletes the `.tmp.*` files of interrupted writes under `dir`, recursively.
+fn remove_temporaries_in(dir: &Path) -> Result<u64> {
+    let io_err = |e| Error::io(format!("cleaning {}", dir.display()), e);
+    let mut removed = 0;
+    for entry in fs::read_dir(dir).map_err(io_err)? {
+        let entry = entry.map_err(io_err)?;
+        let path = entry.path();
+        let kind = entry.file_type().map_err(io_err)?;
+        if kind.is_dir() {
+            removed += remove_temporaries_in(&path)?;
+        } else if entry.file_name().to_string_lossy().starts_with(".tmp.") {
+            fs::remove_file(&path)
+                .map_err(|e| Error::io(format!("removing {}", path.display()), e))?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 #[cfg(test)]

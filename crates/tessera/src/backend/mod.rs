@@ -40,6 +40,13 @@ pub trait Backend: Send + Sync {
     /// Takes the repository lock (shared or exclusive), held until the guard drops.
     /// Backends without locking return an empty guard.
     fn lock(&self, exclusive: bool) -> Result<LockGuard>;
+    /// Deletes the temporary objects that interrupted writes left behind and
+    /// returns how many. Only safe while holding the exclusive lock (no
+    /// write in progress); backends whose writes leave nothing behind keep
+    /// this default.
+    fn remove_temporaries(&self) -> Result<u64> {
+        Ok(0)
+    }
 }
 
 /// Holds a repository lock until dropped.
@@ -174,5 +181,8 @@ impl Backend for Counting {
     }
     fn lock(&self, exclusive: bool) -> Result<LockGuard> {
         self.inner.lock(exclusive)
+    }
+    fn remove_temporaries(&self) -> Result<u64> {
+        self.inner.remove_temporaries()
     }
 }

@@ -136,6 +136,8 @@ pub struct GcStats {
     pub recipes_rewritten: u64,
     /// Leftover recipes of interrupted backups removed.
     pub uncommitted_recipes_removed: u64,
+    /// Temporary files of interrupted writes removed (only with the exclusive lock).
+    pub temporaries_removed: u64,
     /// Segments the selected containers were processed in.
     pub segments: u64,
     /// GCCDF: clusters (binary tree leaves), summed over segments.
@@ -199,6 +201,9 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     let io_before = repo.io_stats();
     let backend = repo.backend().as_ref();
     let mut stats = GcStats::default();
+    if repo.is_exclusive() {
+        stats.temporaries_removed = backend.remove_temporaries()?;
+    }
 
     // Mark.
     let t = Instant::now();
