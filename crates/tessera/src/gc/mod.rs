@@ -346,9 +346,12 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     // Update the index, then every recipe that names a selected container.
     let t = Instant::now();
     let removed: BTreeSet<ContainerId> = selected.iter().map(|s| s.id).collect();
-    let mut index = repo.open_index()?;
-    index.relocate(&removed, &moved)?;
-    index.commit(next_id)?;
+    if !removed.is_empty() {
+        // Nothing selected: the index names no removed container.
+        let mut index = repo.open_index()?;
+        index.relocate(&removed, &moved)?;
+        index.commit(next_id)?;
+    }
     for s in &snapshots {
         let mut recipe = repo.recipe(s.id)?;
         let mut changed = false;
