@@ -93,6 +93,21 @@ fn cases() -> Vec<Case> {
         memory: false,
     });
 
+    let mut lazy = base("lazy", FingerprintAlgo::Blake3);
+    lazy.index = IndexKind::Lazy;
+    // Index memory far below the index: buffered searches, prefetches,
+    // forced flushes; GC makes the commit rebuild the index.
+    lazy.index_cache_bytes = 512 << 10;
+    lazy.lazy_bft = 8;
+    lazy.lazy_prefetch = 256;
+    cases.push(Case {
+        name: "lazy-gc",
+        config: lazy,
+        gc: Some((3, GcOptions::default())),
+        cache: 4,
+        memory: false,
+    });
+
     let mut capping = base("capping", FingerprintAlgo::Sha1);
     capping.rewrite.kind = RewriteKind::Capping;
     capping.rewrite.segment_bytes = 512 << 10;
@@ -243,6 +258,15 @@ fn backup_metrics(s: &BackupStats, memory: bool) -> impl PartialEq + std::fmt::D
             i.bloom_bytes,
             i.cache_peak_bytes,
             i.table_bytes,
+        ),
+        (
+            i.prefetches,
+            i.log_reads,
+            i.cache_lookups,
+            i.prelookup_hits,
+            i.postlookup_hits,
+            i.forced_flushes,
+            i.buffer_peak_bytes,
         ),
     )
 }
@@ -410,6 +434,7 @@ macro_rules! replay_case {
 
 replay_case!(trace_replay_equals_data_exact_index, "exact-sha1");
 replay_case!(trace_replay_equals_data_ddfs_index, "ddfs-blake3");
+replay_case!(trace_replay_equals_data_lazy_index_with_gc, "lazy-gc");
 replay_case!(trace_replay_equals_data_capping_rewrite, "capping");
 replay_case!(trace_replay_equals_data_har_rewrite, "har");
 replay_case!(trace_replay_equals_data_gc_keep_last_3, "gc-keep3");
