@@ -314,6 +314,9 @@ struct InitArgs {
     /// HID/EHID: also look up hot misses in the cold index (maximum dedup).
     #[arg(long)]
     consult_cold: bool,
+    /// HID/EHID: containers the last backup used below this percentage are sparse.
+    #[arg(long, default_value_t = tessera::config::DEFAULT_EHID_SPARSE_PCT)]
+    sparse_threshold: u32,
     /// DDFS: target false-positive rate of the Bloom filter.
     #[arg(long, default_value_t = tessera::config::DEFAULT_BLOOM_FPR)]
     bloom_fpr: f64,
@@ -701,6 +704,7 @@ fn init(a: InitArgs) -> Result<()> {
     config.lazy_prefetch = a.prefetch;
     config.lazy_buffer_pct = a.buffer_share;
     config.ehid_consult_cold = a.consult_cold;
+    config.ehid_sparse_pct = a.sparse_threshold;
     config.rewrite = RewriteParams {
         kind: a.rewrite,
         limit: a.rewrite_limit.map(|p| p / 100.0),

@@ -276,6 +276,8 @@ pub struct SystemSpec {
     pub bloom_fpr: Option<f64>,
     /// Lazy: buffer fingerprint threshold.
     pub bft: Option<u32>,
+    /// HID/EHID: sparse-container threshold in percent.
+    pub sparse_threshold: Option<u32>,
 }
 
 fn default_cache_policy() -> String {
@@ -348,6 +350,9 @@ impl SystemSpec {
         }
         if let Some(v) = self.bft {
             c.lazy_bft = v;
+        }
+        if let Some(v) = self.sparse_threshold {
+            c.ehid_sparse_pct = v;
         }
         c.rewrite.kind = self.rewrite.parse()?;
         c.rewrite.limit = self.rewrite_limit;

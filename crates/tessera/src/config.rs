@@ -75,6 +75,13 @@ fn default_index_bucket_bytes() -> u32 {
     DEFAULT_INDEX_BUCKET_BYTES
 }
 
+/// Default sparse-container threshold of HID/EHID, in percent.
+pub const DEFAULT_EHID_SPARSE_PCT: u32 = 50;
+
+fn default_ehid_sparse_pct() -> u32 {
+    DEFAULT_EHID_SPARSE_PCT
+}
+
 /// Default buffer fingerprint threshold of the lazy index (the paper's BFT).
 pub const DEFAULT_LAZY_BFT: u32 = 32;
 /// Default metadata-log entries per prefetch (the paper's N).
@@ -159,6 +166,10 @@ pub struct Config {
     /// deduplication; fragmented chunks are then not stored again).
     #[serde(default)]
     pub ehid_consult_cold: bool,
+    /// HID/EHID: a container whose utilization by the last backup is below
+    /// this percentage is sparse (its entries go cold), 0..=100.
+    #[serde(default = "default_ehid_sparse_pct")]
+    pub ehid_sparse_pct: u32,
     /// Rewriting policy and its parameters.
     #[serde(default)]
     pub rewrite: crate::rewrite::RewriteParams,
@@ -201,6 +212,7 @@ impl Config {
             lazy_prefetch: DEFAULT_LAZY_PREFETCH,
             lazy_buffer_pct: DEFAULT_LAZY_BUFFER_PCT,
             ehid_consult_cold: false,
+            ehid_sparse_pct: DEFAULT_EHID_SPARSE_PCT,
             rewrite: crate::rewrite::RewriteParams::default(),
             layout: Layout::Container,
             arrange: Arrange::Auto,
@@ -234,6 +246,12 @@ impl Config {
                 self.index_bucket_bytes,
                 buckets.start(),
                 buckets.end()
+            )));
+        }
+        if self.ehid_sparse_pct > 100 {
+            return Err(Error::InvalidConfig(format!(
+                "HID/EHID sparse threshold {}% is above 100%",
+                self.ehid_sparse_pct
             )));
         }
         if self.lazy_bft == 0 || self.lazy_prefetch == 0 || self.lazy_buffer_pct >= 100 {
@@ -311,6 +329,15 @@ mod tests {
         o.remove("bloom_fpr");
         o.remove("index_cache_bytes");
         o.remove("index_bucket_bytes");
+        for field in [
+            "bloom_bytes",
+            "lazy_bft",
+            "lazy_prefetch",
+            "lazy_buffer_pct",
+            "ehid_sparse_pct",
+        ] {
+            o.remove(field);
+        }
         let sealed = envelope::seal(KIND, FORMAT_VERSION, &serde_json::to_vec(&v).unwrap());
         assert_eq!(Config::decode(&sealed).unwrap(), c);
         let mut d = c.clone();
@@ -318,6 +345,35 @@ mod tests {
         assert_eq!(Config::decode(&d.encode()).unwrap(), d);
         d.bloom_fpr = 0.0;
         assert!(d.validate().is_err());
+    }
+
+    #[test]
+    fn rejects_bad_lazy_and_ehid_parameters() {
+        let ok = Config::new("abc".into());
+        assert!(ok.validate().is_ok());
+        for bad in [
+            Config {
+                ehid_sparse_pct: 101,
+                ..ok.clone()
+            },
+            Config {
+                lazy_bft: 0,
+                ..ok.clone()
+            },
+            Config {
+                lazy_prefetch: 0,
+                ..ok.clone()
+            },
+            Config {
+                lazy_buffer_pct: 100,
+                ..ok.clone()
+            },
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(Error::InvalidConfig(_))),
+                "{bad:?}"
+            );
+        }
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub const EHID_HOT_PREFIX: &str = "index/ehid-hot";
 /// Directory of the cold table.
 pub const EHID_COLD_PREFIX: &str = "index/ehid-cold";
 /// Default sparse-container threshold: CU below 50%.
-pub const DEFAULT_SPARSE_THRESHOLD: f64 = 0.5;
+pub const DEFAULT_SPARSE_THRESHOLD: f64 = crate::config::DEFAULT_EHID_SPARSE_PCT as f64 / 100.0;
 
 /// Parameters of HID/EHID.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -71,7 +71,7 @@ impl EhidParams {
         EhidParams {
             ddfs: DdfsParams::from_config(config),
             bloom,
-            sparse_threshold: DEFAULT_SPARSE_THRESHOLD,
+            sparse_threshold: f64::from(config.ehid_sparse_pct) / 100.0,
             consult_cold: config.ehid_consult_cold,
         }
     }
