@@ -596,6 +596,12 @@ fn trace_repository_plans_restores_from_metadata() {
         assert_eq!(t.stats.stored_bytes, r.stats.stored_bytes);
         ids.push((t.id, r.id, data.clone()));
     }
+    // The trace repository's totals count the bytes its objects stand for:
+    // the same as the real one's, up to the data-section checksums' layout.
+    let (tt, rt) = (trace.totals().unwrap(), real.totals().unwrap());
+    assert_eq!(tt.logical_bytes, rt.logical_bytes);
+    assert_eq!(tt.containers, rt.containers);
+    assert_eq!(tt.physical_bytes, rt.physical_bytes, "{tt:?} vs {rt:?}");
     for (tid, rid, data) in &ids {
         let plan = lifecycle::plan_restore(&trace, *tid).unwrap();
         let path = dir.path().join("out");

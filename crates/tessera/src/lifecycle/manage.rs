@@ -302,15 +302,26 @@ pub fn totals(repo: &Repository) -> Result<crate::repo::RepoTotals> {
     let snapshots = repo.snapshots()?;
     let logical_bytes = snapshots.iter().map(|s| s.logical_bytes).sum();
     let (mut physical_bytes, mut parts) = (0u64, 0u64);
+    // A trace repository stores no chunk bytes: count the bytes its
+    // category and volume objects stand for (their headers' data lengths).
+    let trace = repo.config().trace;
+    let object_bytes = |key: &str| -> Result<u64> {
+        let size = backend.size(key)?;
+        if !trace {
+            return Ok(size);
+        }
+        let header = format::read_header(backend, key, &mut ReadLog::default())?;
+        Ok(size + header.categories.iter().map(|c| c.data_bytes).sum::<u64>())
+    };
     for l in lineages(backend)? {
         physical_bytes += backend.size(&state_key(&l.name))?;
         for (i, j, p) in l.cat_objects(backend)? {
-            physical_bytes += backend.size(&cat_key(&l.name, i, j, p))?;
+            physical_bytes += object_bytes(&cat_key(&l.name, i, j, p))?;
             parts += 1;
         }
         for (j, vol_parts) in l.volumes(backend)? {
             for (p, first) in vol_parts {
-                physical_bytes += backend.size(&vol_key(&l.name, j, p, first))?;
+                physical_bytes += object_bytes(&vol_key(&l.name, j, p, first))?;
                 parts += 1;
             }
         }
