@@ -19,24 +19,7 @@
 mod util;
 use std::time::{Duration, Instant};
 use tessera::chunker::{cut_all, cut_parallel, Chunker, ChunkerParams};
-use util::{env_num, median, random_bytes};
-
-/// CPU seconds (user + system) used by this process so far, from /proc
-/// (10 ms resolution; 0 where unavailable).
-fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    f.iter().sum::<f64>() / 100.0
-}
+use util::{cpu_seconds, env_num, median, random_bytes};
 
 fn mb_s(bytes: usize, t: Duration) -> f64 {
     bytes as f64 / 1e6 / t.as_secs_f64().max(1e-9)

@@ -34,7 +34,7 @@ use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::snapshot::Snapshot;
 use tessera::Repository;
-use util::{median, random_bytes};
+use util::{cpu_seconds, median, random_bytes};
 
 /// Block size of the baseline's chunking thread: the backup pipeline's
 /// (override with `TESSERA_BENCH_BASELINE_BLOCK_KIB` to compare).
@@ -160,23 +160,6 @@ fn read_containers(root: &Path) -> (Duration, u64) {
         bytes += std::hint::black_box(std::fs::read(path).expect("reading container")).len() as u64;
     }
     (started.elapsed(), bytes)
-}
-
-/// CPU seconds (user + system) used by this process so far, from /proc
-/// (10 ms resolution; 0 where unavailable).
-fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // Fields after the parenthesised command name; utime and stime are the 14th and 15th.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .filter_map(|x| x.parse().ok())
-        .collect();
-    f.iter().sum::<f64>() / 100.0
 }
 
 /// Wall time and CPU seconds of `f`.

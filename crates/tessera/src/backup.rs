@@ -923,7 +923,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::chunker::{ChunkerKind, ChunkerParams};
+    use crate::chunker::{pseudo_random, ChunkerKind, ChunkerParams};
     use crate::config::Config;
     use crate::restore::{restore, RestoreOptions};
 
@@ -944,18 +944,6 @@ mod tests {
             self.data = &self.data[n..];
             Ok(n)
         }
-    }
-
-    fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
     }
 
     /// Backs `data` up through a trickling reader and checks that the recipe

@@ -238,6 +238,21 @@ fn fill<R: Read + ?Sized>(input: &mut R, buf: &mut BytesMut, target: usize) -> i
     Ok(false)
 }
 
+/// Deterministic pseudo-random bytes (xorshift) for the tests of chunking and
+/// of the stages built on it.
+#[cfg(test)]
+pub(crate) fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -274,18 +289,6 @@ mod tests {
             }
         }
         out
-    }
-
-    fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
     }
 
     proptest! {

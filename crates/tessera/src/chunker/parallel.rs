@@ -195,7 +195,7 @@ fn stitch(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{ChunkerKind, ChunkerParams};
+    use super::super::{pseudo_random, ChunkerKind, ChunkerParams};
     use super::*;
     use proptest::prelude::*;
 
@@ -211,18 +211,6 @@ mod tests {
 
     fn kinds() -> [ChunkerKind; 3] {
         [ChunkerKind::Fastcdc, ChunkerKind::Rabin, ChunkerKind::Fixed]
-    }
-
-    fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 24) as u8
-            })
-            .collect()
     }
 
     /// Test data of several shapes: random, constant, short-period
