@@ -57,6 +57,16 @@ pub const METRICS: &[Metric] = &[
         value: |r| Some(r.index_memory_bytes as f64 / 1048576.0),
     },
     Metric {
+        title: "On-disk index lookups",
+        unit: "table reads per backup",
+        value: |r| Some(r.index.disk_lookups as f64),
+    },
+    Metric {
+        title: "Index prefetches",
+        unit: "metadata runs read per backup (log runs, container metadata)",
+        value: |r| Some((r.index.prefetches + r.index.container_loads) as f64),
+    },
+    Metric {
         title: "GC / arranging time per round",
         unit: "seconds",
         value: |r| {
