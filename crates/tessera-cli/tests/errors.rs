@@ -261,10 +261,42 @@ fn second_writer_gets_a_locked_error() {
     assert!(line.contains("locked"), "{line}");
     drop(holder);
     // A reader does not exclude other readers, but does exclude a writer.
-    let reader = tessera::Repository::open(&repo, false).unwrap();
+    let reader = open_when_released(&repo, false);
     assert_eq!(list_ids(&repo), vec![1]);
     let line = fail(["backup".to_string(), s(&repo), s(&input)]);
     assert!(line.contains("locked"), "{line}");
     drop(reader);
-    assert_eq!(num(&backup_json(&repo, &input), "id"), 2);
+    // Once released, a writer gets in (retried while the release lags).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let out = loop {
+        let out = run(["backup", "--json", &s(&repo), &s(&input)]);
+        let locked = String::from_utf8_lossy(&out.stderr).contains("locked");
+        if out.status.success() || !locked || std::time::Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(num(&r, "id"), 2);
+}
+
+/// Opens `repo` once a dropped lock is really released. A lock is an open
+/// file description: a process another test thread is spawning at that
+/// moment holds a copy of it until it runs its program (the descriptor is
+/// close-on-exec), so the release can lag the drop by a moment.
+fn open_when_released(repo: &std::path::Path, exclusive: bool) -> tessera::Repository {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        match tessera::Repository::open(repo, exclusive) {
+            Err(tessera::error::Error::Locked(_)) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            other => return other.unwrap(),
+        }
+    }
 }
