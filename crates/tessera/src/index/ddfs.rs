@@ -46,7 +46,7 @@
 //! them into the table).
 
 use super::table::{self, order_key, Pushed, Table, TableMeta, TableWriter};
-use super::{Chunk, Decision, DedupIndex, IndexStats, Relocations};
+use super::{read_cached, unusable, Chunk, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::container::{self, ContainerId};
@@ -228,14 +228,6 @@ impl Manifest {
     }
 }
 
-/// Whether an error means "this cached object cannot be used" (so rebuild it).
-pub(super) fn unusable(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::Corrupt { .. } | Error::UnsupportedVersion { .. } | Error::NotFound(_)
-    )
-}
-
 /// An LRU cache of container metadata with a memory budget: fingerprint →
 /// container for every chunk of the cached containers.
 struct Cache {
@@ -410,15 +402,7 @@ impl Ddfs {
         layout: Layout,
     ) -> Result<Ddfs> {
         let params = params.checked()?;
-        let manifest = match backend.read(&layout.manifest_key()) {
-            Ok(bytes) => match Manifest::decode(&bytes) {
-                Ok(m) => Some(m),
-                Err(e) if unusable(&e) => None,
-                Err(e) => return Err(e),
-            },
-            Err(e) if unusable(&e) => None,
-            Err(e) => return Err(e),
-        };
+        let manifest = read_cached(backend.as_ref(), &layout.manifest_key(), Manifest::decode)?;
         let existing: BTreeSet<ContainerId> = containers.iter().copied().collect();
         let Some(manifest) = manifest.filter(|m| m.referenced.iter().all(|c| existing.contains(c)))
         else {
@@ -429,13 +413,14 @@ impl Ddfs {
         let prefix = layout.prefix.clone();
         let table = Table::new(&prefix, manifest.table);
         let generation = manifest.table.generation;
-        let bloom = match backend.read(&bloom_key_in(&prefix, generation)) {
-            Ok(bytes) => decode_bloom_in(&prefix, generation, &bytes),
-            Err(e) => Err(e),
-        };
-        let bloom = match bloom {
-            Ok(b) => b,
-            Err(e) if unusable(&e) => {
+        let cached = read_cached(
+            backend.as_ref(),
+            &bloom_key_in(&prefix, generation),
+            |bytes| decode_bloom_in(&prefix, generation, bytes),
+        )?;
+        let bloom = match cached {
+            Some(b) => b,
+            None => {
                 let mut bloom = new_bloom(manifest.table.entries, params.bloom_fpr);
                 let scanned = table.scan(backend.as_ref(), |fp, _| {
                     bloom.insert_hash(bloom_hash(&fp));
@@ -457,7 +442,6 @@ impl Ddfs {
                     Err(e) => return Err(e),
                 }
             }
-            Err(e) => return Err(e),
         };
         let scan_newer = layout.from_containers;
         let mut index = Ddfs::with_state(backend, params, manifest, bloom, containers, layout);

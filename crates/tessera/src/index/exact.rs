@@ -33,15 +33,7 @@ impl Exact {
     /// missing, damaged or names containers that do not exist, and adds
     /// containers newer than it.
     pub fn open(backend: Arc<dyn Backend>, containers: &[ContainerId]) -> Result<Exact> {
-        let loaded = match backend.read(INDEX_KEY) {
-            Ok(bytes) => match decode(&bytes) {
-                Ok(v) => Some(v),
-                Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => None,
-                Err(e) => return Err(e),
-            },
-            Err(Error::NotFound(_)) => None,
-            Err(e) => return Err(e),
-        };
+        let loaded = super::read_cached(backend.as_ref(), INDEX_KEY, decode)?;
         let existing: BTreeSet<ContainerId> = containers.iter().copied().collect();
         if let Some((next_container, map)) = loaded {
             if map.values().all(|c| existing.contains(c)) {

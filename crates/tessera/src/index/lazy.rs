@@ -48,12 +48,10 @@
 //! commit rebuilds the index from the containers; garbage collection does
 //! the same (the log names the containers it deleted).
 
-use super::ddfs::{
-    bloom_hash, bloom_key_in, decode_bloom_in, encode_bloom, next_generation, unusable,
-};
+use super::ddfs::{bloom_hash, bloom_key_in, decode_bloom_in, encode_bloom, next_generation};
 use super::metalog::{self, Entry, MetaLog};
 use super::table::{self, order_key, Pushed, Table, TableMeta, TableWriter};
-use super::{Chunk, Decision, DedupIndex, IndexStats, Relocations};
+use super::{read_cached, unusable, Chunk, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::Backend;
 use crate::config::Config;
 use crate::container::{self, ContainerId};
@@ -302,29 +300,15 @@ impl Lazy {
         params: LazyParams,
     ) -> Result<Lazy> {
         let params = params.checked()?;
-        let manifest = match backend.read(MANIFEST_KEY) {
-            Ok(bytes) => match Manifest::decode(&bytes) {
-                Ok(m) => Some(m),
-                Err(e) if unusable(&e) => None,
-                Err(e) => return Err(e),
-            },
-            Err(e) if unusable(&e) => None,
-            Err(e) => return Err(e),
-        };
+        let manifest = read_cached(backend.as_ref(), MANIFEST_KEY, Manifest::decode)?;
         let existing: BTreeSet<ContainerId> = containers.iter().copied().collect();
         let manifest = manifest.filter(|m| m.referenced.iter().all(|c| existing.contains(c)));
         let bloom = match &manifest {
             Some(m) => {
                 let g = m.table.generation;
-                match backend.read(&bloom_key_in(LAZY_PREFIX, g)) {
-                    Ok(bytes) => match decode_bloom_in(LAZY_PREFIX, g, &bytes) {
-                        Ok(b) => Some(b),
-                        Err(e) if unusable(&e) => None,
-                        Err(e) => return Err(e),
-                    },
-                    Err(e) if unusable(&e) => None,
-                    Err(e) => return Err(e),
-                }
+                read_cached(backend.as_ref(), &bloom_key_in(LAZY_PREFIX, g), |bytes| {
+                    decode_bloom_in(LAZY_PREFIX, g, bytes)
+                })?
             }
             None => None,
         };

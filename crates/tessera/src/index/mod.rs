@@ -152,6 +152,29 @@ pub(crate) fn scan_containers(
     Ok(())
 }
 
+/// Whether an error means "this cached object cannot be used" (so rebuild it).
+pub(crate) fn unusable(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Corrupt { .. } | Error::UnsupportedVersion { .. } | Error::NotFound(_)
+    )
+}
+
+/// Reads and decodes the cached index object `key`: `None` when it is
+/// missing, damaged or of an unknown version (the caller rebuilds it);
+/// other errors (I/O) pass.
+pub(crate) fn read_cached<T>(
+    backend: &dyn Backend,
+    key: &str,
+    decode: impl FnOnce(&[u8]) -> Result<T>,
+) -> Result<Option<T>> {
+    match backend.read(key).and_then(|bytes| decode(&bytes)) {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if unusable(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// A deduplication index policy.
 pub trait DedupIndex: Send {
     /// Offers chunks in stream order; appends every decision that is final now.
