@@ -45,6 +45,15 @@ struct Sim {
 }
 
 impl Sim {
+    fn new(backend: Arc<dyn Backend>, per_container: usize) -> Sim {
+        Sim {
+            backend,
+            containers: BTreeMap::new(),
+            next: 1,
+            per_container,
+        }
+    }
+
     fn write(&mut self, id: ContainerId, fps: Vec<Fingerprint>) {
         let mut b = container::Builder::without_data(id, 1 << 30);
         for f in &fps {
@@ -135,14 +144,7 @@ impl Sim {
 /// Runs the same backups through the exact index and `mode`, each on its own
 /// repository, and checks that they decide alike.
 fn same_as_exact(mode: Mode, p: LazyParams, backups: &[(Vec<u32>, usize)], per_container: usize) {
-    let mut sims: Vec<Sim> = (0..2)
-        .map(|_| Sim {
-            backend: mem(),
-            containers: BTreeMap::new(),
-            next: 1,
-            per_container,
-        })
-        .collect();
+    let mut sims: Vec<Sim> = (0..2).map(|_| Sim::new(mem(), per_container)).collect();
     for (n, (stream, batch)) in backups.iter().enumerate() {
         let first_new = [sims[0].next, sims[1].next];
         let ids: Vec<_> = sims[0].containers.keys().copied().collect();
@@ -223,12 +225,7 @@ fn versions(n: usize) -> Vec<Vec<u32>> {
 
 fn run_versions(mode: Mode, bloom_bytes: u64) -> IndexStats {
     let counting = Arc::new(Counting::new(Box::new(Mem::default())));
-    let mut sim = Sim {
-        backend: counting,
-        containers: BTreeMap::new(),
-        next: 1,
-        per_container: 64,
-    };
+    let mut sim = Sim::new(counting, 64);
     let p = LazyParams {
         mode,
         // Far below the index (6000+ entries): ~1000 cached fingerprints.
@@ -273,12 +270,7 @@ fn lazy_needs_fewer_disk_reads_than_eager() {
 #[test]
 fn buffer_stays_within_its_budget() {
     let backend = mem();
-    let mut sim = Sim {
-        backend: backend.clone(),
-        containers: BTreeMap::new(),
-        next: 1,
-        per_container: 16,
-    };
+    let mut sim = Sim::new(backend.clone(), 16);
     let stream: Vec<u32> = (0..3000).collect();
     let mut index = Lazy::open(backend.clone(), &[], params(Mode::Lazy)).unwrap();
     sim.backup(&mut index, &stream, 100);
@@ -303,12 +295,7 @@ fn buffer_stays_within_its_budget() {
 #[test]
 fn open_rebuilds_a_damaged_or_stale_index_and_gc_rebuilds_at_commit() {
     let backend = mem();
-    let mut sim = Sim {
-        backend: backend.clone(),
-        containers: BTreeMap::new(),
-        next: 1,
-        per_container: 8,
-    };
+    let mut sim = Sim::new(backend.clone(), 8);
     let stream: Vec<u32> = (0..200).collect();
     let p = params(Mode::Lazy);
     let mut index = Lazy::open(backend.clone(), &[], p).unwrap();
@@ -348,12 +335,7 @@ fn open_rebuilds_a_damaged_or_stale_index_and_gc_rebuilds_at_commit() {
 #[test]
 fn garbage_collection_makes_the_commit_rebuild() {
     let backend = mem();
-    let mut sim = Sim {
-        backend: backend.clone(),
-        containers: BTreeMap::new(),
-        next: 1,
-        per_container: 8,
-    };
+    let mut sim = Sim::new(backend.clone(), 8);
     let stream: Vec<u32> = (0..200).collect();
     let p = params(Mode::Lazy);
     let mut index = Lazy::open(backend.clone(), &[], p).unwrap();
