@@ -3,11 +3,13 @@
 //! error (never panic), and the repository must stay consistent: it checks
 //! clean, earlier backups restore byte-identically, and a new backup works.
 
+mod common;
+
+use common::{Faulty, Gate, Mutation};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tessera::backend::{Backend, Local, LockGuard};
 use tessera::backup::{backup, BackupOptions};
 use tessera::check::{check, CheckOptions};
 use tessera::config::Config;
@@ -17,50 +19,35 @@ use tessera::{Error, Repository, Result};
 /// The writes a backend was asked to make: key and size, in order.
 type WriteLog = Arc<Mutex<Vec<(String, usize)>>>;
 
-/// Wraps [`Local`]: writes succeed while their bytes fit in the budget; the
-/// first write that does not fit fails with `StorageFull` and so does every
-/// write after it (the disk stays full). Records every write attempted.
+/// Writes succeed while their bytes fit in the budget; the first write that
+/// does not fit fails with `StorageFull` and so does every write after it
+/// (the disk stays full). Records every write attempted; deletes pass.
 struct FullDisk {
-    inner: Local,
     budget: AtomicU64,
     writes: WriteLog,
 }
 
 impl FullDisk {
-    fn new(root: &Path, budget: u64) -> (Self, WriteLog) {
+    fn new(root: &Path, budget: u64) -> (Faulty<FullDisk>, WriteLog) {
         let writes = Arc::new(Mutex::new(Vec::new()));
-        let disk = FullDisk {
-            inner: Local::new(root),
+        let gate = FullDisk {
             budget: AtomicU64::new(budget),
             writes: writes.clone(),
         };
-        (disk, writes)
+        (Faulty::new(root, gate), writes)
     }
 }
 
-impl Backend for FullDisk {
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-    fn read(&self, key: &str) -> Result<Vec<u8>> {
-        self.inner.read(key)
-    }
-    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.inner.read_range(key, offset, len)
-    }
-    fn size(&self, key: &str) -> Result<u64> {
-        self.inner.size(key)
-    }
-    fn write(&self, key: &str, data: &[u8]) -> Result<()> {
-        self.writes
-            .lock()
-            .unwrap()
-            .push((key.to_string(), data.len()));
-        let len = data.len() as u64;
+impl Gate for FullDisk {
+    fn check(&self, request: Mutation) -> Result<()> {
+        let Mutation::Write { key, len } = request else {
+            return Ok(());
+        };
+        self.writes.lock().unwrap().push((key.to_string(), len));
         let fits = self
             .budget
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
-                left.checked_sub(len)
+                left.checked_sub(len as u64)
             })
             .is_ok();
         if !fits {
@@ -73,19 +60,7 @@ impl Backend for FullDisk {
                 ),
             ));
         }
-        self.inner.write(key, data)
-    }
-    fn delete(&self, key: &str) -> Result<()> {
-        self.inner.delete(key)
-    }
-    fn list(&self, dir: &str) -> Result<Vec<String>> {
-        self.inner.list(dir)
-    }
-    fn exists(&self, key: &str) -> Result<bool> {
-        self.inner.exists(key)
-    }
-    fn lock(&self, exclusive: bool) -> Result<LockGuard> {
-        self.inner.lock(exclusive)
+        Ok(())
     }
 }
 

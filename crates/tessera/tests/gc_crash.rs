@@ -5,10 +5,9 @@
 
 mod common;
 
-use common::{copy_dir, Rng};
+use common::{copy_dir, Faulty, Gate, Mutation, Rng};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use tessera::backend::{Backend, Local, LockGuard};
 use tessera::backup::{backup, BackupOptions};
 use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
@@ -17,14 +16,13 @@ use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::{Error, Repository, Result};
 
-/// Wraps [`Local`]; after `allowed` mutating requests every further one fails.
+/// After `allowed` mutating requests every further one fails.
 struct Crashing {
-    inner: Local,
     allowed: AtomicU64,
 }
 
-impl Crashing {
-    fn take(&self, key: &str) -> Result<()> {
+impl Gate for Crashing {
+    fn check(&self, request: Mutation) -> Result<()> {
         let ok = self
             .allowed
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -33,46 +31,10 @@ impl Crashing {
             Ok(())
         } else {
             Err(Error::io(
-                format!("writing {key}"),
+                format!("writing {}", request.key()),
                 std::io::Error::other("crashed (simulated)"),
             ))
         }
-    }
-}
-
-impl Backend for Crashing {
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-    fn read(&self, key: &str) -> Result<Vec<u8>> {
-        self.inner.read(key)
-    }
-    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.inner.read_range(key, offset, len)
-    }
-    fn size(&self, key: &str) -> Result<u64> {
-        self.inner.size(key)
-    }
-    fn write(&self, key: &str, data: &[u8]) -> Result<()> {
-        self.take(key)?;
-        self.inner.write(key, data)
-    }
-    fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
-        self.take(key)?;
-        self.inner.write_parts(key, parts)
-    }
-    fn delete(&self, key: &str) -> Result<()> {
-        self.take(key)?;
-        self.inner.delete(key)
-    }
-    fn list(&self, dir: &str) -> Result<Vec<String>> {
-        self.inner.list(dir)
-    }
-    fn exists(&self, key: &str) -> Result<bool> {
-        self.inner.exists(key)
-    }
-    fn lock(&self, exclusive: bool) -> Result<LockGuard> {
-        self.inner.lock(exclusive)
     }
 }
 
@@ -126,10 +88,12 @@ fn gc_interrupted_at_every_write_loses_nothing() {
         loop {
             let work = dir.path().join(format!("{}-{n}", defrag.name()));
             copy_dir(&base, &work);
-            let crashing = Crashing {
-                inner: Local::new(&work),
-                allowed: AtomicU64::new(n),
-            };
+            let crashing = Faulty::new(
+                &work,
+                Crashing {
+                    allowed: AtomicU64::new(n),
+                },
+            );
             let repo = Repository::open_with_backend(Box::new(crashing), true).unwrap();
             let finished = gc(&repo, options).is_ok();
             drop(repo);

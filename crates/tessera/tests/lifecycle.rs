@@ -5,13 +5,12 @@
 
 mod common;
 
-use common::{copy_dir, edit, Rng};
+use common::{copy_dir, edit, Faulty, Gate, Mutation, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
-use tessera::backend::{Backend, Local, LockGuard};
 use tessera::check::CheckOptions;
 use tessera::chunker::{Blocks, ChunkerKind, ChunkerParams};
 use tessera::config::{Arrange, Config, Layout};
@@ -276,53 +275,20 @@ fn walk(p: &Path) -> Vec<String> {
     out
 }
 
-/// A backend whose writes and deletes fail once `budget` of them were made.
+/// Writes and deletes fail once `budget` of them were made.
 struct FailAfter {
-    inner: Local,
     budget: Arc<AtomicI64>,
 }
 
-impl FailAfter {
-    fn spend(&self, key: &str) -> Result<()> {
+impl Gate for FailAfter {
+    fn check(&self, request: Mutation) -> Result<()> {
         if self.budget.fetch_sub(1, Ordering::SeqCst) <= 0 {
             return Err(Error::io(
-                format!("writing {key}"),
+                format!("writing {}", request.key()),
                 std::io::Error::other("injected crash"),
             ));
         }
         Ok(())
-    }
-}
-
-impl Backend for FailAfter {
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-    fn read(&self, key: &str) -> Result<Vec<u8>> {
-        self.inner.read(key)
-    }
-    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.inner.read_range(key, offset, len)
-    }
-    fn size(&self, key: &str) -> Result<u64> {
-        self.inner.size(key)
-    }
-    fn write(&self, key: &str, data: &[u8]) -> Result<()> {
-        self.spend(key)?;
-        self.inner.write(key, data)
-    }
-    fn delete(&self, key: &str) -> Result<()> {
-        self.spend(key)?;
-        self.inner.delete(key)
-    }
-    fn list(&self, dir: &str) -> Result<Vec<String>> {
-        self.inner.list(dir)
-    }
-    fn exists(&self, key: &str) -> Result<bool> {
-        self.inner.exists(key)
-    }
-    fn lock(&self, exclusive: bool) -> Result<LockGuard> {
-        self.inner.lock(exclusive)
     }
 }
 
@@ -353,10 +319,12 @@ fn crash_at_every_request_of_arranging_then_resume_loses_nothing() {
         let _ = std::fs::remove_dir_all(&root);
         copy_dir(&pristine, &root);
         let result = {
-            let backend = FailAfter {
-                inner: Local::new(&root),
-                budget: Arc::new(AtomicI64::new(budget)),
-            };
+            let backend = Faulty::new(
+                &root,
+                FailAfter {
+                    budget: Arc::new(AtomicI64::new(budget)),
+                },
+            );
             let repo = Repository::open_with_backend(Box::new(backend), true).unwrap();
             lifecycle::arrange(&repo)
         };
@@ -396,10 +364,12 @@ fn crash_during_backup_and_deletion_loses_nothing() {
     for budget in 0..12 {
         let next = edit(&data, 6, 6000, 500 + budget as u64);
         let committed = {
-            let backend = FailAfter {
-                inner: Local::new(&root),
-                budget: Arc::new(AtomicI64::new(budget)),
-            };
+            let backend = Faulty::new(
+                &root,
+                FailAfter {
+                    budget: Arc::new(AtomicI64::new(budget)),
+                },
+            );
             let repo = Repository::open_with_backend(Box::new(backend), true).unwrap();
             let options = LifecycleBackupOptions {
                 source: "db".into(),
@@ -422,10 +392,12 @@ fn crash_during_backup_and_deletion_loses_nothing() {
     for budget in 0..8 {
         let victim = *originals.keys().nth(1 + budget as usize % 3).unwrap();
         {
-            let backend = FailAfter {
-                inner: Local::new(&root),
-                budget: Arc::new(AtomicI64::new(budget)),
-            };
+            let backend = Faulty::new(
+                &root,
+                FailAfter {
+                    budget: Arc::new(AtomicI64::new(budget)),
+                },
+            );
             let repo = Repository::open_with_backend(Box::new(backend), true).unwrap();
             let _ = lifecycle::delete_backups(&repo, &[victim]);
         }
@@ -465,10 +437,12 @@ fn crash_while_removing_a_lineage_then_reusing_its_source() {
             }
         }
         {
-            let backend = FailAfter {
-                inner: Local::new(&root),
-                budget: Arc::new(AtomicI64::new(budget)),
-            };
+            let backend = Faulty::new(
+                &root,
+                FailAfter {
+                    budget: Arc::new(AtomicI64::new(budget)),
+                },
+            );
             let repo = Repository::open_with_backend(Box::new(backend), true).unwrap();
             let _ = lifecycle::forget_keep_last(&repo, 0);
         }
