@@ -15,6 +15,8 @@ use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
 use tessera::config::IndexKind;
 use tessera::config::{Arrange, Layout};
+use tessera::delta::features::FeatureKind;
+use tessera::delta::{DeltaKind, DeltaParams};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
@@ -372,6 +374,19 @@ struct InitArgs {
     /// CBR: stream context size.
     #[arg(long, default_value = "5MiB", value_parser = parse_size)]
     cbr_stream_context: u64,
+    /// Delta compression of stored chunks: none, pfc (PFC-delta: chunks
+    /// around persistent fragmented chunks, bases prefetched with the
+    /// index's container reads; needs --index ddfs|hid|ehid and a
+    /// --rewrite policy) or greedy (any similar stored chunk, bases read
+    /// from storage).
+    #[arg(long, default_value = "none")]
+    delta: DeltaKind,
+    /// Delta: super-features finding similar chunks: odess or ntransform.
+    #[arg(long, default_value = "odess")]
+    features: FeatureKind,
+    /// Delta: containers the base chunk cache holds.
+    #[arg(long, default_value_t = tessera::delta::stage::DEFAULT_BASE_CACHE_CONTAINERS)]
+    base_cache: u32,
 }
 
 fn parse_layout(s: &str) -> Result<Layout, String> {
@@ -715,6 +730,11 @@ fn init(a: InitArgs) -> Result<()> {
         smr_level: a.smr_level,
         har_utilization: a.har_utilization / 100.0,
     };
+    config.delta = DeltaParams {
+        kind: a.delta,
+        features: a.features,
+        base_cache_containers: a.base_cache,
+    };
     Repository::init(&a.path, config)?;
     println!("created repository {}", a.path.display());
     Ok(())
@@ -834,6 +854,20 @@ fn backup_cmd(
             s.seconds,
             s.throughput_mb_s
         );
+        let d = &s.delta;
+        if d.policy != DeltaKind::None.name() {
+            println!(
+                "delta ({}): {} chunks stored as deltas ({} hash-less, {} Edelta), {} saved, {} PFCs, {} containers piggybacked, {} extra base reads",
+                d.policy,
+                d.delta_chunks,
+                d.hashless,
+                d.edelta,
+                human(d.bytes_saved),
+                d.pfc_chunks,
+                d.piggybacked_containers,
+                d.base_reads
+            );
+        }
         if let Some(a) = &outcome.arrange {
             println!(
                 "arranged: {} categories split, {} volume(s) written, {:.2} s",

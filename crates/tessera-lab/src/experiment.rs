@@ -278,6 +278,12 @@ pub struct SystemSpec {
     pub bft: Option<u32>,
     /// HID/EHID: sparse-container threshold in percent.
     pub sparse_threshold: Option<u32>,
+    /// Delta compression: none, pfc or greedy.
+    pub delta: Option<String>,
+    /// Delta: super-features, odess or ntransform.
+    pub delta_features: Option<String>,
+    /// Delta: base chunk cache size in containers.
+    pub base_cache: Option<u32>,
 }
 
 fn default_cache_policy() -> String {
@@ -353,6 +359,15 @@ impl SystemSpec {
         }
         if let Some(v) = self.sparse_threshold {
             c.ehid_sparse_pct = v;
+        }
+        if let Some(v) = &self.delta {
+            c.delta.kind = v.parse()?;
+        }
+        if let Some(v) = &self.delta_features {
+            c.delta.features = v.parse()?;
+        }
+        if let Some(v) = self.base_cache {
+            c.delta.base_cache_containers = v;
         }
         c.rewrite.kind = self.rewrite.parse()?;
         c.rewrite.limit = self.rewrite_limit;
@@ -518,6 +533,8 @@ pub struct VersionRecord {
     /// Bloom filter hits, per-component seconds).
     #[serde(default)]
     pub index: tessera::index::IndexStats,
+    /// The backup's delta compression counters.
+    pub delta: tessera::delta::DeltaStats,
     /// Logical bytes of all retained backups.
     pub retained_logical_bytes: u64,
     /// Physical bytes of the repository (containers).
@@ -786,6 +803,7 @@ fn run_system(
             index_entries: snap.stats.index.entries,
             index_disk_lookups: snap.stats.index.disk_lookups,
             index: snap.stats.index.clone(),
+            delta: snap.stats.delta.clone(),
             retained_logical_bytes: totals.logical_bytes,
             physical_bytes: totals.physical_bytes,
             actual_dedup_ratio: totals.dedup_ratio.unwrap_or(1.0),

@@ -14,6 +14,8 @@ use crate::backend::Backend;
 use crate::chunker::{cut_all, cut_parallel, Chunker};
 use crate::config::Layout;
 use crate::container::{self, Builder, ContainerId};
+use crate::delta::stage::DeltaStage;
+use crate::delta::{DeltaKind, DeltaStats};
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -363,6 +365,15 @@ fn backup_containers(
         .build(u64::from(config.container_size), history.as_deref());
     let next_container = repo.next_container_id()?;
     let backend = repo.shared_backend();
+    let delta = DeltaStage::open(
+        backend.clone(),
+        config.delta,
+        config.rewrite.kind,
+        &options.source,
+    )?;
+    if let Some(d) = &delta {
+        index.piggyback(d.prefetch_set());
+    }
 
     let pool = BufferPool::new(BlockLayout::new(chunker.max_size()));
     let stop = AtomicBool::new(false);
@@ -371,7 +382,7 @@ fn backup_containers(
     // Data buffers of written containers, reused by the next ones.
     let (spare_tx, spare_rx) = bounded::<Vec<u8>>(WRITERS + CONTAINER_QUEUE_DEPTH);
 
-    let (chunks, totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
+    let (chunks, mut totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
         let front = spawn_front_end(
             s,
             source,
@@ -394,6 +405,7 @@ fn backup_containers(
             config.trace,
             container_tx,
             spare_rx,
+            delta,
         );
         let stored = store_chunks(
             index.as_mut(),
@@ -454,8 +466,20 @@ fn backup_containers(
             &envelope::seal(HISTORY_KIND, HISTORY_VERSION, &state),
         )?;
     }
+    let delta_stats = match totals.delta.take() {
+        Some(d) => {
+            let stats = d.stats();
+            d.commit()?;
+            stats
+        }
+        None => DeltaStats {
+            policy: DeltaKind::None.name().into(),
+            ..DeltaStats::default()
+        },
+    };
 
-    let stored_bytes = totals.unique.bytes + totals.rewritten.bytes;
+    let stored_bytes =
+        (totals.unique.bytes + totals.rewritten.bytes).saturating_sub(delta_stats.bytes_saved);
     let stats = BackupStats {
         logical_bytes,
         stored_bytes,
@@ -476,6 +500,7 @@ fn backup_containers(
             commit: 0.0,
         },
         index: index.stats(),
+        delta: delta_stats,
         ..BackupStats::default()
     };
     let snap_time = SystemTime::now()
@@ -731,6 +756,11 @@ fn store_chunks(
         }
         reorder.push(decided.drain(..), &mut ready);
         store.totals.index_time += t.elapsed();
+        if let Some(d) = &mut store.delta {
+            let mut whole = Vec::new();
+            index.take_piggybacked(&mut whole);
+            d.offer(whole);
+        }
 
         let t = Instant::now();
         for (chunk, decision) in ready.drain(..) {
@@ -776,6 +806,8 @@ struct Store {
     spare: Receiver<Vec<u8>>,
     here: FingerprintMap<ContainerId>,
     placed: Vec<(Fingerprint, ContainerId)>,
+    /// Delta compression of the chunks stored (when configured).
+    delta: Option<DeltaStage>,
     totals: StoreTotals,
 }
 
@@ -793,6 +825,8 @@ struct StoreTotals {
     read_time: Duration,
     hash_time: Duration,
     write_time: Duration,
+    /// The delta stage, handed back for its counters and commit.
+    delta: Option<DeltaStage>,
 }
 
 impl Store {
@@ -802,6 +836,7 @@ impl Store {
         trace: bool,
         tx: Sender<Builder>,
         spare: Receiver<Vec<u8>>,
+        delta: Option<DeltaStage>,
     ) -> Self {
         Store {
             open: None,
@@ -812,6 +847,7 @@ impl Store {
             spare,
             here: FingerprintMap::default(),
             placed: Vec::new(),
+            delta,
             totals: StoreTotals::default(),
         }
     }
@@ -829,9 +865,13 @@ impl Store {
                 self.totals.internal.add(chunk.len);
                 self.here[&chunk.fp]
             }
-            Decision::Duplicate(_) if rewrite => {
+            Decision::Duplicate(found_in) if rewrite => {
                 self.totals.rewritten.add(chunk.len);
-                self.store(&chunk)?
+                let stored_in = self.store(&chunk)?;
+                if let Some(d) = &mut self.delta {
+                    d.fragmented(found_in, stored_in);
+                }
+                stored_in
             }
             Decision::Duplicate(c) => {
                 self.totals.duplicates.add(chunk.len);
@@ -858,7 +898,8 @@ impl Store {
         })
     }
 
-    /// Appends a chunk to the open container (lengths only in trace repositories).
+    /// Appends a chunk to the open container (lengths only in trace
+    /// repositories), as a delta when the delta stage finds a good base.
     fn store(&mut self, chunk: &Chunk) -> Result<ContainerId> {
         let data = match (&chunk.data, self.trace) {
             (Some(d), false) => Some(d.as_ref()),
@@ -872,14 +913,21 @@ impl Store {
                 )))
             }
         };
-        let len = chunk.len as usize;
+        let (compressed, features) = match (&mut self.delta, data) {
+            (Some(d), Some(bytes)) => d.compress(bytes)?,
+            _ => (None, None),
+        };
+        let len = compressed
+            .as_ref()
+            .map_or(chunk.len as usize, |c| c.delta.len());
         if self.open.as_ref().is_some_and(|b| !b.fits(len)) {
             self.seal()?;
         }
+        let deltas = self.delta.is_some();
         let builder = match &mut self.open {
             Some(b) => b,
             None => {
-                let b = if self.trace {
+                let mut b = if self.trace {
                     Builder::without_data(self.next_container, self.capacity)
                 } else {
                     match self.spare.try_recv() {
@@ -887,15 +935,23 @@ impl Store {
                         Err(_) => Builder::new(self.next_container, self.capacity),
                     }
                 };
+                if deltas {
+                    b = b.with_deltas();
+                }
                 self.next_container += 1;
                 self.open.insert(b)
             }
         };
-        match data {
-            Some(d) => builder.push(chunk.fp, d),
-            None => builder.push_len(chunk.fp, chunk.len),
+        let whole = compressed.is_none();
+        match (data, compressed) {
+            (_, Some(c)) => builder.push_delta(chunk.fp, &c.delta, c.base)?,
+            (Some(d), None) => builder.push(chunk.fp, d),
+            (None, None) => builder.push_len(chunk.fp, chunk.len),
         }
         let c = builder.id();
+        if let (true, Some(d)) = (whole, &mut self.delta) {
+            d.stored_whole(chunk.fp, c, features);
+        }
         self.here.insert(chunk.fp, c);
         self.placed.push((chunk.fp, c));
         Ok(c)
@@ -916,6 +972,7 @@ impl Store {
     fn finish(mut self) -> Result<StoreTotals> {
         self.seal()?;
         self.totals.next_container = self.next_container;
+        self.totals.delta = self.delta;
         Ok(self.totals)
     }
 }

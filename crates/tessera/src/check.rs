@@ -1,9 +1,11 @@
 //! Repository verification: every object parses and its checksums hold,
-//! every chunk of every recipe exists where the recipe says, and with
-//! `read_data` every stored chunk is re-hashed.
+//! every chunk of every recipe exists where the recipe says, every delta's
+//! base is stored whole where its entry says, and with `read_data` every
+//! stored chunk is re-hashed (deltas after decoding them against their base).
 
 use crate::backend::Backend;
-use crate::container::{self, Container, ContainerId};
+use crate::container::{self, BaseRef, Container, ContainerId};
+use crate::delta;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::repo::Repository;
@@ -68,9 +70,12 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let algo = repo.config().fingerprint;
     let mut stored = ChunkSet::default();
+    let mut whole = ChunkSet::default();
     // Damaged containers: id → (object, detail); chunk-level damage: (fp, container) → detail.
     let mut bad_containers: BTreeMap<ContainerId, String> = BTreeMap::new();
     let mut bad_chunks: BTreeMap<(ContainerId, Fingerprint), String> = BTreeMap::new();
+    // Delta entries (container, fingerprint, base); with `read_data` also their bytes.
+    let mut deltas: Vec<(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)> = Vec::new();
     let containers = repo.containers()?;
     for &cid in &containers {
         report.containers += 1;
@@ -87,8 +92,14 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                     } else {
                         0
                     };
+                    for (i, m) in ct.metas.iter().enumerate().take(to_hash) {
+                        if let Some(base) = m.base {
+                            deltas.push((cid, m.fp, base, Some(ct.chunk(i).to_vec())));
+                        }
+                    }
                     let mismatches: Vec<(Fingerprint, String)> = (0..to_hash)
                         .into_par_iter()
+                        .filter(|&i| ct.metas[i].base.is_none())
                         .filter_map(|i| {
                             let expected = ct.metas[i].fp;
                             let actual = algo.hash(ct.chunk(i));
@@ -96,7 +107,10 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                                 .then(|| (expected, format!("chunk {expected} hashes to {actual}")))
                         })
                         .collect();
-                    report.chunks_verified += to_hash as u64;
+                    report.chunks_verified += ct.metas[..to_hash]
+                        .iter()
+                        .filter(|m| m.base.is_none())
+                        .count() as u64;
                     for (fp, detail) in mismatches {
                         bad_chunks.insert((cid, fp), detail);
                     }
@@ -123,6 +137,19 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             Ok(metas) => {
                 report.stored_chunks += metas.len() as u64;
                 stored.extend(metas.iter().map(|m| (m.fp, cid)));
+                whole.extend(
+                    metas
+                        .iter()
+                        .filter(|m| m.base.is_none())
+                        .map(|m| (m.fp, cid)),
+                );
+                if !options.read_data {
+                    deltas.extend(
+                        metas
+                            .iter()
+                            .filter_map(|m| m.base.map(|b| (cid, m.fp, b, None))),
+                    );
+                }
             }
             Err(Error::Corrupt { detail, .. }) => {
                 bad_containers.insert(cid, detail);
@@ -134,7 +161,18 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         }
     }
 
-    let mut referenced: BTreeSet<ContainerId> = BTreeSet::new();
+    // A container that only bases of deltas use is referenced through them.
+    let mut referenced: BTreeSet<ContainerId> = deltas.iter().map(|d| d.2.container).collect();
+    check_deltas(
+        repo,
+        algo,
+        deltas,
+        &whole,
+        &bad_containers,
+        &mut bad_chunks,
+        &mut report,
+    )?;
+
     let mut users_of_bad: BTreeMap<ContainerId, BTreeSet<BackupId>> = BTreeMap::new();
     let mut users_of_bad_chunk: BTreeMap<(ContainerId, Fingerprint), BTreeSet<BackupId>> =
         BTreeMap::new();
@@ -225,4 +263,70 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         .filter(|r| !committed.contains(r))
         .count() as u64;
     Ok(report)
+}
+
+/// Checks every delta entry: its base is stored whole where the entry says
+/// (a damaged base container is reported as itself), and, when the delta's
+/// bytes were read, that it decodes to bytes hashing to its fingerprint.
+/// Base containers are read once each.
+fn check_deltas(
+    repo: &Repository,
+    algo: crate::fingerprint::FingerprintAlgo,
+    mut deltas: Vec<(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)>,
+    whole: &ChunkSet,
+    bad_containers: &BTreeMap<ContainerId, String>,
+    bad_chunks: &mut BTreeMap<(ContainerId, Fingerprint), String>,
+    report: &mut CheckReport,
+) -> Result<()> {
+    deltas.sort_by_key(|d| d.2.container);
+    let mut base_container: Option<Container> = None;
+    for (cid, fp, base, bytes) in deltas {
+        if bad_containers.contains_key(&base.container) {
+            bad_chunks.insert(
+                (cid, fp),
+                format!(
+                    "delta chunk {fp}: its base's container {:016x} is damaged",
+                    base.container
+                ),
+            );
+            continue;
+        }
+        if !whole.contains(&(base.fp, base.container)) {
+            bad_chunks.insert(
+                (cid, fp),
+                format!(
+                    "delta chunk {fp}: base {} is not stored whole in container {:016x}",
+                    base.fp, base.container
+                ),
+            );
+            continue;
+        }
+        let Some(delta) = bytes else {
+            continue;
+        };
+        if base_container.as_ref().map(|c| c.header.id) != Some(base.container) {
+            let bytes = repo.backend().read(&container::key(base.container))?;
+            base_container = Some(Container::parse(base.container, bytes)?);
+        }
+        let Some(bc) = &base_container else {
+            continue;
+        };
+        let decoded = bc
+            .find(&base.fp)
+            .ok_or_else(|| format!("base {} vanished", base.fp))
+            .and_then(|j| delta::decode(bc.chunk(j), &delta).map_err(|e| e.to_string()));
+        match decoded {
+            Ok(target) if algo.hash(&target) == fp => report.chunks_verified += 1,
+            Ok(target) => {
+                bad_chunks.insert(
+                    (cid, fp),
+                    format!("delta chunk {fp} decodes to {}", algo.hash(&target)),
+                );
+            }
+            Err(e) => {
+                bad_chunks.insert((cid, fp), format!("delta chunk {fp}: {e}"));
+            }
+        }
+    }
+    Ok(())
 }

@@ -184,6 +184,9 @@ pub struct Config {
     /// memory of backup and arranging).
     #[serde(default = "default_lifecycle_part_bytes")]
     pub lifecycle_part_bytes: u64,
+    /// Delta compression of stored chunks (PFC-delta, or the greedy baseline).
+    #[serde(default)]
+    pub delta: crate::delta::DeltaParams,
 }
 
 /// Default size of lifecycle object parts: 64 MiB.
@@ -217,6 +220,7 @@ impl Config {
             layout: Layout::Container,
             arrange: Arrange::Auto,
             lifecycle_part_bytes: DEFAULT_LIFECYCLE_PART_BYTES,
+            delta: crate::delta::DeltaParams::default(),
         }
     }
 
@@ -225,7 +229,7 @@ impl Config {
         self.chunker.validate()?;
         self.rewrite.validate().map_err(Error::InvalidConfig)?;
         let one_chunk = crate::container::HEADER_LEN
-            + crate::container::META_ENTRY_LEN
+            + crate::container::DELTA_META_ENTRY_LEN
             + self.chunker.max_size as usize;
         if (self.container_size as usize) < one_chunk {
             return Err(Error::InvalidConfig(format!(
@@ -261,11 +265,50 @@ impl Config {
                 self.lazy_bft, self.lazy_prefetch, self.lazy_buffer_pct
             )));
         }
+        self.validate_delta()?;
         if self.container_size > 1 << 30 {
             return Err(Error::InvalidConfig(format!(
                 "container size {} exceeds 1 GiB",
                 self.container_size
             )));
+        }
+        Ok(())
+    }
+
+    /// Delta compression needs chunk data in containers; PFC-delta also an
+    /// index that reads container metadata and a rewriting policy (its
+    /// bases sit around the chunks that policy rewrites).
+    fn validate_delta(&self) -> Result<()> {
+        use crate::delta::DeltaKind;
+        let d = &self.delta;
+        if d.kind == DeltaKind::None {
+            return Ok(());
+        }
+        let bad = |why: &str| {
+            Err(Error::InvalidConfig(format!(
+                "delta compression {:?} {why}",
+                d.kind.name()
+            )))
+        };
+        if self.trace {
+            return bad("needs chunk data: a trace repository has none");
+        }
+        if self.layout != Layout::Container {
+            return bad("works with the container layout only");
+        }
+        if d.base_cache_containers == 0 {
+            return bad("needs a base cache of at least one container");
+        }
+        if d.kind == DeltaKind::Pfc {
+            if !matches!(
+                self.index,
+                IndexKind::Ddfs | IndexKind::Hid | IndexKind::Ehid
+            ) {
+                return bad("needs an index that loads container metadata (ddfs, hid or ehid)");
+            }
+            if self.rewrite.kind == crate::rewrite::RewriteKind::None {
+                return bad("needs a rewriting policy (cbr, capping, har or smr)");
+            }
         }
         Ok(())
     }

@@ -1,6 +1,8 @@
 //! Containers: fixed-capacity objects holding chunks, with a metadata section
 //! (fingerprint, offset, length per chunk) before the data section
-//! (docs/FORMAT.md, "Containers").
+//! (docs/FORMAT.md, "Containers"). A container of a delta-compressing
+//! repository ([`FLAG_DELTAS`]) may store a chunk as a delta against a base
+//! chunk of another container; its metadata entries then also name the base.
 
 use crate::backend::Backend;
 use crate::envelope::{le4, le8};
@@ -14,12 +16,20 @@ pub type ContainerId = u64;
 pub const HEADER_LEN: usize = 40;
 /// Bytes of one metadata entry.
 pub const META_ENTRY_LEN: usize = FINGERPRINT_LEN + 8;
+/// Bytes of one metadata entry of a container with [`FLAG_DELTAS`]: the
+/// entry, then the base's container id and fingerprint.
+pub const DELTA_META_ENTRY_LEN: usize = META_ENTRY_LEN + 8 + FINGERPRINT_LEN;
+/// Base container id of an entry (with [`FLAG_DELTAS`]) stored whole.
+const NO_BASE: u64 = u64::MAX;
 /// Container format version.
 pub const CONTAINER_VERSION: u32 = 1;
 const MAGIC: &[u8; 4] = b"TSCN";
 /// Header flag: the data section is absent (a container of a trace
 /// repository); `data_len` is the length it would have.
 pub const FLAG_NO_DATA: u32 = 1;
+/// Header flag: metadata entries are [`DELTA_META_ENTRY_LEN`] bytes and name
+/// each delta-encoded chunk's base (delta-compressing repositories).
+pub const FLAG_DELTAS: u32 = 2;
 /// Directory of container objects.
 pub const CONTAINER_DIR: &str = "containers";
 
@@ -36,6 +46,16 @@ pub fn parse_key_name(name: &str) -> Option<ContainerId> {
     ContainerId::from_str_radix(name, 16).ok()
 }
 
+/// The base chunk a delta-encoded chunk is decoded against: a chunk stored
+/// whole in another container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BaseRef {
+    /// The container holding the base.
+    pub container: ContainerId,
+    /// The base's fingerprint.
+    pub fp: Fingerprint,
+}
+
 /// Where one chunk lies in a container's data section.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChunkMeta {
@@ -43,8 +63,10 @@ pub struct ChunkMeta {
     pub fp: Fingerprint,
     /// Offset in the data section.
     pub offset: u32,
-    /// Length in bytes.
+    /// Length in bytes of what is stored: the chunk, or its delta.
     pub len: u32,
+    /// The base when the chunk is stored as a delta (`crate::delta` format).
+    pub base: Option<BaseRef>,
 }
 
 /// The fixed header of a container.
@@ -63,9 +85,18 @@ pub struct Header {
 }
 
 impl Header {
+    /// Bytes of one metadata entry.
+    pub fn entry_len(&self) -> usize {
+        if self.flags & FLAG_DELTAS != 0 {
+            DELTA_META_ENTRY_LEN
+        } else {
+            META_ENTRY_LEN
+        }
+    }
+
     /// Bytes of header plus metadata section.
     pub fn meta_end(&self) -> usize {
-        HEADER_LEN + self.chunk_count as usize * META_ENTRY_LEN
+        HEADER_LEN + self.chunk_count as usize * self.entry_len()
     }
 
     /// Size of the container with its data section: what restores read and
@@ -116,7 +147,9 @@ impl Header {
             data_crc: u32::from_le_bytes(le4(&bytes[28..32])),
             flags: u32::from_le_bytes(le4(&bytes[32..36])),
         };
-        if header.flags & !FLAG_NO_DATA != 0 {
+        if header.flags & !(FLAG_NO_DATA | FLAG_DELTAS) != 0
+            || header.flags == FLAG_NO_DATA | FLAG_DELTAS
+        {
             return Err(Error::corrupt(
                 name,
                 format!("unknown header flags {:#x}", header.flags),
@@ -142,10 +175,13 @@ impl Header {
         if crc32c::crc32c(section) != self.meta_crc {
             return Err(Error::corrupt(name, "metadata checksum mismatch"));
         }
-        let mut metas = Vec::with_capacity(self.chunk_count as usize);
-        for (i, e) in section.chunks_exact(META_ENTRY_LEN).enumerate() {
+        let fingerprint = |b: &[u8]| {
             let mut fp = [0u8; FINGERPRINT_LEN];
-            fp.copy_from_slice(&e[..FINGERPRINT_LEN]);
+            fp.copy_from_slice(&b[..FINGERPRINT_LEN]);
+            Fingerprint(fp)
+        };
+        let mut metas = Vec::with_capacity(self.chunk_count as usize);
+        for (i, e) in section.chunks_exact(self.entry_len()).enumerate() {
             let offset = u32::from_le_bytes(le4(&e[FINGERPRINT_LEN..]));
             let len = u32::from_le_bytes(le4(&e[FINGERPRINT_LEN + 4..]));
             if u64::from(offset) + u64::from(len) > u64::from(self.data_len) {
@@ -154,10 +190,21 @@ impl Header {
                     format!("chunk {i} extends past the data section"),
                 ));
             }
+            let base = match e.get(META_ENTRY_LEN..) {
+                Some(b) if b.len() == 8 + FINGERPRINT_LEN => {
+                    let container = u64::from_le_bytes(le8(&b[..8]));
+                    (container != NO_BASE).then(|| BaseRef {
+                        container,
+                        fp: fingerprint(&b[8..]),
+                    })
+                }
+                _ => None,
+            };
             metas.push(ChunkMeta {
-                fp: Fingerprint(fp),
+                fp: fingerprint(e),
                 offset,
                 len,
+                base,
             });
         }
         Ok(metas)
@@ -192,6 +239,8 @@ pub struct Builder {
     data: Vec<u8>,
     data_len: usize,
     with_data: bool,
+    /// Whether metadata entries name bases ([`FLAG_DELTAS`]).
+    deltas: bool,
 }
 
 /// A sealed container as the two pieces to write in order: header and
@@ -225,6 +274,24 @@ impl Builder {
             data: Vec::new(),
             data_len: 0,
             with_data: true,
+            deltas: false,
+        }
+    }
+
+    /// The same container in the [`FLAG_DELTAS`] format, which can hold
+    /// delta-encoded chunks ([`Builder::push_delta`]).
+    pub fn with_deltas(self) -> Self {
+        Builder {
+            deltas: self.with_data,
+            ..self
+        }
+    }
+
+    fn entry_len(&self) -> usize {
+        if self.deltas {
+            DELTA_META_ENTRY_LEN
+        } else {
+            META_ENTRY_LEN
         }
     }
 
@@ -258,12 +325,35 @@ impl Builder {
 
     /// Whether a chunk of `len` bytes still fits.
     pub fn fits(&self, len: usize) -> bool {
-        HEADER_LEN + (self.metas.len() + 1) * META_ENTRY_LEN + self.data_len + len <= self.capacity
+        HEADER_LEN + (self.metas.len() + 1) * self.entry_len() + self.data_len + len
+            <= self.capacity
     }
 
     /// Appends a chunk (the caller checked [`Builder::fits`]).
     pub fn push(&mut self, fp: Fingerprint, bytes: &[u8]) {
+        self.push_stored(fp, bytes, None);
+    }
+
+    /// Appends chunk `fp` as `delta`, its encoding against `base` (the
+    /// caller checked [`Builder::fits`] for the delta's length). A builder
+    /// not made [`Builder::with_deltas`] refuses it.
+    pub fn push_delta(&mut self, fp: Fingerprint, delta: &[u8], base: BaseRef) -> Result<()> {
+        if !self.deltas {
+            return Err(Error::Pipeline(format!(
+                "container {:016x} cannot hold the delta of chunk {fp}",
+                self.id
+            )));
+        }
+        self.push_stored(fp, delta, Some(base));
+        Ok(())
+    }
+
+    /// Appends stored bytes (a chunk, or a delta against `base`).
+    fn push_stored(&mut self, fp: Fingerprint, bytes: &[u8], base: Option<BaseRef>) {
         self.push_len(fp, bytes.len() as u32);
+        if let Some(m) = self.metas.last_mut() {
+            m.base = base;
+        }
         if self.with_data {
             if self.data.capacity() < self.capacity {
                 self.data.reserve_exact(self.capacity - self.data.len());
@@ -278,6 +368,7 @@ impl Builder {
             fp,
             offset: self.data_len as u32,
             len,
+            base: None,
         });
         self.data_len += len as usize;
     }
@@ -289,20 +380,31 @@ impl Builder {
 
     /// Serialises the header and metadata; the data stays in the chunks' buffers.
     pub fn seal_parts(self) -> Sealed {
-        let mut head = Vec::with_capacity(HEADER_LEN + self.metas.len() * META_ENTRY_LEN);
+        let mut head = Vec::with_capacity(HEADER_LEN + self.metas.len() * self.entry_len());
         head.extend_from_slice(MAGIC);
         head.extend_from_slice(&CONTAINER_VERSION.to_le_bytes());
         head.extend_from_slice(&self.id.to_le_bytes());
         head.extend_from_slice(&(self.metas.len() as u32).to_le_bytes());
         head.extend_from_slice(&(self.data_len as u32).to_le_bytes());
         head.extend_from_slice(&[0; 8]); // metadata and data checksums, below
-        let flags = if self.with_data { 0 } else { FLAG_NO_DATA };
+        let flags = match (self.with_data, self.deltas) {
+            (false, _) => FLAG_NO_DATA,
+            (true, false) => 0,
+            (true, true) => FLAG_DELTAS,
+        };
         head.extend_from_slice(&flags.to_le_bytes());
         head.extend_from_slice(&[0; 4]); // header checksum, below
         for m in &self.metas {
             head.extend_from_slice(&m.fp.0);
             head.extend_from_slice(&m.offset.to_le_bytes());
             head.extend_from_slice(&m.len.to_le_bytes());
+            if self.deltas {
+                let (container, fp) = m
+                    .base
+                    .map_or((NO_BASE, Fingerprint::default()), |b| (b.container, b.fp));
+                head.extend_from_slice(&container.to_le_bytes());
+                head.extend_from_slice(&fp.0);
+            }
         }
         let meta_crc = crc32c::crc32c(&head[HEADER_LEN..]);
         head[24..28].copy_from_slice(&meta_crc.to_le_bytes());
@@ -365,6 +467,11 @@ impl Container {
         let m = &self.metas[i];
         let start = self.header.meta_end() + m.offset as usize;
         &self.bytes[start..start + m.len as usize]
+    }
+
+    /// The base of the `i`-th chunk when it is stored as a delta.
+    pub fn base(&self, i: usize) -> Option<BaseRef> {
+        self.metas[i].base
     }
 
     /// Index of the chunk with fingerprint `fp`, if the container holds it.
@@ -437,6 +544,32 @@ mod tests {
         );
         assert_eq!(c.metas[1].offset, 8000);
         assert!(c.chunk(1).is_empty());
+    }
+
+    #[test]
+    fn delta_entries_name_their_base_and_every_flip_is_detected() {
+        let base = BaseRef {
+            container: 3,
+            fp: Fingerprint([9; 32]),
+        };
+        let mut b = Builder::new(7, 1 << 16).with_deltas();
+        b.push(Fingerprint([1; 32]), b"whole");
+        assert!(b.fits(100));
+        b.push_delta(Fingerprint([2; 32]), b"delta", base).unwrap();
+        let bytes = b.seal();
+        assert_eq!(bytes.len(), HEADER_LEN + 2 * DELTA_META_ENTRY_LEN + 10);
+        let c = Container::parse(7, bytes.clone()).unwrap();
+        assert_eq!(c.base(0), None);
+        assert_eq!(c.base(1), Some(base));
+        assert_eq!(c.chunk(1), b"delta");
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            assert!(Container::parse(7, bad).is_err(), "flip at {i} undetected");
+        }
+        // A container without the delta format refuses deltas.
+        let mut plain = Builder::new(8, 1 << 16);
+        assert!(plain.push_delta(Fingerprint([2; 32]), b"d", base).is_err());
     }
 
     #[test]

@@ -7,10 +7,16 @@
 //! containers ahead of the assembler — several at once, handed over in
 //! exactly that order — while the assembler verifies chunk fingerprints in
 //! parallel.
+//!
+//! A chunk stored as a delta is decoded against its base, taken from the
+//! containers the restore holds or loaded recently (bases sit beside chunks
+//! the backup reads anyway), else read on demand and counted in
+//! `base_reads`; the decoded chunk is verified like any other.
 
 use crate::backend::Backend;
 use crate::config::Layout;
 use crate::container::{self, Container, ContainerId};
+use crate::delta;
 use crate::error::{Error, Result};
 use crate::fingerprint::FingerprintAlgo;
 use crate::lifecycle::{self, LifecycleRestoreOptions};
@@ -20,7 +26,7 @@ use crate::snapshot::{BackupId, ChunkRef};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
 use std::path::Path;
@@ -36,6 +42,8 @@ const READ_AHEAD: usize = 4;
 const READERS: usize = 2;
 /// Bytes of chunks verified together in parallel.
 const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
+/// Recently loaded containers kept for the bases of delta-encoded chunks.
+const BASE_CONTAINERS: usize = 16;
 
 /// Options of one restore.
 pub struct RestoreOptions<'a> {
@@ -70,8 +78,10 @@ pub struct RestoreStats {
     pub bytes_read: u64,
     /// bytes_read / bytes_restored.
     pub read_amplification: f64,
-    /// Containers read (cache misses), or objects read in the lifecycle layout.
+    /// Containers read (cache misses and base reads), or objects read in the lifecycle layout.
     pub containers_read: u64,
+    /// Containers read only for the base of a delta-encoded chunk (included in `containers_read`).
+    pub base_reads: u64,
     /// Distinct read extents (seeks): one per container read; in the lifecycle
     /// layout, per contiguous range of a volume or category read.
     pub extents: u64,
@@ -130,7 +140,7 @@ pub fn restore(
     stats.id = id;
     stats.cache_containers = capacity;
     stats.policy = options.policy.name().into();
-    stats.containers_read = plan.reads().len() as u64;
+    stats.containers_read = plan.reads().len() as u64 + stats.base_reads;
     stats.extents = stats.containers_read;
     finish_stats(&mut stats, started);
     Ok(stats)
@@ -259,12 +269,27 @@ fn execute(
             }
         });
         let mut next = Loaded { slots: slot_rx };
-        let result = match plan {
-            Plan::Cache { steps, .. } => assemble(id, chunks, steps, algo, &mut next, out, options),
-            Plan::Assembly { windows, .. } => {
-                forward_assemble(id, chunks, windows, algo, &mut next, out, options)
-            }
+        let mut bases = Bases {
+            backend: backend.as_ref(),
+            recent: VecDeque::new(),
+            reads: 0,
         };
+        let mut ctx = Assembly {
+            id,
+            algo,
+            loaded: &mut next,
+            bases: &mut bases,
+            out,
+            options,
+        };
+        let result = match plan {
+            Plan::Cache { steps, .. } => ctx.assemble(chunks, steps),
+            Plan::Assembly { windows, .. } => ctx.forward_assemble(chunks, windows),
+        }
+        .map(|mut stats| {
+            stats.base_reads = bases.reads;
+            stats
+        });
         drop(next);
         let panicked = |_| Error::Pipeline("container reader thread panicked".into());
         dispatcher.join().map_err(panicked)?;
@@ -341,122 +366,209 @@ fn load_container(backend: &dyn Backend, id: ContainerId) -> Result<Arc<Containe
     Ok(Arc::new(Container::parse(id, bytes)?))
 }
 
-/// Follows a cache plan (LRU or OPT) over the recipe, taking loaded
-/// containers from the readers in plan order, verifies windows of chunks in
-/// parallel and writes them.
-fn assemble(
-    id: BackupId,
-    chunks: &[ChunkRef],
-    steps: &[Step],
-    algo: FingerprintAlgo,
-    loaded: &mut Loaded,
-    out: &mut dyn Write,
-    options: &RestoreOptions,
-) -> Result<RestoreStats> {
-    let mut cache: HashMap<ContainerId, Arc<Container>> = HashMap::new();
-    let mut stats = RestoreStats::default();
-    let mut window: Vec<(Arc<Container>, usize, &ChunkRef)> = Vec::new();
-    let mut window_bytes = 0u64;
-    for (c, step) in chunks.iter().zip(steps) {
-        if let Step::Load { evict } = step {
-            if let Some(victim) = evict {
-                cache.remove(victim);
-            }
-            let ct = loaded.next(c.container)?;
-            cache.insert(c.container, ct);
+/// Containers for the bases of delta-encoded chunks: the most recently
+/// loaded ones, else read on demand (counted).
+struct Bases<'a> {
+    backend: &'a dyn Backend,
+    /// Most recent first.
+    recent: VecDeque<Arc<Container>>,
+    reads: u64,
+}
+
+impl Bases<'_> {
+    /// Remembers a container the restore loaded.
+    fn remember(&mut self, ct: &Arc<Container>) {
+        if self
+            .recent
+            .front()
+            .is_some_and(|c| c.header.id == ct.header.id)
+        {
+            return;
         }
-        let container = cache
-            .get(&c.container)
-            .cloned()
-            .ok_or_else(|| Error::Pipeline(format!("plan lost container {:016x}", c.container)))?;
-        let i = container.find(&c.fp).ok_or_else(|| Error::MissingChunk {
-            backup: id,
+        self.recent.retain(|c| c.header.id != ct.header.id);
+        self.recent.push_front(ct.clone());
+        self.recent.truncate(BASE_CONTAINERS);
+    }
+
+    /// Container `id`: `held` by the caller, recently loaded, or read now.
+    fn container(
+        &mut self,
+        id: ContainerId,
+        held: Option<&Arc<Container>>,
+    ) -> Result<Arc<Container>> {
+        if let Some(ct) = held.or_else(|| self.recent.iter().find(|c| c.header.id == id)) {
+            return Ok(ct.clone());
+        }
+        let ct = load_container(self.backend, id)?;
+        self.reads += 1;
+        self.remember(&ct);
+        Ok(ct)
+    }
+}
+
+/// A chunk ready to verify and write: stored whole in a container, or
+/// decoded from its delta.
+enum Piece {
+    Whole(Arc<Container>, usize),
+    Decoded(Vec<u8>),
+}
+
+impl Piece {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Piece::Whole(ct, i) => ct.chunk(*i),
+            Piece::Decoded(bytes) => bytes,
+        }
+    }
+}
+
+/// What assembling a backup needs besides the plan.
+struct Assembly<'a, 'b> {
+    id: BackupId,
+    algo: FingerprintAlgo,
+    loaded: &'a mut Loaded,
+    bases: &'a mut Bases<'b>,
+    out: &'a mut dyn Write,
+    options: &'a RestoreOptions<'a>,
+}
+
+impl Assembly<'_, '_> {
+    /// Chunk `c` from container `ct` (which the plan loaded): whole, or
+    /// decoded against its base, which `held` may hold.
+    fn piece(
+        &mut self,
+        ct: &Arc<Container>,
+        c: &ChunkRef,
+        held: impl Fn(ContainerId) -> Option<Arc<Container>>,
+    ) -> Result<Piece> {
+        let i = ct.find(&c.fp).ok_or_else(|| Error::MissingChunk {
+            backup: self.id,
             container: c.container,
             fingerprint: c.fp.to_string(),
         })?;
-        window_bytes += u64::from(c.len);
-        window.push((container, i, c));
-        if window_bytes >= WINDOW_BYTES {
-            flush_window(&mut window, algo, out, &mut stats)?;
-            window_bytes = 0;
-            if let Some(p) = options.progress {
+        let Some(base) = ct.base(i) else {
+            return Ok(Piece::Whole(ct.clone(), i));
+        };
+        let held = held(base.container);
+        let bc = self.bases.container(base.container, held.as_ref())?;
+        let j = bc
+            .find(&base.fp)
+            .filter(|&j| bc.base(j).is_none())
+            .ok_or_else(|| {
+                Error::corrupt(
+                    container::key(c.container),
+                    format!(
+                        "chunk {} is a delta whose base {} is not stored whole in container {:016x}",
+                        c.fp, base.fp, base.container
+                    ),
+                )
+            })?;
+        let decoded = delta::decode(bc.chunk(j), ct.chunk(i)).map_err(|e| {
+            Error::corrupt(
+                container::key(c.container),
+                format!("delta of chunk {}: {e}", c.fp),
+            )
+        })?;
+        Ok(Piece::Decoded(decoded))
+    }
+
+    /// Follows a cache plan (LRU or OPT) over the recipe, taking loaded
+    /// containers from the readers in plan order, verifies windows of chunks
+    /// in parallel and writes them.
+    fn assemble(&mut self, chunks: &[ChunkRef], steps: &[Step]) -> Result<RestoreStats> {
+        let mut cache: HashMap<ContainerId, Arc<Container>> = HashMap::new();
+        let mut stats = RestoreStats::default();
+        let mut window: Vec<(Piece, &ChunkRef)> = Vec::new();
+        let mut window_bytes = 0u64;
+        for (c, step) in chunks.iter().zip(steps) {
+            if let Step::Load { evict } = step {
+                if let Some(victim) = evict {
+                    cache.remove(victim);
+                }
+                let ct = self.loaded.next(c.container)?;
+                self.bases.remember(&ct);
+                cache.insert(c.container, ct);
+            }
+            let container = cache.get(&c.container).cloned().ok_or_else(|| {
+                Error::Pipeline(format!("plan lost container {:016x}", c.container))
+            })?;
+            let piece = self.piece(&container, c, |id| cache.get(&id).cloned())?;
+            window_bytes += u64::from(c.len);
+            window.push((piece, c));
+            if window_bytes >= WINDOW_BYTES {
+                flush_window(&mut window, self.algo, self.out, &mut stats)?;
+                window_bytes = 0;
+                if let Some(p) = self.options.progress {
+                    p(stats.bytes_restored);
+                }
+            }
+        }
+        flush_window(&mut window, self.algo, self.out, &mut stats)?;
+        Ok(stats)
+    }
+
+    /// Forward assembly: for each window of the recipe, every container it
+    /// needs is read once (in first-use order) and all its chunks for the
+    /// window are verified and copied into the assembly area, which is then written.
+    fn forward_assemble(
+        &mut self,
+        chunks: &[ChunkRef],
+        windows: &[(usize, usize)],
+    ) -> Result<RestoreStats> {
+        let mut stats = RestoreStats::default();
+        let mut start = 0;
+        let mut area: Vec<u8> = Vec::new();
+        for &(n, reads) in windows {
+            let window = &chunks[start..start + n];
+            let mut offsets = Vec::with_capacity(n);
+            let mut total = 0usize;
+            let mut by_container: HashMap<ContainerId, Vec<usize>> = HashMap::new();
+            let mut order = Vec::with_capacity(reads);
+            for (k, c) in window.iter().enumerate() {
+                offsets.push(total);
+                total += c.len as usize;
+                let slots = by_container.entry(c.container).or_default();
+                if slots.is_empty() {
+                    order.push(c.container);
+                }
+                slots.push(k);
+            }
+            area.clear();
+            area.resize(total, 0);
+            for cid in order {
+                let ct = self.loaded.next(cid)?;
+                self.bases.remember(&ct);
+                let wanted = by_container
+                    .get(&cid)
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                let pieces: Vec<Piece> = wanted
+                    .iter()
+                    .map(|&k| self.piece(&ct, &window[k], |_| None))
+                    .collect::<Result<_>>()?;
+                // Verify in parallel, then copy into the area.
+                wanted
+                    .par_iter()
+                    .zip(&pieces)
+                    .try_for_each(|(&k, p)| verify(self.algo, p.bytes(), &window[k]))?;
+                for (&k, p) in wanted.iter().zip(&pieces) {
+                    let bytes = p.bytes();
+                    area[offsets[k]..offsets[k] + bytes.len()].copy_from_slice(bytes);
+                }
+            }
+            self.out.write_all(&area).map_err(|e| Error::Output {
+                what: "output".into(),
+                source: e,
+            })?;
+            stats.bytes_restored += total as u64;
+            stats.chunks += n as u64;
+            if let Some(p) = self.options.progress {
                 p(stats.bytes_restored);
             }
+            start += n;
         }
+        Ok(stats)
     }
-    flush_window(&mut window, algo, out, &mut stats)?;
-    Ok(stats)
-}
-
-/// Forward assembly: for each window of the recipe, every container it
-/// needs is read once (in first-use order) and all its chunks for the
-/// window are verified and copied into the assembly area, which is then written.
-fn forward_assemble(
-    id: BackupId,
-    chunks: &[ChunkRef],
-    windows: &[(usize, usize)],
-    algo: FingerprintAlgo,
-    loaded: &mut Loaded,
-    out: &mut dyn Write,
-    options: &RestoreOptions,
-) -> Result<RestoreStats> {
-    let mut stats = RestoreStats::default();
-    let mut start = 0;
-    let mut area: Vec<u8> = Vec::new();
-    for &(n, reads) in windows {
-        let window = &chunks[start..start + n];
-        let mut offsets = Vec::with_capacity(n);
-        let mut total = 0usize;
-        let mut by_container: HashMap<ContainerId, Vec<usize>> = HashMap::new();
-        let mut order = Vec::with_capacity(reads);
-        for (k, c) in window.iter().enumerate() {
-            offsets.push(total);
-            total += c.len as usize;
-            let slots = by_container.entry(c.container).or_default();
-            if slots.is_empty() {
-                order.push(c.container);
-            }
-            slots.push(k);
-        }
-        area.clear();
-        area.resize(total, 0);
-        for cid in order {
-            let ct = loaded.next(cid)?;
-            let wanted = by_container
-                .get(&cid)
-                .map(Vec::as_slice)
-                .unwrap_or_default();
-            // Verify in parallel, then copy into the area.
-            let found: Vec<usize> = wanted
-                .par_iter()
-                .map(|&k| {
-                    let c = &window[k];
-                    let i = ct.find(&c.fp).ok_or_else(|| Error::MissingChunk {
-                        backup: id,
-                        container: cid,
-                        fingerprint: c.fp.to_string(),
-                    })?;
-                    verify(algo, ct.chunk(i), c)?;
-                    Ok(i)
-                })
-                .collect::<Result<_>>()?;
-            for (&k, i) in wanted.iter().zip(found) {
-                let bytes = ct.chunk(i);
-                area[offsets[k]..offsets[k] + bytes.len()].copy_from_slice(bytes);
-            }
-        }
-        out.write_all(&area).map_err(|e| Error::Output {
-            what: "output".into(),
-            source: e,
-        })?;
-        stats.bytes_restored += total as u64;
-        stats.chunks += n as u64;
-        if let Some(p) = options.progress {
-            p(stats.bytes_restored);
-        }
-        start += n;
-    }
-    Ok(stats)
 }
 
 /// Checks that `bytes` are the chunk `c` names.
@@ -474,16 +586,16 @@ fn verify(algo: FingerprintAlgo, bytes: &[u8], c: &ChunkRef) -> Result<()> {
 
 /// Verifies every chunk of the window (in parallel), then writes them in order.
 fn flush_window(
-    window: &mut Vec<(Arc<Container>, usize, &ChunkRef)>,
+    window: &mut Vec<(Piece, &ChunkRef)>,
     algo: FingerprintAlgo,
     out: &mut dyn Write,
     stats: &mut RestoreStats,
 ) -> Result<()> {
     window
         .par_iter()
-        .try_for_each(|(ct, i, c)| verify(algo, ct.chunk(*i), c))?;
-    for (ct, i, _) in window.drain(..) {
-        let bytes = ct.chunk(i);
+        .try_for_each(|(p, c)| verify(algo, p.bytes(), c))?;
+    for (p, _) in window.drain(..) {
+        let bytes = p.bytes();
         out.write_all(bytes).map_err(|e| Error::Output {
             what: "output".into(),
             source: e,

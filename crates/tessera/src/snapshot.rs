@@ -110,7 +110,8 @@ impl ClassCount {
 pub struct BackupStats {
     /// Bytes of the input stream.
     pub logical_bytes: u64,
-    /// Bytes of chunk data newly stored.
+    /// Bytes of chunk data newly stored (chunks stored as deltas count
+    /// their deltas' bytes).
     pub stored_bytes: u64,
     /// All chunks of the stream.
     pub chunks: u64,
@@ -138,6 +139,8 @@ pub struct BackupStats {
     pub stage_seconds: StageSeconds,
     /// Index counters.
     pub index: crate::index::IndexStats,
+    /// Delta compression counters (policy `none` when the repository has none).
+    pub delta: crate::delta::DeltaStats,
 }
 
 /// Seconds spent per pipeline stage.

@@ -1,6 +1,7 @@
 //! Property: random sequences of backup / forget / gc never lose a chunk a
-//! live backup references: every live backup restores byte-identically and
-//! `check --read-data` passes after every step.
+//! live backup references — nor the base of a delta-encoded chunk: every
+//! live backup restores byte-identically and `check --read-data` passes
+//! after every step.
 
 mod common;
 
@@ -10,7 +11,8 @@ use std::collections::BTreeMap;
 use tessera::backup::{backup, BackupOptions};
 use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::config::Config;
+use tessera::config::{Config, IndexKind};
+use tessera::delta::DeltaKind;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::restore_plan::CachePolicy;
@@ -47,8 +49,16 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
-fn small_config(rewrite: RewriteKind) -> Config {
+fn small_config(rewrite: RewriteKind, delta: DeltaKind) -> Config {
     let mut c = Config::new("gc-property".into());
+    // PFC-delta needs an index that loads container metadata and a rewriting policy.
+    c.delta.kind = match (delta, rewrite) {
+        (DeltaKind::Pfc, RewriteKind::None) => DeltaKind::Greedy,
+        (kind, _) => kind,
+    };
+    if c.delta.kind == DeltaKind::Pfc {
+        c.index = IndexKind::Ddfs;
+    }
     // Small segments and contexts so that rewriting happens at this scale.
     c.rewrite = RewriteParams {
         kind: rewrite,
@@ -109,9 +119,10 @@ proptest! {
             Just(RewriteKind::Har),
             Just(RewriteKind::Smr),
         ],
+        delta in prop_oneof![Just(DeltaKind::None), Just(DeltaKind::Pfc), Just(DeltaKind::Greedy)],
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let repo = Repository::init(&dir.path().join("r"), small_config(rewrite)).unwrap();
+        let repo = Repository::init(&dir.path().join("r"), small_config(rewrite, delta)).unwrap();
         let mut current = Rng(seed | 1).bytes(120_000);
         let mut live: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
         for s in steps {

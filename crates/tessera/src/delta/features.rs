@@ -48,12 +48,27 @@ static TRANSFORMS: [(u64, u64); FEATURES] = {
 };
 
 /// Which positions of a chunk the features sample.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum FeatureKind {
+    #[default]
     /// Content-defined sampling of 1 position in 128 (Odess).
     Odess,
     /// Every position (N-transform super-features).
     NTransform,
+}
+
+impl std::str::FromStr for FeatureKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "odess" => Ok(FeatureKind::Odess),
+            "ntransform" => Ok(FeatureKind::NTransform),
+            other => Err(format!(
+                "unknown similarity features {other:?} (expected odess or ntransform)"
+            )),
+        }
+    }
 }
 
 /// The super-features of `data`.

@@ -8,6 +8,10 @@
 //! shifted content through a hash index of the base. [`decode`] rebuilds
 //! the target. [`features`] computes the super-features that find a base.
 //!
+//! The backup pipeline's use of them lives in [`stage`] (base lookup,
+//! policies `pfc` and `greedy`), [`cache`] (the base chunk cache) and
+//! [`pfc`] (persistent fragmented chunk identification).
+//!
 //! # Delta format, version 1
 //!
 //! ```text
@@ -29,15 +33,19 @@
 //! objects, and the decoded chunk is verified against its fingerprint like
 //! any stored chunk.
 
+pub mod cache;
 mod compare;
 mod edelta;
 pub mod features;
 mod format;
 mod gear;
 mod hashless;
+pub mod pfc;
+pub mod stage;
 
 pub use format::decode;
 pub use hashless::applicable as hashless_applicable;
+pub use stage::{DeltaKind, DeltaParams, DeltaStats};
 
 /// The encoder that produced a delta.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -11,6 +11,12 @@
 //! name them, every recipe is rewritten atomically, and old containers are
 //! deleted only after every recipe and the index have moved on. An
 //! interrupted GC leaves a valid repository plus garbage the next GC reclaims.
+//!
+//! Delta-encoded chunks (PFC-delta) name their base by container id, so a
+//! base that a live delta needs is live too and never moves: a selected
+//! container holding such bases is rewritten in place (same id, atomically)
+//! with only them, after the index and recipes have moved on; its other
+//! live chunks migrate as usual, deltas keeping their base reference.
 
 use crate::backend::Backend;
 use crate::container::{self, Builder, Container, ContainerId};
@@ -219,11 +225,16 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
             owners.add_backup(s.id, &recipe.chunks);
         }
     }
+    let containers = repo.containers()?;
+    let pinned = if repo.config().delta.kind == crate::delta::DeltaKind::None {
+        LiveSet::default()
+    } else {
+        live_bases(backend, &containers, &mut live)?
+    };
     stats.stage_seconds.mark = t.elapsed().as_secs_f64();
 
     // Select.
     let t = Instant::now();
-    let containers = repo.containers()?;
     stats.containers_total = containers.len() as u64;
     let keep_fraction = 1.0 - options.threshold_pct / 100.0;
     let mut selected = Vec::new();
@@ -262,10 +273,12 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     // the order the defragmentation policy plans.
     let trace = repo.config().trace;
     let algo = repo.config().fingerprint;
+    let deltas = repo.config().delta.kind != crate::delta::DeltaKind::None;
     let mut writer = Forward {
         backend,
         capacity: repo.config().container_size as usize,
         trace,
+        deltas,
         next_id: repo.next_container_id()?,
         open: None,
         produced: 0,
@@ -291,7 +304,14 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
                 if !live.contains(&(cid, m.fp)) || moved.contains_key(&(cid, m.fp)) {
                     continue;
                 }
-                if !trace && algo.hash(ct.chunk(i)) != m.fp {
+                if pinned.contains(&(cid, m.fp)) {
+                    // A live delta's base stays where it is.
+                    moved.insert((cid, m.fp), cid);
+                    continue;
+                }
+                // A delta's bytes are covered by the container's CRC; its
+                // fingerprint is that of the decoded chunk.
+                if !trace && m.base.is_none() && algo.hash(ct.chunk(i)) != m.fp {
                     // Never copy a damaged chunk forward: stop before anything refers to the copies.
                     return Err(Error::ChunkMismatch {
                         container: cid,
@@ -329,7 +349,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         for i in order {
             let c = &cache[i];
             let m = c.meta();
-            let new = writer.push(m.fp, m.len, c.container.chunk(c.index))?;
+            let new = writer.push(m, c.container.chunk(c.index))?;
             moved.insert((c.container.header.id, m.fp), new);
             stats.chunks_moved += 1;
             stats.bytes_moved += u64::from(m.len);
@@ -374,13 +394,23 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     }
     stats.stage_seconds.update = t.elapsed().as_secs_f64();
 
-    // Delete old containers and leftover recipes.
+    if repo.config().delta.kind == crate::delta::DeltaKind::Pfc && !removed.is_empty() {
+        crate::delta::pfc::relocate(backend, &removed, &moved)?;
+    }
+
+    // Delete old containers (compact those holding pinned bases) and leftover recipes.
     let t = Instant::now();
     repo.reserve_container_ids(next_id)?;
     let mut freed = 0u64;
+    let holds_pinned: BTreeSet<ContainerId> = pinned.iter().map(|(c, _)| *c).collect();
     for s in &selected {
-        backend.delete(&container::key(s.id))?;
-        freed += s.size;
+        let kept = if s.has_live && holds_pinned.contains(&s.id) {
+            compact(backend, s.id, &pinned, writer.capacity)?
+        } else {
+            backend.delete(&container::key(s.id))?;
+            0
+        };
+        freed += s.size.saturating_sub(kept);
     }
     stats.containers_reclaimed = selected.len() as u64;
     let committed: BTreeSet<BackupId> = snapshots.iter().map(|s| s.id).collect();
@@ -412,11 +442,58 @@ impl LiveChunk {
     }
 }
 
+/// Adds to `live` the base of every live delta-encoded chunk, and returns
+/// those bases: chunks that must not move (their deltas name their container).
+fn live_bases(
+    backend: &dyn Backend,
+    containers: &[ContainerId],
+    live: &mut LiveSet,
+) -> Result<LiveSet> {
+    let mut bases = LiveSet::default();
+    for &cid in containers {
+        let metas = match container::read_meta(backend, cid) {
+            Ok((_, metas)) => metas,
+            Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        for m in metas {
+            if let Some(b) = m.base.filter(|_| live.contains(&(cid, m.fp))) {
+                bases.insert((b.container, b.fp));
+            }
+        }
+    }
+    live.extend(bases.iter().copied());
+    Ok(bases)
+}
+
+/// Rewrites container `id` in place with only its `pinned` chunks; returns
+/// its new size.
+fn compact(
+    backend: &dyn Backend,
+    id: ContainerId,
+    pinned: &LiveSet,
+    capacity: usize,
+) -> Result<u64> {
+    let ct = Container::parse(id, backend.read(&container::key(id))?)?;
+    let mut b = Builder::new(id, capacity.max(ct.object_len())).with_deltas();
+    for (i, m) in ct.metas.iter().enumerate() {
+        if pinned.contains(&(id, m.fp)) {
+            b.push(m.fp, ct.chunk(i));
+        }
+    }
+    let bytes = b.seal();
+    let size = container::Header::parse(id, &bytes)?.total_len() as u64;
+    backend.write(&container::key(id), &bytes)?;
+    Ok(size)
+}
+
 /// Writes migrated chunks into new containers.
 struct Forward<'a> {
     backend: &'a dyn Backend,
     capacity: usize,
     trace: bool,
+    /// Containers in the format that can hold deltas.
+    deltas: bool,
     next_id: ContainerId,
     open: Option<Builder>,
     produced: u64,
@@ -424,26 +501,27 @@ struct Forward<'a> {
 }
 
 impl Forward<'_> {
-    /// Appends a chunk; returns the container it goes to.
-    fn push(&mut self, fp: Fingerprint, len: u32, bytes: &[u8]) -> Result<ContainerId> {
-        if self.open.as_ref().is_some_and(|b| !b.fits(len as usize)) {
+    /// Appends a stored chunk (whole or a delta, as `m` says) with its
+    /// stored `bytes`; returns the container it goes to.
+    fn push(&mut self, m: &container::ChunkMeta, bytes: &[u8]) -> Result<ContainerId> {
+        if self.open.as_ref().is_some_and(|b| !b.fits(m.len as usize)) {
             self.seal()?;
         }
-        let (capacity, trace) = (self.capacity, self.trace);
+        let (capacity, trace, deltas) = (self.capacity, self.trace, self.deltas);
         let next_id = &mut self.next_id;
         let b = self.open.get_or_insert_with(|| {
             let id = *next_id;
             *next_id += 1;
-            if trace {
-                Builder::without_data(id, capacity)
-            } else {
-                Builder::new(id, capacity)
+            match (trace, deltas) {
+                (true, _) => Builder::without_data(id, capacity),
+                (false, false) => Builder::new(id, capacity),
+                (false, true) => Builder::new(id, capacity).with_deltas(),
             }
         });
-        if trace {
-            b.push_len(fp, len);
-        } else {
-            b.push(fp, bytes);
+        match (trace, m.base) {
+            (true, _) => b.push_len(m.fp, m.len),
+            (false, None) => b.push(m.fp, bytes),
+            (false, Some(base)) => b.push_delta(m.fp, bytes, base)?,
         }
         Ok(b.id())
     }

@@ -49,7 +49,7 @@ use super::table::{self, order_key, Pushed, Table, TableMeta, TableWriter};
 use super::{read_cached, unusable, Chunk, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::Backend;
 use crate::config::Config;
-use crate::container::{self, ContainerId};
+use crate::container::{self, Container, ContainerId};
 use crate::envelope::{self, le4, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
@@ -345,6 +345,10 @@ pub struct Ddfs {
     keep: Option<hashbrown::HashSet<ContainerId>>,
     /// Chunk counts of the containers whose metadata was read (when tracked).
     sizes: Option<hashbrown::HashMap<ContainerId, u32>>,
+    /// Containers read whole instead of their metadata (PFC-delta), and
+    /// those read so far, waiting for [`DedupIndex::take_piggybacked`].
+    piggyback: std::collections::HashSet<ContainerId>,
+    piggybacked: Vec<Arc<Container>>,
 }
 
 /// Where a DDFS table lives and how it is opened.
@@ -535,6 +539,8 @@ impl Ddfs {
             layout,
             keep: None,
             sizes: None,
+            piggyback: Default::default(),
+            piggybacked: Vec::new(),
         }
     }
 
@@ -588,10 +594,22 @@ impl Ddfs {
         }
     }
 
+    /// Reads container `c`'s metadata (or, for PFC-delta, the whole container).
+    fn read_container(&mut self, c: ContainerId) -> Result<Vec<container::ChunkMeta>> {
+        if !self.piggyback.contains(&c) {
+            return container::read_meta(self.backend.as_ref(), c).map(|(_, metas)| metas);
+        }
+        let whole = self.backend.read(&container::key(c))?;
+        let ct = Arc::new(Container::parse(c, whole)?);
+        let metas = ct.metas.clone();
+        self.piggybacked.push(ct);
+        Ok(metas)
+    }
+
     /// Prefetches container `c`'s metadata into the cache.
     fn load_container(&mut self, c: ContainerId) -> Result<()> {
-        match container::read_meta(self.backend.as_ref(), c) {
-            Ok((_, metas)) => {
+        match self.read_container(c) {
+            Ok(metas) => {
                 self.stats.container_loads += 1;
                 if let Some(sizes) = &mut self.sizes {
                     sizes.insert(c, metas.len() as u32);
@@ -933,6 +951,15 @@ impl DedupIndex for Ddfs {
     fn finish(&mut self, _decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
         self.note_memory();
         Ok(())
+    }
+
+    fn piggyback(&mut self, containers: std::collections::HashSet<ContainerId>) -> bool {
+        self.piggyback = containers;
+        true
+    }
+
+    fn take_piggybacked(&mut self, out: &mut Vec<Arc<Container>>) {
+        out.append(&mut self.piggybacked);
     }
 
     fn placed(&mut self, stored: &[(Fingerprint, ContainerId)]) -> Result<()> {

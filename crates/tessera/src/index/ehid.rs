@@ -382,6 +382,14 @@ impl DedupIndex for Ehid {
         s.evicted_entries = self.evicted;
         s
     }
+
+    fn piggyback(&mut self, containers: std::collections::HashSet<ContainerId>) -> bool {
+        self.hot.piggyback(containers)
+    }
+
+    fn take_piggybacked(&mut self, out: &mut Vec<Arc<crate::container::Container>>) {
+        self.hot.take_piggybacked(out);
+    }
 }
 
 #[cfg(test)]

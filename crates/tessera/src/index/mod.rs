@@ -190,6 +190,19 @@ pub trait DedupIndex: Send {
     fn commit(&mut self, next_container: ContainerId) -> Result<()>;
     /// The counters.
     fn stats(&self) -> IndexStats;
+    /// PFC-delta's piggybacking: from now on, when the index loads the
+    /// metadata of one of `containers` it reads the whole container instead
+    /// (still one request) and keeps it for [`DedupIndex::take_piggybacked`].
+    /// Returns whether the index loads container metadata at all (DDFS,
+    /// HID/EHID); others ignore the request.
+    fn piggyback(&mut self, containers: std::collections::HashSet<ContainerId>) -> bool {
+        let _ = containers;
+        false
+    }
+    /// Moves the containers read whole since the last call into `out`.
+    fn take_piggybacked(&mut self, out: &mut Vec<std::sync::Arc<container::Container>>) {
+        let _ = out;
+    }
 }
 
 /// Hands decisions on in stream order, holding back those that arrive early.

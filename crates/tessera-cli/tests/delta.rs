@@ -1,0 +1,112 @@
+//! Delta compression through the command line: packed versions (the lab
+//! generator's tar mode, a metadata header before each file) back up with
+//! chunks stored as deltas, restore byte for byte, pass `check --read-data`
+//! and survive garbage collection; PFC-delta reads no container for its
+//! bases, greedy does.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+
+/// Generates `versions` packed versions into `dir`; returns their paths.
+fn packed_versions(dir: &Path, versions: u32) -> Vec<PathBuf> {
+    let out = dir.join("ds");
+    ok([
+        "gen",
+        out.to_str().unwrap(),
+        "--versions",
+        &versions.to_string(),
+        "--size",
+        "3MB",
+        "--seed",
+        "5",
+    ]);
+    (1..=versions)
+        .map(|v| out.join(format!("v{v:04}.tar")))
+        .collect()
+}
+
+/// Backs every version up into a new repository made with `init_args`,
+/// keeping the last `keep` backups with a GC after each; checks every
+/// retained backup and the repository after each step. Returns the backups'
+/// `delta` counters summed: (delta chunks, hash-less, base reads, bytes saved).
+fn round_trip(init_args: &[&str], keep: usize) -> (u64, u64, u64, u64) {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let versions = packed_versions(tmp.path(), 8);
+    let mut args = vec![
+        "init",
+        repo.to_str().unwrap(),
+        "--container-size",
+        "128KiB",
+        "--segment-size",
+        "512KiB",
+        "--capping-level",
+        "2",
+    ];
+    args.extend_from_slice(init_args);
+    ok(args);
+    let r = repo.to_str().unwrap();
+    let mut sums = (0, 0, 0, 0);
+    for (n, v) in versions.iter().enumerate() {
+        let j = backup_json(&repo, v);
+        let d = &j["delta"];
+        sums.0 += num(d, "delta_chunks");
+        sums.1 += num(d, "hashless");
+        sums.2 += num(d, "base_reads");
+        sums.3 += num(d, "bytes_saved");
+        assert_eq!(
+            num(&j, "stored_bytes"),
+            num(&j["unique"], "bytes") + num(&j["rewritten"], "bytes") - num(d, "bytes_saved"),
+            "{j}"
+        );
+        ok(["forget", r, "--keep-last", &keep.to_string()]);
+        ok(["gc", r]);
+        let check = ok(["check", r, "--read-data"]);
+        assert!(check.contains("no problems"), "{check}");
+        // Every retained backup restores (its version is the n - k-th).
+        for (k, id) in list_ids(&repo).into_iter().rev().enumerate() {
+            let out = restore_to_file(&repo, id, tmp.path());
+            let original = std::fs::read(&versions[n - k]).unwrap();
+            assert_file_eq(&out, &original);
+        }
+    }
+    sums
+}
+
+#[test]
+fn pfc_delta_stores_deltas_without_reading_bases() {
+    let (deltas, hashless, base_reads, saved) = round_trip(
+        &["--index", "ddfs", "--rewrite", "capping", "--delta", "pfc"],
+        3,
+    );
+    assert!(
+        deltas > 0 && hashless > 0 && saved > 0,
+        "{deltas} {hashless} {saved}"
+    );
+    assert_eq!(base_reads, 0);
+}
+
+#[test]
+fn greedy_delta_reads_its_bases() {
+    let (deltas, _, base_reads, saved) = round_trip(&["--delta", "greedy"], 4);
+    assert!(deltas > 0 && saved > 0, "{deltas} {saved}");
+    assert!(base_reads > 0);
+}
+
+#[test]
+fn delta_options_are_checked_at_init() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let r = repo.to_str().unwrap();
+    let err = fail(["init", r, "--delta", "pfc", "--rewrite", "capping"]);
+    assert!(err.contains("ddfs, hid or ehid"), "{err}");
+    let err = fail(["init", r, "--delta", "pfc", "--index", "ddfs"]);
+    assert!(err.contains("rewriting policy"), "{err}");
+    let err = fail(["init", r, "--delta", "greedy", "--trace"]);
+    assert!(err.contains("trace"), "{err}");
+    let err = fail(["init", r, "--delta", "sometimes"]);
+    assert!(err.contains("expected none, pfc or greedy"), "{err}");
+    assert!(!repo.exists());
+}

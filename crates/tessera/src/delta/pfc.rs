@@ -1,0 +1,248 @@
+//! PFC identification by container id (PFC-delta §IV-B1, Algorithm 1),
+//! per source lineage, persisted between backups as `delta/s<hex>`.
+//!
+//! A *fragmented chunk* is a duplicate the rewriting policy stores again.
+//! Tessera's indexes point at a chunk's newest copy, so a chunk rewritten by
+//! every backup is found, the next time, in the container its last copy went
+//! to. FC-CID therefore records the containers a backup wrote its fragmented
+//! chunks' copies into; a fragmented chunk found in a container of
+//! FC-CID_last is a *persistent* fragmented chunk (PFC), and PFC-CID records
+//! the containers its new copy went to — containers that also hold that
+//! backup's chunks around the PFC, the next backup's likely delta bases.
+//! HAR rewrites a PFC every second backup, so with HAR "last" means the last
+//! two backups.
+
+use crate::backend::Backend;
+use crate::container::ContainerId;
+use crate::envelope;
+use crate::error::{Error, Result};
+use crate::index::Relocations;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+/// Directory of the per-source PFC state objects.
+pub const PFC_DIR: &str = "delta";
+const KIND: &[u8; 4] = b"DPFC";
+const VERSION: u32 = 1;
+/// Backups whose sets are kept (HAR looks two back).
+const GENERATIONS: usize = 2;
+
+/// Key of the PFC state of source lineage `source` (hex of its name).
+pub fn state_key(source: &str) -> String {
+    let hex: String = source.bytes().map(|b| format!("{b:02x}")).collect();
+    format!("{PFC_DIR}/s{hex}")
+}
+
+/// The container-id sets one backup left.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct Generation {
+    /// Containers holding copies of the backup's fragmented chunks (FC-CID).
+    fc: BTreeSet<ContainerId>,
+    /// Containers holding copies of the backup's PFCs (PFC-CID).
+    pfc: BTreeSet<ContainerId>,
+}
+
+/// The persisted sets of the last backups of one source, newest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+struct State {
+    generations: Vec<Generation>,
+}
+
+impl State {
+    fn decode(key: &str, bytes: &[u8]) -> Result<State> {
+        let payload = envelope::open(key, KIND, VERSION, bytes)?;
+        postcard::from_bytes(payload)
+            .map_err(|e| Error::corrupt(key, format!("undecodable PFC state: {e}")))
+    }
+
+    fn encode(&self) -> Result<Vec<u8>> {
+        let payload = postcard::to_stdvec(self)
+            .map_err(|e| Error::Pipeline(format!("encoding PFC state: {e}")))?;
+        Ok(envelope::seal(KIND, VERSION, &payload))
+    }
+
+    /// Reads the state at `key`; a missing one is empty, a damaged one too
+    /// (it only guides prefetching: losing it costs compression, not data).
+    fn load(backend: &dyn Backend, key: &str) -> Result<State> {
+        match backend.read(key) {
+            Ok(bytes) => Ok(State::decode(key, &bytes).unwrap_or_default()),
+            Err(Error::NotFound(_)) => Ok(State::default()),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Algorithm 1's sets during one backup of one source.
+pub struct PfcTracker {
+    key: String,
+    state: State,
+    fc_last: HashSet<ContainerId>,
+    pfc_last: HashSet<ContainerId>,
+    emerging: Generation,
+    pfcs: u64,
+}
+
+impl PfcTracker {
+    /// Loads the sets of source `source`; `lookback` backups count as "last"
+    /// (2 for HAR, else 1).
+    pub fn open(backend: &dyn Backend, source: &str, lookback: usize) -> Result<Self> {
+        let key = state_key(source);
+        let state = State::load(backend, &key)?;
+        let recent = state.generations.iter().take(lookback.max(1));
+        let (mut fc_last, mut pfc_last) = (HashSet::new(), HashSet::new());
+        for g in recent {
+            fc_last.extend(g.fc.iter().copied());
+            pfc_last.extend(g.pfc.iter().copied());
+        }
+        Ok(PfcTracker {
+            key,
+            state,
+            fc_last,
+            pfc_last,
+            emerging: Generation::default(),
+            pfcs: 0,
+        })
+    }
+
+    /// PFC-CID_last: containers whose data the index's metadata loads piggyback.
+    pub fn prefetch_set(&self) -> HashSet<ContainerId> {
+        self.pfc_last.clone()
+    }
+
+    /// A fragmented chunk found in `found_in` was stored again in `stored_in`.
+    pub fn fragmented(&mut self, found_in: ContainerId, stored_in: ContainerId) {
+        self.emerging.fc.insert(stored_in);
+        if self.fc_last.contains(&found_in) {
+            self.emerging.pfc.insert(stored_in);
+            self.pfcs += 1;
+        }
+    }
+
+    /// (PFCs, FC-CID containers, PFC-CID containers) of this backup so far.
+    pub fn counts(&self) -> (u64, u64, u64) {
+        (
+            self.pfcs,
+            self.emerging.fc.len() as u64,
+            self.emerging.pfc.len() as u64,
+        )
+    }
+
+    /// Persists this backup's sets as the newest generation.
+    pub fn commit(mut self, backend: &dyn Backend) -> Result<()> {
+        self.state.generations.insert(0, self.emerging);
+        self.state.generations.truncate(GENERATIONS);
+        backend.write(&self.key, &self.state.encode()?)
+    }
+}
+
+/// After garbage collection (PFC-delta §IV-D): in every source's sets, a
+/// container GC removed is replaced by the containers its live chunks moved
+/// to (a container compacted in place keeps its id), so prefetching keeps
+/// finding the chunks after GC.
+pub fn relocate(
+    backend: &dyn Backend,
+    removed: &BTreeSet<ContainerId>,
+    moved: &Relocations,
+) -> Result<()> {
+    let mut homes: BTreeMap<ContainerId, BTreeSet<ContainerId>> = BTreeMap::new();
+    for ((old, _), new) in moved {
+        homes.entry(*old).or_default().insert(*new);
+    }
+    let map = |set: &BTreeSet<ContainerId>| -> BTreeSet<ContainerId> {
+        set.iter()
+            .flat_map(|c| {
+                if removed.contains(c) {
+                    homes.get(c).cloned().unwrap_or_default()
+                } else {
+                    BTreeSet::from([*c])
+                }
+            })
+            .collect()
+    };
+    for name in backend.list(PFC_DIR)? {
+        let key = format!("{PFC_DIR}/{name}");
+        let mut state = State::load(backend, &key)?;
+        for g in &mut state.generations {
+            g.fc = map(&g.fc);
+            g.pfc = map(&g.pfc);
+        }
+        backend.write(&key, &state.encode()?)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Local;
+    use crate::fingerprint::Fingerprint;
+
+    fn backend() -> (tempfile::TempDir, Local) {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Local::new(dir.path());
+        (dir, b)
+    }
+
+    #[test]
+    fn a_chunk_rewritten_twice_in_a_row_is_a_pfc() {
+        let (_d, b) = backend();
+        let mut t = PfcTracker::open(&b, "src", 1).unwrap();
+        t.fragmented(3, 10);
+        assert_eq!(t.counts(), (0, 1, 0));
+        t.commit(&b).unwrap();
+
+        let mut t = PfcTracker::open(&b, "src", 1).unwrap();
+        assert!(t.prefetch_set().is_empty());
+        t.fragmented(10, 20); // found where the last backup put it: a PFC
+        t.fragmented(4, 21); // found elsewhere: fragmented only
+        assert_eq!(t.counts(), (1, 2, 1));
+        t.commit(&b).unwrap();
+
+        let t = PfcTracker::open(&b, "src", 1).unwrap();
+        assert_eq!(t.prefetch_set(), HashSet::from([20]));
+        // Another source has its own sets.
+        assert!(PfcTracker::open(&b, "other", 1)
+            .unwrap()
+            .prefetch_set()
+            .is_empty());
+    }
+
+    #[test]
+    fn har_looks_two_backups_back() {
+        let (_d, b) = backend();
+        let mut t = PfcTracker::open(&b, "", 2).unwrap();
+        t.fragmented(1, 5);
+        t.commit(&b).unwrap();
+        PfcTracker::open(&b, "", 2).unwrap().commit(&b).unwrap(); // nothing rewritten
+        let mut t = PfcTracker::open(&b, "", 2).unwrap();
+        t.fragmented(5, 9);
+        assert_eq!(t.counts().0, 1);
+        let mut t1 = PfcTracker::open(&b, "", 1).unwrap();
+        t1.fragmented(5, 9);
+        assert_eq!(t1.counts().0, 0);
+    }
+
+    #[test]
+    fn gc_moves_the_sets_to_the_new_containers() {
+        let (_d, b) = backend();
+        let mut t = PfcTracker::open(&b, "s", 1).unwrap();
+        t.fragmented(0, 7);
+        t.fragmented(0, 8);
+        t.commit(&b).unwrap();
+        let mut t = PfcTracker::open(&b, "s", 1).unwrap();
+        t.fragmented(7, 12);
+        t.fragmented(8, 13);
+        t.commit(&b).unwrap();
+        let fp = |i: u8| Fingerprint([i; 32]);
+        let moved = Relocations::from_iter([((12, fp(1)), 30), ((12, fp(2)), 31)]);
+        relocate(&b, &BTreeSet::from([12, 13]), &moved).unwrap();
+        let t = PfcTracker::open(&b, "s", 1).unwrap();
+        assert_eq!(t.prefetch_set(), HashSet::from([30, 31]));
+        // A damaged state is treated as empty.
+        b.write(&state_key("s"), b"garbage").unwrap();
+        assert!(PfcTracker::open(&b, "s", 1)
+            .unwrap()
+            .prefetch_set()
+            .is_empty());
+    }
+}

@@ -1,0 +1,422 @@
+//! The delta-compression stage of the backup pipeline: for each chunk to be
+//! stored (unique or rewritten) it looks for a similar base chunk and, when
+//! the delta saves enough, has the chunk stored as that delta.
+//!
+//! * `pfc` (PFC-delta): bases come only from the base chunk cache, filled
+//!   with the containers of PFC-CID_last that the deduplication index reads
+//!   anyway ([`crate::index::DedupIndex::piggyback`]): no extra reads.
+//! * `greedy` (the paper's Greedy baseline): bases are any whole chunk stored
+//!   by an earlier backup, found through a persisted super-feature index and
+//!   read from storage (extra reads, cached by container).
+
+use super::cache::{BaseCache, Found, MIN_DELTA_LEN};
+use super::features::{super_features, FeatureKind, SUPER_FEATURES};
+use super::pfc::PfcTracker;
+use super::{encode, Method};
+use crate::backend::Backend;
+use crate::container::{self, BaseRef, Container, ContainerId};
+use crate::envelope;
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::rewrite::RewriteKind;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Which chunks a repository delta-compresses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeltaKind {
+    /// No delta compression.
+    #[default]
+    None,
+    /// PFC-delta: chunks around persistent fragmented chunks, against bases
+    /// prefetched with the index's container reads.
+    Pfc,
+    /// Every stored chunk against any similar stored chunk, bases read from storage.
+    Greedy,
+}
+
+impl DeltaKind {
+    /// The name used on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            DeltaKind::None => "none",
+            DeltaKind::Pfc => "pfc",
+            DeltaKind::Greedy => "greedy",
+        }
+    }
+}
+
+impl std::str::FromStr for DeltaKind {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "none" => Ok(DeltaKind::None),
+            "pfc" => Ok(DeltaKind::Pfc),
+            "greedy" => Ok(DeltaKind::Greedy),
+            other => Err(format!(
+                "unknown delta compression {other:?} (expected none, pfc or greedy)"
+            )),
+        }
+    }
+}
+
+/// Default base chunk cache size, in containers (the paper's default).
+pub const DEFAULT_BASE_CACHE_CONTAINERS: u32 = 16;
+
+fn default_base_cache_containers() -> u32 {
+    DEFAULT_BASE_CACHE_CONTAINERS
+}
+
+/// Delta compression settings of a repository.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeltaParams {
+    /// The policy.
+    pub kind: DeltaKind,
+    /// Super-features that find similar chunks.
+    pub features: FeatureKind,
+    /// Containers the base chunk cache holds (greedy: base containers read).
+    #[serde(default = "default_base_cache_containers")]
+    pub base_cache_containers: u32,
+}
+
+impl Default for DeltaParams {
+    fn default() -> Self {
+        DeltaParams {
+            kind: DeltaKind::None,
+            features: FeatureKind::Odess,
+            base_cache_containers: DEFAULT_BASE_CACHE_CONTAINERS,
+        }
+    }
+}
+
+/// A delta is kept only if it (with the base reference its metadata entry
+/// adds) is at most this fraction of the chunk: restoring a delta needs its
+/// base too, which only a real saving pays for.
+const MAX_DELTA_FRACTION: f64 = 0.75;
+/// Metadata bytes a delta entry adds (the base's container and fingerprint).
+const BASE_REF_BYTES: usize = container::DELTA_META_ENTRY_LEN - container::META_ENTRY_LEN;
+
+/// Counters of a backup's delta compression (`backup --json` → `delta`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct DeltaStats {
+    /// Policy name (`none`, `pfc`, `greedy`).
+    pub policy: String,
+    /// Chunks to store that were looked up for a base.
+    pub candidates: u64,
+    /// Candidates for which a similar base was found.
+    pub base_hits: u64,
+    /// Chunks stored as deltas.
+    pub delta_chunks: u64,
+    /// Bytes of the chunks stored as deltas.
+    pub delta_input_bytes: u64,
+    /// Bytes of their deltas.
+    pub delta_bytes: u64,
+    /// Bytes not stored thanks to delta compression (input − deltas).
+    pub bytes_saved: u64,
+    /// Deltas made by hash-less encoding.
+    pub hashless: u64,
+    /// Deltas made by the Edelta-style fallback.
+    pub edelta: u64,
+    /// Bases found whose delta saved too little (the chunk was stored whole).
+    pub rejected: u64,
+    /// Persistent fragmented chunks identified (pfc).
+    pub pfc_chunks: u64,
+    /// Containers of this backup's fragmented chunks (FC-CID, pfc).
+    pub fc_containers: u64,
+    /// Containers of this backup's PFCs (PFC-CID, pfc).
+    pub pfc_containers: u64,
+    /// Containers whose data the index's metadata reads brought along (pfc).
+    pub piggybacked_containers: u64,
+    /// Data bytes those reads transferred beyond the metadata (pfc).
+    pub piggybacked_bytes: u64,
+    /// Extra container reads for bases (0 unless greedy).
+    pub base_reads: u64,
+    /// Bytes of those reads.
+    pub base_read_bytes: u64,
+    /// Seconds computing super-features.
+    pub features_seconds: f64,
+    /// Seconds delta-encoding.
+    pub encode_seconds: f64,
+    /// MB (10^6 bytes) of input delta-encoded per second of encoding.
+    pub encode_mb_s: f64,
+}
+
+/// What [`DeltaStage::compress`] produced for a chunk.
+pub struct Compressed {
+    /// The delta.
+    pub delta: Vec<u8>,
+    /// Its base.
+    pub base: BaseRef,
+}
+
+/// The delta stage of one backup.
+pub struct DeltaStage {
+    params: DeltaParams,
+    backend: Arc<dyn Backend>,
+    cache: BaseCache,
+    pfc: Option<PfcTracker>,
+    greedy: Option<Greedy>,
+    stats: DeltaStats,
+}
+
+impl DeltaStage {
+    /// The stage for a backup of source `source`, or `None` when the
+    /// repository does not delta-compress.
+    pub fn open(
+        backend: Arc<dyn Backend>,
+        params: DeltaParams,
+        rewrite: RewriteKind,
+        source: &str,
+    ) -> Result<Option<Self>> {
+        let (pfc, greedy) = match params.kind {
+            DeltaKind::None => return Ok(None),
+            DeltaKind::Pfc => {
+                let lookback = if rewrite == RewriteKind::Har { 2 } else { 1 };
+                (
+                    Some(PfcTracker::open(backend.as_ref(), source, lookback)?),
+                    None,
+                )
+            }
+            DeltaKind::Greedy => (None, Some(Greedy::load(backend.as_ref())?)),
+        };
+        Ok(Some(DeltaStage {
+            cache: BaseCache::new(params.features, params.base_cache_containers as usize),
+            params,
+            backend,
+            pfc,
+            greedy,
+            stats: DeltaStats {
+                policy: params.kind.name().into(),
+                ..DeltaStats::default()
+            },
+        }))
+    }
+
+    /// Containers whose data the index should read along with their
+    /// metadata (PFC-CID_last; empty unless pfc).
+    pub fn prefetch_set(&self) -> HashSet<ContainerId> {
+        self.pfc
+            .as_ref()
+            .map(PfcTracker::prefetch_set)
+            .unwrap_or_default()
+    }
+
+    /// Takes containers the index read whole into the base chunk cache.
+    pub fn offer(&mut self, containers: Vec<Arc<Container>>) {
+        for c in containers {
+            self.stats.piggybacked_containers += 1;
+            self.stats.piggybacked_bytes += (c.object_len() - c.header.meta_end()) as u64;
+            let t = Instant::now();
+            self.cache.insert(c);
+            self.stats.features_seconds += t.elapsed().as_secs_f64();
+        }
+    }
+
+    /// A fragmented chunk found in `found_in` was stored again in `stored_in`.
+    pub fn fragmented(&mut self, found_in: ContainerId, stored_in: ContainerId) {
+        if let Some(p) = &mut self.pfc {
+            p.fragmented(found_in, stored_in);
+        }
+    }
+
+    /// Looks for a base for chunk `data` (to be stored) and returns its
+    /// delta when it saves enough. Greedy also remembers the features of
+    /// a chunk stored whole, via [`DeltaStage::stored_whole`].
+    pub fn compress(&mut self, data: &[u8]) -> Result<(Option<Compressed>, Features)> {
+        if data.len() < MIN_DELTA_LEN || (self.greedy.is_none() && self.cache.is_empty()) {
+            return Ok((None, None));
+        }
+        self.stats.candidates += 1;
+        let t = Instant::now();
+        let sf = super_features(self.params.features, data);
+        self.stats.features_seconds += t.elapsed().as_secs_f64();
+        let found = match self.cache.find(&sf) {
+            Some(f) => Some(f),
+            None => match &mut self.greedy {
+                Some(g) => g.find(self.backend.as_ref(), &mut self.cache, &sf, &mut self.stats)?,
+                None => None,
+            },
+        };
+        let Some(found) = found else {
+            return Ok((None, Some(sf)));
+        };
+        self.stats.base_hits += 1;
+        let t = Instant::now();
+        let d = encode(found.bytes(), data);
+        self.stats.encode_seconds += t.elapsed().as_secs_f64();
+        self.stats.delta_input_bytes += data.len() as u64;
+        if (d.bytes.len() + BASE_REF_BYTES) as f64 > MAX_DELTA_FRACTION * data.len() as f64 {
+            self.stats.rejected += 1;
+            return Ok((None, Some(sf)));
+        }
+        match d.method {
+            Method::HashLess => self.stats.hashless += 1,
+            Method::Edelta => self.stats.edelta += 1,
+        }
+        self.stats.delta_chunks += 1;
+        self.stats.delta_bytes += d.bytes.len() as u64;
+        self.stats.bytes_saved += (data.len() - d.bytes.len()) as u64;
+        Ok((
+            Some(Compressed {
+                delta: d.bytes,
+                base: found.base_ref(),
+            }),
+            None,
+        ))
+    }
+
+    /// A chunk was stored whole in `container` (greedy indexes it as a
+    /// future base once the backup commits).
+    pub fn stored_whole(&mut self, fp: Fingerprint, container: ContainerId, features: Features) {
+        if let (Some(g), Some(sf)) = (&mut self.greedy, features) {
+            g.pending.push(Entry {
+                features: sf,
+                container,
+                fp,
+            });
+        }
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> DeltaStats {
+        let mut s = self.stats.clone();
+        if let Some(p) = &self.pfc {
+            (s.pfc_chunks, s.fc_containers, s.pfc_containers) = p.counts();
+        }
+        s.encode_mb_s = if s.encode_seconds > 0.0 {
+            s.delta_input_bytes as f64 / 1e6 / s.encode_seconds
+        } else {
+            0.0
+        };
+        s
+    }
+
+    /// Persists what the next backup needs (PFC sets, greedy's feature
+    /// index), once every container of this backup is durable.
+    pub fn commit(self) -> Result<()> {
+        if let Some(p) = self.pfc {
+            p.commit(self.backend.as_ref())?;
+        }
+        if let Some(g) = self.greedy {
+            g.commit(self.backend.as_ref())?;
+        }
+        Ok(())
+    }
+}
+
+/// A chunk's super-features when they were computed but it was stored whole.
+pub type Features = Option<[u64; SUPER_FEATURES]>;
+
+/// Key of greedy's super-feature index.
+pub const GREEDY_INDEX_KEY: &str = "delta-index/features";
+const GREEDY_KIND: &[u8; 4] = b"DSFI";
+const GREEDY_VERSION: u32 = 1;
+
+/// A whole chunk greedy may use as a base.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+struct Entry {
+    features: [u64; SUPER_FEATURES],
+    container: ContainerId,
+    fp: Fingerprint,
+}
+
+/// Greedy's super-feature index over the whole chunks of earlier backups.
+/// Entries may be stale (GC moved or freed the chunk): a base that is not
+/// where the entry says is skipped and the entry dropped.
+struct Greedy {
+    entries: Vec<Entry>,
+    /// Super-feature `j` → entry index (the newest chunk wins).
+    by_feature: [HashMap<u64, usize>; SUPER_FEATURES],
+    dropped: HashSet<usize>,
+    /// This backup's whole chunks, indexed at commit.
+    pending: Vec<Entry>,
+}
+
+impl Greedy {
+    fn load(backend: &dyn Backend) -> Result<Greedy> {
+        let entries: Vec<Entry> = match backend.read(GREEDY_INDEX_KEY) {
+            Ok(bytes) => envelope::open(GREEDY_INDEX_KEY, GREEDY_KIND, GREEDY_VERSION, &bytes)
+                .ok()
+                .and_then(|p| postcard::from_bytes(p).ok())
+                // A damaged index only costs compression: start over.
+                .unwrap_or_default(),
+            Err(Error::NotFound(_)) => Vec::new(),
+            Err(e) => return Err(e),
+        };
+        let mut by_feature: [HashMap<u64, usize>; SUPER_FEATURES] = Default::default();
+        for (i, e) in entries.iter().enumerate() {
+            for (j, map) in by_feature.iter_mut().enumerate() {
+                map.insert(e.features[j], i);
+            }
+        }
+        Ok(Greedy {
+            entries,
+            by_feature,
+            dropped: HashSet::new(),
+            pending: Vec::new(),
+        })
+    }
+
+    /// Finds a stored base by super-feature, reading its container (through
+    /// the cache) from storage.
+    fn find(
+        &mut self,
+        backend: &dyn Backend,
+        cache: &mut BaseCache,
+        sf: &[u64; SUPER_FEATURES],
+        stats: &mut DeltaStats,
+    ) -> Result<Option<Found>> {
+        for (map, f) in self.by_feature.iter().zip(sf) {
+            let Some(&i) = map.get(f) else {
+                continue;
+            };
+            if self.dropped.contains(&i) {
+                continue;
+            }
+            let e = self.entries[i];
+            if !cache.contains(e.container) {
+                match backend.read(&container::key(e.container)) {
+                    Ok(bytes) => {
+                        stats.base_reads += 1;
+                        stats.base_read_bytes += bytes.len() as u64;
+                        match Container::parse(e.container, bytes) {
+                            Ok(c) => cache.insert(Arc::new(c)),
+                            Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => {}
+                            Err(err) => return Err(err),
+                        }
+                    }
+                    Err(Error::NotFound(_)) => {}
+                    Err(err) => return Err(err),
+                }
+            }
+            if let Some(found) = cache.get(e.container, &e.fp) {
+                return Ok(Some(found));
+            }
+            self.dropped.insert(i);
+        }
+        Ok(None)
+    }
+
+    fn commit(self, backend: &dyn Backend) -> Result<()> {
+        let dropped = &self.dropped;
+        let entries: Vec<Entry> = self
+            .entries
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !dropped.contains(i))
+            .map(|(_, e)| e)
+            .chain(self.pending)
+            .collect();
+        let payload = postcard::to_stdvec(&entries)
+            .map_err(|e| Error::Pipeline(format!("encoding the delta feature index: {e}")))?;
+        backend.write(
+            GREEDY_INDEX_KEY,
+            &envelope::seal(GREEDY_KIND, GREEDY_VERSION, &payload),
+        )
+    }
+}
