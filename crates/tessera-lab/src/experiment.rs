@@ -113,6 +113,10 @@ pub struct GenSpec {
     pub size: String,
     /// Fraction of files changed per version.
     pub change_rate: Option<f64>,
+    /// Fraction of files whose mtime (in their packed header) changes
+    /// without a content change, per version (1.0: every header changes
+    /// every backup, as backup products that stamp per-file metadata).
+    pub touch_rate: Option<f64>,
     /// Seed.
     #[serde(default)]
     pub seed: u64,
@@ -599,6 +603,9 @@ pub fn dataset_versions(spec: &DatasetSpec, out: &Path) -> Result<Vec<Version>, 
             trace: g.trace,
             ..GenOptions::default()
         };
+        if let Some(r) = g.touch_rate {
+            opts.touch_rate = r;
+        }
         if let Some(r) = g.change_rate {
             opts.change_rate = r;
         }

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""Summarises a pfc-delta experiment (experiments/pfc-delta.toml): per system
+the compression ratio after the last version (retained logical / physical
+bytes), the mean speed factor of the newest backup's restore over the last
+20 versions, the median backup throughput, and the delta counters summed
+over all versions; then each PFC system against its baseline.
+
+Usage: scripts/pfc-delta-summary.py RESULTS_DIR [RESULTS_DIR ...]
+(several runs: throughput ratios are medians over the runs)."""
+import json
+import statistics
+import sys
+
+def summarise(path):
+    r = json.load(open(f"{path}/results.json"))
+    by = {}
+    for rec in r["records"]:
+        by.setdefault(rec["system"], []).append(rec)
+    out = {}
+    for name, recs in by.items():
+        recs.sort(key=lambda x: x["version"])
+        last20 = recs[-20:]
+        sf = [x["restores"][-1]["speed_factor"] for x in last20 if x["restores"]]
+        d = [x["delta"] for x in recs]
+        total = lambda k: sum(x.get(k, 0) for x in d)
+        out[name] = {
+            "ratio": recs[-1]["actual_dedup_ratio"],
+            "speed_factor": statistics.mean(sf) if sf else float("nan"),
+            "backup_mb_s": statistics.median(x["backup_mb_s"] for x in recs[1:]),
+            "delta_chunks": total("delta_chunks"),
+            "hashless": total("hashless"),
+            "edelta": total("edelta"),
+            "saved_mb": total("bytes_saved") / 1e6,
+            "pfcs": total("pfc_chunks"),
+            "piggybacked": total("piggybacked_containers"),
+            "base_reads": total("base_reads"),
+            "restore_base_reads": sum(
+                y.get("base_reads", 0) for x in recs for y in x["restores"]),
+            "encode_mb_s": statistics.median(
+                [x["encode_mb_s"] for x in d if x.get("encode_mb_s")] or [0]),
+        }
+    return out
+
+runs = [summarise(p) for p in sys.argv[1:]]
+names = list(runs[0])
+cols = ["ratio", "speed_factor", "backup_mb_s", "delta_chunks", "hashless",
+        "edelta", "saved_mb", "pfcs", "piggybacked", "base_reads",
+        "restore_base_reads", "encode_mb_s"]
+print("| system | " + " | ".join(cols) + " |")
+print("|---" * (len(cols) + 1) + "|")
+for n in names:
+    s = runs[0][n]
+    print(f"| {n} | " + " | ".join(
+        f"{s[c]:.3f}" if isinstance(s[c], float) else str(s[c]) for c in cols) + " |")
+print()
+for n in names:
+    for suffix in ("-pfc", "-greedy"):
+        if n.endswith(suffix):
+            base = n[: -len(suffix)]
+            if base not in runs[0]:
+                continue
+            ratio = runs[0][n]["ratio"] / runs[0][base]["ratio"]
+            sf = runs[0][n]["speed_factor"] / runs[0][base]["speed_factor"]
+            tp = statistics.median(r[n]["backup_mb_s"] / r[base]["backup_mb_s"] for r in runs)
+            print(f"{n} vs {base}: compression ratio x{ratio:.3f}, speed factor x{sf:.3f}, "
+                  f"backup throughput x{tp:.3f} (median of {len(runs)} run(s))")
