@@ -110,3 +110,45 @@ fn delta_options_are_checked_at_init() {
     assert!(err.contains("expected none, pfc or greedy"), "{err}");
     assert!(!repo.exists());
 }
+
+#[test]
+fn a_lost_base_is_reported_and_fails_the_restore_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let r = repo.to_str().unwrap();
+    let versions = packed_versions(tmp.path(), 4);
+    ok(["init", r, "--container-size", "128KiB", "--delta", "greedy"]);
+    for v in &versions {
+        backup_json(&repo, v);
+    }
+    // Find a delta entry and delete its base's container.
+    let backend = tessera::backend::Local::new(&repo);
+    let mut base = None;
+    for name in containers(&repo) {
+        let id = tessera::container::parse_key_name(&name).unwrap();
+        let (_, metas) = tessera::container::read_meta(&backend, id).unwrap();
+        if let Some(b) = metas.iter().find_map(|m| m.base) {
+            base = Some(b.container);
+            break;
+        }
+    }
+    let base = base.expect("greedy stored no delta");
+    std::fs::remove_file(repo.join(tessera::container::key(base))).unwrap();
+    let out = run(["check", r]);
+    assert!(!out.status.success());
+    let text =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("is not stored whole"), "{text}");
+    // Some backup now fails to restore, with an error and no output file.
+    let mut failed = 0;
+    for id in list_ids(&repo) {
+        let target = tmp.path().join(format!("out{id}"));
+        let out = run(["restore", r, &id.to_string(), target.to_str().unwrap()]);
+        assert_no_panic(&out);
+        if !out.status.success() {
+            failed += 1;
+            assert!(!target.exists());
+        }
+    }
+    assert!(failed > 0);
+}

@@ -529,8 +529,13 @@ const HISTORY_VERSION: u32 = 1;
 
 /// Key of the rewrite history of source lineage `source` (hex of its name).
 pub fn rewrite_history_key(source: &str) -> String {
-    let hex: String = source.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("rewrite/s{hex}")
+    format!("rewrite/s{}", source_hex(source))
+}
+
+/// A source lineage's name as lower-case hex of its UTF-8 bytes (how keys of
+/// per-source objects name it).
+pub fn source_hex(source: &str) -> String {
+    source.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Logical / stored bytes; `None` when nothing was stored.

@@ -29,8 +29,7 @@ const GENERATIONS: usize = 2;
 
 /// Key of the PFC state of source lineage `source` (hex of its name).
 pub fn state_key(source: &str) -> String {
-    let hex: String = source.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("{PFC_DIR}/s{hex}")
+    format!("{PFC_DIR}/s{}", crate::backup::source_hex(source))
 }
 
 /// The container-id sets one backup left.

@@ -55,12 +55,7 @@ pub const STATE_DIR: &str = "lifecycle/state";
 
 /// The directory name of the lineage of `source`: `s` and the hex of its bytes.
 pub fn lineage_name(source: &str) -> String {
-    let mut s = String::with_capacity(1 + 2 * source.len());
-    s.push('s');
-    for b in source.as_bytes() {
-        s.push_str(&format!("{b:02x}"));
-    }
-    s
+    format!("s{}", crate::backup::source_hex(source))
 }
 
 /// Key of lineage `l`'s state.
