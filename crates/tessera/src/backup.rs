@@ -919,7 +919,7 @@ impl Store {
             }
         };
         let (compressed, features) = match (&mut self.delta, data) {
-            (Some(d), Some(bytes)) => d.compress(bytes)?,
+            (Some(d), Some(bytes)) => d.compress(&chunk.fp, bytes)?,
             _ => (None, None),
         };
         let len = compressed

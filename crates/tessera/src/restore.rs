@@ -8,10 +8,10 @@
 //! exactly that order — while the assembler verifies chunk fingerprints in
 //! parallel.
 //!
-//! A chunk stored as a delta is decoded against its base, taken from the
-//! containers the restore holds or loaded recently (bases sit beside chunks
-//! the backup reads anyway), else read on demand and counted in
-//! `base_reads`; the decoded chunk is verified like any other.
+//! A chunk stored as a delta is decoded against its base when its window is
+//! flushed, the base taken from the containers the restore holds or loaded
+//! (bases sit beside chunks the backup reads anyway), else read on demand
+//! and counted in `base_reads`; the decoded chunk is verified like any other.
 
 use crate::backend::Backend;
 use crate::config::Layout;
@@ -272,6 +272,8 @@ fn execute(
         let mut bases = Bases {
             backend: backend.as_ref(),
             recent: VecDeque::new(),
+            wanted: HashMap::new(),
+            kept: HashMap::new(),
             reads: 0,
         };
         let mut ctx = Assembly {
@@ -366,57 +368,88 @@ fn load_container(backend: &dyn Backend, id: ContainerId) -> Result<Arc<Containe
     Ok(Arc::new(Container::parse(id, bytes)?))
 }
 
-/// Containers for the bases of delta-encoded chunks: the most recently
-/// loaded ones, else read on demand (counted).
+/// Containers for the bases of delta-encoded chunks. A delta met during a
+/// window is decoded when the window is flushed, so that a base container
+/// the plan loads later in the window (a file's changed header precedes its
+/// unchanged content) costs no extra read: the containers that pending
+/// deltas want are kept when loaded, besides the most recently loaded ones;
+/// a base found nowhere is read on demand (counted).
 struct Bases<'a> {
     backend: &'a dyn Backend,
     /// Most recent first.
     recent: VecDeque<Arc<Container>>,
+    /// Base containers of the pending deltas, with how many want each.
+    wanted: HashMap<ContainerId, usize>,
+    /// Wanted containers loaded since they were wanted.
+    kept: HashMap<ContainerId, Arc<Container>>,
     reads: u64,
 }
 
 impl Bases<'_> {
     /// Remembers a container the restore loaded.
     fn remember(&mut self, ct: &Arc<Container>) {
-        if self
-            .recent
-            .front()
-            .is_some_and(|c| c.header.id == ct.header.id)
-        {
+        let id = ct.header.id;
+        if self.wanted.contains_key(&id) {
+            self.kept.insert(id, ct.clone());
+        }
+        if self.recent.front().is_some_and(|c| c.header.id == id) {
             return;
         }
-        self.recent.retain(|c| c.header.id != ct.header.id);
+        self.recent.retain(|c| c.header.id != id);
         self.recent.push_front(ct.clone());
         self.recent.truncate(BASE_CONTAINERS);
     }
 
-    /// Container `id`: `held` by the caller, recently loaded, or read now.
-    fn container(
-        &mut self,
-        id: ContainerId,
-        held: Option<&Arc<Container>>,
-    ) -> Result<Arc<Container>> {
-        if let Some(ct) = held.or_else(|| self.recent.iter().find(|c| c.header.id == id)) {
-            return Ok(ct.clone());
+    /// A pending delta will need container `id`.
+    fn want(&mut self, id: ContainerId) {
+        *self.wanted.entry(id).or_default() += 1;
+        if let Some(ct) = self.recent.iter().find(|c| c.header.id == id) {
+            self.kept.insert(id, ct.clone());
+        }
+    }
+
+    /// Container `id` for a pending delta (which no longer wants it after
+    /// this): `held` by the caller, kept, or read now.
+    fn take(&mut self, id: ContainerId, held: Option<Arc<Container>>) -> Result<Arc<Container>> {
+        let found = held.or_else(|| self.kept.get(&id).cloned());
+        if let Some(n) = self.wanted.get_mut(&id) {
+            *n -= 1;
+            if *n == 0 {
+                self.wanted.remove(&id);
+                self.kept.remove(&id);
+            }
+        }
+        if let Some(ct) = found {
+            return Ok(ct);
         }
         let ct = load_container(self.backend, id)?;
         self.reads += 1;
         self.remember(&ct);
+        if self.wanted.contains_key(&id) {
+            self.kept.insert(id, ct.clone());
+        }
         Ok(ct)
     }
 }
 
-/// A chunk ready to verify and write: stored whole in a container, or
-/// decoded from its delta.
+/// A chunk on its way to the output: stored whole in a container, a delta
+/// waiting for its base, or decoded.
 enum Piece {
     Whole(Arc<Container>, usize),
+    Delta {
+        delta: Vec<u8>,
+        base: container::BaseRef,
+    },
     Decoded(Vec<u8>),
 }
 
 impl Piece {
+    /// The chunk's bytes (empty for an undecoded delta, which never reaches
+    /// verification: [`Assembly::decode`] runs first).
     fn bytes(&self) -> &[u8] {
         match self {
             Piece::Whole(ct, i) => ct.chunk(*i),
+            Piece::Delta { .. } => &[],
             Piece::Decoded(bytes) => bytes,
         }
     }
@@ -433,43 +466,59 @@ struct Assembly<'a, 'b> {
 }
 
 impl Assembly<'_, '_> {
-    /// Chunk `c` from container `ct` (which the plan loaded): whole, or
-    /// decoded against its base, which `held` may hold.
-    fn piece(
-        &mut self,
-        ct: &Arc<Container>,
-        c: &ChunkRef,
-        held: impl Fn(ContainerId) -> Option<Arc<Container>>,
-    ) -> Result<Piece> {
+    /// Chunk `c` in container `ct` (which the plan loaded): whole, or its
+    /// delta (whose base the bases now want).
+    fn piece(&mut self, ct: &Arc<Container>, c: &ChunkRef) -> Result<Piece> {
         let i = ct.find(&c.fp).ok_or_else(|| Error::MissingChunk {
             backup: self.id,
             container: c.container,
             fingerprint: c.fp.to_string(),
         })?;
-        let Some(base) = ct.base(i) else {
-            return Ok(Piece::Whole(ct.clone(), i));
-        };
-        let held = held(base.container);
-        let bc = self.bases.container(base.container, held.as_ref())?;
-        let j = bc
-            .find(&base.fp)
-            .filter(|&j| bc.base(j).is_none())
-            .ok_or_else(|| {
+        match ct.base(i) {
+            None => Ok(Piece::Whole(ct.clone(), i)),
+            Some(base) => {
+                self.bases.want(base.container);
+                Ok(Piece::Delta {
+                    delta: ct.chunk(i).to_vec(),
+                    base,
+                })
+            }
+        }
+    }
+
+    /// Decodes every delta of `pieces` against its base; `held` may hold
+    /// base containers.
+    fn decode<'c>(
+        &mut self,
+        pieces: impl Iterator<Item = (&'c mut Piece, &'c ChunkRef)>,
+        held: impl Fn(ContainerId) -> Option<Arc<Container>>,
+    ) -> Result<()> {
+        for (p, c) in pieces {
+            let Piece::Delta { delta, base } = p else {
+                continue;
+            };
+            let bc = self.bases.take(base.container, held(base.container))?;
+            let j = bc
+                .find(&base.fp)
+                .filter(|&j| bc.base(j).is_none())
+                .ok_or_else(|| {
+                    Error::corrupt(
+                        container::key(c.container),
+                        format!(
+                            "chunk {} is a delta whose base {} is not stored whole in container {:016x}",
+                            c.fp, base.fp, base.container
+                        ),
+                    )
+                })?;
+            let decoded = delta::decode(bc.chunk(j), delta).map_err(|e| {
                 Error::corrupt(
                     container::key(c.container),
-                    format!(
-                        "chunk {} is a delta whose base {} is not stored whole in container {:016x}",
-                        c.fp, base.fp, base.container
-                    ),
+                    format!("delta of chunk {}: {e}", c.fp),
                 )
             })?;
-        let decoded = delta::decode(bc.chunk(j), ct.chunk(i)).map_err(|e| {
-            Error::corrupt(
-                container::key(c.container),
-                format!("delta of chunk {}: {e}", c.fp),
-            )
-        })?;
-        Ok(Piece::Decoded(decoded))
+            *p = Piece::Decoded(decoded);
+        }
+        Ok(())
     }
 
     /// Follows a cache plan (LRU or OPT) over the recipe, taking loaded
@@ -480,7 +529,7 @@ impl Assembly<'_, '_> {
         let mut stats = RestoreStats::default();
         let mut window: Vec<(Piece, &ChunkRef)> = Vec::new();
         let mut window_bytes = 0u64;
-        for (c, step) in chunks.iter().zip(steps) {
+        for (k, (c, step)) in chunks.iter().zip(steps).enumerate() {
             if let Step::Load { evict } = step {
                 if let Some(victim) = evict {
                     cache.remove(victim);
@@ -492,10 +541,12 @@ impl Assembly<'_, '_> {
             let container = cache.get(&c.container).cloned().ok_or_else(|| {
                 Error::Pipeline(format!("plan lost container {:016x}", c.container))
             })?;
-            let piece = self.piece(&container, c, |id| cache.get(&id).cloned())?;
+            window.push((self.piece(&container, c)?, c));
             window_bytes += u64::from(c.len);
-            window.push((piece, c));
-            if window_bytes >= WINDOW_BYTES {
+            if window_bytes >= WINDOW_BYTES || k + 1 == chunks.len() {
+                self.decode(window.iter_mut().map(|(p, c)| (p, *c)), |id| {
+                    cache.get(&id).cloned()
+                })?;
                 flush_window(&mut window, self.algo, self.out, &mut stats)?;
                 window_bytes = 0;
                 if let Some(p) = self.options.progress {
@@ -503,13 +554,13 @@ impl Assembly<'_, '_> {
                 }
             }
         }
-        flush_window(&mut window, self.algo, self.out, &mut stats)?;
         Ok(stats)
     }
 
     /// Forward assembly: for each window of the recipe, every container it
     /// needs is read once (in first-use order) and all its chunks for the
-    /// window are verified and copied into the assembly area, which is then written.
+    /// window are verified and copied into the assembly area (deltas once
+    /// every container of the window was read), which is then written.
     fn forward_assemble(
         &mut self,
         chunks: &[ChunkRef],
@@ -535,6 +586,7 @@ impl Assembly<'_, '_> {
             }
             area.clear();
             area.resize(total, 0);
+            let mut deltas: Vec<(Piece, &ChunkRef, usize)> = Vec::new();
             for cid in order {
                 let ct = self.loaded.next(cid)?;
                 self.bases.remember(&ct);
@@ -542,20 +594,18 @@ impl Assembly<'_, '_> {
                     .get(&cid)
                     .map(Vec::as_slice)
                     .unwrap_or_default();
-                let pieces: Vec<Piece> = wanted
-                    .iter()
-                    .map(|&k| self.piece(&ct, &window[k], |_| None))
-                    .collect::<Result<_>>()?;
-                // Verify in parallel, then copy into the area.
-                wanted
-                    .par_iter()
-                    .zip(&pieces)
-                    .try_for_each(|(&k, p)| verify(self.algo, p.bytes(), &window[k]))?;
-                for (&k, p) in wanted.iter().zip(&pieces) {
-                    let bytes = p.bytes();
-                    area[offsets[k]..offsets[k] + bytes.len()].copy_from_slice(bytes);
+                let mut pieces: Vec<(Piece, &ChunkRef, usize)> = Vec::with_capacity(wanted.len());
+                for &k in wanted {
+                    let p = self.piece(&ct, &window[k])?;
+                    match p {
+                        Piece::Delta { .. } => deltas.push((p, &window[k], k)),
+                        _ => pieces.push((p, &window[k], k)),
+                    }
                 }
+                place(&pieces, self.algo, &offsets, &mut area)?;
             }
+            self.decode(deltas.iter_mut().map(|(p, c, _)| (p, *c)), |_| None)?;
+            place(&deltas, self.algo, &offsets, &mut area)?;
             self.out.write_all(&area).map_err(|e| Error::Output {
                 what: "output".into(),
                 source: e,
@@ -569,6 +619,24 @@ impl Assembly<'_, '_> {
         }
         Ok(stats)
     }
+}
+
+/// Verifies `pieces` (chunk, reference, index in the window) in parallel,
+/// then copies them to their `offsets` in the assembly `area`.
+fn place(
+    pieces: &[(Piece, &ChunkRef, usize)],
+    algo: FingerprintAlgo,
+    offsets: &[usize],
+    area: &mut [u8],
+) -> Result<()> {
+    pieces
+        .par_iter()
+        .try_for_each(|(p, c, _)| verify(algo, p.bytes(), c))?;
+    for (p, _, k) in pieces {
+        let bytes = p.bytes();
+        area[offsets[*k]..offsets[*k] + bytes.len()].copy_from_slice(bytes);
+    }
+    Ok(())
 }
 
 /// Checks that `bytes` are the chunk `c` names.

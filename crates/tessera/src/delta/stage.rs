@@ -224,10 +224,14 @@ impl DeltaStage {
         }
     }
 
-    /// Looks for a base for chunk `data` (to be stored) and returns its
-    /// delta when it saves enough. Greedy also remembers the features of
+    /// Looks for a base for chunk `fp` with bytes `data` (to be stored) and
+    /// returns its delta when it saves enough. Greedy also remembers the features of
     /// a chunk stored whole, via [`DeltaStage::stored_whole`].
-    pub fn compress(&mut self, data: &[u8]) -> Result<(Option<Compressed>, Features)> {
+    pub fn compress(
+        &mut self,
+        fp: &Fingerprint,
+        data: &[u8],
+    ) -> Result<(Option<Compressed>, Features)> {
         if data.len() < MIN_DELTA_LEN || (self.greedy.is_none() && self.cache.is_empty()) {
             return Ok((None, None));
         }
@@ -242,7 +246,9 @@ impl DeltaStage {
                 None => None,
             },
         };
-        let Some(found) = found else {
+        // A rewritten chunk is stored again for its locality: not as a
+        // delta against its own old copy, which restores would have to read.
+        let Some(found) = found.filter(|f| f.base_ref().fp != *fp) else {
             return Ok((None, Some(sf)));
         };
         self.stats.base_hits += 1;

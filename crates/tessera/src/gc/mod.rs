@@ -13,7 +13,7 @@
 //! interrupted GC leaves a valid repository plus garbage the next GC reclaims.
 //!
 //! Delta-encoded chunks (PFC-delta) name their base by container id, so a
-//! base that a live delta needs is live too and never moves: a selected
+//! base that a surviving delta needs is live too and never moves: a selected
 //! container holding such bases is rewritten in place (same id, atomically)
 //! with only them, after the index and recipes have moved on; its other
 //! live chunks migrate as usual, deltas keeping their base reference.
@@ -226,46 +226,24 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         }
     }
     let containers = repo.containers()?;
-    let pinned = if repo.config().delta.kind == crate::delta::DeltaKind::None {
-        LiveSet::default()
-    } else {
-        live_bases(backend, &containers, &mut live)?
-    };
     stats.stage_seconds.mark = t.elapsed().as_secs_f64();
 
     // Select.
     let t = Instant::now();
     stats.containers_total = containers.len() as u64;
     let keep_fraction = 1.0 - options.threshold_pct / 100.0;
-    let mut selected = Vec::new();
-    for &cid in &containers {
-        let (header, metas) = match container::read_meta(backend, cid) {
-            Ok(v) => v,
+    let (selected, pinned) = if repo.config().delta.kind == crate::delta::DeltaKind::None {
+        let mut selected = Vec::new();
+        for &cid in &containers {
             // A damaged container is left alone: check reports it, GC must not hide it.
-            Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        let total: u64 = metas.iter().map(|m| u64::from(m.len)).sum();
-        let live_bytes: u64 = metas
-            .iter()
-            .filter(|m| live.contains(&(cid, m.fp)))
-            .map(|m| u64::from(m.len))
-            .sum();
-        let size = header.total_len() as u64;
-        if live_bytes == 0 {
-            selected.push(Selected {
-                id: cid,
-                size,
-                has_live: false,
-            });
-        } else if live_bytes < total && (live_bytes as f64) <= keep_fraction * total as f64 {
-            selected.push(Selected {
-                id: cid,
-                size,
-                has_live: true,
-            });
+            if let Some((header, metas)) = readable_meta(backend, cid)? {
+                selected.extend(choose(&header, &metas, &live, keep_fraction));
+            }
         }
-    }
+        (selected, LiveSet::default())
+    } else {
+        select_pinning_bases(backend, &containers, &mut live, keep_fraction)?
+    };
     stats.containers_involved = selected.len() as u64;
     stats.stage_seconds.select = t.elapsed().as_secs_f64();
 
@@ -442,28 +420,89 @@ impl LiveChunk {
     }
 }
 
-/// Adds to `live` the base of every live delta-encoded chunk, and returns
-/// those bases: chunks that must not move (their deltas name their container).
-fn live_bases(
+/// Header and metadata of container `cid`, or `None` when they are damaged
+/// or of an unknown version.
+fn readable_meta(
+    backend: &dyn Backend,
+    cid: ContainerId,
+) -> Result<Option<(container::Header, Vec<container::ChunkMeta>)>> {
+    match container::read_meta(backend, cid) {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether GC selects a container, given its `live` chunks: for deletion
+/// (none live) or copy-forward (live bytes at most `keep_fraction` of its bytes).
+fn choose(
+    header: &container::Header,
+    metas: &[container::ChunkMeta],
+    live: &LiveSet,
+    keep_fraction: f64,
+) -> Option<Selected> {
+    let cid = header.id;
+    let total: u64 = metas.iter().map(|m| u64::from(m.len)).sum();
+    let live_bytes: u64 = metas
+        .iter()
+        .filter(|m| live.contains(&(cid, m.fp)))
+        .map(|m| u64::from(m.len))
+        .sum();
+    let selected = |has_live| Selected {
+        id: cid,
+        size: header.total_len() as u64,
+        has_live,
+    };
+    if live_bytes == 0 {
+        Some(selected(false))
+    } else if live_bytes < total && (live_bytes as f64) <= keep_fraction * total as f64 {
+        Some(selected(true))
+    } else {
+        None
+    }
+}
+
+/// Selection in a delta-compressing repository. Every delta that survives
+/// this GC — live ones, and dead ones in containers it does not select (the
+/// index still names them: a later backup may deduplicate against them) —
+/// keeps its base, which is then live and pinned: it must not move, as
+/// deltas name its container. Pinning bases can keep a container from being
+/// selected, which can keep more deltas, so this repeats until no base is
+/// added (bases only grow). Returns the selection and the pinned bases.
+fn select_pinning_bases(
     backend: &dyn Backend,
     containers: &[ContainerId],
     live: &mut LiveSet,
-) -> Result<LiveSet> {
-    let mut bases = LiveSet::default();
+    keep_fraction: f64,
+) -> Result<(Vec<Selected>, LiveSet)> {
+    let mut metas = Vec::with_capacity(containers.len());
     for &cid in containers {
-        let metas = match container::read_meta(backend, cid) {
-            Ok((_, metas)) => metas,
-            Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        for m in metas {
-            if let Some(b) = m.base.filter(|_| live.contains(&(cid, m.fp))) {
-                bases.insert((b.container, b.fp));
-            }
-        }
+        metas.extend(readable_meta(backend, cid)?);
     }
-    live.extend(bases.iter().copied());
-    Ok(bases)
+    let mut pinned = LiveSet::default();
+    loop {
+        let selected: Vec<Selected> = metas
+            .iter()
+            .filter_map(|(h, m)| choose(h, m, live, keep_fraction))
+            .collect();
+        let dropped: BTreeSet<ContainerId> = selected.iter().map(|s| s.id).collect();
+        let before = pinned.len();
+        for (h, m) in &metas {
+            let kept = |e: &&container::ChunkMeta| {
+                !dropped.contains(&h.id) || live.contains(&(h.id, e.fp))
+            };
+            pinned.extend(
+                m.iter()
+                    .filter(kept)
+                    .filter_map(|e| e.base)
+                    .map(|b| (b.container, b.fp)),
+            );
+        }
+        if pinned.len() == before {
+            return Ok((selected, pinned));
+        }
+        live.extend(pinned.iter().copied());
+    }
 }
 
 /// Rewrites container `id` in place with only its `pinned` chunks; returns
