@@ -312,10 +312,24 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
             Defrag::None => (0..cache.len()).collect(),
             Defrag::Random => gccdf::random_order(cache.len(), stats.segments),
             Defrag::Gccdf => {
-                let fps: Vec<(Fingerprint, u32)> =
-                    cache.iter().map(|c| (c.meta().fp, c.meta().len)).collect();
                 let involved = owners.involved(group);
-                let plan = gccdf::plan(&fps, &involved, &owners, options.split_threshold);
+                let located: Vec<(ContainerId, Fingerprint)> = cache
+                    .iter()
+                    .map(|c| (c.container.header.id, c.meta().fp))
+                    .collect();
+                let reads = gccdf::newest_reads(&located, &involved, |id| {
+                    repo.recipe(id).map(|r| r.chunks)
+                })?;
+                let chunks: Vec<gccdf::SegmentChunk> = cache
+                    .iter()
+                    .zip(reads)
+                    .map(|(c, read_at)| gccdf::SegmentChunk {
+                        fp: c.meta().fp,
+                        len: c.meta().len,
+                        read_at,
+                    })
+                    .collect();
+                let plan = gccdf::plan(&chunks, &involved, &owners, options.split_threshold);
                 stats.tree_leaves += plan.leaves;
                 stats.tree_nodes += plan.nodes;
                 plan.order
