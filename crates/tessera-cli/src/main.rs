@@ -16,6 +16,7 @@ use tessera::config::Config;
 use tessera::config::IndexKind;
 use tessera::config::{Arrange, Layout};
 use tessera::delta::features::FeatureKind;
+use tessera::delta::stage::BasePrefetch;
 use tessera::delta::{DeltaKind, DeltaParams};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
@@ -387,6 +388,11 @@ struct InitArgs {
     /// Delta: containers the base chunk cache holds.
     #[arg(long, default_value_t = tessera::delta::stage::DEFAULT_BASE_CACHE_CONTAINERS)]
     base_cache: u32,
+    /// PFC-delta: containers the index reads whole for their bases: pfc
+    /// (those of the last backup's persistent fragmented chunks, as the
+    /// paper) or fc (those of all its fragmented chunks).
+    #[arg(long, default_value = "pfc")]
+    base_prefetch: BasePrefetch,
 }
 
 fn parse_layout(s: &str) -> Result<Layout, String> {
@@ -734,6 +740,7 @@ fn init(a: InitArgs) -> Result<()> {
         kind: a.delta,
         features: a.features,
         base_cache_containers: a.base_cache,
+        prefetch: a.base_prefetch,
     };
     Repository::init(&a.path, config)?;
     println!("created repository {}", a.path.display());

@@ -288,6 +288,8 @@ pub struct SystemSpec {
     pub delta_features: Option<String>,
     /// Delta: base chunk cache size in containers.
     pub base_cache: Option<u32>,
+    /// PFC-delta: containers read whole for bases, pfc or fc.
+    pub base_prefetch: Option<String>,
 }
 
 fn default_cache_policy() -> String {
@@ -372,6 +374,9 @@ impl SystemSpec {
         }
         if let Some(v) = self.base_cache {
             c.delta.base_cache_containers = v;
+        }
+        if let Some(v) = &self.base_prefetch {
+            c.delta.prefetch = v.parse()?;
         }
         c.rewrite.kind = self.rewrite.parse()?;
         c.rewrite.limit = self.rewrite_limit;

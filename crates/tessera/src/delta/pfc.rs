@@ -12,6 +12,7 @@
 //! HAR rewrites a PFC every second backup, so with HAR "last" means the last
 //! two backups.
 
+use super::stage::BasePrefetch;
 use crate::backend::Backend;
 use crate::container::ContainerId;
 use crate::envelope;
@@ -76,15 +77,20 @@ pub struct PfcTracker {
     key: String,
     state: State,
     fc_last: HashSet<ContainerId>,
-    pfc_last: HashSet<ContainerId>,
+    prefetch: HashSet<ContainerId>,
     emerging: Generation,
     pfcs: u64,
 }
 
 impl PfcTracker {
     /// Loads the sets of source `source`; `lookback` backups count as "last"
-    /// (2 for HAR, else 1).
-    pub fn open(backend: &dyn Backend, source: &str, lookback: usize) -> Result<Self> {
+    /// (2 for HAR, else 1); `prefetch` says which set the index reads whole.
+    pub fn open(
+        backend: &dyn Backend,
+        source: &str,
+        lookback: usize,
+        prefetch: BasePrefetch,
+    ) -> Result<Self> {
         let key = state_key(source);
         let state = State::load(backend, &key)?;
         let recent = state.generations.iter().take(lookback.max(1));
@@ -92,20 +98,24 @@ impl PfcTracker {
         for g in recent {
             fc_last.extend(g.fc.iter().copied());
             pfc_last.extend(g.pfc.iter().copied());
+            if prefetch == BasePrefetch::Fc {
+                pfc_last.extend(g.fc.iter().copied());
+            }
         }
         Ok(PfcTracker {
             key,
             state,
             fc_last,
-            pfc_last,
+            prefetch: pfc_last,
             emerging: Generation::default(),
             pfcs: 0,
         })
     }
 
-    /// PFC-CID_last: containers whose data the index's metadata loads piggyback.
+    /// PFC-CID_last (with [`BasePrefetch::Fc`], and FC-CID_last):
+    /// containers whose data the index's metadata loads piggyback.
     pub fn prefetch_set(&self) -> HashSet<ContainerId> {
-        self.pfc_last.clone()
+        self.prefetch.clone()
     }
 
     /// A fragmented chunk found in `found_in` was stored again in `stored_in`.
@@ -185,22 +195,24 @@ mod tests {
     #[test]
     fn a_chunk_rewritten_twice_in_a_row_is_a_pfc() {
         let (_d, b) = backend();
-        let mut t = PfcTracker::open(&b, "src", 1).unwrap();
+        let mut t = PfcTracker::open(&b, "src", 1, BasePrefetch::Pfc).unwrap();
         t.fragmented(3, 10);
         assert_eq!(t.counts(), (0, 1, 0));
         t.commit(&b).unwrap();
 
-        let mut t = PfcTracker::open(&b, "src", 1).unwrap();
+        let mut t = PfcTracker::open(&b, "src", 1, BasePrefetch::Pfc).unwrap();
         assert!(t.prefetch_set().is_empty());
         t.fragmented(10, 20); // found where the last backup put it: a PFC
         t.fragmented(4, 21); // found elsewhere: fragmented only
         assert_eq!(t.counts(), (1, 2, 1));
         t.commit(&b).unwrap();
 
-        let t = PfcTracker::open(&b, "src", 1).unwrap();
+        let t = PfcTracker::open(&b, "src", 1, BasePrefetch::Pfc).unwrap();
         assert_eq!(t.prefetch_set(), HashSet::from([20]));
+        let t = PfcTracker::open(&b, "src", 1, BasePrefetch::Fc).unwrap();
+        assert_eq!(t.prefetch_set(), HashSet::from([20, 21]));
         // Another source has its own sets.
-        assert!(PfcTracker::open(&b, "other", 1)
+        assert!(PfcTracker::open(&b, "other", 1, BasePrefetch::Pfc)
             .unwrap()
             .prefetch_set()
             .is_empty());
@@ -209,14 +221,17 @@ mod tests {
     #[test]
     fn har_looks_two_backups_back() {
         let (_d, b) = backend();
-        let mut t = PfcTracker::open(&b, "", 2).unwrap();
+        let mut t = PfcTracker::open(&b, "", 2, BasePrefetch::Pfc).unwrap();
         t.fragmented(1, 5);
         t.commit(&b).unwrap();
-        PfcTracker::open(&b, "", 2).unwrap().commit(&b).unwrap(); // nothing rewritten
-        let mut t = PfcTracker::open(&b, "", 2).unwrap();
+        PfcTracker::open(&b, "", 2, BasePrefetch::Pfc)
+            .unwrap()
+            .commit(&b)
+            .unwrap(); // nothing rewritten
+        let mut t = PfcTracker::open(&b, "", 2, BasePrefetch::Pfc).unwrap();
         t.fragmented(5, 9);
         assert_eq!(t.counts().0, 1);
-        let mut t1 = PfcTracker::open(&b, "", 1).unwrap();
+        let mut t1 = PfcTracker::open(&b, "", 1, BasePrefetch::Pfc).unwrap();
         t1.fragmented(5, 9);
         assert_eq!(t1.counts().0, 0);
     }
@@ -224,22 +239,22 @@ mod tests {
     #[test]
     fn gc_moves_the_sets_to_the_new_containers() {
         let (_d, b) = backend();
-        let mut t = PfcTracker::open(&b, "s", 1).unwrap();
+        let mut t = PfcTracker::open(&b, "s", 1, BasePrefetch::Pfc).unwrap();
         t.fragmented(0, 7);
         t.fragmented(0, 8);
         t.commit(&b).unwrap();
-        let mut t = PfcTracker::open(&b, "s", 1).unwrap();
+        let mut t = PfcTracker::open(&b, "s", 1, BasePrefetch::Pfc).unwrap();
         t.fragmented(7, 12);
         t.fragmented(8, 13);
         t.commit(&b).unwrap();
         let fp = |i: u8| Fingerprint([i; 32]);
         let moved = Relocations::from_iter([((12, fp(1)), 30), ((12, fp(2)), 31)]);
         relocate(&b, &BTreeSet::from([12, 13]), &moved).unwrap();
-        let t = PfcTracker::open(&b, "s", 1).unwrap();
+        let t = PfcTracker::open(&b, "s", 1, BasePrefetch::Pfc).unwrap();
         assert_eq!(t.prefetch_set(), HashSet::from([30, 31]));
         // A damaged state is treated as empty.
         b.write(&state_key("s"), b"garbage").unwrap();
-        assert!(PfcTracker::open(&b, "s", 1)
+        assert!(PfcTracker::open(&b, "s", 1, BasePrefetch::Pfc)
             .unwrap()
             .prefetch_set()
             .is_empty());

@@ -63,6 +63,32 @@ impl std::str::FromStr for DeltaKind {
     }
 }
 
+/// Which containers PFC-delta has the index read whole for their bases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BasePrefetch {
+    /// PFC-CID_last: containers of the last backup's persistent fragmented
+    /// chunks (the paper's Algorithm 1).
+    #[default]
+    Pfc,
+    /// FC-CID_last as well: containers of all the last backup's fragmented
+    /// chunks (beyond the paper: more bases, more bytes transferred).
+    Fc,
+}
+
+impl std::str::FromStr for BasePrefetch {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "pfc" => Ok(BasePrefetch::Pfc),
+            "fc" => Ok(BasePrefetch::Fc),
+            other => Err(format!(
+                "unknown base prefetch set {other:?} (expected pfc or fc)"
+            )),
+        }
+    }
+}
+
 /// Default base chunk cache size, in containers (the paper's default).
 pub const DEFAULT_BASE_CACHE_CONTAINERS: u32 = 16;
 
@@ -81,6 +107,8 @@ pub struct DeltaParams {
     /// Containers the base chunk cache holds (greedy: base containers read).
     #[serde(default = "default_base_cache_containers")]
     pub base_cache_containers: u32,
+    /// PFC-delta: the containers read whole for their bases.
+    pub prefetch: BasePrefetch,
 }
 
 impl Default for DeltaParams {
@@ -89,6 +117,7 @@ impl Default for DeltaParams {
             kind: DeltaKind::None,
             features: FeatureKind::Odess,
             base_cache_containers: DEFAULT_BASE_CACHE_CONTAINERS,
+            prefetch: BasePrefetch::Pfc,
         }
     }
 }
@@ -178,7 +207,12 @@ impl DeltaStage {
             DeltaKind::Pfc => {
                 let lookback = if rewrite == RewriteKind::Har { 2 } else { 1 };
                 (
-                    Some(PfcTracker::open(backend.as_ref(), source, lookback)?),
+                    Some(PfcTracker::open(
+                        backend.as_ref(),
+                        source,
+                        lookback,
+                        params.prefetch,
+                    )?),
                     None,
                 )
             }
