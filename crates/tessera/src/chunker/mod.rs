@@ -22,6 +22,9 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Read};
 use std::str::FromStr;
 
+/// The largest maximum chunk size a configuration may set: 16 MiB.
+pub const MAX_CHUNK_SIZE: usize = 16 * 1024 * 1024;
+
 /// Finds chunk boundaries.
 pub trait Chunker: Send + Sync {
     /// Length of the chunk starting at `data[0]`.
@@ -105,7 +108,7 @@ impl ChunkerParams {
                 "chunk sizes must satisfy min <= avg <= max (got {min}/{avg}/{max})"
             ));
         }
-        if max > 16 * 1024 * 1024 {
+        if max as usize > MAX_CHUNK_SIZE {
             return bad(format!("max chunk size {max} exceeds 16 MiB"));
         }
         match self.kind {

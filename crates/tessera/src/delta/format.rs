@@ -125,6 +125,12 @@ pub fn decode(base: &[u8], delta: &[u8]) -> Result<Vec<u8>> {
         });
     }
     let target_len = r.length("the target length")?;
+    if target_len > crate::chunker::MAX_CHUNK_SIZE {
+        return Err(Error::corrupt(
+            OBJECT,
+            format!("target length {target_len} exceeds the largest chunk (16 MiB)"),
+        ));
+    }
     // Ops that do not copy one base byte twice give at most base + delta
     // bytes, so a garbled target length cannot allocate much more.
     let mut out = Vec::with_capacity(target_len.min(base.len() + delta.len()));

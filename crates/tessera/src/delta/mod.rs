@@ -17,7 +17,7 @@
 //! ```text
 //! delta  = version target_len op*
 //! version: one byte, 1
-//! target_len: varint, the length of the target
+//! target_len: varint, the length of the target, at most 16 MiB (a chunk)
 //! op     = COPY:   varint(len << 1)      varint(offset)  -- base[offset .. offset + len]
 //!        | INSERT: varint(len << 1 | 1)  byte{len}       -- the bytes themselves
 //! varint: unsigned LEB128: 7 bits per byte, least significant group first,
@@ -263,6 +263,16 @@ mod tests {
             assert_eq!(decode(&base, &bytes).unwrap(), target);
             assert!(bytes.len() < 64, "{} bytes for 8192", bytes.len());
         }
+    }
+
+    #[test]
+    fn a_target_larger_than_any_chunk_is_rejected_before_decoding() {
+        // Version 1, target length 2^30, then a COPY of 1 byte repeated:
+        // a few bytes that would otherwise decode into a gigabyte.
+        let mut d = vec![1, 0x80, 0x80, 0x80, 0x80, 0x04];
+        d.extend(std::iter::repeat_n([2u8, 0], 1000).flatten());
+        let err = decode(b"x", &d).unwrap_err().to_string();
+        assert!(err.contains("exceeds the largest chunk"), "{err}");
     }
 
     #[test]
