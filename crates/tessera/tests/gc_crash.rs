@@ -12,6 +12,7 @@ use tessera::backup::{backup, BackupOptions};
 use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
+use tessera::delta::DeltaKind;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::{Error, Repository, Result};
@@ -55,9 +56,20 @@ fn verify(path: &Path, live: &[(u64, Vec<u8>)]) {
 
 #[test]
 fn gc_interrupted_at_every_write_loses_nothing() {
+    interrupted_gc_loses_nothing(DeltaKind::None);
+}
+
+/// With deltas, GC also keeps bases in place and compacts their containers.
+#[test]
+fn gc_of_deltas_interrupted_at_every_write_loses_nothing() {
+    interrupted_gc_loses_nothing(DeltaKind::Greedy);
+}
+
+fn interrupted_gc_loses_nothing(delta: DeltaKind) {
     let dir = tempfile::tempdir().unwrap();
     let base = dir.path().join("base");
     let mut config = Config::new("gc-crash".into());
+    config.delta.kind = delta;
     config.chunker = ChunkerParams {
         kind: ChunkerKind::Fastcdc,
         min_size: 256,
@@ -68,12 +80,20 @@ fn gc_interrupted_at_every_write_loses_nothing() {
     let repo = Repository::init(&base, config).unwrap();
     let mut data = Rng(1).bytes(150_000);
     let mut versions = Vec::new();
+    let mut deltas = 0;
     for v in 0..5u64 {
         let at = (v as usize * 29_000) % data.len();
         data[at..at + 3000].copy_from_slice(&Rng(v + 10).bytes(3000));
+        // A few bytes changed in place: chunks similar to stored ones.
+        for k in 0..20 {
+            let i = (v as usize * 7919 + k * 7001) % data.len();
+            data[i] ^= 0x5a;
+        }
         let snap = backup(&repo, &mut &data[..], "mem", &BackupOptions::default()).unwrap();
+        deltas += snap.stats.delta.delta_chunks;
         versions.push((snap.id, data.clone()));
     }
+    assert_eq!(deltas > 0, delta != DeltaKind::None, "{deltas} deltas");
     forget_keep_last(&repo, 2, false).unwrap();
     drop(repo);
     let live: Vec<(u64, Vec<u8>)> = versions[3..].to_vec();

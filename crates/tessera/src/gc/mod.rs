@@ -395,7 +395,12 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     repo.reserve_container_ids(next_id)?;
     let mut freed = 0u64;
     let holds_pinned: BTreeSet<ContainerId> = pinned.iter().map(|(c, _)| *c).collect();
-    for s in &selected {
+    // Newest first: a delta's base always lies in an older container than
+    // the delta (bases are chosen among containers written before), so an
+    // interruption never leaves a delta whose base is gone.
+    let mut newest_first: Vec<&Selected> = selected.iter().collect();
+    newest_first.sort_unstable_by_key(|s| std::cmp::Reverse(s.id));
+    for s in newest_first {
         let kept = if s.has_live && holds_pinned.contains(&s.id) {
             compact(backend, s.id, &pinned, writer.capacity)?
         } else {
