@@ -67,6 +67,11 @@ pub const METRICS: &[Metric] = &[
         value: |r| Some((r.index.prefetches + r.index.container_loads) as f64),
     },
     Metric {
+        title: "Delta compression savings",
+        unit: "MB not stored per backup (chunks stored as deltas)",
+        value: |r| Some(r.delta.bytes_saved as f64 / 1e6),
+    },
+    Metric {
         title: "GC / arranging time per round",
         unit: "seconds",
         value: |r| {
