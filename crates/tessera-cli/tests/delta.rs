@@ -152,3 +152,50 @@ fn a_lost_base_is_reported_and_fails_the_restore_cleanly() {
     }
     assert!(failed > 0);
 }
+
+/// GC compacts a container holding both delta bases and dead chunks; a
+/// later backup deduplicates against the bases kept in place and stores the
+/// freed chunks again, whatever the index.
+#[test]
+fn compacted_base_containers_keep_bases_and_forget_dead_chunks() {
+    let a = random_bytes(5, 3_000_000);
+    let mut half = a[..1_500_000].to_vec();
+    for i in (0..half.len()).step_by(20_000) {
+        half[i] ^= 0xff;
+    }
+    for index in ["exact", "ddfs", "lazy"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        let r = repo.to_str().unwrap();
+        let (pa, ph) = (tmp.path().join("a"), tmp.path().join("half"));
+        std::fs::write(&pa, &a).unwrap();
+        std::fs::write(&ph, &half).unwrap();
+        ok([
+            "init",
+            r,
+            "--index",
+            index,
+            "--container-size",
+            "512KiB",
+            "--delta",
+            "greedy",
+        ]);
+        backup_json(&repo, &pa);
+        let j = backup_json(&repo, &ph);
+        assert!(num(&j["delta"], "delta_chunks") > 20, "{index}: {j}");
+        ok(["forget", r, "--keep-last", "1"]);
+        let gc: serde_json::Value = serde_json::from_str(&ok(["gc", r, "--json"])).unwrap();
+        assert!(num(&gc, "containers_reclaimed") > 0, "{index}: {gc}");
+        let j = backup_json(&repo, &pa);
+        // The bases (the first half's chunks) are duplicates, the rest new.
+        assert!(num(&j["duplicates"], "chunks") > 20, "{index}: {j}");
+        assert!(num(&j["unique"], "chunks") > 100, "{index}: {j}");
+        let check = ok(["check", r, "--read-data"]);
+        assert!(check.contains("no problems"), "{index}: {check}");
+        for id in list_ids(&repo) {
+            let out = restore_to_file(&repo, id, tmp.path());
+            let expected = if id == 2 { &half } else { &a };
+            assert_file_eq(&out, expected);
+        }
+    }
+}

@@ -810,7 +810,12 @@ pub(super) fn follow(
         if !removed.contains(&c) {
             return Some(c);
         }
-        c = *moved.get(&(c, *fp))?;
+        let next = *moved.get(&(c, *fp))?;
+        if next == c {
+            // Kept in place: a delta base in a container GC compacted.
+            return Some(c);
+        }
+        c = next;
     }
     None
 }

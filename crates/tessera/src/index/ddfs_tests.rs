@@ -511,3 +511,14 @@ fn manifest_round_trip_and_damage() {
     assert!(back.contains_hash(bloom_hash(&fp(1))));
     assert!(decode_bloom(4, &enc).is_err());
 }
+
+#[test]
+fn entries_kept_in_a_compacted_container_survive_relocation() {
+    let removed = BTreeSet::from([4, 5]);
+    let moved = Relocations::from_iter([((4, fp(1)), 4), ((5, fp(2)), 9), ((9, fp(2)), 9)]);
+    // A delta base GC kept in place (container 4 compacted, same id).
+    assert_eq!(super::follow(&removed, &moved, &fp(1), 4), Some(4));
+    // A moved chunk follows its move; a dead one is dropped.
+    assert_eq!(super::follow(&removed, &moved, &fp(2), 5), Some(9));
+    assert_eq!(super::follow(&removed, &moved, &fp(3), 4), None);
+}
