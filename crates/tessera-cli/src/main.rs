@@ -1011,7 +1011,7 @@ fn stats(repo: &Path, id: Option<&str>, json: bool) -> Result<()> {
     } else {
         let c = r.config();
         println!(
-            "{} backups, {} logical, {} physical in {} containers, dedup {}\nchunker {} {}/{}/{}, fingerprint {}, containers {}",
+            "{} backups, {} logical, {} physical in {} containers, dedup {}\nchunker {} {}/{}/{}, fingerprint {}, containers {}\nlayout {}, index {}, rewrite {}, delta {}",
             t.backups,
             human(t.logical_bytes),
             human(t.physical_bytes),
@@ -1022,7 +1022,11 @@ fn stats(repo: &Path, id: Option<&str>, json: bool) -> Result<()> {
             human(c.chunker.avg_size.into()),
             human(c.chunker.max_size.into()),
             c.fingerprint.name(),
-            human(c.container_size.into())
+            human(c.container_size.into()),
+            format!("{:?}", c.layout).to_lowercase(),
+            format!("{:?}", c.index).to_lowercase(),
+            c.rewrite.kind.name(),
+            c.delta.kind.name()
         );
     }
     Ok(())
