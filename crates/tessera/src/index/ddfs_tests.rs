@@ -1,9 +1,8 @@
 use super::*;
 use crate::backend::Counting;
-use crate::index::test_mem::{mem, Mem};
+use crate::index::test_mem::{mem, Mem, Sim};
 use crate::index::Exact;
 use proptest::prelude::*;
-use std::collections::BTreeMap;
 
 /// Fingerprint number `i`: a hash for even numbers, a short trace-like
 /// fingerprint (6 significant bytes) for odd ones.
@@ -23,7 +22,7 @@ fn chunk(seq: u64, i: u32) -> Chunk {
     Chunk {
         seq,
         fp: fp(i),
-        len: 8192,
+        len: CHUNK_LEN,
         data: None,
     }
 }
@@ -36,38 +35,10 @@ fn class(d: Decision) -> u8 {
     }
 }
 
-/// A repository of trace containers driven like the backup pipeline does.
-struct Sim {
-    backend: Arc<dyn Backend>,
-    /// Written containers and the fingerprints they hold.
-    containers: BTreeMap<ContainerId, BTreeSet<Fingerprint>>,
-    next: ContainerId,
-    per_container: usize,
-}
+/// Length of the simulated chunks.
+const CHUNK_LEN: u32 = 8192;
 
 impl Sim {
-    fn new(backend: Arc<dyn Backend>, per_container: usize) -> Sim {
-        Sim {
-            backend,
-            containers: BTreeMap::new(),
-            next: 1,
-            per_container,
-        }
-    }
-
-    fn ids(&self) -> Vec<ContainerId> {
-        self.containers.keys().copied().collect()
-    }
-
-    fn write(&mut self, id: ContainerId, fps: &[Fingerprint]) {
-        let mut b = container::Builder::without_data(id, 1 << 30);
-        for f in fps {
-            b.push_len(*f, 8192);
-        }
-        self.backend.write(&container::key(id), &b.seal()).unwrap();
-        self.containers.insert(id, fps.iter().copied().collect());
-    }
-
     /// Writes a container holding `ids` (as a rewriting policy would: the
     /// fingerprints may be stored already).
     fn extra(&mut self, ids: &[u32]) {
@@ -89,9 +60,7 @@ impl Sim {
         batch: usize,
     ) -> Vec<Vec<Decision>> {
         let mut all = vec![Vec::new(); indexes.len()];
-        let mut open: Vec<Fingerprint> = Vec::new();
-        let mut open_id = self.next;
-        let mut here: BTreeMap<ContainerId, Vec<Fingerprint>> = BTreeMap::new();
+        let mut filling = self.filling();
         let mut seq = 0u64;
         for part in stream.chunks(batch.max(1)) {
             let chunks: Vec<Chunk> = part
@@ -122,34 +91,20 @@ impl Sim {
                         c.fp
                     );
                     if let Decision::Duplicate(cid) = d {
-                        let holds = self.containers.get(&cid).is_some_and(|s| s.contains(&c.fp))
-                            || here.get(&cid).is_some_and(|v| v.contains(&c.fp))
-                            || (cid == open_id && open.contains(&c.fp));
+                        let holds = self.holds(&filling, cid, &c.fp);
                         assert!(holds, "index {n}: container {cid} does not hold {:?}", c.fp);
                     }
                     all[n].push(d);
                 }
                 if first == Decision::Unique {
-                    if open.len() == self.per_container {
-                        here.insert(open_id, std::mem::take(&mut open));
-                        open_id += 1;
-                    }
-                    open.push(c.fp);
-                    placed.push((c.fp, open_id));
+                    placed.push((c.fp, filling.place(c.fp)));
                 }
             }
             for idx in indexes.iter_mut() {
                 idx.placed(&placed).unwrap();
             }
         }
-        if !open.is_empty() {
-            here.insert(open_id, open);
-            open_id += 1;
-        }
-        for (id, fps) in here {
-            self.write(id, &fps);
-        }
-        self.next = open_id;
+        self.finish(filling);
         for idx in indexes.iter_mut() {
             idx.finish(&mut Vec::new()).unwrap();
             idx.commit(self.next).unwrap();
@@ -225,7 +180,7 @@ proptest! {
     #[test]
     fn same_decisions_as_the_exact_index(c in case()) {
         let backend = mem();
-        let mut sim = Sim::new(backend.clone(), c.per_container);
+        let mut sim = Sim::new(backend.clone(), c.per_container, CHUNK_LEN);
         for (stream, extra, batch, harm) in &c.backups {
             sim.extra(extra);
             match harm {
@@ -264,7 +219,7 @@ fn counting() -> ((), Arc<Counting>) {
 #[test]
 fn repeated_backup_hits_the_cache_after_one_disk_lookup_per_container() {
     let (_dir, backend) = counting();
-    let mut sim = Sim::new(backend.clone(), 100);
+    let mut sim = Sim::new(backend.clone(), 100, CHUNK_LEN);
     let stream: Vec<u32> = (0..2000).collect();
     let params = DdfsParams {
         bucket_bytes: 4096,
@@ -302,7 +257,7 @@ fn repeated_backup_hits_the_cache_after_one_disk_lookup_per_container() {
 #[test]
 fn tiny_cache_evicts_and_still_decides_right() {
     let (_dir, backend) = counting();
-    let mut sim = Sim::new(backend.clone(), 50);
+    let mut sim = Sim::new(backend.clone(), 50, CHUNK_LEN);
     let stream: Vec<u32> = (0..500).collect();
     let params = DdfsParams {
         cache_bytes: 8 << 10,
@@ -324,7 +279,7 @@ fn tiny_cache_evicts_and_still_decides_right() {
 #[test]
 fn bloom_false_positives_are_counted_and_unique() {
     let (_dir, backend) = counting();
-    let mut sim = Sim::new(backend.clone(), 100);
+    let mut sim = Sim::new(backend.clone(), 100, CHUNK_LEN);
     let params = DdfsParams {
         bloom_fpr: 0.5,
         ..small_params()
@@ -344,7 +299,7 @@ fn bloom_false_positives_are_counted_and_unique() {
 #[test]
 fn open_checks_and_rebuilds() {
     let backend = mem();
-    let mut sim = Sim::new(backend.clone(), 10);
+    let mut sim = Sim::new(backend.clone(), 10, CHUNK_LEN);
     let params = small_params();
     let mut idx = Ddfs::open(backend.clone(), &[], params).unwrap();
     assert!(!idx.stats().rebuilt);
@@ -406,7 +361,7 @@ fn open_checks_and_rebuilds() {
 #[test]
 fn relocate_and_commit_follow_garbage_collection() {
     let backend = mem();
-    let mut sim = Sim::new(backend.clone(), 10);
+    let mut sim = Sim::new(backend.clone(), 10, CHUNK_LEN);
     let params = small_params();
     let mut exact = Exact::open(backend.clone(), &[]).unwrap();
     let mut ddfs = Ddfs::open(backend.clone(), &[], params).unwrap();
@@ -460,7 +415,7 @@ fn relocate_and_commit_follow_garbage_collection() {
 #[test]
 fn relocate_before_commit_applies_to_lookups() {
     let backend = mem();
-    let mut sim = Sim::new(backend.clone(), 10);
+    let mut sim = Sim::new(backend.clone(), 10, CHUNK_LEN);
     let params = small_params();
     let mut ddfs = Ddfs::open(backend.clone(), &[], params).unwrap();
     sim.backup(&mut [&mut ddfs], &(0..20).collect::<Vec<_>>(), 8);

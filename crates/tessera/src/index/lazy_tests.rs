@@ -1,9 +1,8 @@
 use super::*;
 use crate::backend::Counting;
-use crate::index::test_mem::{mem, Mem};
+use crate::index::test_mem::{mem, Mem, Sim};
 use crate::index::{Exact, Reorder};
 use proptest::prelude::*;
-use std::collections::BTreeMap;
 
 fn fp(i: u32) -> Fingerprint {
     crate::fingerprint::FingerprintAlgo::Blake3.hash(&i.to_le_bytes())
@@ -36,46 +35,21 @@ fn class(d: Decision, first_new: ContainerId) -> u8 {
     }
 }
 
-/// Trace containers written by simulated backups.
-struct Sim {
-    backend: Arc<dyn Backend>,
-    containers: BTreeMap<ContainerId, Vec<Fingerprint>>,
-    next: ContainerId,
-    per_container: usize,
-}
+/// Length of the simulated chunks.
+const CHUNK_LEN: u32 = 1024;
 
 impl Sim {
-    fn new(backend: Arc<dyn Backend>, per_container: usize) -> Sim {
-        Sim {
-            backend,
-            containers: BTreeMap::new(),
-            next: 1,
-            per_container,
-        }
-    }
-
-    fn write(&mut self, id: ContainerId, fps: Vec<Fingerprint>) {
-        let mut b = container::Builder::without_data(id, 1 << 30);
-        for f in &fps {
-            b.push_len(*f, 1024);
-        }
-        self.backend.write(&container::key(id), &b.seal()).unwrap();
-        self.containers.insert(id, fps);
-    }
-
     /// Runs `stream` through `index` like the pipeline: batches in, decisions
     /// put back in stream order, unique chunks placed into containers.
     /// Returns the decisions and checks every duplicate names a container
     /// holding the chunk.
-    fn backup(
+    fn backup_deferred(
         &mut self,
         index: &mut dyn DedupIndex,
         stream: &[u32],
         batch: usize,
     ) -> Vec<Decision> {
-        let mut open: Vec<Fingerprint> = Vec::new();
-        let mut open_id = self.next;
-        let mut here: BTreeMap<ContainerId, Vec<Fingerprint>> = BTreeMap::new();
+        let mut filling = self.filling();
         let mut reorder = Reorder::default();
         let mut out = Vec::new();
         let chunks: Vec<Chunk> = stream
@@ -84,7 +58,7 @@ impl Sim {
             .map(|(seq, &i)| Chunk {
                 seq: seq as u64,
                 fp: fp(i),
-                len: 1024,
+                len: CHUNK_LEN,
                 data: None,
             })
             .collect();
@@ -106,18 +80,11 @@ impl Sim {
             let mut placed = Vec::new();
             for (c, d) in ready {
                 if let Decision::Duplicate(cid) = d {
-                    let holds = self.containers.get(&cid).is_some_and(|s| s.contains(&c.fp))
-                        || here.get(&cid).is_some_and(|v| v.contains(&c.fp))
-                        || (cid == open_id && open.contains(&c.fp));
+                    let holds = self.holds(&filling, cid, &c.fp);
                     assert!(holds, "container {cid} does not hold chunk {}", c.seq);
                 }
                 if d == Decision::Unique {
-                    if open.len() == self.per_container {
-                        here.insert(open_id, std::mem::take(&mut open));
-                        open_id += 1;
-                    }
-                    open.push(c.fp);
-                    placed.push((c.fp, open_id));
+                    placed.push((c.fp, filling.place(c.fp)));
                 }
                 out.push(d);
             }
@@ -128,14 +95,7 @@ impl Sim {
         }
         assert_eq!(reorder.waiting(), 0, "decisions left undecided");
         assert_eq!(out.len(), stream.len());
-        if !open.is_empty() {
-            here.insert(open_id, open);
-            open_id += 1;
-        }
-        for (id, fps) in here {
-            self.write(id, fps);
-        }
-        self.next = open_id;
+        self.finish(filling);
         index.commit(self.next).unwrap();
         out
     }
@@ -144,15 +104,15 @@ impl Sim {
 /// Runs the same backups through the exact index and `mode`, each on its own
 /// repository, and checks that they decide alike.
 fn same_as_exact(mode: Mode, p: LazyParams, backups: &[(Vec<u32>, usize)], per_container: usize) {
-    let mut sims: Vec<Sim> = (0..2).map(|_| Sim::new(mem(), per_container)).collect();
+    let mut sims: Vec<Sim> = (0..2).map(|_| Sim::new(mem(), per_container, CHUNK_LEN)).collect();
     for (n, (stream, batch)) in backups.iter().enumerate() {
         let first_new = [sims[0].next, sims[1].next];
-        let ids: Vec<_> = sims[0].containers.keys().copied().collect();
+        let ids = sims[0].ids();
         let mut exact = Exact::open(sims[0].backend.clone(), &ids).unwrap();
-        let want = sims[0].backup(&mut exact, stream, *batch);
-        let ids: Vec<_> = sims[1].containers.keys().copied().collect();
+        let want = sims[0].backup_deferred(&mut exact, stream, *batch);
+        let ids = sims[1].ids();
         let mut lazy = Lazy::open(sims[1].backend.clone(), &ids, LazyParams { mode, ..p }).unwrap();
-        let got = sims[1].backup(&mut lazy, stream, *batch);
+        let got = sims[1].backup_deferred(&mut lazy, stream, *batch);
         for (k, (w, g)) in want.iter().zip(&got).enumerate() {
             assert_eq!(
                 class(*w, first_new[0]),
@@ -225,7 +185,7 @@ fn versions(n: usize) -> Vec<Vec<u32>> {
 
 fn run_versions(mode: Mode, bloom_bytes: u64) -> IndexStats {
     let counting = Arc::new(Counting::new(Box::new(Mem::default())));
-    let mut sim = Sim::new(counting, 64);
+    let mut sim = Sim::new(counting, 64, CHUNK_LEN);
     let p = LazyParams {
         mode,
         // Far below the index (6000+ entries): ~1000 cached fingerprints.
@@ -238,9 +198,9 @@ fn run_versions(mode: Mode, bloom_bytes: u64) -> IndexStats {
     };
     let mut last = IndexStats::default();
     for stream in versions(4) {
-        let ids: Vec<_> = sim.containers.keys().copied().collect();
+        let ids = sim.ids();
         let mut index = Lazy::open(sim.backend.clone(), &ids, p).unwrap();
-        sim.backup(&mut index, &stream, 512);
+        sim.backup_deferred(&mut index, &stream, 512);
         last = index.stats();
     }
     last
@@ -270,18 +230,18 @@ fn lazy_needs_fewer_disk_reads_than_eager() {
 #[test]
 fn buffer_stays_within_its_budget() {
     let backend = mem();
-    let mut sim = Sim::new(backend.clone(), 16);
+    let mut sim = Sim::new(backend.clone(), 16, CHUNK_LEN);
     let stream: Vec<u32> = (0..3000).collect();
     let mut index = Lazy::open(backend.clone(), &[], params(Mode::Lazy)).unwrap();
-    sim.backup(&mut index, &stream, 100);
+    sim.backup_deferred(&mut index, &stream, 100);
     let p = LazyParams {
         memory_bytes: 40 << 10,
         bft: 1000,
         ..params(Mode::Lazy)
     };
-    let ids: Vec<_> = sim.containers.keys().copied().collect();
+    let ids = sim.ids();
     let mut index = Lazy::open(backend, &ids, p).unwrap();
-    sim.backup(&mut index, &stream, 100);
+    sim.backup_deferred(&mut index, &stream, 100);
     let s = index.stats();
     // Buckets never fill (bft 1000): every search is forced by the budget.
     assert!(s.forced_flushes > 0, "{s:?}");
@@ -292,20 +252,26 @@ fn buffer_stays_within_its_budget() {
     );
 }
 
-#[test]
-fn open_rebuilds_a_damaged_or_stale_index_and_gc_rebuilds_at_commit() {
+/// A lazy index's repository after one backup of 200 chunks.
+fn backed_up_once() -> (Arc<dyn Backend>, Sim, Vec<u32>, LazyParams) {
     let backend = mem();
-    let mut sim = Sim::new(backend.clone(), 8);
+    let mut sim = Sim::new(backend.clone(), 8, CHUNK_LEN);
     let stream: Vec<u32> = (0..200).collect();
     let p = params(Mode::Lazy);
     let mut index = Lazy::open(backend.clone(), &[], p).unwrap();
-    sim.backup(&mut index, &stream, 50);
-    let ids: Vec<_> = sim.containers.keys().copied().collect();
+    sim.backup_deferred(&mut index, &stream, 50);
+    (backend, sim, stream, p)
+}
+
+#[test]
+fn open_rebuilds_a_damaged_or_stale_index_and_gc_rebuilds_at_commit() {
+    let (backend, mut sim, stream, p) = backed_up_once();
+    let ids = sim.ids();
 
     // Intact: nothing to rebuild, everything is a duplicate.
     let mut index = Lazy::open(backend.clone(), &ids, p).unwrap();
     assert!(!index.stats().rebuilt);
-    let d = sim.backup(&mut index, &stream, 50);
+    let d = sim.backup_deferred(&mut index, &stream, 50);
     assert!(d.iter().all(|d| matches!(d, Decision::Duplicate(_))));
 
     // A damaged log segment: the chunks it covers are stored again (never a
@@ -316,41 +282,36 @@ fn open_rebuilds_a_damaged_or_stale_index_and_gc_rebuilds_at_commit() {
     let mut bytes = backend.read(&key).unwrap();
     bytes[100] ^= 1;
     backend.write(&key, &bytes).unwrap();
-    let ids: Vec<_> = sim.containers.keys().copied().collect();
+    let ids = sim.ids();
     let mut index = Lazy::open(backend.clone(), &ids, p).unwrap();
-    sim.backup(&mut index, &stream, 50);
+    sim.backup_deferred(&mut index, &stream, 50);
     assert!(index.stats().rebuilt);
-    let ids: Vec<_> = sim.containers.keys().copied().collect();
+    let ids = sim.ids();
     let mut index = Lazy::open(backend.clone(), &ids, p).unwrap();
-    let d = sim.backup(&mut index, &stream, 50);
+    let d = sim.backup_deferred(&mut index, &stream, 50);
     assert!(d.iter().all(|d| matches!(d, Decision::Duplicate(_))));
 
     // A missing manifest: rebuilt at open.
     backend.delete(MANIFEST_KEY).unwrap();
-    let ids: Vec<_> = sim.containers.keys().copied().collect();
+    let ids = sim.ids();
     let index = Lazy::open(backend.clone(), &ids, p).unwrap();
     assert!(index.stats().rebuilt);
 }
 
 #[test]
 fn garbage_collection_makes_the_commit_rebuild() {
-    let backend = mem();
-    let mut sim = Sim::new(backend.clone(), 8);
-    let stream: Vec<u32> = (0..200).collect();
-    let p = params(Mode::Lazy);
-    let mut index = Lazy::open(backend.clone(), &[], p).unwrap();
-    sim.backup(&mut index, &stream, 50);
+    let (backend, mut sim, stream, p) = backed_up_once();
     // GC deleted container 1 (chunks 0..8): relocate, commit, and the index forgets it.
     let gone = 1;
     backend.delete(&container::key(gone)).unwrap();
     sim.containers.remove(&gone);
-    let ids: Vec<_> = sim.containers.keys().copied().collect();
+    let ids = sim.ids();
     let mut index = Lazy::open(backend.clone(), &ids, p).unwrap();
     index
         .relocate(&BTreeSet::from([gone]), &Relocations::default())
         .unwrap();
     index.commit(sim.next).unwrap();
-    let d = sim.backup(&mut index, &stream, 50);
+    let d = sim.backup_deferred(&mut index, &stream, 50);
     assert!(d[..8].iter().all(|d| *d == Decision::Unique), "{d:?}");
     assert!(d[8..]
         .iter()
