@@ -70,7 +70,6 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let algo = repo.config().fingerprint;
     let mut stored = ChunkSet::default();
-    let mut whole = ChunkSet::default();
     // Damaged containers: id → (object, detail); chunk-level damage: (fp, container) → detail.
     let mut bad_containers: BTreeMap<ContainerId, String> = BTreeMap::new();
     let mut bad_chunks: BTreeMap<(ContainerId, Fingerprint), String> = BTreeMap::new();
@@ -137,12 +136,6 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             Ok(metas) => {
                 report.stored_chunks += metas.len() as u64;
                 stored.extend(metas.iter().map(|m| (m.fp, cid)));
-                whole.extend(
-                    metas
-                        .iter()
-                        .filter(|m| m.base.is_none())
-                        .map(|m| (m.fp, cid)),
-                );
                 if !options.read_data {
                     deltas.extend(
                         metas
@@ -167,7 +160,7 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         repo,
         algo,
         deltas,
-        &whole,
+        &stored,
         &bad_containers,
         &mut bad_chunks,
         &mut report,
@@ -273,11 +266,16 @@ fn check_deltas(
     repo: &Repository,
     algo: crate::fingerprint::FingerprintAlgo,
     mut deltas: Vec<(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)>,
-    whole: &ChunkSet,
+    stored: &ChunkSet,
     bad_containers: &BTreeMap<ContainerId, String>,
     bad_chunks: &mut BTreeMap<(ContainerId, Fingerprint), String>,
     report: &mut CheckReport,
 ) -> Result<()> {
+    // A base must be stored, and not as a delta itself.
+    let is_delta: ChunkSet = deltas.iter().map(|d| (d.1, d.0)).collect();
+    let whole = |b: &BaseRef| {
+        stored.contains(&(b.fp, b.container)) && !is_delta.contains(&(b.fp, b.container))
+    };
     deltas.sort_by_key(|d| d.2.container);
     let mut base_container: Option<Container> = None;
     for (cid, fp, base, bytes) in deltas {
@@ -291,7 +289,7 @@ fn check_deltas(
             );
             continue;
         }
-        if !whole.contains(&(base.fp, base.container)) {
+        if !whole(&base) {
             bad_chunks.insert(
                 (cid, fp),
                 format!(

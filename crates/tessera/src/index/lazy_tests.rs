@@ -104,7 +104,9 @@ impl Sim {
 /// Runs the same backups through the exact index and `mode`, each on its own
 /// repository, and checks that they decide alike.
 fn same_as_exact(mode: Mode, p: LazyParams, backups: &[(Vec<u32>, usize)], per_container: usize) {
-    let mut sims: Vec<Sim> = (0..2).map(|_| Sim::new(mem(), per_container, CHUNK_LEN)).collect();
+    let mut sims: Vec<Sim> = (0..2)
+        .map(|_| Sim::new(mem(), per_container, CHUNK_LEN))
+        .collect();
     for (n, (stream, batch)) in backups.iter().enumerate() {
         let first_new = [sims[0].next, sims[1].next];
         let ids = sims[0].ids();
