@@ -13,7 +13,7 @@
 use crate::backend::Backend;
 use crate::chunker::{cut_all, cut_parallel, Chunker};
 use crate::config::Layout;
-use crate::container::{self, Builder, ContainerId};
+use crate::container::{self, AlignedBuf, Builder, ContainerId};
 use crate::delta::stage::DeltaStage;
 use crate::delta::{DeltaKind, DeltaStats};
 use crate::envelope;
@@ -380,7 +380,7 @@ fn backup_containers(
     let (chunk_tx, chunk_rx) = bounded::<Vec<Chunk>>(QUEUE_DEPTH);
     let (container_tx, container_rx) = bounded::<Builder>(CONTAINER_QUEUE_DEPTH);
     // Data buffers of written containers, reused by the next ones.
-    let (spare_tx, spare_rx) = bounded::<Vec<u8>>(WRITERS + CONTAINER_QUEUE_DEPTH);
+    let (spare_tx, spare_rx) = bounded::<AlignedBuf>(WRITERS + CONTAINER_QUEUE_DEPTH);
 
     let (chunks, mut totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
         let front = spawn_front_end(
@@ -696,7 +696,7 @@ fn fingerprint(
 fn write_containers(
     backend: &dyn Backend,
     rx: Receiver<Builder>,
-    spare: Sender<Vec<u8>>,
+    spare: Sender<AlignedBuf>,
     stop: &AtomicBool,
 ) -> Result<Duration> {
     let mut busy = Duration::ZERO;
@@ -808,7 +808,7 @@ struct Store {
     capacity: usize,
     trace: bool,
     tx: Sender<Builder>,
-    spare: Receiver<Vec<u8>>,
+    spare: Receiver<AlignedBuf>,
     here: FingerprintMap<ContainerId>,
     placed: Vec<(Fingerprint, ContainerId)>,
     /// Delta compression of the chunks stored (when configured).
@@ -840,7 +840,7 @@ impl Store {
         capacity: usize,
         trace: bool,
         tx: Sender<Builder>,
-        spare: Receiver<Vec<u8>>,
+        spare: Receiver<AlignedBuf>,
         delta: Option<DeltaStage>,
     ) -> Self {
         Store {

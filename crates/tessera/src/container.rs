@@ -30,6 +30,16 @@ pub const FLAG_NO_DATA: u32 = 1;
 /// Header flag: metadata entries are [`DELTA_META_ENTRY_LEN`] bytes and name
 /// each delta-encoded chunk's base (delta-compressing repositories).
 pub const FLAG_DELTAS: u32 = 2;
+/// Header flag: the data section starts at the next multiple of
+/// [`DATA_ALIGN`] bytes after the metadata section, zero bytes in between,
+/// so that it can be written with direct I/O. Set on containers of at least
+/// [`ALIGN_MIN_CAPACITY`] bytes (in trace repositories too, where the gap is
+/// nominal like the data).
+pub const FLAG_ALIGNED: u32 = 4;
+/// Alignment of the data section of a [`FLAG_ALIGNED`] container.
+pub const DATA_ALIGN: usize = 4096;
+/// Containers of at least this capacity align their data section.
+pub const ALIGN_MIN_CAPACITY: usize = 1 << 20;
 /// Directory of container objects.
 pub const CONTAINER_DIR: &str = "containers";
 
@@ -99,10 +109,15 @@ impl Header {
         HEADER_LEN + self.chunk_count as usize * self.entry_len()
     }
 
+    /// Offset of the data section in the object.
+    pub fn data_start(&self) -> usize {
+        data_start(self.meta_end(), self.flags & FLAG_ALIGNED != 0)
+    }
+
     /// Size of the container with its data section: what restores read and
     /// what it occupies (also for trace containers, whose data is absent).
     pub fn total_len(&self) -> usize {
-        self.meta_end() + self.data_len as usize
+        self.data_start() + self.data_len as usize
     }
 
     /// Whether the data section is stored.
@@ -147,8 +162,8 @@ impl Header {
             data_crc: u32::from_le_bytes(le4(&bytes[28..32])),
             flags: u32::from_le_bytes(le4(&bytes[32..36])),
         };
-        if header.flags & !(FLAG_NO_DATA | FLAG_DELTAS) != 0
-            || header.flags == FLAG_NO_DATA | FLAG_DELTAS
+        if header.flags & !(FLAG_NO_DATA | FLAG_DELTAS | FLAG_ALIGNED) != 0
+            || header.flags & (FLAG_NO_DATA | FLAG_DELTAS) == FLAG_NO_DATA | FLAG_DELTAS
         {
             return Err(Error::corrupt(
                 name,
@@ -211,6 +226,79 @@ impl Header {
     }
 }
 
+/// Where the data section starts after a metadata section ending at `meta_end`.
+fn data_start(meta_end: usize, aligned: bool) -> usize {
+    if aligned {
+        meta_end.next_multiple_of(DATA_ALIGN)
+    } else {
+        meta_end
+    }
+}
+
+/// A byte buffer whose contents start at a multiple of [`DATA_ALIGN`] in
+/// memory, so that the backend can write it with direct I/O. The alignment
+/// holds while the buffer stays within the capacity it was made with (it is
+/// a matter of speed only: a misaligned buffer is written the ordinary way).
+#[derive(Default)]
+pub struct AlignedBuf {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl AlignedBuf {
+    /// An empty buffer with room for `capacity` bytes.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let mut buf: Vec<u8> = Vec::with_capacity(capacity + DATA_ALIGN);
+        let start = buf.as_ptr().align_offset(DATA_ALIGN).min(DATA_ALIGN);
+        buf.resize(start, 0);
+        AlignedBuf { buf, start }
+    }
+
+    /// The contents.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    /// Bytes held.
+    pub fn len(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Whether the buffer holds no byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes it holds without growing.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity() - self.start
+    }
+
+    /// Appends `bytes`.
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Appends `n` zero bytes.
+    fn pad(&mut self, n: usize) {
+        self.buf.resize(self.buf.len() + n, 0);
+    }
+
+    /// Empties the buffer, keeping its memory.
+    pub fn clear(&mut self) {
+        self.buf.truncate(self.start);
+    }
+
+    /// Makes room for `capacity` bytes in all, in a new aligned allocation if needed.
+    fn reserve_total(&mut self, capacity: usize) {
+        if self.capacity() < capacity {
+            let mut bigger = AlignedBuf::with_capacity(capacity);
+            bigger.extend_from_slice(self.as_slice());
+            *self = bigger;
+        }
+    }
+}
+
 /// Reads and checks the header and metadata section of container `id`
 /// (usually one ranged read).
 pub fn read_meta(backend: &dyn Backend, id: ContainerId) -> Result<(Header, Vec<ChunkMeta>)> {
@@ -236,26 +324,29 @@ pub struct Builder {
     capacity: usize,
     metas: Vec<ChunkMeta>,
     /// The data section.
-    data: Vec<u8>,
+    data: AlignedBuf,
     data_len: usize,
     with_data: bool,
     /// Whether metadata entries name bases ([`FLAG_DELTAS`]).
     deltas: bool,
+    /// Whether the data section is aligned ([`FLAG_ALIGNED`]).
+    aligned: bool,
 }
 
-/// A sealed container as the two pieces to write in order: header and
-/// metadata, then the data section (so the data is not copied again).
+/// A sealed container as the two pieces to write in order: header,
+/// metadata and alignment gap, then the data section (so the data is not
+/// copied again). Both start aligned in memory, for direct I/O.
 pub struct Sealed {
-    /// Header and metadata section.
-    pub head: Vec<u8>,
+    /// Header, metadata section and the gap before the data section.
+    pub head: AlignedBuf,
     /// The data section.
-    pub data: Vec<u8>,
+    pub data: AlignedBuf,
 }
 
 impl Sealed {
     /// The pieces to write, in order.
     pub fn parts(&self) -> [&[u8]; 2] {
-        [&self.head, &self.data]
+        [self.head.as_slice(), self.data.as_slice()]
     }
 
     /// The container as one buffer.
@@ -271,10 +362,11 @@ impl Builder {
             id,
             capacity,
             metas: Vec::new(),
-            data: Vec::new(),
+            data: AlignedBuf::default(),
             data_len: 0,
             with_data: true,
             deltas: false,
+            aligned: capacity >= ALIGN_MIN_CAPACITY,
         }
     }
 
@@ -297,7 +389,7 @@ impl Builder {
 
     /// An empty container `id` whose data section reuses `buf` (cleared; its
     /// capacity spares allocating and faulting in a new buffer).
-    pub fn with_buffer(id: ContainerId, capacity: usize, mut buf: Vec<u8>) -> Self {
+    pub fn with_buffer(id: ContainerId, capacity: usize, mut buf: AlignedBuf) -> Self {
         buf.clear();
         Builder {
             data: buf,
@@ -325,8 +417,8 @@ impl Builder {
 
     /// Whether a chunk of `len` bytes still fits.
     pub fn fits(&self, len: usize) -> bool {
-        HEADER_LEN + (self.metas.len() + 1) * self.entry_len() + self.data_len + len
-            <= self.capacity
+        let meta_end = HEADER_LEN + (self.metas.len() + 1) * self.entry_len();
+        data_start(meta_end, self.aligned) + self.data_len + len <= self.capacity
     }
 
     /// Appends a chunk (the caller checked [`Builder::fits`]).
@@ -355,9 +447,7 @@ impl Builder {
             m.base = base;
         }
         if self.with_data {
-            if self.data.capacity() < self.capacity {
-                self.data.reserve_exact(self.capacity - self.data.len());
-            }
+            self.data.reserve_total(self.capacity);
             self.data.extend_from_slice(bytes);
         }
     }
@@ -387,11 +477,14 @@ impl Builder {
         head.extend_from_slice(&(self.metas.len() as u32).to_le_bytes());
         head.extend_from_slice(&(self.data_len as u32).to_le_bytes());
         head.extend_from_slice(&[0; 8]); // metadata and data checksums, below
-        let flags = match (self.with_data, self.deltas) {
+        let mut flags = match (self.with_data, self.deltas) {
             (false, _) => FLAG_NO_DATA,
             (true, false) => 0,
             (true, true) => FLAG_DELTAS,
         };
+        if self.aligned {
+            flags |= FLAG_ALIGNED;
+        }
         head.extend_from_slice(&flags.to_le_bytes());
         head.extend_from_slice(&[0; 4]); // header checksum, below
         for m in &self.metas {
@@ -408,11 +501,19 @@ impl Builder {
         }
         let meta_crc = crc32c::crc32c(&head[HEADER_LEN..]);
         head[24..28].copy_from_slice(&meta_crc.to_le_bytes());
-        head[28..32].copy_from_slice(&crc32c::crc32c(&self.data).to_le_bytes());
+        head[28..32].copy_from_slice(&crc32c::crc32c(self.data.as_slice()).to_le_bytes());
         let header_crc = crc32c::crc32c(&head[..36]);
         head[36..40].copy_from_slice(&header_crc.to_le_bytes());
+        // The gap before the data section (trace containers store no data, nor gap).
+        let end = match self.with_data {
+            true => data_start(head.len(), self.aligned),
+            false => head.len(),
+        };
+        let mut aligned = AlignedBuf::with_capacity(end);
+        aligned.extend_from_slice(&head);
+        aligned.pad(end - head.len());
         Sealed {
-            head,
+            head: aligned,
             data: self.data,
         }
     }
@@ -443,7 +544,18 @@ impl Container {
             ));
         }
         let metas = header.parse_meta(&bytes)?;
-        if crc32c::crc32c(&bytes[header.meta_end()..]) != header.data_crc {
+        if header.has_data()
+            && bytes[header.meta_end()..header.data_start()]
+                .iter()
+                .any(|&b| b != 0)
+        {
+            return Err(Error::corrupt(
+                key(id),
+                "non-zero bytes between the metadata and data sections",
+            ));
+        }
+        let data = bytes.get(header.data_start()..).unwrap_or_default();
+        if crc32c::crc32c(data) != header.data_crc {
             return Err(Error::corrupt(key(id), "data checksum mismatch"));
         }
         let mut by_fp = FingerprintMap::with_capacity_and_hasher(metas.len(), Default::default());
@@ -465,7 +577,7 @@ impl Container {
             return &[];
         }
         let m = &self.metas[i];
-        let start = self.header.meta_end() + m.offset as usize;
+        let start = self.header.data_start() + m.offset as usize;
         &self.bytes[start..start + m.len as usize]
     }
 
@@ -531,19 +643,53 @@ mod tests {
 
     #[test]
     fn trace_containers_have_metadata_only() {
-        let mut b = Builder::without_data(3, 1 << 20);
-        b.push_len(Fingerprint([1; 32]), 8000);
-        b.push_len(Fingerprint([2; 32]), 9000);
-        let bytes = b.seal();
-        assert_eq!(bytes.len(), HEADER_LEN + 2 * META_ENTRY_LEN);
-        let c = Container::parse(3, bytes).unwrap();
-        assert!(!c.header.has_data());
-        assert_eq!(
-            c.header.total_len(),
-            HEADER_LEN + 2 * META_ENTRY_LEN + 17000
-        );
-        assert_eq!(c.metas[1].offset, 8000);
-        assert!(c.chunk(1).is_empty());
+        for (capacity, gap) in [
+            (1 << 19, 0),
+            (1 << 20, DATA_ALIGN - HEADER_LEN - 2 * META_ENTRY_LEN),
+        ] {
+            let mut b = Builder::without_data(3, capacity);
+            b.push_len(Fingerprint([1; 32]), 8000);
+            b.push_len(Fingerprint([2; 32]), 9000);
+            let bytes = b.seal();
+            assert_eq!(bytes.len(), HEADER_LEN + 2 * META_ENTRY_LEN);
+            let c = Container::parse(3, bytes).unwrap();
+            assert!(!c.header.has_data());
+            // The nominal size counts the gap a data container of that capacity has.
+            assert_eq!(
+                c.header.total_len(),
+                HEADER_LEN + 2 * META_ENTRY_LEN + gap + 17000
+            );
+            assert_eq!(c.metas[1].offset, 8000);
+            assert!(c.chunk(1).is_empty());
+        }
+    }
+
+    #[test]
+    fn large_containers_align_their_data_section() {
+        let mut b = Builder::new(9, ALIGN_MIN_CAPACITY);
+        let chunks: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i + 1; 5000]).collect();
+        for c in &chunks {
+            b.push(FingerprintAlgo::Blake3.hash(c), c);
+        }
+        let sealed = b.seal_parts();
+        let [head, data] = sealed.parts();
+        assert_eq!(head.len(), DATA_ALIGN);
+        assert_eq!(head.as_ptr() as usize % DATA_ALIGN, 0);
+        assert_eq!(data.as_ptr() as usize % DATA_ALIGN, 0);
+        let bytes = sealed.to_vec();
+        let c = Container::parse(9, bytes.clone()).unwrap();
+        assert_eq!(c.header.flags & FLAG_ALIGNED, FLAG_ALIGNED);
+        assert_eq!(c.header.data_start(), DATA_ALIGN);
+        assert_eq!(c.object_len(), DATA_ALIGN + 15000);
+        for (i, chunk) in chunks.iter().enumerate() {
+            assert_eq!(c.chunk(i), &chunk[..]);
+        }
+        // A byte in the gap is caught like any other.
+        for i in [c.header.meta_end(), DATA_ALIGN - 1] {
+            let mut bad = bytes.clone();
+            bad[i] = 1;
+            assert!(Container::parse(9, bad).is_err(), "flip at {i} undetected");
+        }
     }
 
     #[test]
@@ -579,5 +725,11 @@ mod tests {
         b.push(Fingerprint::default(), &[0; 150]);
         assert!(b.fits(50));
         assert!(!b.fits(51));
+        // An aligned container counts the gap before its data.
+        let mut b = Builder::new(2, ALIGN_MIN_CAPACITY);
+        assert!(b.fits(ALIGN_MIN_CAPACITY - DATA_ALIGN));
+        assert!(!b.fits(ALIGN_MIN_CAPACITY - DATA_ALIGN + 1));
+        b.push(Fingerprint::default(), &[0; 100]);
+        assert_eq!(b.seal().len(), DATA_ALIGN + 100);
     }
 }

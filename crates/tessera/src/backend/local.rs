@@ -4,11 +4,17 @@ use super::{Backend, LockGuard};
 use crate::error::{Error, Result};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Name of the lock file in the repository directory.
 const LOCK_FILE: &str = "lock";
+/// Objects of at least this many bytes are written with direct I/O where
+/// the file system supports it.
+const DIRECT_MIN: usize = 256 * 1024;
+/// Alignment direct I/O needs of memory, file offsets and lengths.
+const DIRECT_ALIGN: usize = 4096;
 
 /// Objects as files below a root directory. Writes go to a temporary file
 /// that is synced and renamed into place, then the directory is synced.
@@ -70,6 +76,62 @@ fn write_all_vectored(f: &mut File, parts: &[&[u8]]) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `parts` in order into the new, empty file `f` at `path`. Runs
+/// that start aligned in memory and in the file go with direct I/O, which
+/// spares the kernel copying them into the page cache (a large share of a
+/// backup's CPU time); the rest, and everything on a file system without
+/// direct I/O, the ordinary way.
+fn write_parts_to(f: &mut File, path: &Path, parts: &[&[u8]]) -> io::Result<()> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
+    let aligned =
+        |p: &[u8]| (p.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN) && p.len() >= DIRECT_ALIGN;
+    let mut direct = match total >= DIRECT_MIN && parts.iter().any(|p| aligned(p)) {
+        true => open_direct(path),
+        false => None,
+    };
+    if direct.is_none() {
+        return write_all_vectored(f, parts);
+    }
+    let mut offset = 0u64;
+    for part in parts {
+        let mut rest: &[u8] = part;
+        if let Some(d) = &direct {
+            if offset.is_multiple_of(DIRECT_ALIGN as u64) && aligned(rest) {
+                let n = rest.len() / DIRECT_ALIGN * DIRECT_ALIGN;
+                match d.write_all_at(&rest[..n], offset) {
+                    Ok(()) => {
+                        offset += n as u64;
+                        rest = &rest[n..];
+                    }
+                    // Alignment this device does not accept: write ordinarily from here on.
+                    Err(e) if e.kind() == io::ErrorKind::InvalidInput => direct = None,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        f.write_all_at(rest, offset)?;
+        offset += rest.len() as u64;
+    }
+    Ok(())
+}
+
+/// A second, direct-I/O handle on the file at `path`, if the file system allows it.
+#[cfg(target_os = "linux")]
+fn open_direct(path: &Path) -> Option<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .ok()
+}
+
+/// Direct I/O is used on Linux only.
+#[cfg(not(target_os = "linux"))]
+fn open_direct(_path: &Path) -> Option<File> {
+    None
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -124,7 +186,7 @@ impl Backend for Local {
         let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
         let result = (|| -> io::Result<()> {
             let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            write_all_vectored(&mut f, parts)?;
+            write_parts_to(&mut f, &tmp, parts)?;
             f.sync_all()?;
             drop(f);
             fs::rename(&tmp, &path)?;
@@ -243,6 +305,44 @@ mod tests {
         b.delete("data/0000").unwrap();
         assert!(matches!(b.read("data/0000"), Err(Error::NotFound(_))));
         assert!(b.list("nothing").unwrap().is_empty());
+    }
+
+    #[test]
+    fn parts_aligned_or_not_are_written_whole() {
+        use crate::container::AlignedBuf;
+        let dir = tempfile::tempdir().unwrap();
+        let b = Local::new(dir.path());
+        let filled = |len: usize, seed: u8| {
+            let mut buf = AlignedBuf::with_capacity(len);
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| (i as u8).wrapping_mul(31) ^ seed)
+                .collect();
+            buf.extend_from_slice(&bytes);
+            buf
+        };
+        // Aligned runs go direct, their tails and what follows them ordinarily.
+        let shapes: [&[usize]; 4] = [
+            &[DIRECT_ALIGN, DIRECT_MIN + 123],
+            &[DIRECT_MIN, 7, DIRECT_MIN],
+            &[100, DIRECT_MIN * 2],
+            &[DIRECT_MIN * 2 + DIRECT_ALIGN],
+        ];
+        for (n, shape) in shapes.iter().enumerate() {
+            let bufs: Vec<AlignedBuf> = shape
+                .iter()
+                .enumerate()
+                .map(|(i, &len)| filled(len, i as u8))
+                .collect();
+            let parts: Vec<&[u8]> = bufs.iter().map(|p| p.as_slice()).collect();
+            let key = format!("objects/{n}");
+            b.write_parts(&key, &parts).unwrap();
+            assert_eq!(b.read(&key).unwrap(), parts.concat(), "shape {shape:?}");
+        }
+        // An unaligned slice of an aligned buffer too.
+        let buf = filled(DIRECT_MIN + 1, 9);
+        b.write_parts("objects/odd", &[&buf.as_slice()[1..]])
+            .unwrap();
+        assert_eq!(b.read("objects/odd").unwrap(), &buf.as_slice()[1..]);
     }
 
     #[test]

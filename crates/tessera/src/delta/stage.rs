@@ -244,7 +244,7 @@ impl DeltaStage {
     pub fn offer(&mut self, containers: Vec<Arc<Container>>) {
         for c in containers {
             self.stats.piggybacked_containers += 1;
-            self.stats.piggybacked_bytes += (c.object_len() - c.header.meta_end()) as u64;
+            self.stats.piggybacked_bytes += (c.object_len() - c.header.data_start()) as u64;
             let t = Instant::now();
             self.cache.insert(c);
             self.stats.features_seconds += t.elapsed().as_secs_f64();
