@@ -684,14 +684,17 @@ impl Ddfs {
                     next.next();
                 }
                 let fresh = next.next_if(|n| n.0 == fp).map(|n| n.1);
-                // The old entry wins (as in the exact index) unless GC dropped
-                // it, or a separating merge drops it and there is a fresh one.
+                // A fresh entry (a copy this backup stored: a rewritten
+                // duplicate) wins, as in the exact index and in HAR's
+                // design, so later backups deduplicate against the newest
+                // copy; a separating merge that drops the old entry keeps
+                // both (the old one is evicted).
                 match (self.relocated(&fp, c), fresh) {
                     (Some(old), Some(new)) if m.keep.is_some_and(|k| !k.contains(&old)) => {
                         m.emit(fp, old)?;
                         m.emit(fp, new)
                     }
-                    (old, fresh) => match old.or(fresh) {
+                    (old, fresh) => match fresh.or(old) {
                         Some(c) => m.emit(fp, c),
                         None => Ok(()),
                     },
