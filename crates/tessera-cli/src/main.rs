@@ -16,7 +16,7 @@ use tessera::config::Config;
 use tessera::config::IndexKind;
 use tessera::config::{Arrange, Layout};
 use tessera::delta::features::FeatureKind;
-use tessera::delta::stage::BasePrefetch;
+use tessera::delta::stage::{BasePrefetch, BaseScope};
 use tessera::delta::{DeltaKind, DeltaParams};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
@@ -393,6 +393,11 @@ struct InitArgs {
     /// paper) or fc (those of all its fragmented chunks).
     #[arg(long, default_value = "pfc")]
     base_prefetch: BasePrefetch,
+    /// PFC-delta: which cached chunks may be bases: any, or referenced
+    /// (only those in containers the backup already references for a kept
+    /// duplicate, which its restores read anyway).
+    #[arg(long, default_value = "any")]
+    base_scope: BaseScope,
 }
 
 fn parse_layout(s: &str) -> Result<Layout, String> {
@@ -741,6 +746,7 @@ fn init(a: InitArgs) -> Result<()> {
         features: a.features,
         base_cache_containers: a.base_cache,
         prefetch: a.base_prefetch,
+        scope: a.base_scope,
     };
     Repository::init(&a.path, config)?;
     println!("created repository {}", a.path.display());

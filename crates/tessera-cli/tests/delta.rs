@@ -89,6 +89,25 @@ fn pfc_delta_stores_deltas_without_reading_bases() {
 }
 
 #[test]
+fn pfc_delta_limited_to_referenced_containers_still_round_trips() {
+    let (deltas, _, base_reads, saved) = round_trip(
+        &[
+            "--index",
+            "ddfs",
+            "--rewrite",
+            "har",
+            "--delta",
+            "pfc",
+            "--base-scope",
+            "referenced",
+        ],
+        3,
+    );
+    assert!(deltas > 0 && saved > 0, "{deltas} {saved}");
+    assert_eq!(base_reads, 0);
+}
+
+#[test]
 fn greedy_delta_reads_its_bases() {
     let (deltas, _, base_reads, saved) = round_trip(&["--delta", "greedy"], 4);
     assert!(deltas > 0 && saved > 0, "{deltas} {saved}");
@@ -108,6 +127,8 @@ fn delta_options_are_checked_at_init() {
     assert!(err.contains("trace"), "{err}");
     let err = fail(["init", r, "--delta", "sometimes"]);
     assert!(err.contains("expected none, pfc or greedy"), "{err}");
+    let err = fail(["init", r, "--delta", "pfc", "--base-scope", "near"]);
+    assert!(err.contains("expected any or referenced"), "{err}");
     assert!(!repo.exists());
 }
 

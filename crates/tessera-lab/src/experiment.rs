@@ -290,6 +290,8 @@ pub struct SystemSpec {
     pub base_cache: Option<u32>,
     /// PFC-delta: containers read whole for bases, pfc or fc.
     pub base_prefetch: Option<String>,
+    /// PFC-delta: which cached chunks may be bases, any or referenced.
+    pub base_scope: Option<String>,
 }
 
 fn default_cache_policy() -> String {
@@ -377,6 +379,9 @@ impl SystemSpec {
         }
         if let Some(v) = &self.base_prefetch {
             c.delta.prefetch = v.parse()?;
+        }
+        if let Some(v) = &self.base_scope {
+            c.delta.scope = v.parse()?;
         }
         c.rewrite.kind = self.rewrite.parse()?;
         c.rewrite.limit = self.rewrite_limit;

@@ -880,6 +880,9 @@ impl Store {
             }
             Decision::Duplicate(c) => {
                 self.totals.duplicates.add(chunk.len);
+                if let Some(d) = &mut self.delta {
+                    d.referenced(c);
+                }
                 c
             }
             Decision::InternalDuplicate => {
@@ -950,7 +953,10 @@ impl Store {
         let whole = compressed.is_none();
         match (data, compressed) {
             (_, Some(c)) => builder.push_delta(chunk.fp, &c.delta, c.base)?,
-            (Some(d), None) => builder.push(chunk.fp, d),
+            (Some(d), None) => match features {
+                Some(sf) => builder.push_with_features(chunk.fp, d, sf),
+                None => builder.push(chunk.fp, d),
+            },
             (None, None) => builder.push_len(chunk.fp, chunk.len),
         }
         let c = builder.id();

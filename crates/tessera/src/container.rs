@@ -5,6 +5,7 @@
 //! chunk of another container; its metadata entries then also name the base.
 
 use crate::backend::Backend;
+use crate::delta::features::SUPER_FEATURES;
 use crate::envelope::{le4, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
@@ -19,6 +20,12 @@ pub const META_ENTRY_LEN: usize = FINGERPRINT_LEN + 8;
 /// Bytes of one metadata entry of a container with [`FLAG_DELTAS`]: the
 /// entry, then the base's container id and fingerprint.
 pub const DELTA_META_ENTRY_LEN: usize = META_ENTRY_LEN + 8 + FINGERPRINT_LEN;
+/// Bytes of one metadata entry of a container with [`FLAG_FEATURES`]: the
+/// delta entry, then the chunk's super-features.
+pub const FEATURE_META_ENTRY_LEN: usize = DELTA_META_ENTRY_LEN + 8 * SUPER_FEATURES;
+/// A whole chunk's super-features (`crate::delta::features`), kept in the
+/// container so that a base chunk cache need not compute them again.
+pub type SuperFeatures = [u64; SUPER_FEATURES];
 /// Base container id of an entry (with [`FLAG_DELTAS`]) stored whole.
 const NO_BASE: u64 = u64::MAX;
 /// Container format version.
@@ -30,6 +37,10 @@ pub const FLAG_NO_DATA: u32 = 1;
 /// Header flag: metadata entries are [`DELTA_META_ENTRY_LEN`] bytes and name
 /// each delta-encoded chunk's base (delta-compressing repositories).
 pub const FLAG_DELTAS: u32 = 2;
+/// Header flag (with [`FLAG_DELTAS`]): metadata entries are
+/// [`FEATURE_META_ENTRY_LEN`] bytes and carry each whole chunk's
+/// super-features (all zero: not recorded).
+pub const FLAG_FEATURES: u32 = 8;
 /// Header flag: the data section starts at the next multiple of
 /// [`DATA_ALIGN`] bytes after the metadata section, zero bytes in between,
 /// so that it can be written with direct I/O. Set on containers of at least
@@ -77,6 +88,8 @@ pub struct ChunkMeta {
     pub len: u32,
     /// The base when the chunk is stored as a delta (`crate::delta` format).
     pub base: Option<BaseRef>,
+    /// The super-features of a whole chunk, when recorded ([`FLAG_FEATURES`]).
+    pub features: Option<SuperFeatures>,
 }
 
 /// The fixed header of a container.
@@ -97,11 +110,7 @@ pub struct Header {
 impl Header {
     /// Bytes of one metadata entry.
     pub fn entry_len(&self) -> usize {
-        if self.flags & FLAG_DELTAS != 0 {
-            DELTA_META_ENTRY_LEN
-        } else {
-            META_ENTRY_LEN
-        }
+        entry_len(self.flags)
     }
 
     /// Bytes of header plus metadata section.
@@ -162,8 +171,9 @@ impl Header {
             data_crc: u32::from_le_bytes(le4(&bytes[28..32])),
             flags: u32::from_le_bytes(le4(&bytes[32..36])),
         };
-        if header.flags & !(FLAG_NO_DATA | FLAG_DELTAS | FLAG_ALIGNED) != 0
+        if header.flags & !(FLAG_NO_DATA | FLAG_DELTAS | FLAG_ALIGNED | FLAG_FEATURES) != 0
             || header.flags & (FLAG_NO_DATA | FLAG_DELTAS) == FLAG_NO_DATA | FLAG_DELTAS
+            || header.flags & (FLAG_DELTAS | FLAG_FEATURES) == FLAG_FEATURES
         {
             return Err(Error::corrupt(
                 name,
@@ -205,13 +215,23 @@ impl Header {
                     format!("chunk {i} extends past the data section"),
                 ));
             }
-            let base = match e.get(META_ENTRY_LEN..) {
-                Some(b) if b.len() == 8 + FINGERPRINT_LEN => {
+            let base = match e.get(META_ENTRY_LEN..DELTA_META_ENTRY_LEN) {
+                Some(b) => {
                     let container = u64::from_le_bytes(le8(&b[..8]));
                     (container != NO_BASE).then(|| BaseRef {
                         container,
                         fp: fingerprint(&b[8..]),
                     })
+                }
+                None => None,
+            };
+            let features = match e.get(DELTA_META_ENTRY_LEN..) {
+                Some(b) if b.len() == 8 * SUPER_FEATURES => {
+                    let mut sf = [0u64; SUPER_FEATURES];
+                    for (f, bytes) in sf.iter_mut().zip(b.chunks_exact(8)) {
+                        *f = u64::from_le_bytes(le8(bytes));
+                    }
+                    (sf != [0; SUPER_FEATURES]).then_some(sf)
                 }
                 _ => None,
             };
@@ -220,9 +240,21 @@ impl Header {
                 offset,
                 len,
                 base,
+                features,
             });
         }
         Ok(metas)
+    }
+}
+
+/// Bytes of one metadata entry of a container with header `flags`.
+fn entry_len(flags: u32) -> usize {
+    if flags & FLAG_FEATURES != 0 {
+        FEATURE_META_ENTRY_LEN
+    } else if flags & FLAG_DELTAS != 0 {
+        DELTA_META_ENTRY_LEN
+    } else {
+        META_ENTRY_LEN
     }
 }
 
@@ -380,11 +412,20 @@ impl Builder {
     }
 
     fn entry_len(&self) -> usize {
-        if self.deltas {
-            DELTA_META_ENTRY_LEN
-        } else {
-            META_ENTRY_LEN
+        entry_len(self.flags())
+    }
+
+    /// The header flags the container is written with.
+    fn flags(&self) -> u32 {
+        let mut flags = match (self.with_data, self.deltas) {
+            (false, _) => FLAG_NO_DATA,
+            (true, false) => 0,
+            (true, true) => FLAG_DELTAS | FLAG_FEATURES,
+        };
+        if self.aligned {
+            flags |= FLAG_ALIGNED;
         }
+        flags
     }
 
     /// An empty container `id` whose data section reuses `buf` (cleared; its
@@ -423,7 +464,13 @@ impl Builder {
 
     /// Appends a chunk (the caller checked [`Builder::fits`]).
     pub fn push(&mut self, fp: Fingerprint, bytes: &[u8]) {
-        self.push_stored(fp, bytes, None);
+        self.push_stored(fp, bytes, None, None);
+    }
+
+    /// Appends a chunk with its super-features, recorded when the container
+    /// is in the [`FLAG_DELTAS`] format (the caller checked [`Builder::fits`]).
+    pub fn push_with_features(&mut self, fp: Fingerprint, bytes: &[u8], features: SuperFeatures) {
+        self.push_stored(fp, bytes, None, Some(features));
     }
 
     /// Appends chunk `fp` as `delta`, its encoding against `base` (the
@@ -436,15 +483,22 @@ impl Builder {
                 self.id
             )));
         }
-        self.push_stored(fp, delta, Some(base));
+        self.push_stored(fp, delta, Some(base), None);
         Ok(())
     }
 
     /// Appends stored bytes (a chunk, or a delta against `base`).
-    fn push_stored(&mut self, fp: Fingerprint, bytes: &[u8], base: Option<BaseRef>) {
+    fn push_stored(
+        &mut self,
+        fp: Fingerprint,
+        bytes: &[u8],
+        base: Option<BaseRef>,
+        features: Option<SuperFeatures>,
+    ) {
         self.push_len(fp, bytes.len() as u32);
         if let Some(m) = self.metas.last_mut() {
             m.base = base;
+            m.features = features.filter(|_| self.deltas);
         }
         if self.with_data {
             self.data.reserve_total(self.capacity);
@@ -459,6 +513,7 @@ impl Builder {
             offset: self.data_len as u32,
             len,
             base: None,
+            features: None,
         });
         self.data_len += len as usize;
     }
@@ -477,15 +532,7 @@ impl Builder {
         head.extend_from_slice(&(self.metas.len() as u32).to_le_bytes());
         head.extend_from_slice(&(self.data_len as u32).to_le_bytes());
         head.extend_from_slice(&[0; 8]); // metadata and data checksums, below
-        let mut flags = match (self.with_data, self.deltas) {
-            (false, _) => FLAG_NO_DATA,
-            (true, false) => 0,
-            (true, true) => FLAG_DELTAS,
-        };
-        if self.aligned {
-            flags |= FLAG_ALIGNED;
-        }
-        head.extend_from_slice(&flags.to_le_bytes());
+        head.extend_from_slice(&self.flags().to_le_bytes());
         head.extend_from_slice(&[0; 4]); // header checksum, below
         for m in &self.metas {
             head.extend_from_slice(&m.fp.0);
@@ -497,6 +544,9 @@ impl Builder {
                     .map_or((NO_BASE, Fingerprint::default()), |b| (b.container, b.fp));
                 head.extend_from_slice(&container.to_le_bytes());
                 head.extend_from_slice(&fp.0);
+                for f in m.features.unwrap_or_default() {
+                    head.extend_from_slice(&f.to_le_bytes());
+                }
             }
         }
         let meta_crc = crc32c::crc32c(&head[HEADER_LEN..]);
@@ -703,7 +753,7 @@ mod tests {
         assert!(b.fits(100));
         b.push_delta(Fingerprint([2; 32]), b"delta", base).unwrap();
         let bytes = b.seal();
-        assert_eq!(bytes.len(), HEADER_LEN + 2 * DELTA_META_ENTRY_LEN + 10);
+        assert_eq!(bytes.len(), HEADER_LEN + 2 * FEATURE_META_ENTRY_LEN + 10);
         let c = Container::parse(7, bytes.clone()).unwrap();
         assert_eq!(c.base(0), None);
         assert_eq!(c.base(1), Some(base));
@@ -716,6 +766,43 @@ mod tests {
         // A container without the delta format refuses deltas.
         let mut plain = Builder::new(8, 1 << 16);
         assert!(plain.push_delta(Fingerprint([2; 32]), b"d", base).is_err());
+    }
+
+    #[test]
+    fn delta_containers_record_super_features_of_whole_chunks() {
+        let sf = [1, u64::MAX, 42];
+        let base = BaseRef {
+            container: 3,
+            fp: Fingerprint([9; 32]),
+        };
+        let mut b = Builder::new(7, 1 << 16).with_deltas();
+        b.push_with_features(Fingerprint([1; 32]), b"whole", sf);
+        b.push(Fingerprint([2; 32]), b"plain");
+        b.push_delta(Fingerprint([3; 32]), b"delta", base).unwrap();
+        let bytes = b.seal();
+        assert_eq!(bytes.len(), HEADER_LEN + 3 * FEATURE_META_ENTRY_LEN + 15);
+        let c = Container::parse(7, bytes.clone()).unwrap();
+        assert_eq!(c.header.flags, FLAG_DELTAS | FLAG_FEATURES);
+        let features: Vec<_> = c.metas.iter().map(|m| m.features).collect();
+        assert_eq!(features, [Some(sf), None, None]);
+        assert_eq!(c.base(2), Some(base));
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            assert!(Container::parse(7, bad).is_err(), "flip at {i} undetected");
+        }
+        // Features without the delta format are refused, and not recorded
+        // by a plain container.
+        let mut bad = bytes.clone();
+        bad[32..36].copy_from_slice(&FLAG_FEATURES.to_le_bytes());
+        let crc = crc32c::crc32c(&bad[..36]);
+        bad[36..40].copy_from_slice(&crc.to_le_bytes());
+        assert!(Container::parse(7, bad).is_err());
+        let mut plain = Builder::new(8, 1 << 16);
+        plain.push_with_features(Fingerprint([1; 32]), b"whole", sf);
+        let c = Container::parse(8, plain.seal()).unwrap();
+        assert_eq!(c.metas[0].features, None);
+        assert_eq!(c.header.entry_len(), META_ENTRY_LEN);
     }
 
     #[test]

@@ -86,10 +86,20 @@ impl BaseCache {
         let mut features = Vec::new();
         if container.header.has_data() {
             for (i, m) in container.metas.iter().enumerate() {
-                if m.base.is_some() || (m.len as usize) < MIN_DELTA_LEN {
+                // A delta names its base by (container, fingerprint), which
+                // restores resolve to the chunk's first entry there: a
+                // container GC filled can list a chunk twice (copies from
+                // two containers), once as a delta.
+                if m.base.is_some()
+                    || (m.len as usize) < MIN_DELTA_LEN
+                    || container.find(&m.fp) != Some(i)
+                {
                     continue;
                 }
-                let sf = super_features(self.kind, container.chunk(i));
+                // Recorded when the chunk was stored, else computed now.
+                let sf = m
+                    .features
+                    .unwrap_or_else(|| super_features(self.kind, container.chunk(i)));
                 for (j, map) in self.by_feature.iter_mut().enumerate() {
                     map.entry(sf[j]).or_default().push((id, i as u32));
                 }
@@ -221,6 +231,16 @@ mod tests {
         b.push(FingerprintAlgo::Blake3.hash(&a[..500]), &a[..500]);
         let mut cache = BaseCache::new(kind, 4);
         cache.insert(Arc::new(Container::parse(4, b.seal()).unwrap()));
+        assert!(cache.find(&super_features(kind, &a)).is_none());
+
+        // A chunk listed twice, first as a delta: its whole copy is no base
+        // (a reference to it would resolve to the delta).
+        let mut b = Builder::new(5, 1 << 20).with_deltas();
+        b.push_delta(FingerprintAlgo::Blake3.hash(&a), &a[..100], base)
+            .unwrap();
+        b.push(FingerprintAlgo::Blake3.hash(&a), &a);
+        let mut cache = BaseCache::new(kind, 4);
+        cache.insert(Arc::new(Container::parse(5, b.seal()).unwrap()));
         assert!(cache.find(&super_features(kind, &a)).is_none());
     }
 }

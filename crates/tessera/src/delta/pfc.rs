@@ -2,13 +2,22 @@
 //! per source lineage, persisted between backups as `delta/s<hex>`.
 //!
 //! A *fragmented chunk* is a duplicate the rewriting policy stores again.
-//! Tessera's indexes point at a chunk's newest copy, so a chunk rewritten by
-//! every backup is found, the next time, in the container its last copy went
-//! to. FC-CID therefore records the containers a backup wrote its fragmented
-//! chunks' copies into; a fragmented chunk found in a container of
-//! FC-CID_last is a *persistent* fragmented chunk (PFC), and PFC-CID records
-//! the containers its new copy went to — containers that also hold that
-//! backup's chunks around the PFC, the next backup's likely delta bases.
+//! Algorithm 1 keys everything on the container the duplicate *references*
+//! (`cid`, where the index found it): FC-CID records the low-reuse
+//! containers fragmented chunks were found in, a fragmented chunk found in a
+//! container of FC-CID_last is a *persistent* fragmented chunk (PFC), and
+//! PFC-CID records the containers PFCs were found in — containers whose
+//! other chunks (those stored around the PFC by the backup that wrote it)
+//! are the next backup's likely delta bases, and which its index reads
+//! anyway to find the PFC again.
+//!
+//! Where a PFC is found is not stable across backups: the table points at a
+//! chunk's newest copy (the container the last backup rewrote it into), but
+//! a fingerprint-cache hit resolves it to whichever cached container holds a
+//! copy, often the old one it keeps being rewritten from. So both sets also
+//! record the container the new copy went to (`stored_in`): a PFC is
+//! recognised whether the next backup finds it where it was found or where
+//! it was put, and either container is prefetched.
 //! HAR rewrites a PFC every second backup, so with HAR "last" means the last
 //! two backups.
 
@@ -36,9 +45,10 @@ pub fn state_key(source: &str) -> String {
 /// The container-id sets one backup left.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 struct Generation {
-    /// Containers holding copies of the backup's fragmented chunks (FC-CID).
+    /// Containers the backup's fragmented chunks were found in or copied
+    /// to (FC-CID).
     fc: BTreeSet<ContainerId>,
-    /// Containers holding copies of the backup's PFCs (PFC-CID).
+    /// Containers the backup's PFCs were found in or copied to (PFC-CID).
     pfc: BTreeSet<ContainerId>,
 }
 
@@ -120,9 +130,10 @@ impl PfcTracker {
 
     /// A fragmented chunk found in `found_in` was stored again in `stored_in`.
     pub fn fragmented(&mut self, found_in: ContainerId, stored_in: ContainerId) {
-        self.emerging.fc.insert(stored_in);
+        // Every PFC is a fragmented chunk too, so it can be persistent again.
+        self.emerging.fc.extend([found_in, stored_in]);
         if self.fc_last.contains(&found_in) {
-            self.emerging.pfc.insert(stored_in);
+            self.emerging.pfc.extend([found_in, stored_in]);
             self.pfcs += 1;
         }
     }
@@ -197,25 +208,41 @@ mod tests {
         let (_d, b) = backend();
         let mut t = PfcTracker::open(&b, "src", 1, BasePrefetch::Pfc).unwrap();
         t.fragmented(3, 10);
-        assert_eq!(t.counts(), (0, 1, 0));
+        assert_eq!(t.counts(), (0, 2, 0));
         t.commit(&b).unwrap();
 
         let mut t = PfcTracker::open(&b, "src", 1, BasePrefetch::Pfc).unwrap();
         assert!(t.prefetch_set().is_empty());
         t.fragmented(10, 20); // found where the last backup put it: a PFC
         t.fragmented(4, 21); // found elsewhere: fragmented only
-        assert_eq!(t.counts(), (1, 2, 1));
+        assert_eq!(t.counts(), (1, 4, 2));
         t.commit(&b).unwrap();
 
         let t = PfcTracker::open(&b, "src", 1, BasePrefetch::Pfc).unwrap();
-        assert_eq!(t.prefetch_set(), HashSet::from([20]));
+        assert_eq!(t.prefetch_set(), HashSet::from([10, 20]));
         let t = PfcTracker::open(&b, "src", 1, BasePrefetch::Fc).unwrap();
-        assert_eq!(t.prefetch_set(), HashSet::from([20, 21]));
+        assert_eq!(t.prefetch_set(), HashSet::from([4, 10, 20, 21]));
         // Another source has its own sets.
         assert!(PfcTracker::open(&b, "other", 1, BasePrefetch::Pfc)
             .unwrap()
             .prefetch_set()
             .is_empty());
+    }
+
+    #[test]
+    fn a_chunk_found_again_where_it_was_found_is_a_pfc() {
+        // The index's cache resolves the chunk to its old copy every time,
+        // not to the copy the last backup wrote.
+        let (_d, b) = backend();
+        let mut t = PfcTracker::open(&b, "src", 1, BasePrefetch::Pfc).unwrap();
+        t.fragmented(3, 10);
+        t.commit(&b).unwrap();
+        let mut t = PfcTracker::open(&b, "src", 1, BasePrefetch::Pfc).unwrap();
+        t.fragmented(3, 20);
+        assert_eq!(t.counts().0, 1);
+        t.commit(&b).unwrap();
+        let t = PfcTracker::open(&b, "src", 1, BasePrefetch::Pfc).unwrap();
+        assert_eq!(t.prefetch_set(), HashSet::from([3, 20]));
     }
 
     #[test]
@@ -251,7 +278,7 @@ mod tests {
         let moved = Relocations::from_iter([((12, fp(1)), 30), ((12, fp(2)), 31)]);
         relocate(&b, &BTreeSet::from([12, 13]), &moved).unwrap();
         let t = PfcTracker::open(&b, "s", 1, BasePrefetch::Pfc).unwrap();
-        assert_eq!(t.prefetch_set(), HashSet::from([30, 31]));
+        assert_eq!(t.prefetch_set(), HashSet::from([7, 8, 30, 31]));
         // A damaged state is treated as empty.
         b.write(&state_key("s"), b"garbage").unwrap();
         assert!(PfcTracker::open(&b, "s", 1, BasePrefetch::Pfc)

@@ -89,6 +89,33 @@ impl std::str::FromStr for BasePrefetch {
     }
 }
 
+/// Which cached chunks PFC-delta may use as bases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BaseScope {
+    /// Any whole chunk of the base chunk cache.
+    #[default]
+    Any,
+    /// Only chunks of containers this backup's recipe already references
+    /// for a duplicate it keeps: a restore reads those containers anyway, so
+    /// bases cost it no extra read (the paper's premise, §III-A) when the
+    /// restore cache still holds them.
+    Referenced,
+}
+
+impl std::str::FromStr for BaseScope {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "any" => Ok(BaseScope::Any),
+            "referenced" => Ok(BaseScope::Referenced),
+            other => Err(format!(
+                "unknown base scope {other:?} (expected any or referenced)"
+            )),
+        }
+    }
+}
+
 /// Default base chunk cache size, in containers (the paper's default).
 pub const DEFAULT_BASE_CACHE_CONTAINERS: u32 = 16;
 
@@ -109,6 +136,8 @@ pub struct DeltaParams {
     pub base_cache_containers: u32,
     /// PFC-delta: the containers read whole for their bases.
     pub prefetch: BasePrefetch,
+    /// PFC-delta: which cached chunks may be bases.
+    pub scope: BaseScope,
 }
 
 impl Default for DeltaParams {
@@ -118,6 +147,7 @@ impl Default for DeltaParams {
             features: FeatureKind::Odess,
             base_cache_containers: DEFAULT_BASE_CACHE_CONTAINERS,
             prefetch: BasePrefetch::Pfc,
+            scope: BaseScope::Any,
         }
     }
 }
@@ -190,6 +220,8 @@ pub struct DeltaStage {
     cache: BaseCache,
     pfc: Option<PfcTracker>,
     greedy: Option<Greedy>,
+    /// Containers this backup's recipe references for kept duplicates.
+    referenced: HashSet<ContainerId>,
     stats: DeltaStats,
 }
 
@@ -224,6 +256,7 @@ impl DeltaStage {
             backend,
             pfc,
             greedy,
+            referenced: HashSet::new(),
             stats: DeltaStats {
                 policy: params.kind.name().into(),
                 ..DeltaStats::default()
@@ -251,6 +284,13 @@ impl DeltaStage {
         }
     }
 
+    /// This backup keeps a duplicate in container `c` (its recipe references `c`).
+    pub fn referenced(&mut self, c: ContainerId) {
+        if self.params.scope == BaseScope::Referenced {
+            self.referenced.insert(c);
+        }
+    }
+
     /// A fragmented chunk found in `found_in` was stored again in `stored_in`.
     pub fn fragmented(&mut self, found_in: ContainerId, stored_in: ContainerId) {
         if let Some(p) = &mut self.pfc {
@@ -259,20 +299,27 @@ impl DeltaStage {
     }
 
     /// Looks for a base for chunk `fp` with bytes `data` (to be stored) and
-    /// returns its delta when it saves enough. Greedy also remembers the features of
-    /// a chunk stored whole, via [`DeltaStage::stored_whole`].
+    /// returns its delta when it saves enough, else the chunk's super-features
+    /// (to be recorded with it; greedy also indexes them, via
+    /// [`DeltaStage::stored_whole`]).
     pub fn compress(
         &mut self,
         fp: &Fingerprint,
         data: &[u8],
     ) -> Result<(Option<Compressed>, Features)> {
-        if data.len() < MIN_DELTA_LEN || (self.greedy.is_none() && self.cache.is_empty()) {
+        if data.len() < MIN_DELTA_LEN {
             return Ok((None, None));
         }
-        self.stats.candidates += 1;
+        // Computed for every chunk to be stored (as the paper does): the
+        // container records them with a chunk stored whole, so a base chunk
+        // cache that prefetches it later need not compute them again.
         let t = Instant::now();
         let sf = super_features(self.params.features, data);
         self.stats.features_seconds += t.elapsed().as_secs_f64();
+        if self.greedy.is_none() && self.cache.is_empty() {
+            return Ok((None, Some(sf)));
+        }
+        self.stats.candidates += 1;
         let found = match self.cache.find(&sf) {
             Some(f) => Some(f),
             None => match &mut self.greedy {
@@ -282,7 +329,11 @@ impl DeltaStage {
         };
         // A rewritten chunk is stored again for its locality: not as a
         // delta against its own old copy, which restores would have to read.
-        let Some(found) = found.filter(|f| f.base_ref().fp != *fp) else {
+        let in_scope =
+            |c: ContainerId| self.params.scope == BaseScope::Any || self.referenced.contains(&c);
+        let Some(found) =
+            found.filter(|f| f.base_ref().fp != *fp && in_scope(f.base_ref().container))
+        else {
             return Ok((None, Some(sf)));
         };
         self.stats.base_hits += 1;

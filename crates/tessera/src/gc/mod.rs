@@ -534,9 +534,15 @@ fn compact(
 ) -> Result<u64> {
     let ct = Container::parse(id, backend.read(&container::key(id))?)?;
     let mut b = Builder::new(id, capacity.max(ct.object_len())).with_deltas();
+    let mut kept = std::collections::HashSet::new();
     for (i, m) in ct.metas.iter().enumerate() {
-        if pinned.contains(&(id, m.fp)) {
-            b.push(m.fp, ct.chunk(i));
+        // A base is a whole chunk; a container GC filled may also list the
+        // same chunk as a delta, which the whole copy replaces.
+        if m.base.is_none() && pinned.contains(&(id, m.fp)) && kept.insert(m.fp) {
+            match m.features {
+                Some(sf) => b.push_with_features(m.fp, ct.chunk(i), sf),
+                None => b.push(m.fp, ct.chunk(i)),
+            }
         }
     }
     let bytes = b.seal();
@@ -578,7 +584,10 @@ impl Forward<'_> {
         });
         match (trace, m.base) {
             (true, _) => b.push_len(m.fp, m.len),
-            (false, None) => b.push(m.fp, bytes),
+            (false, None) => match m.features {
+                Some(sf) => b.push_with_features(m.fp, bytes, sf),
+                None => b.push(m.fp, bytes),
+            },
             (false, Some(base)) => b.push_delta(m.fp, bytes, base)?,
         }
         Ok(b.id())

@@ -288,8 +288,13 @@ impl Cache {
             }
             self.entries -= list.len();
         }
+        // A chunk cached in several containers resolves to its newest copy,
+        // as the table does (a rewritten chunk's copy sits with its new neighbours).
         for fp in &fps {
-            self.map.entry(*fp).or_insert(id);
+            self.map
+                .entry(*fp)
+                .and_modify(|c| *c = (*c).max(id))
+                .or_insert(id);
         }
         self.entries += fps.len();
         self.lru.put(id, fps);
@@ -459,8 +464,9 @@ impl Ddfs {
         };
         let pending = &mut index.pending;
         super::scan_containers(index.backend.as_ref(), &newer, |id, metas| {
+            // Ascending ids: a chunk's newest copy wins, as in a merge.
             for m in metas {
-                pending.entry(m.fp).or_insert(id);
+                pending.insert(m.fp, id);
             }
         })?;
         index.placed = index.pending.len() as u64;
