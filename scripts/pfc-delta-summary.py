@@ -54,7 +54,7 @@ for n in names:
         f"{s[c]:.3f}" if isinstance(s[c], float) else str(s[c]) for c in cols) + " |")
 print()
 for n in names:
-    for suffix in ("-pfc", "-pfc-fc", "-greedy"):
+    for suffix in ("-pfc", "-pfc-fc", "-pfc-ref", "-greedy"):
         if n.endswith(suffix):
             base = n[: -len(suffix)]
             if base not in runs[0]:
