@@ -394,8 +394,8 @@ struct InitArgs {
     #[arg(long, default_value = "pfc")]
     base_prefetch: BasePrefetch,
     /// PFC-delta: which cached chunks may be bases: any, or referenced
-    /// (only those in containers the backup already references for a kept
-    /// duplicate, which its restores read anyway).
+    /// (only those of the last 16 distinct containers the backup referenced
+    /// for a kept duplicate, which its restores have just read).
     #[arg(long, default_value = "any")]
     base_scope: BaseScope,
 }

@@ -42,8 +42,9 @@ const READ_AHEAD: usize = 4;
 const READERS: usize = 2;
 /// Bytes of chunks verified together in parallel.
 const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
-/// Recently loaded containers kept for the bases of delta-encoded chunks.
-const BASE_CONTAINERS: usize = 16;
+/// Recently loaded containers kept for the bases of delta-encoded chunks
+/// (PFC-delta's `referenced` base scope takes bases only from as many).
+pub const BASE_CONTAINERS: usize = 16;
 
 /// Options of one restore.
 pub struct RestoreOptions<'a> {
@@ -400,11 +401,13 @@ impl Bases<'_> {
         self.recent.truncate(BASE_CONTAINERS);
     }
 
-    /// A pending delta will need container `id`.
-    fn want(&mut self, id: ContainerId) {
+    /// A pending delta will need container `id`, which the caller may hold
+    /// now (`held`: its cache may evict it before the delta is decoded).
+    fn want(&mut self, id: ContainerId, held: Option<Arc<Container>>) {
         *self.wanted.entry(id).or_default() += 1;
-        if let Some(ct) = self.recent.iter().find(|c| c.header.id == id) {
-            self.kept.insert(id, ct.clone());
+        let found = held.or_else(|| self.recent.iter().find(|c| c.header.id == id).cloned());
+        if let Some(ct) = found {
+            self.kept.insert(id, ct);
         }
     }
 
@@ -467,8 +470,13 @@ struct Assembly<'a, 'b> {
 
 impl Assembly<'_, '_> {
     /// Chunk `c` in container `ct` (which the plan loaded): whole, or its
-    /// delta (whose base the bases now want).
-    fn piece(&mut self, ct: &Arc<Container>, c: &ChunkRef) -> Result<Piece> {
+    /// delta (whose base the bases now want; `held` may hold it now).
+    fn piece(
+        &mut self,
+        ct: &Arc<Container>,
+        c: &ChunkRef,
+        held: impl Fn(ContainerId) -> Option<Arc<Container>>,
+    ) -> Result<Piece> {
         let i = ct.find(&c.fp).ok_or_else(|| Error::MissingChunk {
             backup: self.id,
             container: c.container,
@@ -477,7 +485,7 @@ impl Assembly<'_, '_> {
         match ct.base(i) {
             None => Ok(Piece::Whole(ct.clone(), i)),
             Some(base) => {
-                self.bases.want(base.container);
+                self.bases.want(base.container, held(base.container));
                 Ok(Piece::Delta {
                     delta: ct.chunk(i).to_vec(),
                     base,
@@ -541,7 +549,8 @@ impl Assembly<'_, '_> {
             let container = cache.get(&c.container).cloned().ok_or_else(|| {
                 Error::Pipeline(format!("plan lost container {:016x}", c.container))
             })?;
-            window.push((self.piece(&container, c)?, c));
+            let piece = self.piece(&container, c, |id| cache.get(&id).cloned())?;
+            window.push((piece, c));
             window_bytes += u64::from(c.len);
             if window_bytes >= WINDOW_BYTES || k + 1 == chunks.len() {
                 self.decode(window.iter_mut().map(|(p, c)| (p, *c)), |id| {
@@ -596,7 +605,7 @@ impl Assembly<'_, '_> {
                     .unwrap_or_default();
                 let mut pieces: Vec<(Piece, &ChunkRef, usize)> = Vec::with_capacity(wanted.len());
                 for &k in wanted {
-                    let p = self.piece(&ct, &window[k])?;
+                    let p = self.piece(&ct, &window[k], |_| None)?;
                     match p {
                         Piece::Delta { .. } => deltas.push((p, &window[k], k)),
                         _ => pieces.push((p, &window[k], k)),

@@ -18,9 +18,10 @@ use crate::container::{self, BaseRef, Container, ContainerId};
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
+use crate::restore::BASE_CONTAINERS;
 use crate::rewrite::RewriteKind;
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -96,10 +97,10 @@ pub enum BaseScope {
     /// Any whole chunk of the base chunk cache.
     #[default]
     Any,
-    /// Only chunks of containers this backup's recipe already references
-    /// for a duplicate it keeps: a restore reads those containers anyway, so
-    /// bases cost it no extra read (the paper's premise, §III-A) when the
-    /// restore cache still holds them.
+    /// Only chunks of the last [`BASE_CONTAINERS`] distinct containers
+    /// this backup's recipe referenced for a duplicate it keeps: a restore
+    /// has just read those and keeps as many for bases, so bases cost it no
+    /// extra read (the paper's premise, §III-A).
     Referenced,
 }
 
@@ -221,7 +222,7 @@ pub struct DeltaStage {
     pfc: Option<PfcTracker>,
     greedy: Option<Greedy>,
     /// Containers this backup's recipe references for kept duplicates.
-    referenced: HashSet<ContainerId>,
+    referenced: VecDeque<ContainerId>,
     stats: DeltaStats,
 }
 
@@ -256,7 +257,7 @@ impl DeltaStage {
             backend,
             pfc,
             greedy,
-            referenced: HashSet::new(),
+            referenced: VecDeque::new(),
             stats: DeltaStats {
                 policy: params.kind.name().into(),
                 ..DeltaStats::default()
@@ -286,9 +287,12 @@ impl DeltaStage {
 
     /// This backup keeps a duplicate in container `c` (its recipe references `c`).
     pub fn referenced(&mut self, c: ContainerId) {
-        if self.params.scope == BaseScope::Referenced {
-            self.referenced.insert(c);
+        if self.params.scope != BaseScope::Referenced || self.referenced.front() == Some(&c) {
+            return;
         }
+        self.referenced.retain(|&r| r != c);
+        self.referenced.push_front(c);
+        self.referenced.truncate(BASE_CONTAINERS);
     }
 
     /// A fragmented chunk found in `found_in` was stored again in `stored_in`.
