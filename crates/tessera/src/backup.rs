@@ -14,7 +14,7 @@ use crate::backend::Backend;
 use crate::chunker::{cut_all, cut_parallel, Chunker};
 use crate::config::Layout;
 use crate::container::{self, AlignedBuf, Builder, ContainerId};
-use crate::delta::stage::DeltaStage;
+use crate::delta::stage::{DeltaStage, Features};
 use crate::delta::{DeltaKind, DeltaStats};
 use crate::envelope;
 use crate::error::{Error, Result};
@@ -368,6 +368,7 @@ fn backup_containers(
     let delta = DeltaStage::open(
         backend.clone(),
         config.delta,
+        config.fingerprint,
         config.rewrite.kind,
         &options.source,
     )?;
@@ -775,9 +776,10 @@ fn store_chunks(
             filter.finish(&mut verdicts);
         }
         let placed_before = store.placed.len();
+        let mut features = store.features_of(&verdicts).into_iter();
         for v in verdicts.drain(..) {
             done_bytes += u64::from(v.chunk.len);
-            recipe.push(store.put(v)?);
+            recipe.push(store.put(v, features.next().flatten())?);
         }
         store.totals.store_time += t.elapsed();
         let t = Instant::now();
@@ -857,8 +859,30 @@ impl Store {
         }
     }
 
-    /// Records one chunk with its verdict, storing it if it is unique or rewritten.
-    fn put(&mut self, v: Verdict) -> Result<ChunkRef> {
+    /// With delta compression, the super-features of the verdicts' chunks
+    /// that are to be stored (in parallel; `None` for the others), else nothing.
+    fn features_of(&mut self, verdicts: &[Verdict]) -> Vec<Features> {
+        let Some(d) = &mut self.delta else {
+            return Vec::new();
+        };
+        let stored = |v: &Verdict| match v.decision {
+            Decision::Unique => true,
+            Decision::Duplicate(_) => v.rewrite,
+            Decision::InternalDuplicate => false,
+        };
+        let datas: Vec<&[u8]> = verdicts
+            .iter()
+            .map(|v| match &v.chunk.data {
+                Some(data) if stored(v) => data.as_ref(),
+                _ => &[],
+            })
+            .collect();
+        d.features_of(&datas)
+    }
+
+    /// Records one chunk with its verdict, storing it if it is unique or
+    /// rewritten (with its super-features `features` for delta compression).
+    fn put(&mut self, v: Verdict, features: Features) -> Result<ChunkRef> {
         let Verdict {
             chunk,
             decision,
@@ -872,7 +896,7 @@ impl Store {
             }
             Decision::Duplicate(found_in) if rewrite => {
                 self.totals.rewritten.add(chunk.len);
-                let stored_in = self.store(&chunk)?;
+                let stored_in = self.store(&chunk, features)?;
                 if let Some(d) = &mut self.delta {
                     d.fragmented(found_in, stored_in);
                 }
@@ -896,7 +920,7 @@ impl Store {
             }
             Decision::Unique => {
                 self.totals.unique.add(chunk.len);
-                self.store(&chunk)?
+                self.store(&chunk, features)?
             }
         };
         Ok(ChunkRef {
@@ -908,7 +932,7 @@ impl Store {
 
     /// Appends a chunk to the open container (lengths only in trace
     /// repositories), as a delta when the delta stage finds a good base.
-    fn store(&mut self, chunk: &Chunk) -> Result<ContainerId> {
+    fn store(&mut self, chunk: &Chunk, features: Features) -> Result<ContainerId> {
         let data = match (&chunk.data, self.trace) {
             (Some(d), false) => Some(d.as_ref()),
             (None, true) => None,
@@ -922,7 +946,7 @@ impl Store {
             }
         };
         let (compressed, features) = match (&mut self.delta, data) {
-            (Some(d), Some(bytes)) => d.compress(&chunk.fp, bytes)?,
+            (Some(d), Some(bytes)) => d.compress(&chunk.fp, bytes, features)?,
             _ => (None, None),
         };
         let len = compressed

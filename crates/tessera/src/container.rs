@@ -582,6 +582,18 @@ pub struct Container {
 impl Container {
     /// Parses container `id` and checks all its checksums.
     pub fn parse(id: ContainerId, bytes: Vec<u8>) -> Result<Container> {
+        Self::parse_checking(id, bytes, true)
+    }
+
+    /// Parses container `id`, checking its header and metadata but not its
+    /// data checksum: for a caller that verifies every chunk it uses by
+    /// the chunk's fingerprint (PFC-delta's prefetched bases), and so
+    /// need not check bytes it never uses.
+    pub fn parse_unchecked_data(id: ContainerId, bytes: Vec<u8>) -> Result<Container> {
+        Self::parse_checking(id, bytes, false)
+    }
+
+    fn parse_checking(id: ContainerId, bytes: Vec<u8>, check_data: bool) -> Result<Container> {
         let header = Header::parse(id, &bytes)?;
         if bytes.len() != header.object_len() {
             return Err(Error::corrupt(
@@ -605,7 +617,7 @@ impl Container {
             ));
         }
         let data = bytes.get(header.data_start()..).unwrap_or_default();
-        if crc32c::crc32c(data) != header.data_crc {
+        if check_data && crc32c::crc32c(data) != header.data_crc {
             return Err(Error::corrupt(key(id), "data checksum mismatch"));
         }
         let mut by_fp = FingerprintMap::with_capacity_and_hasher(metas.len(), Default::default());

@@ -17,9 +17,10 @@ use crate::backend::Backend;
 use crate::container::{self, BaseRef, Container, ContainerId};
 use crate::envelope;
 use crate::error::{Error, Result};
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, FingerprintAlgo};
 use crate::restore::BASE_CONTAINERS;
 use crate::rewrite::RewriteKind;
+use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -198,6 +199,10 @@ pub struct DeltaStats {
     pub base_reads: u64,
     /// Bytes of those reads.
     pub base_read_bytes: u64,
+    /// Bases found whose bytes did not match their fingerprint (a damaged
+    /// container, which `check --read-data` names): not used, the chunks
+    /// were stored whole.
+    pub corrupt_bases: u64,
     /// Seconds computing super-features.
     pub features_seconds: f64,
     /// Seconds delta-encoding.
@@ -217,6 +222,8 @@ pub struct Compressed {
 /// The delta stage of one backup.
 pub struct DeltaStage {
     params: DeltaParams,
+    /// The repository's fingerprint, which verifies every base before use.
+    algo: FingerprintAlgo,
     backend: Arc<dyn Backend>,
     cache: BaseCache,
     pfc: Option<PfcTracker>,
@@ -232,6 +239,7 @@ impl DeltaStage {
     pub fn open(
         backend: Arc<dyn Backend>,
         params: DeltaParams,
+        algo: FingerprintAlgo,
         rewrite: RewriteKind,
         source: &str,
     ) -> Result<Option<Self>> {
@@ -254,6 +262,7 @@ impl DeltaStage {
         Ok(Some(DeltaStage {
             cache: BaseCache::new(params.features, params.base_cache_containers as usize),
             params,
+            algo,
             backend,
             pfc,
             greedy,
@@ -302,24 +311,37 @@ impl DeltaStage {
         }
     }
 
+    /// The super-features of chunks to be stored, computed in parallel:
+    /// `None` for a chunk too short to delta-encode. Computed for every
+    /// chunk to be stored (as the paper does): the container records them
+    /// with a chunk stored whole, so a base chunk cache that prefetches it
+    /// later need not compute them again.
+    pub fn features_of(&mut self, chunks: &[&[u8]]) -> Vec<Features> {
+        let t = Instant::now();
+        let kind = self.params.features;
+        let features = chunks
+            .par_iter()
+            .map(|data| (data.len() >= MIN_DELTA_LEN).then(|| super_features(kind, data)))
+            .collect();
+        self.stats.features_seconds += t.elapsed().as_secs_f64();
+        features
+    }
+
     /// Looks for a base for chunk `fp` with bytes `data` (to be stored) and
-    /// returns its delta when it saves enough, else the chunk's super-features
-    /// (to be recorded with it; greedy also indexes them, via
-    /// [`DeltaStage::stored_whole`]).
+    /// super-features `features` (from [`DeltaStage::features_of`]), and
+    /// returns its delta when it saves enough, else the chunk's
+    /// super-features (to be recorded with it; greedy also indexes them,
+    /// via [`DeltaStage::stored_whole`]). Every base is verified by its
+    /// fingerprint before a delta is encoded against it.
     pub fn compress(
         &mut self,
         fp: &Fingerprint,
         data: &[u8],
+        features: Features,
     ) -> Result<(Option<Compressed>, Features)> {
-        if data.len() < MIN_DELTA_LEN {
+        let Some(sf) = features.filter(|_| data.len() >= MIN_DELTA_LEN) else {
             return Ok((None, None));
-        }
-        // Computed for every chunk to be stored (as the paper does): the
-        // container records them with a chunk stored whole, so a base chunk
-        // cache that prefetches it later need not compute them again.
-        let t = Instant::now();
-        let sf = super_features(self.params.features, data);
-        self.stats.features_seconds += t.elapsed().as_secs_f64();
+        };
         if self.greedy.is_none() && self.cache.is_empty() {
             return Ok((None, Some(sf)));
         }
@@ -341,6 +363,12 @@ impl DeltaStage {
             return Ok((None, Some(sf)));
         };
         self.stats.base_hits += 1;
+        // Prefetched containers' data checksums are not checked
+        // (`DedupIndex::take_piggybacked`): the base is, here.
+        if self.algo.hash(found.bytes()) != found.base_ref().fp {
+            self.stats.corrupt_bases += 1;
+            return Ok((None, Some(sf)));
+        }
         let t = Instant::now();
         let d = encode(found.bytes(), data);
         self.stats.encode_seconds += t.elapsed().as_secs_f64();
@@ -513,5 +541,67 @@ impl Greedy {
             GREEDY_INDEX_KEY,
             &envelope::seal(GREEDY_KIND, GREEDY_VERSION, &payload),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Local;
+    use crate::container::Builder;
+
+    /// A PFC stage whose base cache holds container 1 with chunk `base`,
+    /// parsed without its data check (as prefetched), after `damage`.
+    fn stage_with_base(base: &[u8], damage: impl Fn(&mut Vec<u8>)) -> DeltaStage {
+        let dir = tempfile::tempdir().unwrap();
+        let params = DeltaParams {
+            kind: DeltaKind::Pfc,
+            ..DeltaParams::default()
+        };
+        let algo = FingerprintAlgo::Blake3;
+        let backend: Arc<dyn Backend> = Arc::new(Local::new(dir.path()));
+        let mut stage = DeltaStage::open(backend, params, algo, RewriteKind::Cbr, "s")
+            .unwrap()
+            .unwrap();
+        let mut b = Builder::new(1, 1 << 20).with_deltas();
+        b.push(algo.hash(base), base);
+        let mut bytes = b.seal();
+        damage(&mut bytes);
+        stage.offer(vec![Arc::new(
+            Container::parse_unchecked_data(1, bytes).unwrap(),
+        )]);
+        stage
+    }
+
+    #[test]
+    fn a_base_is_verified_by_its_fingerprint_before_use() {
+        let base = crate::chunker::pseudo_random(8192, 7);
+        let mut target = base.clone();
+        target[4000..4016].copy_from_slice(b"0123456789abcdef");
+        let fp = FingerprintAlgo::Blake3.hash(&target);
+
+        let mut intact = stage_with_base(&base, |_| {});
+        let sf = intact.features_of(&[&target]).pop().unwrap();
+        let (delta, _) = intact.compress(&fp, &target, sf).unwrap();
+        assert_eq!(
+            delta
+                .expect("a delta against the intact base")
+                .base
+                .container,
+            1
+        );
+        assert_eq!(intact.stats().corrupt_bases, 0);
+
+        // One flipped byte far from the features' samples of the target's
+        // edit: the base is still found by its features, but not used.
+        let mut damaged = stage_with_base(&base, |bytes| {
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0x40;
+        });
+        let (delta, features) = damaged.compress(&fp, &target, sf).unwrap();
+        assert!(delta.is_none(), "a delta against damaged bytes");
+        assert_eq!(features, sf, "the chunk is stored whole with its features");
+        let stats = damaged.stats();
+        assert_eq!((stats.base_hits, stats.corrupt_bases), (1, 1));
     }
 }
