@@ -220,3 +220,55 @@ fn compacted_base_containers_keep_bases_and_forget_dead_chunks() {
         }
     }
 }
+
+#[test]
+fn a_container_holding_a_pinned_base_keeps_its_live_chunks_in_place() {
+    // Backup 2 is the first 768 KB of backup 1 with every fourth chunk or
+    // so edited (stored as deltas against backup 1's chunks). Once backup 1
+    // is forgotten, the container holding bytes 512 K–1 M of it holds
+    // bases (pinned), chunks backup 2 still uses, and dead chunks.
+    let a = random_bytes(11, 3_000_000);
+    let mut edited = a[..768 * 1024].to_vec();
+    for i in (0..edited.len()).step_by(40_000) {
+        edited[i] ^= 0xff;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let r = repo.to_str().unwrap();
+    let (pa, pe) = (tmp.path().join("a"), tmp.path().join("edited"));
+    std::fs::write(&pa, &a).unwrap();
+    std::fs::write(&pe, &edited).unwrap();
+    ok(["init", r, "--container-size", "512KiB", "--delta", "greedy"]);
+    backup_json(&repo, &pa);
+    let j = backup_json(&repo, &pe);
+    assert!(num(&j["delta"], "delta_chunks") > 5, "{j}");
+    assert!(num(&j["duplicates"], "chunks") > 20, "{j}");
+    let out = tmp.path().join("out");
+    let restore_reads = || {
+        let _ = std::fs::remove_file(&out);
+        let json = ok(["restore", r, "2", out.to_str().unwrap(), "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+        num(&v, "containers_read")
+    };
+    let before = restore_reads();
+
+    ok(["forget", r, "--keep-last", "1"]);
+    let gc: serde_json::Value = serde_json::from_str(&ok(["gc", r, "--json"])).unwrap();
+    assert!(num(&gc, "containers_reclaimed") > 0, "{gc}");
+    // Nothing was copied forward: the selected container holding bases
+    // kept its live chunks and lost only its dead ones.
+    assert_eq!(num(&gc, "containers_produced"), 0, "{gc}");
+    assert_eq!(num(&gc, "chunks_moved"), 0, "{gc}");
+    assert!(gc["bytes_freed"].as_i64().unwrap_or(0) > 100_000, "{gc}");
+    assert!(
+        restore_reads() <= before,
+        "restore reads more after GC: {gc}"
+    );
+
+    let check = ok(["check", r, "--read-data"]);
+    assert!(check.contains("no problems"), "{check}");
+    assert_file_eq(&restore_to_file(&repo, 2, tmp.path()), &edited);
+    let j = backup_json(&repo, &pa);
+    assert!(num(&j["duplicates"], "chunks") > 20, "{j}");
+    assert_file_eq(&restore_to_file(&repo, 3, tmp.path()), &a);
+}

@@ -14,7 +14,7 @@ use crate::backend::Backend;
 use crate::chunker::{cut_all, cut_parallel, Chunker};
 use crate::config::Layout;
 use crate::container::{self, AlignedBuf, Builder, ContainerId};
-use crate::delta::stage::{DeltaStage, Features};
+use crate::delta::stage::DeltaStage;
 use crate::delta::{DeltaKind, DeltaStats};
 use crate::envelope;
 use crate::error::{Error, Result};
@@ -373,7 +373,14 @@ fn backup_containers(
         &options.source,
     )?;
     if let Some(d) = &delta {
-        index.piggyback(d.prefetch_set());
+        let prefetch = d.prefetch_set();
+        let mut keys: Vec<String> = prefetch.iter().map(|&c| container::key(c)).collect();
+        if index.piggyback(prefetch) {
+            // The index reads nearly all of them whole, when it meets their
+            // chunks: have their transfer overlap the work until then.
+            keys.sort_unstable();
+            backend.will_read(&keys);
+        }
     }
 
     let pool = BufferPool::new(BlockLayout::new(chunker.max_size()));
@@ -776,10 +783,9 @@ fn store_chunks(
             filter.finish(&mut verdicts);
         }
         let placed_before = store.placed.len();
-        let mut features = store.features_of(&verdicts).into_iter();
         for v in verdicts.drain(..) {
             done_bytes += u64::from(v.chunk.len);
-            recipe.push(store.put(v, features.next().flatten())?);
+            recipe.push(store.put(v)?);
         }
         store.totals.store_time += t.elapsed();
         let t = Instant::now();
@@ -859,30 +865,8 @@ impl Store {
         }
     }
 
-    /// With delta compression, the super-features of the verdicts' chunks
-    /// that are to be stored (in parallel; `None` for the others), else nothing.
-    fn features_of(&mut self, verdicts: &[Verdict]) -> Vec<Features> {
-        let Some(d) = &mut self.delta else {
-            return Vec::new();
-        };
-        let stored = |v: &Verdict| match v.decision {
-            Decision::Unique => true,
-            Decision::Duplicate(_) => v.rewrite,
-            Decision::InternalDuplicate => false,
-        };
-        let datas: Vec<&[u8]> = verdicts
-            .iter()
-            .map(|v| match &v.chunk.data {
-                Some(data) if stored(v) => data.as_ref(),
-                _ => &[],
-            })
-            .collect();
-        d.features_of(&datas)
-    }
-
-    /// Records one chunk with its verdict, storing it if it is unique or
-    /// rewritten (with its super-features `features` for delta compression).
-    fn put(&mut self, v: Verdict, features: Features) -> Result<ChunkRef> {
+    /// Records one chunk with its verdict, storing it if it is unique or rewritten.
+    fn put(&mut self, v: Verdict) -> Result<ChunkRef> {
         let Verdict {
             chunk,
             decision,
@@ -896,7 +880,7 @@ impl Store {
             }
             Decision::Duplicate(found_in) if rewrite => {
                 self.totals.rewritten.add(chunk.len);
-                let stored_in = self.store(&chunk, features)?;
+                let stored_in = self.store(&chunk)?;
                 if let Some(d) = &mut self.delta {
                     d.fragmented(found_in, stored_in);
                 }
@@ -920,7 +904,7 @@ impl Store {
             }
             Decision::Unique => {
                 self.totals.unique.add(chunk.len);
-                self.store(&chunk, features)?
+                self.store(&chunk)?
             }
         };
         Ok(ChunkRef {
@@ -932,7 +916,7 @@ impl Store {
 
     /// Appends a chunk to the open container (lengths only in trace
     /// repositories), as a delta when the delta stage finds a good base.
-    fn store(&mut self, chunk: &Chunk, features: Features) -> Result<ContainerId> {
+    fn store(&mut self, chunk: &Chunk) -> Result<ContainerId> {
         let data = match (&chunk.data, self.trace) {
             (Some(d), false) => Some(d.as_ref()),
             (None, true) => None,
@@ -946,7 +930,7 @@ impl Store {
             }
         };
         let (compressed, features) = match (&mut self.delta, data) {
-            (Some(d), Some(bytes)) => d.compress(&chunk.fp, bytes, features)?,
+            (Some(d), Some(bytes)) => d.compress(&chunk.fp, bytes)?,
             _ => (None, None),
         };
         let len = compressed

@@ -31,6 +31,13 @@ pub trait Backend: Send + Sync {
     fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         self.write(key, &parts.concat())
     }
+    /// Hints that the objects `keys` will be read whole soon, so that the
+    /// backend may start fetching them while the caller works (local: the
+    /// kernel's readahead). Not a request: it reads nothing the caller
+    /// sees, is not counted, and fails silently (absent keys included).
+    fn will_read(&self, keys: &[String]) {
+        let _ = keys;
+    }
     /// Removes `key`; absent keys are not an error.
     fn delete(&self, key: &str) -> Result<()>;
     /// Names of the objects directly under `dir` (without the `dir/` prefix), sorted.
@@ -166,6 +173,9 @@ impl Backend for Counting {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         self.write_bytes.fetch_add(len as u64, Ordering::Relaxed);
         Ok(())
+    }
+    fn will_read(&self, keys: &[String]) {
+        self.inner.will_read(keys);
     }
     fn delete(&self, key: &str) -> Result<()> {
         self.inner.delete(key)?;

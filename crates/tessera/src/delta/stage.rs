@@ -20,7 +20,6 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintAlgo};
 use crate::restore::BASE_CONTAINERS;
 use crate::rewrite::RewriteKind;
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -311,37 +310,25 @@ impl DeltaStage {
         }
     }
 
-    /// The super-features of chunks to be stored, computed in parallel:
-    /// `None` for a chunk too short to delta-encode. Computed for every
-    /// chunk to be stored (as the paper does): the container records them
-    /// with a chunk stored whole, so a base chunk cache that prefetches it
-    /// later need not compute them again.
-    pub fn features_of(&mut self, chunks: &[&[u8]]) -> Vec<Features> {
-        let t = Instant::now();
-        let kind = self.params.features;
-        let features = chunks
-            .par_iter()
-            .map(|data| (data.len() >= MIN_DELTA_LEN).then(|| super_features(kind, data)))
-            .collect();
-        self.stats.features_seconds += t.elapsed().as_secs_f64();
-        features
-    }
-
     /// Looks for a base for chunk `fp` with bytes `data` (to be stored) and
-    /// super-features `features` (from [`DeltaStage::features_of`]), and
-    /// returns its delta when it saves enough, else the chunk's
-    /// super-features (to be recorded with it; greedy also indexes them,
-    /// via [`DeltaStage::stored_whole`]). Every base is verified by its
+    /// returns its delta when it saves enough, else the chunk's super-features
+    /// (to be recorded with it; greedy also indexes them, via
+    /// [`DeltaStage::stored_whole`]). Every base is verified by its
     /// fingerprint before a delta is encoded against it.
     pub fn compress(
         &mut self,
         fp: &Fingerprint,
         data: &[u8],
-        features: Features,
     ) -> Result<(Option<Compressed>, Features)> {
-        let Some(sf) = features.filter(|_| data.len() >= MIN_DELTA_LEN) else {
+        if data.len() < MIN_DELTA_LEN {
             return Ok((None, None));
-        };
+        }
+        // Computed for every chunk to be stored (as the paper does): the
+        // container records them with a chunk stored whole, so a base chunk
+        // cache that prefetches it later need not compute them again.
+        let t = Instant::now();
+        let sf = super_features(self.params.features, data);
+        self.stats.features_seconds += t.elapsed().as_secs_f64();
         if self.greedy.is_none() && self.cache.is_empty() {
             return Ok((None, Some(sf)));
         }
@@ -581,8 +568,7 @@ mod tests {
         let fp = FingerprintAlgo::Blake3.hash(&target);
 
         let mut intact = stage_with_base(&base, |_| {});
-        let sf = intact.features_of(&[&target]).pop().unwrap();
-        let (delta, _) = intact.compress(&fp, &target, sf).unwrap();
+        let (delta, _) = intact.compress(&fp, &target).unwrap();
         assert_eq!(
             delta
                 .expect("a delta against the intact base")
@@ -598,9 +584,12 @@ mod tests {
             let last = bytes.len() - 1;
             bytes[last] ^= 0x40;
         });
-        let (delta, features) = damaged.compress(&fp, &target, sf).unwrap();
+        let (delta, features) = damaged.compress(&fp, &target).unwrap();
         assert!(delta.is_none(), "a delta against damaged bytes");
-        assert_eq!(features, sf, "the chunk is stored whole with its features");
+        assert!(
+            features.is_some(),
+            "the chunk is stored whole with its features"
+        );
         let stats = damaged.stats();
         assert_eq!((stats.base_hits, stats.corrupt_bases), (1, 1));
     }

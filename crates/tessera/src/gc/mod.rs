@@ -15,8 +15,9 @@
 //! Delta-encoded chunks (PFC-delta) name their base by container id, so a
 //! base that a surviving delta needs is live too and never moves: a selected
 //! container holding such bases is rewritten in place (same id, atomically)
-//! with only them, after the index and recipes have moved on; its other
-//! live chunks migrate as usual, deltas keeping their base reference.
+//! with only its live chunks, after the index and recipes have moved on;
+//! the live chunks of other selected containers migrate as usual, deltas
+//! keeping their base reference.
 
 use crate::backend::Backend;
 use crate::container::{self, Builder, Container, ContainerId};
@@ -245,6 +246,19 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         select_pinning_bases(backend, &containers, &mut live, keep_fraction)?
     };
     stats.containers_involved = selected.len() as u64;
+    // A selected container holding pinned bases is compacted in place with
+    // all its live chunks, not only the bases: the backups whose deltas
+    // use a base are those that read its neighbours (bases are taken from
+    // containers a backup references), so a restore that reads the
+    // container for those finds the base there too, instead of reading a
+    // container kept for the base alone.
+    let holds_pinned: BTreeSet<ContainerId> = pinned.iter().map(|(c, _)| *c).collect();
+    let mut stay = pinned.clone();
+    stay.extend(
+        live.iter()
+            .filter(|(c, _)| holds_pinned.contains(c))
+            .copied(),
+    );
     stats.stage_seconds.select = t.elapsed().as_secs_f64();
 
     // Sweep: copy live chunks forward, a segment of containers at a time, in
@@ -282,8 +296,9 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
                 if !live.contains(&(cid, m.fp)) || moved.contains_key(&(cid, m.fp)) {
                     continue;
                 }
-                if pinned.contains(&(cid, m.fp)) {
-                    // A live delta's base stays where it is.
+                if stay.contains(&(cid, m.fp)) {
+                    // A live delta's base, and its container's other live
+                    // chunks, stay where they are.
                     moved.insert((cid, m.fp), cid);
                     continue;
                 }
@@ -394,7 +409,6 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     let t = Instant::now();
     repo.reserve_container_ids(next_id)?;
     let mut freed = 0u64;
-    let holds_pinned: BTreeSet<ContainerId> = pinned.iter().map(|(c, _)| *c).collect();
     // Newest first: a delta's base always lies in an older container than
     // the delta (bases are chosen among containers written before), so an
     // interruption never leaves a delta whose base is gone.
@@ -402,7 +416,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     newest_first.sort_unstable_by_key(|s| std::cmp::Reverse(s.id));
     for s in newest_first {
         let kept = if s.has_live && holds_pinned.contains(&s.id) {
-            compact(backend, s.id, &pinned, writer.capacity)?
+            compact(backend, s.id, &stay, &pinned, writer.capacity)?
         } else {
             backend.delete(&container::key(s.id))?;
             0
@@ -524,25 +538,42 @@ fn select_pinning_bases(
     }
 }
 
-/// Rewrites container `id` in place with only its `pinned` chunks; returns
-/// its new size.
+/// Rewrites container `id` in place with only its chunks in `stay`, each
+/// once (a container GC filled can list a chunk twice, once as a delta:
+/// the whole copy is kept, and must be for a base in `pinned`); returns its
+/// new size.
 fn compact(
     backend: &dyn Backend,
     id: ContainerId,
+    stay: &LiveSet,
     pinned: &LiveSet,
     capacity: usize,
 ) -> Result<u64> {
     let ct = Container::parse(id, backend.read(&container::key(id))?)?;
     let mut b = Builder::new(id, capacity.max(ct.object_len())).with_deltas();
+    let has_whole: std::collections::HashSet<Fingerprint> = ct
+        .metas
+        .iter()
+        .filter(|m| m.base.is_none())
+        .map(|m| m.fp)
+        .collect();
     let mut kept = std::collections::HashSet::new();
     for (i, m) in ct.metas.iter().enumerate() {
-        // A base is a whole chunk; a container GC filled may also list the
-        // same chunk as a delta, which the whole copy replaces.
-        if m.base.is_none() && pinned.contains(&(id, m.fp)) && kept.insert(m.fp) {
-            match m.features {
-                Some(sf) => b.push_with_features(m.fp, ct.chunk(i), sf),
-                None => b.push(m.fp, ct.chunk(i)),
+        let wanted = match m.base {
+            None => stay.contains(&(id, m.fp)),
+            Some(_) => {
+                !has_whole.contains(&m.fp)
+                    && stay.contains(&(id, m.fp))
+                    && !pinned.contains(&(id, m.fp))
             }
+        };
+        if !wanted || !kept.insert(m.fp) {
+            continue;
+        }
+        match (m.base, m.features) {
+            (Some(base), _) => b.push_delta(m.fp, ct.chunk(i), base)?,
+            (None, Some(sf)) => b.push_with_features(m.fp, ct.chunk(i), sf),
+            (None, None) => b.push(m.fp, ct.chunk(i)),
         }
     }
     let bytes = b.seal();
