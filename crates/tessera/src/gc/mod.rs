@@ -133,6 +133,9 @@ pub struct GcStats {
     pub chunks_moved: u64,
     /// Bytes of live chunks copied forward.
     pub bytes_moved: u64,
+    /// Live chunks not copied because this GC had already copied their
+    /// fingerprint from another container: both places now name one copy.
+    pub copies_merged: u64,
     /// Bytes read from the backend.
     pub bytes_read: u64,
     /// Bytes written to the backend.
@@ -277,6 +280,13 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         produced_bytes: 0,
     };
     let mut moved = Relocations::default();
+    // Where this GC copied each fingerprint: a chunk live in two selected
+    // containers (an old copy and a copy a rewriting policy made) is
+    // written once, and both old places point to that copy. (Not to a copy
+    // that stays in place: those sit in sparse containers kept for delta
+    // bases, which would scatter the chunk's readers.)
+    let mut copied: hashbrown::HashMap<Fingerprint, ContainerId, FingerprintHashBuilder> =
+        hashbrown::HashMap::default();
     let segment = match options.defrag {
         Defrag::None => 1,
         Defrag::Gccdf | Defrag::Random => options.segment.max(1),
@@ -356,10 +366,20 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         for i in order {
             let c = &cache[i];
             let m = c.meta();
-            let new = writer.push(m, c.container.chunk(c.index))?;
+            let new = match copied.get(&m.fp) {
+                Some(&new) => {
+                    stats.copies_merged += 1;
+                    new
+                }
+                None => {
+                    let new = writer.push(m, c.container.chunk(c.index))?;
+                    copied.insert(m.fp, new);
+                    stats.chunks_moved += 1;
+                    stats.bytes_moved += u64::from(m.len);
+                    new
+                }
+            };
             moved.insert((c.container.header.id, m.fp), new);
-            stats.chunks_moved += 1;
-            stats.bytes_moved += u64::from(m.len);
         }
         stats.stage_seconds.sweep_write += t.elapsed().as_secs_f64();
     }
