@@ -6,9 +6,9 @@
 //! stays within a few blocks and containers whatever the input size. Input
 //! blocks are small (they stay in the CPU cache from one stage to the next)
 //! and their buffers are recycled. Commit order (docs/FORMAT.md §15):
-//! containers (all durable, in any order), then the index, then the recipe,
-//! then the snapshot; a backup interrupted anywhere before the snapshot write
-//! is invisible.
+//! containers (all durable, in any order), then the index, the recipe and
+//! the policy state (concurrently), then the snapshot; a backup interrupted
+//! anywhere before the snapshot write is invisible.
 
 use crate::backend::Backend;
 use crate::chunker::{cut_all, cut_parallel, Chunker};
@@ -447,11 +447,9 @@ fn backup_containers(
 
     let commit_started = Instant::now();
     index.finish(&mut Vec::new())?;
-    index.commit(totals.next_container)?;
     let recipe = Recipe { backup: id, chunks };
     let logical_bytes = recipe.logical_bytes();
-    repo.backend()
-        .write(&snapshot::recipe_key(id), &recipe.encode()?)?;
+    let recipe_bytes = recipe.encode()?;
     let mut container_bytes = std::collections::HashMap::new();
     if filter.needs_container_sizes() {
         for c in &recipe.chunks {
@@ -468,23 +466,33 @@ fn backup_containers(
             }
         }
     }
-    if let Some(state) = filter.learn(&recipe.chunks, &container_bytes) {
-        repo.backend().write(
-            &history_key,
-            &envelope::seal(HISTORY_KIND, HISTORY_VERSION, &state),
-        )?;
-    }
-    let delta_stats = match totals.delta.take() {
-        Some(d) => {
-            let stats = d.stats();
-            d.commit()?;
-            stats
-        }
+    let history = filter
+        .learn(&recipe.chunks, &container_bytes)
+        .map(|state| envelope::seal(HISTORY_KIND, HISTORY_VERSION, &state));
+    let delta = totals.delta.take();
+    let delta_stats = match &delta {
+        Some(d) => d.stats(),
         None => DeltaStats {
             policy: DeltaKind::None.name().into(),
             ..DeltaStats::default()
         },
     };
+    // The index, the recipe, the rewrite history and the delta state each
+    // need only the containers, durable by now: they are written
+    // concurrently (each durably), all before the snapshot.
+    let backend = repo.backend();
+    std::thread::scope(|s| -> Result<()> {
+        let recipe_write = s.spawn(|| backend.write(&snapshot::recipe_key(id), &recipe_bytes));
+        let history_write = history
+            .as_ref()
+            .map(|h| s.spawn(|| backend.write(&history_key, h)));
+        let here = index
+            .commit(totals.next_container)
+            .and_then(|()| delta.map_or(Ok(()), DeltaStage::commit));
+        let recipe_written = join(recipe_write, "recipe writer");
+        let history_written = history_write.map_or(Ok(()), |h| join(h, "history writer"));
+        here.and(recipe_written).and(history_written)
+    })?;
 
     let stored_bytes =
         (totals.unique.bytes + totals.rewritten.bytes).saturating_sub(delta_stats.bytes_saved);
