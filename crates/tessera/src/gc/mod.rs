@@ -436,7 +436,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     newest_first.sort_unstable_by_key(|s| std::cmp::Reverse(s.id));
     for s in newest_first {
         let kept = if s.has_live && holds_pinned.contains(&s.id) {
-            compact(backend, s.id, &stay, &pinned, writer.capacity)?
+            compact(backend, s.id, &stay, writer.capacity)?
         } else {
             backend.delete(&container::key(s.id))?;
             0
@@ -560,15 +560,8 @@ fn select_pinning_bases(
 
 /// Rewrites container `id` in place with only its chunks in `stay`, each
 /// once (a container GC filled can list a chunk twice, once as a delta:
-/// the whole copy is kept, and must be for a base in `pinned`); returns its
-/// new size.
-fn compact(
-    backend: &dyn Backend,
-    id: ContainerId,
-    stay: &LiveSet,
-    pinned: &LiveSet,
-    capacity: usize,
-) -> Result<u64> {
+/// the whole copy is kept, as a base must be); returns its new size.
+fn compact(backend: &dyn Backend, id: ContainerId, stay: &LiveSet, capacity: usize) -> Result<u64> {
     let ct = Container::parse(id, backend.read(&container::key(id))?)?;
     let mut b = Builder::new(id, capacity.max(ct.object_len())).with_deltas();
     let has_whole: std::collections::HashSet<Fingerprint> = ct
@@ -581,11 +574,7 @@ fn compact(
     for (i, m) in ct.metas.iter().enumerate() {
         let wanted = match m.base {
             None => stay.contains(&(id, m.fp)),
-            Some(_) => {
-                !has_whole.contains(&m.fp)
-                    && stay.contains(&(id, m.fp))
-                    && !pinned.contains(&(id, m.fp))
-            }
+            Some(_) => !has_whole.contains(&m.fp) && stay.contains(&(id, m.fp)),
         };
         if !wanted || !kept.insert(m.fp) {
             continue;
