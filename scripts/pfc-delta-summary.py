@@ -61,6 +61,7 @@ for n in names:
                 continue
             ratio = runs[0][n]["ratio"] / runs[0][base]["ratio"]
             sf = runs[0][n]["speed_factor"] / runs[0][base]["speed_factor"]
-            tp = statistics.median(r[n]["backup_mb_s"] / r[base]["backup_mb_s"] for r in runs)
+            tps = [r[n]["backup_mb_s"] / r[base]["backup_mb_s"] for r in runs]
             print(f"{n} vs {base}: compression ratio x{ratio:.3f}, speed factor x{sf:.3f}, "
-                  f"backup throughput x{tp:.3f} (median of {len(runs)} run(s))")
+                  f"backup throughput x{statistics.median(tps):.3f} (median of {len(runs)} "
+                  f"run(s): {', '.join(f'{t:.3f}' for t in tps)})")
