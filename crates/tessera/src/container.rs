@@ -577,6 +577,7 @@ pub struct Container {
     pub metas: Vec<ChunkMeta>,
     bytes: Vec<u8>,
     by_fp: FingerprintMap<u32>,
+    data_checked: bool,
 }
 
 impl Container {
@@ -629,7 +630,15 @@ impl Container {
             metas,
             bytes,
             by_fp,
+            data_checked: check_data,
         })
+    }
+
+    /// Whether the data checksum was checked when parsing (not with
+    /// [`Container::parse_unchecked_data`]: then a user of a chunk's bytes
+    /// must verify them by the chunk's fingerprint).
+    pub fn data_checked(&self) -> bool {
+        self.data_checked
     }
 
     /// Bytes of the `i`-th chunk (an index into `metas`); empty in a
@@ -677,13 +686,23 @@ mod tests {
     #[test]
     fn round_trip() {
         let (bytes, chunks) = sample();
-        let c = Container::parse(7, bytes).unwrap();
+        let c = Container::parse(7, bytes.clone()).unwrap();
         assert_eq!(c.metas.len(), 5);
+        assert!(c.data_checked());
         for (i, chunk) in chunks.iter().enumerate() {
             let fp = FingerprintAlgo::Blake3.hash(chunk);
             assert_eq!(c.find(&fp), Some(i));
             assert_eq!(c.chunk(i), &chunk[..]);
         }
+        // Without the data check: the same chunks, and it says so.
+        let mut flipped = bytes;
+        let last = flipped.len() - 1;
+        flipped[last] ^= 1;
+        assert!(Container::parse(7, flipped.clone()).is_err());
+        let u = Container::parse_unchecked_data(7, flipped).unwrap();
+        assert!(!u.data_checked());
+        assert_eq!(u.metas.len(), 5);
+        assert_ne!(u.chunk(4), &chunks[4][..]);
     }
 
     #[test]

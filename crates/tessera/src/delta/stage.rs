@@ -350,9 +350,9 @@ impl DeltaStage {
             return Ok((None, Some(sf)));
         };
         self.stats.base_hits += 1;
-        // Prefetched containers' data checksums are not checked
+        // A prefetched container's data checksum is not checked
         // (`DedupIndex::take_piggybacked`): the base is, here.
-        if self.algo.hash(found.bytes()) != found.base_ref().fp {
+        if !found.container.data_checked() && self.algo.hash(found.bytes()) != found.base_ref().fp {
             self.stats.corrupt_bases += 1;
             return Ok((None, Some(sf)));
         }
@@ -539,7 +539,10 @@ mod tests {
 
     /// A PFC stage whose base cache holds container 1 with chunk `base`,
     /// parsed without its data check (as prefetched), after `damage`.
-    fn stage_with_base(base: &[u8], damage: impl Fn(&mut Vec<u8>)) -> DeltaStage {
+    fn stage_with_base(
+        base: &[u8],
+        damage: impl Fn(&mut Vec<u8>),
+    ) -> (tempfile::TempDir, DeltaStage) {
         let dir = tempfile::tempdir().unwrap();
         let params = DeltaParams {
             kind: DeltaKind::Pfc,
@@ -557,7 +560,7 @@ mod tests {
         stage.offer(vec![Arc::new(
             Container::parse_unchecked_data(1, bytes).unwrap(),
         )]);
-        stage
+        (dir, stage)
     }
 
     #[test]
@@ -567,7 +570,7 @@ mod tests {
         target[4000..4016].copy_from_slice(b"0123456789abcdef");
         let fp = FingerprintAlgo::Blake3.hash(&target);
 
-        let mut intact = stage_with_base(&base, |_| {});
+        let (_dir, mut intact) = stage_with_base(&base, |_| {});
         let (delta, _) = intact.compress(&fp, &target).unwrap();
         assert_eq!(
             delta
@@ -580,7 +583,7 @@ mod tests {
 
         // One flipped byte far from the features' samples of the target's
         // edit: the base is still found by its features, but not used.
-        let mut damaged = stage_with_base(&base, |bytes| {
+        let (_dir2, mut damaged) = stage_with_base(&base, |bytes| {
             let last = bytes.len() - 1;
             bytes[last] ^= 0x40;
         });
