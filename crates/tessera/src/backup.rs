@@ -26,7 +26,8 @@ use crate::repo::Repository;
 use crate::rewrite::{RewriteFilter, Verdict};
 use crate::snapshot::{self, BackupStats, ChunkRef, ClassCount, Recipe, Snapshot, StageSeconds};
 use bytes::Bytes;
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, Select, Sender};
+use std::collections::VecDeque;
 use std::io::{ErrorKind, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -46,6 +47,8 @@ const PARALLEL_CHUNKS_PER_SEGMENT: usize = 4;
 const PARALLEL_CHUNKING_MIN_THREADS: usize = 4;
 /// Blocks or batches queued between two stages.
 const QUEUE_DEPTH: usize = 4;
+/// Blocks being fingerprinted or waiting for it on the rayon pool at once.
+const HASH_IN_FLIGHT: usize = QUEUE_DEPTH;
 /// Full containers queued for the writers.
 const CONTAINER_QUEUE_DEPTH: usize = 2;
 /// Threads writing sealed containers. Each write is synced on its own, so
@@ -615,7 +618,8 @@ fn cut_blocks(
     tx: Sender<Block>,
 ) -> Result<Duration> {
     let mut busy = Duration::ZERO;
-    let mut carry: Vec<u8> = Vec::with_capacity(layout.headroom);
+    // The uncut tail of the previous block, still in that block's buffer.
+    let mut carry = Bytes::new();
     let mut seq = 0u64;
     for RawBlock { mut buf, len, eof } in rx {
         let t = Instant::now();
@@ -625,13 +629,13 @@ fn cut_blocks(
         buf[start..layout.headroom].copy_from_slice(&carry);
         let mut lengths = Vec::with_capacity((end - start) / 4096 + 1);
         let used = cut_block(chunker, &buf[start..end], eof, &mut lengths);
-        carry.clear();
-        carry.extend_from_slice(&buf[start + used..end]);
+        let data = pool.share(buf, start..end);
+        carry = data.slice(used..);
         busy += t.elapsed();
         let n = lengths.len() as u64;
         if n > 0 {
             let block = Block {
-                data: pool.share(buf, start..start + used),
+                data: data.slice(..used),
                 lengths,
                 first_seq: seq,
             };
@@ -663,47 +667,105 @@ fn cut_block(chunker: &dyn Chunker, data: &[u8], eof: bool, lengths: &mut Vec<u3
     }
 }
 
-/// Stage 2: fingerprints the chunks of each block in parallel.
+/// Stage 2: fingerprints blocks on the rayon pool, a whole block per task,
+/// and forwards their chunks in stream order. Up to [`HASH_IN_FLIGHT`]
+/// blocks are queued on the pool at once, so every rayon thread always has
+/// a block to hash: no fork and join per block, no thread idling at a block's
+/// end while another finishes its share. Returns the summed hashing time.
 fn fingerprint(
     hasher: &dyn BatchHasher,
     rx: Receiver<Block>,
     tx: Sender<Vec<Chunk>>,
 ) -> Result<Duration> {
     let mut busy = Duration::ZERO;
-    let mut fps = Vec::new();
-    for block in rx {
-        let t = Instant::now();
-        let mut off = 0usize;
-        let datas: Vec<Bytes> = block
-            .lengths
-            .iter()
-            .map(|&len| {
-                let data = block.data.slice(off..off + len as usize);
-                off += len as usize;
-                data
-            })
-            .collect();
-        let slices: Vec<&[u8]> = datas.iter().map(|d| d.as_ref()).collect();
-        fps.clear();
-        hasher.hash_batch(&slices, &mut fps);
-        let chunks: Vec<Chunk> = datas
-            .into_iter()
-            .zip(&fps)
-            .zip(&block.lengths)
-            .enumerate()
-            .map(|(i, ((data, &fp), &len))| Chunk {
-                seq: block.first_seq + i as u64,
-                fp,
-                len,
-                data: Some(data),
-            })
-            .collect();
-        busy += t.elapsed();
-        if tx.send(chunks).is_err() {
-            break;
+    rayon::in_place_scope(|scope| {
+        let mut pending: VecDeque<Receiver<(Vec<Chunk>, Duration)>> = VecDeque::new();
+        let mut input_open = true;
+        loop {
+            let room = input_open && pending.len() < HASH_IN_FLIGHT;
+            let Some(oldest) = pending.front().cloned() else {
+                if !room {
+                    break;
+                }
+                // Nothing in flight: wait for a block.
+                match rx.recv() {
+                    Ok(block) => pending.push_back(spawn_hash(scope, hasher, block)),
+                    Err(_) => input_open = false,
+                }
+                continue;
+            };
+            // Take a new block when there is room, or the oldest result, whichever comes first.
+            let mut select = Select::new();
+            let input = room.then(|| select.recv(&rx));
+            let output = select.recv(&oldest);
+            let op = select.select();
+            if Some(op.index()) == input {
+                match op.recv(&rx) {
+                    Ok(block) => pending.push_back(spawn_hash(scope, hasher, block)),
+                    Err(_) => input_open = false,
+                }
+                continue;
+            }
+            debug_assert_eq!(op.index(), output);
+            pending.pop_front();
+            // A task that ended without sending panicked; rayon re-raises it at scope end.
+            let Ok((chunks, t)) = op.recv(&oldest) else {
+                break;
+            };
+            busy += t;
+            if tx.send(chunks).is_err() {
+                // The consumer stopped: its error is reported, not ours.
+                break;
+            }
         }
-    }
+    });
     Ok(busy)
+}
+
+/// Queues the fingerprinting of `block` on the rayon pool; its chunks and
+/// the time taken arrive on the returned channel.
+fn spawn_hash<'scope>(
+    scope: &rayon::Scope<'scope>,
+    hasher: &'scope dyn BatchHasher,
+    block: Block,
+) -> Receiver<(Vec<Chunk>, Duration)> {
+    let (done_tx, done_rx) = bounded(1);
+    scope.spawn(move |_| {
+        let t = Instant::now();
+        let chunks = hash_block(hasher, block);
+        // The collector stopped: its error is reported, not ours.
+        let _ = done_tx.send((chunks, t.elapsed()));
+    });
+    done_rx
+}
+
+/// Fingerprints one block's chunks (on the calling thread).
+fn hash_block(hasher: &dyn BatchHasher, block: Block) -> Vec<Chunk> {
+    let mut off = 0usize;
+    let datas: Vec<Bytes> = block
+        .lengths
+        .iter()
+        .map(|&len| {
+            let data = block.data.slice(off..off + len as usize);
+            off += len as usize;
+            data
+        })
+        .collect();
+    let slices: Vec<&[u8]> = datas.iter().map(|d| d.as_ref()).collect();
+    let mut fps = Vec::with_capacity(slices.len());
+    hasher.hash_batch(&slices, &mut fps);
+    datas
+        .into_iter()
+        .zip(fps)
+        .zip(&block.lengths)
+        .enumerate()
+        .map(|(i, ((data, fp), &len))| Chunk {
+            seq: block.first_seq + i as u64,
+            fp,
+            len,
+            data: Some(data),
+        })
+        .collect()
 }
 
 /// Stage 4 (background, [`WRITERS`] threads): seals full containers and

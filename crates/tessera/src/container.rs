@@ -358,6 +358,9 @@ pub struct Builder {
     /// The data section.
     data: AlignedBuf,
     data_len: usize,
+    /// CRC-32C of the data section so far, updated as chunks are appended
+    /// (while their bytes are still in the CPU cache).
+    data_crc: u32,
     with_data: bool,
     /// Whether metadata entries name bases ([`FLAG_DELTAS`]).
     deltas: bool,
@@ -396,6 +399,7 @@ impl Builder {
             metas: Vec::new(),
             data: AlignedBuf::default(),
             data_len: 0,
+            data_crc: 0,
             with_data: true,
             deltas: false,
             aligned: capacity >= ALIGN_MIN_CAPACITY,
@@ -503,6 +507,7 @@ impl Builder {
         if self.with_data {
             self.data.reserve_total(self.capacity);
             self.data.extend_from_slice(bytes);
+            self.data_crc = crc32c::crc32c_append(self.data_crc, bytes);
         }
     }
 
@@ -551,7 +556,7 @@ impl Builder {
         }
         let meta_crc = crc32c::crc32c(&head[HEADER_LEN..]);
         head[24..28].copy_from_slice(&meta_crc.to_le_bytes());
-        head[28..32].copy_from_slice(&crc32c::crc32c(self.data.as_slice()).to_le_bytes());
+        head[28..32].copy_from_slice(&self.data_crc.to_le_bytes());
         let header_crc = crc32c::crc32c(&head[..36]);
         head[36..40].copy_from_slice(&header_crc.to_le_bytes());
         // The gap before the data section (trace containers store no data, nor gap).

@@ -110,17 +110,18 @@ impl FromStr for FingerprintAlgo {
 
 /// Fingerprints a batch of chunks: the seam where a hasher that wants large
 /// batches (a GPU, as in the lazy-dedup paper's §3.4) can be plugged into
-/// the backup pipeline, which hands it one block's chunks at a time.
+/// the backup pipeline, which hands it one block's chunks at a time, from
+/// several rayon threads at once (one block each).
 pub trait BatchHasher: Send + Sync {
     /// Appends the fingerprint of each of `chunks` to `out`, in order.
     fn hash_batch(&self, chunks: &[&[u8]], out: &mut Vec<Fingerprint>);
 }
 
-/// The CPU hasher: a batch's chunks are hashed in parallel on the rayon pool.
+/// The CPU hasher: a batch's chunks are hashed one after the other on the
+/// calling thread (the pipeline hashes several batches in parallel).
 impl BatchHasher for FingerprintAlgo {
     fn hash_batch(&self, chunks: &[&[u8]], out: &mut Vec<Fingerprint>) {
-        use rayon::prelude::*;
-        out.par_extend(chunks.par_iter().map(|c| self.hash(c)));
+        out.extend(chunks.iter().map(|c| self.hash(c)));
     }
 }
 
