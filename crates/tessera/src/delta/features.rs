@@ -78,13 +78,36 @@ pub fn super_features(kind: FeatureKind, data: &[u8]) -> [u64; SUPER_FEATURES] {
         FeatureKind::NTransform => 0,
     };
     let mut features = [0u64; FEATURES];
-    let mut h = 0;
-    for &b in data {
+    // Four bytes per step: the hashes after each of them are computed from
+    // the hash before the step and the table values alone, so the serial
+    // chain is one shift and add per four bytes, not per byte (the same
+    // hashes as rolling byte by byte).
+    let mut h = 0u64;
+    let (quads, rest) = data.as_chunks::<4>();
+    for q in quads {
+        let g = q.map(gear::value);
+        let x2 = (g[0] << 1).wrapping_add(g[1]);
+        let x3 = (x2 << 1).wrapping_add(g[2]);
+        let x4 = (x3 << 1).wrapping_add(g[3]);
+        let hs = [
+            (h << 1).wrapping_add(g[0]),
+            (h << 2).wrapping_add(x2),
+            (h << 3).wrapping_add(x3),
+            (h << 4).wrapping_add(x4),
+        ];
+        if hs.iter().fold(false, |any, &x| any | (x & mask == 0)) {
+            for x in hs {
+                if x & mask == 0 {
+                    sample(&mut features, x);
+                }
+            }
+        }
+        h = hs[3];
+    }
+    for &b in rest {
         h = gear::roll::<1>(h, b);
         if h & mask == 0 {
-            for (f, &(a, c)) in features.iter_mut().zip(&TRANSFORMS) {
-                *f = (*f).max(a.wrapping_mul(h).wrapping_add(c));
-            }
+            sample(&mut features, h);
         }
     }
     let mut sf = [0; SUPER_FEATURES];
@@ -95,6 +118,14 @@ pub fn super_features(kind: FeatureKind, data: &[u8]) -> [u64; SUPER_FEATURES] {
         *s = group.iter().fold(0, |acc, &f| gear::mix64(acc ^ f));
     }
     sf
+}
+
+/// Applies the transforms to the hash `h` of a sampled position.
+#[inline(always)]
+fn sample(features: &mut [u64; FEATURES], h: u64) {
+    for (f, &(a, c)) in features.iter_mut().zip(&TRANSFORMS) {
+        *f = (*f).max(a.wrapping_mul(h).wrapping_add(c));
+    }
 }
 
 #[cfg(test)]
@@ -128,6 +159,54 @@ mod tests {
             unrelated += usize::from(share(&sf, &super_features(kind, &other)));
         }
         (similar, unrelated)
+    }
+
+    /// The definition: roll byte by byte, sample where the mask is clear.
+    fn reference(kind: FeatureKind, data: &[u8]) -> [u64; SUPER_FEATURES] {
+        let mask = match kind {
+            FeatureKind::Odess => ODESS_MASK,
+            FeatureKind::NTransform => 0,
+        };
+        let mut features = [0u64; FEATURES];
+        let mut h = 0;
+        for &b in data {
+            h = gear::roll::<1>(h, b);
+            if h & mask == 0 {
+                sample(&mut features, h);
+            }
+        }
+        let mut sf = [0; SUPER_FEATURES];
+        for (j, s) in sf.iter_mut().enumerate() {
+            let group = &features[j * PER_SUPER_FEATURE..(j + 1) * PER_SUPER_FEATURE];
+            *s = group.iter().fold(0, |acc, &f| gear::mix64(acc ^ f));
+        }
+        sf
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn four_bytes_per_step_give_the_byte_by_byte_features(
+            data in proptest::collection::vec(proptest::num::u8::ANY, 0..3000),
+            skew in 0usize..4,
+        ) {
+            let data = &data[skew.min(data.len())..];
+            for kind in [FeatureKind::Odess, FeatureKind::NTransform] {
+                proptest::prop_assert_eq!(super_features(kind, data), reference(kind, data));
+            }
+        }
+    }
+
+    #[test]
+    fn four_bytes_per_step_give_the_byte_by_byte_features_on_chunks() {
+        let mut rng = StdRng::seed_from_u64(4);
+        for len in [8191, 8192, 8193, 65_535] {
+            let mut data = vec![0u8; len];
+            rng.fill_bytes(&mut data);
+            assert_eq!(
+                super_features(FeatureKind::Odess, &data),
+                reference(FeatureKind::Odess, &data)
+            );
+        }
     }
 
     #[test]

@@ -30,8 +30,14 @@ static GEAR: [u64; 256] = {
     t
 };
 
+/// The table value of `byte`.
+#[inline(always)]
+pub(super) fn value(byte: u8) -> u64 {
+    GEAR[byte as usize]
+}
+
 /// Rolls `byte` into the Gear hash `h` (window `64 / SHIFT` bytes).
 #[inline(always)]
 pub(super) fn roll<const SHIFT: u32>(h: u64, byte: u8) -> u64 {
-    (h << SHIFT).wrapping_add(GEAR[byte as usize])
+    (h << SHIFT).wrapping_add(value(byte))
 }
