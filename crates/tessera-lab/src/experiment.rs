@@ -537,6 +537,9 @@ pub struct VersionRecord {
     pub backup_seconds: f64,
     /// Backup throughput, MB/s.
     pub backup_mb_s: f64,
+    /// Seconds per backup pipeline stage.
+    #[serde(default)]
+    pub backup_stage_seconds: tessera::snapshot::StageSeconds,
     /// Index memory after the backup.
     pub index_memory_bytes: u64,
     /// Index entries after the backup.
@@ -816,6 +819,7 @@ fn run_system(
             stored_bytes: snap.stats.stored_bytes,
             backup_seconds: snap.stats.seconds,
             backup_mb_s: snap.stats.throughput_mb_s,
+            backup_stage_seconds: snap.stats.stage_seconds.clone(),
             index_memory_bytes: snap.stats.index.memory_bytes,
             index_entries: snap.stats.index.entries,
             index_disk_lookups: snap.stats.index.disk_lookups,
