@@ -149,7 +149,7 @@ pub struct BackupStats {
 pub struct StageSeconds {
     /// Reading the input and finding chunk boundaries.
     pub chunk: f64,
-    /// Fingerprinting (wall time of the parallel hashing stage).
+    /// Fingerprinting (summed over the threads hashing blocks in parallel).
     pub fingerprint: f64,
     /// Deduplication index decisions.
     pub index: f64,
