@@ -659,6 +659,10 @@ pub fn dataset_versions(spec: &DatasetSpec, out: &Path) -> Result<Vec<Version>, 
 
 /// Runs `config`, writing `results.json`, `results.csv` and `report.html`
 /// into `out`. `progress` receives one line per system and version.
+///
+/// Versions are backed up in turn on every system (version 1 on each, then
+/// version 2, ...), so that load from elsewhere on a shared machine falls on
+/// every system alike and the systems' throughputs compare version by version.
 pub fn run(
     config: &ExperimentConfig,
     out: &Path,
@@ -667,10 +671,21 @@ pub fn run(
     let started = Instant::now();
     fs::create_dir_all(out).map_err(io_err(out))?;
     let versions = dataset_versions(&config.dataset, out)?;
+    let mut runs = config
+        .systems
+        .iter()
+        .map(|system| SystemRun::start(system, &versions, out))
+        .collect::<Result<Vec<_>, _>>()?;
+    for (i, v) in versions.iter().enumerate() {
+        for run in &mut runs {
+            let record = run.version(config, i + 1, v)?;
+            progress(&progress_line(&record, versions.len()));
+        }
+    }
     let mut records = Vec::new();
     let mut final_restores = Vec::new();
-    for system in &config.systems {
-        let (r, f) = run_system(config, system, &versions, out, progress)?;
+    for run in runs {
+        let (r, f) = run.finish(config, progress)?;
         records.extend(r);
         final_restores.extend(f);
     }
@@ -685,57 +700,83 @@ pub fn run(
     Ok(results)
 }
 
-fn run_system(
-    config: &ExperimentConfig,
-    system: &SystemSpec,
-    versions: &[Version],
-    out: &Path,
-    progress: &mut dyn FnMut(&str),
-) -> Result<(Vec<VersionRecord>, Option<FinalRestores>), ExperimentError> {
-    let repo_dir = out.join("repos").join(&system.name);
-    if repo_dir.exists() {
-        fs::remove_dir_all(&repo_dir).map_err(io_err(&repo_dir))?;
-    }
-    let repo_config = system
-        .repo_config()
-        .map_err(|detail| ExperimentError::Config {
+/// One system of an experiment: its repository and the records so far.
+struct SystemRun<'a> {
+    system: &'a SystemSpec,
+    repo: Repository,
+    policy: CachePolicy,
+    lifecycle: bool,
+    trace: bool,
+    records: Vec<VersionRecord>,
+}
+
+impl<'a> SystemRun<'a> {
+    /// Creates the system's repository (replacing one left by an earlier run).
+    fn start(
+        system: &'a SystemSpec,
+        versions: &[Version],
+        out: &Path,
+    ) -> Result<Self, ExperimentError> {
+        let repo_dir = out.join("repos").join(&system.name);
+        if repo_dir.exists() {
+            fs::remove_dir_all(&repo_dir).map_err(io_err(&repo_dir))?;
+        }
+        let config_error = |detail| ExperimentError::Config {
             path: system.name.clone(),
             detail,
-        })?;
-    let engine = |version: usize| {
-        let name = system.name.clone();
+        };
+        let mut repo_config = system.repo_config().map_err(config_error)?;
+        let lifecycle = repo_config.layout == Layout::Lifecycle;
+        let trace = versions.iter().any(|v| is_trace(&v.path));
+        repo_config.trace = trace;
+        if lifecycle {
+            // Arrange after retention has deleted what it deletes, so that a
+            // round never arranges categories of a version about to go.
+            repo_config.arrange = tessera::config::Arrange::Manual;
+        }
+        let policy: CachePolicy = system.cache.parse().map_err(config_error)?;
+        let repo =
+            Repository::init(&repo_dir, repo_config).map_err(|source| ExperimentError::Engine {
+                system: system.name.clone(),
+                version: 0,
+                source,
+            })?;
+        Ok(SystemRun {
+            system,
+            repo,
+            policy,
+            lifecycle,
+            trace,
+            records: Vec::new(),
+        })
+    }
+
+    /// Maps an engine error at version `version` to an experiment error.
+    fn engine(&self, version: usize) -> impl Fn(tessera::Error) -> ExperimentError {
+        let system = self.system.name.clone();
         move |source| ExperimentError::Engine {
-            system: name,
+            system: system.clone(),
             version,
             source,
         }
-    };
-    let lifecycle = repo_config.layout == Layout::Lifecycle;
-    let trace = versions.iter().any(|v| is_trace(&v.path));
-    let mut repo_config = repo_config;
-    repo_config.trace = trace;
-    if lifecycle {
-        // Arrange after retention has deleted what it deletes, so that a
-        // round never arranges categories of a version about to go.
-        repo_config.arrange = tessera::config::Arrange::Manual;
     }
-    let policy: CachePolicy = system
-        .cache
-        .parse()
-        .map_err(|detail| ExperimentError::Config {
-            path: system.name.clone(),
-            detail,
-        })?;
-    let repo = Repository::init(&repo_dir, repo_config).map_err(engine(0))?;
-    let mut records = Vec::new();
-    for (i, v) in versions.iter().enumerate() {
-        let n = i + 1;
+
+    /// Backs up version `n` (`v`), then applies retention, GC and restores;
+    /// returns (and keeps) its record.
+    fn version(
+        &mut self,
+        config: &ExperimentConfig,
+        n: usize,
+        v: &Version,
+    ) -> Result<VersionRecord, ExperimentError> {
+        let (repo, system) = (&self.repo, self.system);
+        let engine = self.engine(n);
         let options = BackupOptions {
             label: format!("v{n}"),
             source: v.source.clone(),
             progress: None,
         };
-        let outcome = if trace {
+        let outcome = if self.trace {
             let mut reader =
                 TraceFile::open(&v.path).map_err(|e| ExperimentError::Trace(e.to_string()))?;
             let mut chunks = std::iter::from_fn(|| match reader.next_chunk() {
@@ -743,12 +784,12 @@ fn run_system(
                 Ok(None) => None,
                 Err(e) => Some(Err(tessera::Error::InvalidConfig(e.to_string()))),
             });
-            run_backup(&repo, Source::Trace(&mut chunks), &options)
+            run_backup(repo, Source::Trace(&mut chunks), &options)
         } else {
             let mut input = File::open(&v.path).map_err(io_err(&v.path))?;
             let name = v.path.display().to_string();
             run_backup(
-                &repo,
+                repo,
                 Source::Data {
                     input: &mut input,
                     name: &name,
@@ -756,15 +797,15 @@ fn run_system(
                 &options,
             )
         }
-        .map_err(engine(n))?;
+        .map_err(&engine)?;
         let snap = outcome.snapshot;
 
         let mut gc_record = None;
         if let Some(keep) = config.retention.keep_last {
-            if n % config.retention.gc_every == 0 {
+            if n.is_multiple_of(config.retention.gc_every) {
                 let t = std::time::Instant::now();
-                let forgotten = forget_keep_last(&repo, keep, false).map_err(engine(n))?;
-                let stats = if lifecycle {
+                let forgotten = forget_keep_last(repo, keep, false).map_err(&engine)?;
+                let stats = if self.lifecycle {
                     // Deleting frees the space: no GC pass; its cost is the deletion.
                     tessera::gc::GcStats {
                         seconds: t.elapsed().as_secs_f64(),
@@ -778,7 +819,7 @@ fn run_system(
                                 path: system.name.clone(),
                                 detail,
                             })?;
-                    gc(&repo, options).map_err(engine(n))?
+                    gc(repo, options).map_err(&engine)?
                 };
                 gc_record = Some(GcRecord {
                     forgotten: forgotten.len(),
@@ -787,15 +828,15 @@ fn run_system(
             }
         }
 
-        let arrange = if lifecycle {
-            Some(tessera::lifecycle::arrange(&repo).map_err(engine(n))?)
+        let arrange = if self.lifecycle {
+            Some(tessera::lifecycle::arrange(repo).map_err(&engine)?)
         } else {
             outcome.arrange
         };
 
         let mut restores = Vec::new();
-        if config.restore.every > 0 && n % config.restore.every == 0 {
-            let retained = repo.backups().map_err(engine(n))?;
+        if config.restore.every > 0 && n.is_multiple_of(config.restore.every) {
+            let retained = repo.backups().map_err(&engine)?;
             let mut targets = vec![snap.id];
             if config.restore.oldest {
                 if let Some(&oldest) = retained.first() {
@@ -805,12 +846,13 @@ fn run_system(
                 }
             }
             for id in targets {
-                restores
-                    .push(restore_one(&repo, id, system, policy, config.disk).map_err(engine(n))?);
+                restores.push(
+                    restore_one(repo, id, system, self.policy, config.disk).map_err(&engine)?,
+                );
             }
         }
 
-        let totals = repo.totals().map_err(engine(n))?;
+        let totals = repo.totals().map_err(&engine)?;
         let record = VersionRecord {
             system: system.name.clone(),
             version: n,
@@ -832,19 +874,31 @@ fn run_system(
             gc: gc_record,
             arrange,
         };
-        progress(&progress_line(&record, versions.len()));
-        records.push(record);
+        self.records.push(record.clone());
+        Ok(record)
     }
-    let finals = if config.restore.retained_at_end {
-        let n = versions.len();
+
+    /// Restores every retained backup (when configured) and returns the
+    /// system's records and final restores.
+    fn finish(
+        self,
+        config: &ExperimentConfig,
+        progress: &mut dyn FnMut(&str),
+    ) -> Result<(Vec<VersionRecord>, Option<FinalRestores>), ExperimentError> {
+        if !config.restore.retained_at_end {
+            return Ok((self.records, None));
+        }
+        let (repo, system) = (&self.repo, self.system);
+        let engine = self.engine(self.records.len());
         let mut restores = Vec::new();
-        for id in repo.backups().map_err(engine(n))? {
-            restores.push(restore_one(&repo, id, system, policy, config.disk).map_err(engine(n))?);
+        for id in repo.backups().map_err(&engine)? {
+            restores
+                .push(restore_one(repo, id, system, self.policy, config.disk).map_err(&engine)?);
         }
         let mean = |f: &dyn Fn(&RestoreRecord) -> f64| {
             restores.iter().map(f).sum::<f64>() / restores.len().max(1) as f64
         };
-        let gcs = records.iter().filter_map(|r| r.gc.as_ref());
+        let gcs = self.records.iter().filter_map(|r| r.gc.as_ref());
         let f = FinalRestores {
             system: system.name.clone(),
             mean_read_amplification: mean(&|r| r.stats.read_amplification),
@@ -867,11 +921,8 @@ fn run_system(
             f.mean_speed_factor,
             f.mean_restore_mb_s
         ));
-        Some(f)
-    } else {
-        None
-    };
-    Ok((records, finals))
+        Ok((self.records, Some(f)))
+    }
 }
 
 /// Restores backup `id` to a sink (every chunk verified) and models its time on `disk`.
