@@ -489,12 +489,14 @@ fn backup_containers(
         let history_write = history
             .as_ref()
             .map(|h| s.spawn(|| backend.write(&history_key, h)));
-        let here = index
-            .commit(totals.next_container)
-            .and_then(|()| delta.map_or(Ok(()), DeltaStage::commit));
+        let delta_write = delta.map(|d| s.spawn(|| d.commit()));
+        let here = index.commit(totals.next_container);
         let recipe_written = join(recipe_write, "recipe writer");
         let history_written = history_write.map_or(Ok(()), |h| join(h, "history writer"));
-        here.and(recipe_written).and(history_written)
+        let delta_written = delta_write.map_or(Ok(()), |d| join(d, "delta state writer"));
+        here.and(recipe_written)
+            .and(history_written)
+            .and(delta_written)
     })?;
 
     let stored_bytes =
