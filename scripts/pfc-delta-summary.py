@@ -3,10 +3,13 @@
 the compression ratio after the last version (retained logical / physical
 bytes), the mean speed factor of the newest backup's restore over the last
 20 versions, the median backup throughput, and the delta counters summed
-over all versions; then each PFC system against its baseline.
+over all versions; then each PFC system against its baseline. The
+throughput ratio is paired: the experiment backs up each version on every
+system in turn, so each version's ratio (baseline seconds / PFC seconds)
+compares two backups made under the same machine load; the figure is the
+median of those ratios over every version but the first, of every run.
 
-Usage: scripts/pfc-delta-summary.py RESULTS_DIR [RESULTS_DIR ...]
-(several runs: throughput ratios are medians over the runs)."""
+Usage: scripts/pfc-delta-summary.py RESULTS_DIR [RESULTS_DIR ...]"""
 import json
 import statistics
 import sys
@@ -27,6 +30,7 @@ def summarise(path):
             "ratio": recs[-1]["actual_dedup_ratio"],
             "speed_factor": statistics.mean(sf) if sf else float("nan"),
             "backup_mb_s": statistics.median(x["backup_mb_s"] for x in recs[1:]),
+            "seconds": {x["version"]: x["backup_seconds"] for x in recs[1:]},
             "delta_chunks": total("delta_chunks"),
             "hashless": total("hashless"),
             "edelta": total("edelta"),
@@ -61,7 +65,10 @@ for n in names:
                 continue
             ratio = runs[0][n]["ratio"] / runs[0][base]["ratio"]
             sf = runs[0][n]["speed_factor"] / runs[0][base]["speed_factor"]
-            tps = [r[n]["backup_mb_s"] / r[base]["backup_mb_s"] for r in runs]
+            per_run = [[r[base]["seconds"][v] / t for v, t in r[n]["seconds"].items()]
+                       for r in runs]
+            pooled = [x for ratios in per_run for x in ratios]
             print(f"{n} vs {base}: compression ratio x{ratio:.3f}, speed factor x{sf:.3f}, "
-                  f"backup throughput x{statistics.median(tps):.3f} (median of {len(runs)} "
-                  f"run(s): {', '.join(f'{t:.3f}' for t in tps)})")
+                  f"backup throughput x{statistics.median(pooled):.3f} (paired, median over "
+                  f"{len(pooled)} versions of {len(runs)} run(s); per run: "
+                  f"{', '.join(f'{statistics.median(x):.3f}' for x in per_run)})")
