@@ -375,14 +375,14 @@ fn backup_containers(
         config.rewrite.kind,
         &options.source,
     )?;
+    // Containers the index will read whole for PFC-delta.
+    let mut readahead = Vec::new();
     if let Some(d) = &delta {
         let prefetch = d.prefetch_set();
         let mut keys: Vec<String> = prefetch.iter().map(|&c| container::key(c)).collect();
         if index.piggyback(prefetch) {
-            // The index reads nearly all of them whole, when it meets their
-            // chunks: have their transfer overlap the work until then.
             keys.sort_unstable();
-            backend.will_read(&keys);
+            readahead = keys;
         }
     }
 
@@ -394,6 +394,12 @@ fn backup_containers(
     let (spare_tx, spare_rx) = bounded::<AlignedBuf>(WRITERS + CONTAINER_QUEUE_DEPTH);
 
     let (chunks, mut totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
+        if !readahead.is_empty() {
+            // The index reads nearly all of them whole, when it meets their
+            // chunks: have their transfer overlap the work until then (on a
+            // thread of its own, as opening each file takes a while).
+            s.spawn(|| backend.will_read(&readahead));
+        }
         let front = spawn_front_end(
             s,
             source,
