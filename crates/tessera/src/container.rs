@@ -523,6 +523,19 @@ impl Builder {
         Ok(())
     }
 
+    /// Appends `bytes` stored as `m` records them in another container: a
+    /// delta against the same base, or a whole chunk with its
+    /// super-features (the caller checked [`Builder::fits`]).
+    pub fn push_like(&mut self, m: &ChunkMeta, bytes: &[u8]) -> Result<()> {
+        match m.base {
+            Some(base) => self.push_delta(m.fp, bytes, base),
+            None => {
+                self.push_stored(m.fp, bytes, None, m.features);
+                Ok(())
+            }
+        }
+    }
+
     /// Appends stored bytes (a chunk, or a delta against `base`).
     fn push_stored(
         &mut self,
@@ -854,6 +867,13 @@ mod tests {
         let features: Vec<_> = c.metas.iter().map(|m| m.features).collect();
         assert_eq!(features, [Some(sf), None, None]);
         assert_eq!(c.base(2), Some(base));
+        // Copied entry by entry (as GC does), every chunk keeps its form.
+        let mut copy = Builder::new(9, 1 << 16).with_deltas();
+        for (i, m) in c.metas.iter().enumerate() {
+            copy.push_like(m, c.chunk(i)).unwrap();
+        }
+        let copied = Container::parse(9, copy.seal()).unwrap();
+        assert_eq!(copied.metas, c.metas);
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0x40;

@@ -579,11 +579,7 @@ fn compact(backend: &dyn Backend, id: ContainerId, stay: &LiveSet, capacity: usi
         if !wanted || !kept.insert(m.fp) {
             continue;
         }
-        match (m.base, m.features) {
-            (Some(base), _) => b.push_delta(m.fp, ct.chunk(i), base)?,
-            (None, Some(sf)) => b.push_with_features(m.fp, ct.chunk(i), sf),
-            (None, None) => b.push(m.fp, ct.chunk(i)),
-        }
+        b.push_like(m, ct.chunk(i))?;
     }
     let bytes = b.seal();
     let size = container::Header::parse(id, &bytes)?.total_len() as u64;
@@ -622,13 +618,10 @@ impl Forward<'_> {
                 (false, true) => Builder::new(id, capacity).with_deltas(),
             }
         });
-        match (trace, m.base) {
-            (true, _) => b.push_len(m.fp, m.len),
-            (false, None) => match m.features {
-                Some(sf) => b.push_with_features(m.fp, bytes, sf),
-                None => b.push(m.fp, bytes),
-            },
-            (false, Some(base)) => b.push_delta(m.fp, bytes, base)?,
+        if trace {
+            b.push_len(m.fp, m.len);
+        } else {
+            b.push_like(m, bytes)?;
         }
         Ok(b.id())
     }
