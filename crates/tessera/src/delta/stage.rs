@@ -229,6 +229,8 @@ pub struct DeltaStage {
     greedy: Option<Greedy>,
     /// Containers this backup's recipe references for kept duplicates.
     referenced: VecDeque<ContainerId>,
+    /// Bases from unchecked containers whose bytes matched their fingerprint.
+    verified: HashSet<BaseRef>,
     stats: DeltaStats,
 }
 
@@ -266,6 +268,7 @@ impl DeltaStage {
             pfc,
             greedy,
             referenced: VecDeque::new(),
+            verified: HashSet::new(),
             stats: DeltaStats {
                 policy: params.kind.name().into(),
                 ..DeltaStats::default()
@@ -351,10 +354,14 @@ impl DeltaStage {
         };
         self.stats.base_hits += 1;
         // A prefetched container's data checksum is not checked
-        // (`DedupIndex::take_piggybacked`): the base is, here.
-        if !found.container.data_checked() && self.algo.hash(found.bytes()) != found.base_ref().fp {
-            self.stats.corrupt_bases += 1;
-            return Ok((None, Some(sf)));
+        // (`DedupIndex::take_piggybacked`): the base is, here, once.
+        let base = found.base_ref();
+        if !found.container.data_checked() && !self.verified.contains(&base) {
+            if self.algo.hash(found.bytes()) != base.fp {
+                self.stats.corrupt_bases += 1;
+                return Ok((None, Some(sf)));
+            }
+            self.verified.insert(base);
         }
         let t = Instant::now();
         let d = encode(found.bytes(), data);
