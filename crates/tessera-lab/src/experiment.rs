@@ -679,7 +679,7 @@ pub fn run(
     for (i, v) in versions.iter().enumerate() {
         for run in &mut runs {
             let record = run.version(config, i + 1, v)?;
-            progress(&progress_line(&record, versions.len()));
+            progress(&progress_line(record, versions.len()));
         }
     }
     let mut records = Vec::new();
@@ -768,7 +768,7 @@ impl<'a> SystemRun<'a> {
         config: &ExperimentConfig,
         n: usize,
         v: &Version,
-    ) -> Result<VersionRecord, ExperimentError> {
+    ) -> Result<&VersionRecord, ExperimentError> {
         let (repo, system) = (&self.repo, self.system);
         let engine = self.engine(n);
         let options = BackupOptions {
@@ -874,8 +874,8 @@ impl<'a> SystemRun<'a> {
             gc: gc_record,
             arrange,
         };
-        self.records.push(record.clone());
-        Ok(record)
+        self.records.push(record);
+        Ok(&self.records[self.records.len() - 1])
     }
 
     /// Restores every retained backup (when configured) and returns the
