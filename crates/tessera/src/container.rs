@@ -9,6 +9,7 @@ use crate::delta::features::SUPER_FEATURES;
 use crate::envelope::{le4, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
+use bytes::Bytes;
 
 /// Container identifier; ids grow monotonically.
 pub type ContainerId = u64;
@@ -625,26 +626,26 @@ pub struct Container {
     pub header: Header,
     /// The chunks, in data order.
     pub metas: Vec<ChunkMeta>,
-    bytes: Vec<u8>,
+    bytes: Bytes,
     by_fp: FingerprintMap<u32>,
     data_checked: bool,
 }
 
 impl Container {
     /// Parses container `id` and checks all its checksums.
-    pub fn parse(id: ContainerId, bytes: Vec<u8>) -> Result<Container> {
-        Self::parse_checking(id, bytes, true)
+    pub fn parse(id: ContainerId, bytes: impl Into<Bytes>) -> Result<Container> {
+        Self::parse_checking(id, bytes.into(), true)
     }
 
     /// Parses container `id`, checking its header and metadata but not its
     /// data checksum: for a caller that verifies every chunk it uses by
     /// the chunk's fingerprint (PFC-delta's prefetched bases), and so
     /// need not check bytes it never uses.
-    pub fn parse_unchecked_data(id: ContainerId, bytes: Vec<u8>) -> Result<Container> {
-        Self::parse_checking(id, bytes, false)
+    pub fn parse_unchecked_data(id: ContainerId, bytes: impl Into<Bytes>) -> Result<Container> {
+        Self::parse_checking(id, bytes.into(), false)
     }
 
-    fn parse_checking(id: ContainerId, bytes: Vec<u8>, check_data: bool) -> Result<Container> {
+    fn parse_checking(id: ContainerId, bytes: Bytes, check_data: bool) -> Result<Container> {
         let header = Header::parse(id, &bytes)?;
         if bytes.len() != header.object_len() {
             return Err(Error::corrupt(

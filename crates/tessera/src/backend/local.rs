@@ -2,6 +2,8 @@
 
 use super::{Backend, LockGuard};
 use crate::error::{Error, Result};
+use bytes::Bytes;
+use memmap2::Mmap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
@@ -160,6 +162,21 @@ impl Backend for Local {
     fn read(&self, key: &str) -> Result<Vec<u8>> {
         let path = self.path(key)?;
         fs::read(&path).map_err(|e| self.not_found_or(key, "reading", e))
+    }
+
+    fn read_shared(&self, key: &str) -> Result<Bytes> {
+        let path = self.path(key)?;
+        let file = File::open(&path).map_err(|e| self.not_found_or(key, "opening", e))?;
+        // SAFETY: the map is read-only and objects are never modified in
+        // place: every write makes a new file that is renamed over the old
+        // one, and deletion unlinks, so an existing map keeps the bytes it
+        // was made from. (A file truncated by something else while mapped
+        // would fault on access, as with any memory map.)
+        match unsafe { Mmap::map(&file) } {
+            Ok(map) => Ok(Bytes::from_owner(map)),
+            // Not mappable (an empty file, a file system without mmap): copy.
+            Err(_) => self.read(key).map(Bytes::from),
+        }
     }
 
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {

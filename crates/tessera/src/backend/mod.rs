@@ -7,6 +7,7 @@ mod local;
 pub use local::Local;
 
 use crate::error::Result;
+use bytes::Bytes;
 use serde::Serialize;
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,6 +21,13 @@ pub trait Backend: Send + Sync {
     fn location(&self) -> String;
     /// The whole object `key`; [`crate::Error::NotFound`] if absent.
     fn read(&self, key: &str) -> Result<Vec<u8>>;
+    /// The whole object `key` as shared bytes, like [`Backend::read`], for
+    /// a caller that may use only some of them: a backend may map the
+    /// object instead of copying it (local: a read-only memory map, whose
+    /// pages the caller's accesses fault in from the page cache).
+    fn read_shared(&self, key: &str) -> Result<Bytes> {
+        self.read(key).map(Bytes::from)
+    }
     /// `len` bytes of `key` from `offset`; fewer only if the object ends first.
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
     /// Size of `key` in bytes.
@@ -149,6 +157,11 @@ impl Backend for Counting {
     }
     fn read(&self, key: &str) -> Result<Vec<u8>> {
         let data = self.inner.read(key)?;
+        self.count_read(data.len());
+        Ok(data)
+    }
+    fn read_shared(&self, key: &str) -> Result<Bytes> {
+        let data = self.inner.read_shared(key)?;
         self.count_read(data.len());
         Ok(data)
     }

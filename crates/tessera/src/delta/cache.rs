@@ -4,7 +4,8 @@
 
 use super::features::{super_features, FeatureKind, SUPER_FEATURES};
 use crate::container::{BaseRef, Container, ContainerId};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 /// Chunks shorter than this are not delta-encoded nor used as bases: they
@@ -35,21 +36,44 @@ impl Found {
     }
 }
 
-/// Containers held for their chunks, with a super-feature index over the
-/// chunks stored whole (never over deltas: a base is always a whole chunk).
+/// Containers held for their chunks, each with a super-feature index over
+/// its chunks stored whole (never over deltas: a base is always a whole
+/// chunk). The cache holds few containers, so a lookup asks each in turn;
+/// adding or evicting a container builds or drops only its own index.
 pub struct BaseCache {
     kind: FeatureKind,
     capacity: usize,
     /// Most recently used first.
     lru: VecDeque<ContainerId>,
-    held: HashMap<ContainerId, Held>,
-    /// Super-feature `j` → (container, chunk index), newest last.
-    by_feature: [HashMap<u64, Vec<(ContainerId, u32)>>; SUPER_FEATURES],
+    /// In the order they were added, newest last.
+    held: Vec<Held>,
 }
+
+/// Super-feature → index of the (last) whole chunk of a container having it.
+type FeatureMap = hashbrown::HashMap<u64, u32, BuildHasherDefault<FeatureHasher>>;
 
 struct Held {
     container: Arc<Container>,
-    features: Vec<[u64; SUPER_FEATURES]>,
+    by_feature: [FeatureMap; SUPER_FEATURES],
+}
+
+/// Hashes a super-feature as itself: super-features are outputs of a
+/// mixing function already.
+#[derive(Default)]
+struct FeatureHasher(u64);
+
+impl Hasher for FeatureHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, x: u64) {
+        self.0 = x;
+    }
 }
 
 impl BaseCache {
@@ -59,8 +83,7 @@ impl BaseCache {
             kind,
             capacity: capacity.max(1),
             lru: VecDeque::new(),
-            held: HashMap::new(),
-            by_feature: Default::default(),
+            held: Vec::new(),
         }
     }
 
@@ -71,20 +94,27 @@ impl BaseCache {
 
     /// Whether container `id` is held.
     pub fn contains(&self, id: ContainerId) -> bool {
-        self.held.contains_key(&id)
+        self.held(id).is_some()
     }
 
-    /// Adds a container (a repeated one only counts as used), computing the
+    fn held(&self, id: ContainerId) -> Option<&Held> {
+        self.held.iter().find(|h| h.container.header.id == id)
+    }
+
+    /// Adds a container (a repeated one only counts as used), indexing the
     /// super-features of its whole chunks; evicts the least recently used
     /// container beyond capacity.
     pub fn insert(&mut self, container: Arc<Container>) {
         let id = container.header.id;
-        if self.held.contains_key(&id) {
+        if self.contains(id) {
             self.touch(id);
             return;
         }
-        let mut features = Vec::new();
+        let mut by_feature: [FeatureMap; SUPER_FEATURES] = Default::default();
         if container.header.has_data() {
+            for map in &mut by_feature {
+                map.reserve(container.metas.len());
+            }
             for (i, m) in container.metas.iter().enumerate() {
                 // A delta names its base by (container, fingerprint), which
                 // restores resolve to the chunk's first entry there: a
@@ -100,23 +130,19 @@ impl BaseCache {
                 let sf = m
                     .features
                     .unwrap_or_else(|| super_features(self.kind, container.chunk(i)));
-                for (j, map) in self.by_feature.iter_mut().enumerate() {
-                    map.entry(sf[j]).or_default().push((id, i as u32));
+                for (map, f) in by_feature.iter_mut().zip(sf) {
+                    map.insert(f, i as u32);
                 }
-                features.push(sf);
             }
         }
-        self.held.insert(
-            id,
-            Held {
-                container,
-                features,
-            },
-        );
+        self.held.push(Held {
+            container,
+            by_feature,
+        });
         self.lru.push_front(id);
         while self.lru.len() > self.capacity {
             if let Some(victim) = self.lru.pop_back() {
-                self.evict(victim);
+                self.held.retain(|h| h.container.header.id != victim);
             }
         }
     }
@@ -128,25 +154,9 @@ impl BaseCache {
         }
     }
 
-    fn evict(&mut self, id: ContainerId) {
-        let Some(held) = self.held.remove(&id) else {
-            return;
-        };
-        for sf in &held.features {
-            for (j, map) in self.by_feature.iter_mut().enumerate() {
-                if let Some(list) = map.get_mut(&sf[j]) {
-                    list.retain(|&(c, _)| c != id);
-                    if list.is_empty() {
-                        map.remove(&sf[j]);
-                    }
-                }
-            }
-        }
-    }
-
     /// Chunk `fp` of held container `id`, if it is there and stored whole.
     pub fn get(&mut self, id: ContainerId, fp: &crate::fingerprint::Fingerprint) -> Option<Found> {
-        let container = self.held.get(&id)?.container.clone();
+        let container = self.held(id)?.container.clone();
         let index = container.find(fp)?;
         if container.base(index).is_some() || !container.header.has_data() {
             return None;
@@ -155,21 +165,18 @@ impl BaseCache {
         Some(Found { container, index })
     }
 
-    /// A held whole chunk sharing a super-feature with `sf` (the most
-    /// recently added one of the first super-feature that matches).
+    /// A held whole chunk sharing a super-feature with `sf`: for the first
+    /// super-feature that any held chunk shares, the last such chunk of the
+    /// most recently added container having one.
     pub fn find(&mut self, sf: &[u64; SUPER_FEATURES]) -> Option<Found> {
-        let hit = self
-            .by_feature
-            .iter()
-            .enumerate()
-            .find_map(|(j, map)| map.get(&sf[j]).and_then(|l| l.last().copied()))?;
-        let (id, index) = hit;
-        let container = self.held.get(&id)?.container.clone();
-        self.touch(id);
-        Some(Found {
-            container,
-            index: index as usize,
-        })
+        let (container, index) = (0..SUPER_FEATURES).find_map(|j| {
+            self.held.iter().rev().find_map(|h| {
+                let &i = h.by_feature[j].get(&sf[j])?;
+                Some((h.container.clone(), i as usize))
+            })
+        })?;
+        self.touch(container.header.id);
+        Some(Found { container, index })
     }
 }
 
@@ -211,10 +218,7 @@ mod tests {
         cache.insert(container(3, &[random(4, 8192)]));
         assert!(!cache.contains(1));
         assert!(cache.find(&super_features(kind, &target)).is_none());
-        assert!(cache
-            .by_feature
-            .iter()
-            .all(|m| m.values().all(|l| l.iter().all(|&(c, _)| c != 1))));
+        assert!(cache.held.iter().all(|h| h.container.header.id != 1));
     }
 
     #[test]

@@ -605,7 +605,7 @@ impl Ddfs {
         if !self.piggyback.contains(&c) {
             return container::read_meta(self.backend.as_ref(), c).map(|(_, metas)| metas);
         }
-        let whole = self.backend.read(&container::key(c))?;
+        let whole = self.backend.read_shared(&container::key(c))?;
         // The delta stage verifies each base it uses by its fingerprint.
         let ct = Arc::new(Container::parse_unchecked_data(c, whole)?);
         let metas = ct.metas.clone();
