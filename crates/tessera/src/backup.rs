@@ -958,7 +958,7 @@ impl Store {
             }
             Decision::Duplicate(found_in) if rewrite => {
                 self.totals.rewritten.add(chunk.len);
-                let stored_in = self.store(&chunk)?;
+                let stored_in = self.store(&chunk, Some(found_in))?;
                 if let Some(d) = &mut self.delta {
                     d.fragmented(found_in, stored_in);
                 }
@@ -982,7 +982,7 @@ impl Store {
             }
             Decision::Unique => {
                 self.totals.unique.add(chunk.len);
-                self.store(&chunk)?
+                self.store(&chunk, None)?
             }
         };
         Ok(ChunkRef {
@@ -994,7 +994,8 @@ impl Store {
 
     /// Appends a chunk to the open container (lengths only in trace
     /// repositories), as a delta when the delta stage finds a good base.
-    fn store(&mut self, chunk: &Chunk) -> Result<ContainerId> {
+    /// `old_copy`: the container of the copy a rewritten chunk duplicates.
+    fn store(&mut self, chunk: &Chunk, old_copy: Option<ContainerId>) -> Result<ContainerId> {
         let data = match (&chunk.data, self.trace) {
             (Some(d), false) => Some(d.as_ref()),
             (None, true) => None,
@@ -1008,7 +1009,7 @@ impl Store {
             }
         };
         let (compressed, features) = match (&mut self.delta, data) {
-            (Some(d), Some(bytes)) => d.compress(&chunk.fp, bytes)?,
+            (Some(d), Some(bytes)) => d.compress(&chunk.fp, bytes, old_copy)?,
             _ => (None, None),
         };
         let len = compressed

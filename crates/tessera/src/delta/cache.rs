@@ -165,6 +165,16 @@ impl BaseCache {
         Some(Found { container, index })
     }
 
+    /// The super-features recorded for chunk `fp` in held container `id`.
+    pub fn recorded_features(
+        &self,
+        id: ContainerId,
+        fp: &crate::fingerprint::Fingerprint,
+    ) -> Option<[u64; SUPER_FEATURES]> {
+        let container = &self.held(id)?.container;
+        container.metas[container.find(fp)?].features
+    }
+
     /// A held whole chunk sharing a super-feature with `sf`: for the first
     /// super-feature that any held chunk shares, the last such chunk of the
     /// most recently added container having one.
@@ -219,6 +229,27 @@ mod tests {
         assert!(!cache.contains(1));
         assert!(cache.find(&super_features(kind, &target)).is_none());
         assert!(cache.held.iter().all(|h| h.container.header.id != 1));
+    }
+
+    #[test]
+    fn recorded_features_come_from_held_containers_only() {
+        let kind = FeatureKind::Odess;
+        let a = random(6, 8192);
+        let sf = super_features(kind, &a);
+        let fp = FingerprintAlgo::Blake3.hash(&a);
+        let mut b = Builder::new(7, 1 << 20).with_deltas();
+        b.push_with_features(fp, &a, sf);
+        let other = random(7, 8192);
+        b.push(FingerprintAlgo::Blake3.hash(&other), &other);
+        let mut cache = BaseCache::new(kind, 4);
+        cache.insert(Arc::new(Container::parse(7, b.seal()).unwrap()));
+        assert_eq!(cache.recorded_features(7, &fp), Some(sf));
+        // Held, but stored without features; not held; not in the container.
+        let other_fp = FingerprintAlgo::Blake3.hash(&other);
+        assert_eq!(cache.recorded_features(7, &other_fp), None);
+        assert_eq!(cache.recorded_features(8, &fp), None);
+        let absent = FingerprintAlgo::Blake3.hash(b"absent");
+        assert_eq!(cache.recorded_features(7, &absent), None);
     }
 
     #[test]

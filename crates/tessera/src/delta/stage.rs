@@ -316,21 +316,27 @@ impl DeltaStage {
     /// Looks for a base for chunk `fp` with bytes `data` (to be stored) and
     /// returns its delta when it saves enough, else the chunk's super-features
     /// (to be recorded with it; greedy also indexes them, via
-    /// [`DeltaStage::stored_whole`]). Every base is verified by its
+    /// [`DeltaStage::stored_whole`]). `old_copy` is the container of the
+    /// copy a rewritten chunk duplicates. Every base is verified by its
     /// fingerprint before a delta is encoded against it.
     pub fn compress(
         &mut self,
         fp: &Fingerprint,
         data: &[u8],
+        old_copy: Option<ContainerId>,
     ) -> Result<(Option<Compressed>, Features)> {
         if data.len() < MIN_DELTA_LEN {
             return Ok((None, None));
         }
-        // Computed for every chunk to be stored (as the paper does): the
+        // Needed for every chunk to be stored (as the paper does): the
         // container records them with a chunk stored whole, so a base chunk
-        // cache that prefetches it later need not compute them again.
+        // cache that prefetches it later need not compute them again. A
+        // rewritten chunk whose old copy is held (a PFC: its container was
+        // prefetched) has them recorded there already.
         let t = Instant::now();
-        let sf = super_features(self.params.features, data);
+        let sf = old_copy
+            .and_then(|c| self.cache.recorded_features(c, fp))
+            .unwrap_or_else(|| super_features(self.params.features, data));
         self.stats.features_seconds += t.elapsed().as_secs_f64();
         if self.greedy.is_none() && self.cache.is_empty() {
             return Ok((None, Some(sf)));
@@ -578,7 +584,7 @@ mod tests {
         let fp = FingerprintAlgo::Blake3.hash(&target);
 
         let (_dir, mut intact) = stage_with_base(&base, |_| {});
-        let (delta, _) = intact.compress(&fp, &target).unwrap();
+        let (delta, _) = intact.compress(&fp, &target, None).unwrap();
         assert_eq!(
             delta
                 .expect("a delta against the intact base")
@@ -594,7 +600,7 @@ mod tests {
             let last = bytes.len() - 1;
             bytes[last] ^= 0x40;
         });
-        let (delta, features) = damaged.compress(&fp, &target).unwrap();
+        let (delta, features) = damaged.compress(&fp, &target, None).unwrap();
         assert!(delta.is_none(), "a delta against damaged bytes");
         assert!(
             features.is_some(),
