@@ -64,7 +64,12 @@ impl Local {
 
 /// Writes all of `parts` with as few system calls as the OS allows.
 fn write_all_vectored(f: &mut File, parts: &[&[u8]]) -> io::Result<()> {
-    let mut slices: Vec<io::IoSlice> = parts.iter().map(|p| io::IoSlice::new(p)).collect();
+    // Empty parts would make a write of nothing look like a failed one.
+    let mut slices: Vec<io::IoSlice> = parts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| io::IoSlice::new(p))
+        .collect();
     let mut rest = &mut slices[..];
     while !rest.is_empty() {
         // The OS takes at most IOV_MAX (1024) slices per call.
@@ -346,14 +351,39 @@ mod tests {
     }
 
     #[test]
+    fn shared_reads_keep_their_bytes_across_replacement_and_deletion() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Local::new(dir.path());
+        let old: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        b.write("data/0001", &old).unwrap();
+        b.write("data/empty", b"").unwrap();
+        let mapped = b.read_shared("data/0001").unwrap();
+        assert_eq!(&mapped[..], &old[..]);
+        assert!(b.read_shared("data/empty").unwrap().is_empty());
+        assert!(matches!(
+            b.read_shared("data/absent"),
+            Err(Error::NotFound(_))
+        ));
+        assert!(b.read_shared("../outside").is_err());
+        // A write makes a new file and a delete unlinks: the map keeps the
+        // bytes it was made from.
+        b.write("data/0001", b"new").unwrap();
+        assert_eq!(&mapped[..], &old[..]);
+        b.delete("data/0001").unwrap();
+        assert_eq!(&mapped[..], &old[..]);
+    }
+
+    #[test]
     fn write_read_list_delete() {
         let dir = tempfile::tempdir().unwrap();
         let b = Local::new(dir.path());
         b.write("data/0001", b"abc").unwrap();
         b.write("data/0000", b"xyz").unwrap();
+        b.write_parts("data/empty", &[b"", b""]).unwrap();
+        assert_eq!(b.read("data/empty").unwrap(), b"");
         assert_eq!(b.read("data/0001").unwrap(), b"abc");
         assert_eq!(b.read_range("data/0001", 1, 10).unwrap(), b"bc");
-        assert_eq!(b.list("data").unwrap(), vec!["0000", "0001"]);
+        assert_eq!(b.list("data").unwrap(), vec!["0000", "0001", "empty"]);
         assert_eq!(b.size("data/0000").unwrap(), 3);
         b.delete("data/0000").unwrap();
         b.delete("data/0000").unwrap();
