@@ -94,10 +94,11 @@ impl BaseCache {
 
     /// Whether container `id` is held.
     pub fn contains(&self, id: ContainerId) -> bool {
-        self.held(id).is_some()
+        self.holding(id).is_some()
     }
 
-    fn held(&self, id: ContainerId) -> Option<&Held> {
+    /// Held container `id`.
+    fn holding(&self, id: ContainerId) -> Option<&Held> {
         self.held.iter().find(|h| h.container.header.id == id)
     }
 
@@ -156,7 +157,7 @@ impl BaseCache {
 
     /// Chunk `fp` of held container `id`, if it is there and stored whole.
     pub fn get(&mut self, id: ContainerId, fp: &crate::fingerprint::Fingerprint) -> Option<Found> {
-        let container = self.held(id)?.container.clone();
+        let container = self.holding(id)?.container.clone();
         let index = container.find(fp)?;
         if container.base(index).is_some() || !container.header.has_data() {
             return None;
@@ -171,7 +172,7 @@ impl BaseCache {
         id: ContainerId,
         fp: &crate::fingerprint::Fingerprint,
     ) -> Option<[u64; SUPER_FEATURES]> {
-        let container = &self.held(id)?.container;
+        let container = &self.holding(id)?.container;
         container.metas[container.find(fp)?].features
     }
 
