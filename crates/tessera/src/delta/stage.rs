@@ -550,10 +550,10 @@ mod tests {
     use crate::backend::Local;
     use crate::container::Builder;
 
-    /// A PFC stage whose base cache holds container 1 with chunk `base`,
+    /// A PFC stage whose base cache holds container 1 with `chunks`,
     /// parsed without its data check (as prefetched), after `damage`.
-    fn stage_with_base(
-        base: &[u8],
+    fn stage_with_chunks(
+        chunks: &[&[u8]],
         damage: impl Fn(&mut Vec<u8>),
     ) -> (tempfile::TempDir, DeltaStage) {
         let dir = tempfile::tempdir().unwrap();
@@ -567,7 +567,9 @@ mod tests {
             .unwrap()
             .unwrap();
         let mut b = Builder::new(1, 1 << 20).with_deltas();
-        b.push(algo.hash(base), base);
+        for c in chunks {
+            b.push(algo.hash(c), c);
+        }
         let mut bytes = b.seal();
         damage(&mut bytes);
         stage.offer(vec![Arc::new(
@@ -583,7 +585,7 @@ mod tests {
         target[4000..4016].copy_from_slice(b"0123456789abcdef");
         let fp = FingerprintAlgo::Blake3.hash(&target);
 
-        let (_dir, mut intact) = stage_with_base(&base, |_| {});
+        let (_dir, mut intact) = stage_with_chunks(&[&base], |_| {});
         let (delta, _) = intact.compress(&fp, &target, None).unwrap();
         assert_eq!(
             delta
@@ -596,7 +598,7 @@ mod tests {
 
         // One flipped byte far from the features' samples of the target's
         // edit: the base is still found by its features, but not used.
-        let (_dir2, mut damaged) = stage_with_base(&base, |bytes| {
+        let (_dir2, mut damaged) = stage_with_chunks(&[&base], |bytes| {
             let last = bytes.len() - 1;
             bytes[last] ^= 0x40;
         });
@@ -608,5 +610,24 @@ mod tests {
         );
         let stats = damaged.stats();
         assert_eq!((stats.base_hits, stats.corrupt_bases), (1, 1));
+    }
+
+    #[test]
+    fn an_intact_base_in_a_container_damaged_elsewhere_is_used() {
+        let base = crate::chunker::pseudo_random(8192, 7);
+        let other = crate::chunker::pseudo_random(8192, 8);
+        let mut target = base.clone();
+        target[4000..4016].copy_from_slice(b"0123456789abcdef");
+        let fp = FingerprintAlgo::Blake3.hash(&target);
+        // The last byte belongs to `other`: the container's data checksum
+        // would fail, the base's own fingerprint matches.
+        let (_dir, mut stage) = stage_with_chunks(&[&base, &other], |bytes| {
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0x40;
+        });
+        let (delta, _) = stage.compress(&fp, &target, None).unwrap();
+        let delta = delta.expect("a delta against the intact base");
+        assert_eq!(delta.base.fp, FingerprintAlgo::Blake3.hash(&base));
+        assert_eq!(stage.stats().corrupt_bases, 0);
     }
 }
