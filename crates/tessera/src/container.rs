@@ -24,6 +24,9 @@ pub const DELTA_META_ENTRY_LEN: usize = META_ENTRY_LEN + 8 + FINGERPRINT_LEN;
 /// Bytes of one metadata entry of a container with [`FLAG_FEATURES`]: the
 /// delta entry, then the chunk's super-features.
 pub const FEATURE_META_ENTRY_LEN: usize = DELTA_META_ENTRY_LEN + 8 * SUPER_FEATURES;
+/// Bytes of one metadata entry of a container with [`FLAG_CHUNK_CRCS`]: the
+/// feature entry, then the CRC-32C of the chunk's stored bytes.
+pub const CRC_META_ENTRY_LEN: usize = FEATURE_META_ENTRY_LEN + 4;
 /// A whole chunk's super-features (`crate::delta::features`), kept in the
 /// container so that a base chunk cache need not compute them again.
 pub type SuperFeatures = [u64; SUPER_FEATURES];
@@ -42,6 +45,10 @@ pub const FLAG_DELTAS: u32 = 2;
 /// [`FEATURE_META_ENTRY_LEN`] bytes and carry each whole chunk's
 /// super-features (all zero: not recorded).
 pub const FLAG_FEATURES: u32 = 8;
+/// Header flag (with [`FLAG_FEATURES`]): metadata entries are
+/// [`CRC_META_ENTRY_LEN`] bytes and carry the CRC-32C of each chunk's stored
+/// bytes, so that one chunk can be checked without the whole data section.
+pub const FLAG_CHUNK_CRCS: u32 = 16;
 /// Header flag: the data section starts at the next multiple of
 /// [`DATA_ALIGN`] bytes after the metadata section, zero bytes in between,
 /// so that it can be written with direct I/O. Set on containers of at least
@@ -91,6 +98,8 @@ pub struct ChunkMeta {
     pub base: Option<BaseRef>,
     /// The super-features of a whole chunk, when recorded ([`FLAG_FEATURES`]).
     pub features: Option<SuperFeatures>,
+    /// CRC-32C of the stored bytes, when recorded ([`FLAG_CHUNK_CRCS`]).
+    pub crc: Option<u32>,
 }
 
 /// The fixed header of a container.
@@ -172,9 +181,11 @@ impl Header {
             data_crc: u32::from_le_bytes(le4(&bytes[28..32])),
             flags: u32::from_le_bytes(le4(&bytes[32..36])),
         };
-        if header.flags & !(FLAG_NO_DATA | FLAG_DELTAS | FLAG_ALIGNED | FLAG_FEATURES) != 0
+        let known = FLAG_NO_DATA | FLAG_DELTAS | FLAG_ALIGNED | FLAG_FEATURES | FLAG_CHUNK_CRCS;
+        if header.flags & !known != 0
             || header.flags & (FLAG_NO_DATA | FLAG_DELTAS) == FLAG_NO_DATA | FLAG_DELTAS
             || header.flags & (FLAG_DELTAS | FLAG_FEATURES) == FLAG_FEATURES
+            || header.flags & (FLAG_FEATURES | FLAG_CHUNK_CRCS) == FLAG_CHUNK_CRCS
         {
             return Err(Error::corrupt(
                 name,
@@ -226,22 +237,26 @@ impl Header {
                 }
                 None => None,
             };
-            let features = match e.get(DELTA_META_ENTRY_LEN..) {
-                Some(b) if b.len() == 8 * SUPER_FEATURES => {
+            let features = match e.get(DELTA_META_ENTRY_LEN..FEATURE_META_ENTRY_LEN) {
+                Some(b) => {
                     let mut sf = [0u64; SUPER_FEATURES];
                     for (f, bytes) in sf.iter_mut().zip(b.chunks_exact(8)) {
                         *f = u64::from_le_bytes(le8(bytes));
                     }
                     (sf != [0; SUPER_FEATURES]).then_some(sf)
                 }
-                _ => None,
+                None => None,
             };
+            let crc = e
+                .get(FEATURE_META_ENTRY_LEN..CRC_META_ENTRY_LEN)
+                .map(|b| u32::from_le_bytes(le4(b)));
             metas.push(ChunkMeta {
                 fp: fingerprint(e),
                 offset,
                 len,
                 base,
                 features,
+                crc,
             });
         }
         Ok(metas)
@@ -250,7 +265,9 @@ impl Header {
 
 /// Bytes of one metadata entry of a container with header `flags`.
 fn entry_len(flags: u32) -> usize {
-    if flags & FLAG_FEATURES != 0 {
+    if flags & FLAG_CHUNK_CRCS != 0 {
+        CRC_META_ENTRY_LEN
+    } else if flags & FLAG_FEATURES != 0 {
         FEATURE_META_ENTRY_LEN
     } else if flags & FLAG_DELTAS != 0 {
         DELTA_META_ENTRY_LEN
@@ -457,7 +474,7 @@ impl Builder {
         let mut flags = match (self.with_data, self.deltas) {
             (false, _) => FLAG_NO_DATA,
             (true, false) => 0,
-            (true, true) => FLAG_DELTAS | FLAG_FEATURES,
+            (true, true) => FLAG_DELTAS | FLAG_FEATURES | FLAG_CHUNK_CRCS,
         };
         if self.aligned {
             flags |= FLAG_ALIGNED;
@@ -549,6 +566,7 @@ impl Builder {
         if let Some(m) = self.metas.last_mut() {
             m.base = base;
             m.features = features.filter(|_| self.deltas);
+            m.crc = self.deltas.then(|| crc32c::crc32c(bytes));
         }
         if self.with_data {
             self.data.reserve_total(self.capacity);
@@ -565,6 +583,7 @@ impl Builder {
             len,
             base: None,
             features: None,
+            crc: None,
         });
         self.data_len += len as usize;
     }
@@ -598,6 +617,7 @@ impl Builder {
                 for f in m.features.unwrap_or_default() {
                     head.extend_from_slice(&f.to_le_bytes());
                 }
+                head.extend_from_slice(&m.crc.unwrap_or_default().to_le_bytes());
             }
         }
         let meta_crc = crc32c::crc32c(&head[HEADER_LEN..]);
@@ -701,6 +721,14 @@ impl Container {
         let m = &self.metas[i];
         let start = self.header.data_start() + m.offset as usize;
         &self.bytes[start..start + m.len as usize]
+    }
+
+    /// Whether the stored bytes of the `i`-th chunk match the CRC-32C its
+    /// entry records; `None` when the container records none
+    /// ([`FLAG_CHUNK_CRCS`]).
+    pub fn chunk_crc_matches(&self, i: usize) -> Option<bool> {
+        let crc = self.metas[i].crc?;
+        Some(crc32c::crc32c(self.chunk(i)) == crc)
     }
 
     /// The base of the `i`-th chunk when it is stored as a delta.
@@ -835,7 +863,7 @@ mod tests {
         assert!(b.fits(100));
         b.push_delta(Fingerprint([2; 32]), b"delta", base).unwrap();
         let bytes = b.seal();
-        assert_eq!(bytes.len(), HEADER_LEN + 2 * FEATURE_META_ENTRY_LEN + 10);
+        assert_eq!(bytes.len(), HEADER_LEN + 2 * CRC_META_ENTRY_LEN + 10);
         let c = Container::parse(7, bytes.clone()).unwrap();
         assert_eq!(c.base(0), None);
         assert_eq!(c.base(1), Some(base));
@@ -862,11 +890,19 @@ mod tests {
         b.push(Fingerprint([2; 32]), b"plain");
         b.push_delta(Fingerprint([3; 32]), b"delta", base).unwrap();
         let bytes = b.seal();
-        assert_eq!(bytes.len(), HEADER_LEN + 3 * FEATURE_META_ENTRY_LEN + 15);
+        assert_eq!(bytes.len(), HEADER_LEN + 3 * CRC_META_ENTRY_LEN + 15);
         let c = Container::parse(7, bytes.clone()).unwrap();
-        assert_eq!(c.header.flags, FLAG_DELTAS | FLAG_FEATURES);
+        assert_eq!(
+            c.header.flags,
+            FLAG_DELTAS | FLAG_FEATURES | FLAG_CHUNK_CRCS
+        );
         let features: Vec<_> = c.metas.iter().map(|m| m.features).collect();
         assert_eq!(features, [Some(sf), None, None]);
+        // Every entry records its stored bytes' checksum.
+        for (i, stored) in [&b"whole"[..], b"plain", b"delta"].iter().enumerate() {
+            assert_eq!(c.metas[i].crc, Some(crc32c::crc32c(stored)));
+            assert_eq!(c.chunk_crc_matches(i), Some(true));
+        }
         assert_eq!(c.base(2), Some(base));
         // Copied entry by entry (as GC does), every chunk keeps its form.
         let mut copy = Builder::new(9, 1 << 16).with_deltas();
@@ -880,18 +916,44 @@ mod tests {
             bad[i] ^= 0x40;
             assert!(Container::parse(7, bad).is_err(), "flip at {i} undetected");
         }
-        // Features without the delta format are refused, and not recorded
-        // by a plain container.
-        let mut bad = bytes.clone();
-        bad[32..36].copy_from_slice(&FLAG_FEATURES.to_le_bytes());
-        let crc = crc32c::crc32c(&bad[..36]);
-        bad[36..40].copy_from_slice(&crc.to_le_bytes());
-        assert!(Container::parse(7, bad).is_err());
+        // Features without the delta format, and checksums without
+        // features, are refused; plain containers record neither.
+        for flags in [FLAG_FEATURES, FLAG_DELTAS | FLAG_CHUNK_CRCS] {
+            let mut bad = bytes.clone();
+            bad[32..36].copy_from_slice(&flags.to_le_bytes());
+            let crc = crc32c::crc32c(&bad[..36]);
+            bad[36..40].copy_from_slice(&crc.to_le_bytes());
+            assert!(Container::parse(7, bad).is_err(), "flags {flags:#x}");
+        }
         let mut plain = Builder::new(8, 1 << 16);
         plain.push_with_features(Fingerprint([1; 32]), b"whole", sf);
         let c = Container::parse(8, plain.seal()).unwrap();
         assert_eq!(c.metas[0].features, None);
+        assert_eq!(c.metas[0].crc, None);
+        assert_eq!(c.chunk_crc_matches(0), None);
         assert_eq!(c.header.entry_len(), META_ENTRY_LEN);
+    }
+
+    #[test]
+    fn containers_without_chunk_checksums_read_unchanged() {
+        let sf = [5, 6, 7];
+        let mut b = Builder::new(4, 1 << 16).with_deltas();
+        b.push_with_features(Fingerprint([1; 32]), b"whole", sf);
+        let new = b.seal();
+        // The same container as written before FLAG_CHUNK_CRCS: 104-byte
+        // entries, the flag clear.
+        let mut old = new[..HEADER_LEN + FEATURE_META_ENTRY_LEN].to_vec();
+        old.extend_from_slice(&new[HEADER_LEN + CRC_META_ENTRY_LEN..]);
+        old[32..36].copy_from_slice(&(FLAG_DELTAS | FLAG_FEATURES).to_le_bytes());
+        let meta_crc = crc32c::crc32c(&old[HEADER_LEN..HEADER_LEN + FEATURE_META_ENTRY_LEN]);
+        old[24..28].copy_from_slice(&meta_crc.to_le_bytes());
+        let header_crc = crc32c::crc32c(&old[..36]);
+        old[36..40].copy_from_slice(&header_crc.to_le_bytes());
+        let c = Container::parse(4, old).unwrap();
+        assert_eq!(c.metas[0].features, Some(sf));
+        assert_eq!(c.metas[0].crc, None);
+        assert_eq!(c.chunk_crc_matches(0), None);
+        assert_eq!(c.chunk(0), b"whole");
     }
 
     #[test]
