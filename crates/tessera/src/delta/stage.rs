@@ -198,7 +198,7 @@ pub struct DeltaStats {
     pub base_reads: u64,
     /// Bytes of those reads.
     pub base_read_bytes: u64,
-    /// Bases found whose bytes did not match their fingerprint (a damaged
+    /// Bases found whose bytes did not match their checksum or fingerprint (a damaged
     /// container, which `check --read-data` names): not used, the chunks
     /// were stored whole.
     pub corrupt_bases: u64,
