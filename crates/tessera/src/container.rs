@@ -747,6 +747,28 @@ impl Container {
     }
 }
 
+/// A delta container as written before [`FLAG_CHUNK_CRCS`] existed:
+/// 104-byte entries, the flag clear.
+#[cfg(test)]
+pub(crate) fn without_chunk_crcs(new: &[u8]) -> Vec<u8> {
+    let header = Header::parse(u64::from_le_bytes(le8(&new[8..16])), new).unwrap();
+    assert_ne!(header.flags & FLAG_CHUNK_CRCS, 0);
+    let mut old = new[..HEADER_LEN].to_vec();
+    for e in new[HEADER_LEN..header.meta_end()].chunks_exact(CRC_META_ENTRY_LEN) {
+        old.extend_from_slice(&e[..FEATURE_META_ENTRY_LEN]);
+    }
+    let meta_crc = crc32c::crc32c(&old[HEADER_LEN..]);
+    let aligned = header.flags & FLAG_ALIGNED != 0;
+    old.resize(data_start(old.len(), aligned), 0);
+    old.extend_from_slice(&new[header.data_start()..]);
+    let flags = header.flags & !FLAG_CHUNK_CRCS;
+    old[32..36].copy_from_slice(&flags.to_le_bytes());
+    old[24..28].copy_from_slice(&meta_crc.to_le_bytes());
+    let header_crc = crc32c::crc32c(&old[..36]);
+    old[36..40].copy_from_slice(&header_crc.to_le_bytes());
+    old
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -939,17 +961,7 @@ mod tests {
         let sf = [5, 6, 7];
         let mut b = Builder::new(4, 1 << 16).with_deltas();
         b.push_with_features(Fingerprint([1; 32]), b"whole", sf);
-        let new = b.seal();
-        // The same container as written before FLAG_CHUNK_CRCS: 104-byte
-        // entries, the flag clear.
-        let mut old = new[..HEADER_LEN + FEATURE_META_ENTRY_LEN].to_vec();
-        old.extend_from_slice(&new[HEADER_LEN + CRC_META_ENTRY_LEN..]);
-        old[32..36].copy_from_slice(&(FLAG_DELTAS | FLAG_FEATURES).to_le_bytes());
-        let meta_crc = crc32c::crc32c(&old[HEADER_LEN..HEADER_LEN + FEATURE_META_ENTRY_LEN]);
-        old[24..28].copy_from_slice(&meta_crc.to_le_bytes());
-        let header_crc = crc32c::crc32c(&old[..36]);
-        old[36..40].copy_from_slice(&header_crc.to_le_bytes());
-        let c = Container::parse(4, old).unwrap();
+        let c = Container::parse(4, without_chunk_crcs(&b.seal())).unwrap();
         assert_eq!(c.metas[0].features, Some(sf));
         assert_eq!(c.metas[0].crc, None);
         assert_eq!(c.chunk_crc_matches(0), None);

@@ -561,6 +561,18 @@ mod tests {
         chunks: &[&[u8]],
         damage: impl Fn(&mut Vec<u8>),
     ) -> (tempfile::TempDir, DeltaStage) {
+        stage_with_container(chunks, |mut bytes| {
+            damage(&mut bytes);
+            bytes
+        })
+    }
+
+    /// [`stage_with_chunks`] with the sealed container turned into the
+    /// bytes to parse by `make`.
+    fn stage_with_container(
+        chunks: &[&[u8]],
+        make: impl Fn(Vec<u8>) -> Vec<u8>,
+    ) -> (tempfile::TempDir, DeltaStage) {
         let dir = tempfile::tempdir().unwrap();
         let params = DeltaParams {
             kind: DeltaKind::Pfc,
@@ -575,8 +587,7 @@ mod tests {
         for c in chunks {
             b.push(algo.hash(c), c);
         }
-        let mut bytes = b.seal();
-        damage(&mut bytes);
+        let bytes = make(b.seal());
         stage.offer(vec![Arc::new(
             Container::parse_unchecked_data(1, bytes).unwrap(),
         )]);
@@ -615,6 +626,27 @@ mod tests {
         );
         let stats = damaged.stats();
         assert_eq!((stats.base_hits, stats.corrupt_bases), (1, 1));
+    }
+
+    #[test]
+    fn a_base_of_a_container_without_chunk_checksums_is_verified_by_its_fingerprint() {
+        let base = crate::chunker::pseudo_random(8192, 7);
+        let mut target = base.clone();
+        target[4000..4016].copy_from_slice(b"0123456789abcdef");
+        let fp = FingerprintAlgo::Blake3.hash(&target);
+        for (flip, corrupt) in [(false, 0), (true, 1)] {
+            let (_dir, mut stage) = stage_with_container(&[&base], |bytes| {
+                let mut old = crate::container::without_chunk_crcs(&bytes);
+                if flip {
+                    let last = old.len() - 1;
+                    old[last] ^= 0x40;
+                }
+                old
+            });
+            let (delta, _) = stage.compress(&fp, &target, None).unwrap();
+            assert_eq!(delta.is_some(), !flip);
+            assert_eq!(stage.stats().corrupt_bases, corrupt);
+        }
     }
 
     #[test]
