@@ -594,12 +594,19 @@ mod tests {
         (dir, stage)
     }
 
-    #[test]
-    fn a_base_is_verified_before_use() {
+    /// A random 8 KiB base, a target with 16 bytes changed in its middle,
+    /// and the target's fingerprint.
+    fn base_and_target() -> (Vec<u8>, Vec<u8>, Fingerprint) {
         let base = crate::chunker::pseudo_random(8192, 7);
         let mut target = base.clone();
         target[4000..4016].copy_from_slice(b"0123456789abcdef");
         let fp = FingerprintAlgo::Blake3.hash(&target);
+        (base, target, fp)
+    }
+
+    #[test]
+    fn a_base_is_verified_before_use() {
+        let (base, target, fp) = base_and_target();
 
         let (_dir, mut intact) = stage_with_chunks(&[&base], |_| {});
         let (delta, _) = intact.compress(&fp, &target, None).unwrap();
@@ -630,10 +637,7 @@ mod tests {
 
     #[test]
     fn a_base_of_a_container_without_chunk_checksums_is_verified_by_its_fingerprint() {
-        let base = crate::chunker::pseudo_random(8192, 7);
-        let mut target = base.clone();
-        target[4000..4016].copy_from_slice(b"0123456789abcdef");
-        let fp = FingerprintAlgo::Blake3.hash(&target);
+        let (base, target, fp) = base_and_target();
         for (flip, corrupt) in [(false, 0), (true, 1)] {
             let (_dir, mut stage) = stage_with_container(&[&base], |bytes| {
                 let mut old = crate::container::without_chunk_crcs(&bytes);
@@ -651,11 +655,8 @@ mod tests {
 
     #[test]
     fn an_intact_base_in_a_container_damaged_elsewhere_is_used() {
-        let base = crate::chunker::pseudo_random(8192, 7);
+        let (base, target, fp) = base_and_target();
         let other = crate::chunker::pseudo_random(8192, 8);
-        let mut target = base.clone();
-        target[4000..4016].copy_from_slice(b"0123456789abcdef");
-        let fp = FingerprintAlgo::Blake3.hash(&target);
         // The last byte belongs to `other`: the container's data checksum
         // would fail, the base's own fingerprint matches.
         let (_dir, mut stage) = stage_with_chunks(&[&base, &other], |bytes| {
