@@ -658,8 +658,9 @@ impl Container {
     }
 
     /// Parses container `id`, checking its header and metadata but not its
-    /// data checksum: for a caller that verifies every chunk it uses by
-    /// the chunk's fingerprint (PFC-delta's prefetched bases), and so
+    /// data checksum: for a caller that verifies every chunk it uses, by
+    /// [`Container::chunk_crc_matches`] or the chunk's fingerprint
+    /// (PFC-delta's prefetched bases), and so
     /// need not check bytes it never uses.
     pub fn parse_unchecked_data(id: ContainerId, bytes: impl Into<Bytes>) -> Result<Container> {
         Self::parse_checking(id, bytes.into(), false)
@@ -707,7 +708,8 @@ impl Container {
 
     /// Whether the data checksum was checked when parsing (not with
     /// [`Container::parse_unchecked_data`]: then a user of a chunk's bytes
-    /// must verify them by the chunk's fingerprint).
+    /// must verify them, by [`Container::chunk_crc_matches`] or the chunk's
+    /// fingerprint).
     pub fn data_checked(&self) -> bool {
         self.data_checked
     }

@@ -317,8 +317,9 @@ impl DeltaStage {
     /// returns its delta when it saves enough, else the chunk's super-features
     /// (to be recorded with it; greedy also indexes them, via
     /// [`DeltaStage::stored_whole`]). `old_copy` is the container of the
-    /// copy a rewritten chunk duplicates. Every base is verified by its
-    /// fingerprint before a delta is encoded against it.
+    /// copy a rewritten chunk duplicates. Every base is verified (by the
+    /// checksum its entry records, else its fingerprint) before a delta is
+    /// encoded against it.
     pub fn compress(
         &mut self,
         fp: &Fingerprint,

@@ -606,7 +606,7 @@ impl Ddfs {
             return container::read_meta(self.backend.as_ref(), c).map(|(_, metas)| metas);
         }
         let whole = self.backend.read_shared(&container::key(c))?;
-        // The delta stage verifies each base it uses by its fingerprint.
+        // The delta stage verifies each base it uses (checksum or fingerprint).
         let ct = Arc::new(Container::parse_unchecked_data(c, whole)?);
         let metas = ct.metas.clone();
         self.piggybacked.push(ct);

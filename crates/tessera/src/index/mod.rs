@@ -202,7 +202,7 @@ pub trait DedupIndex: Send {
     /// Moves the containers read whole since the last call into `out`.
     /// Their data checksum is not checked
     /// ([`container::Container::parse_unchecked_data`]): whoever uses a
-    /// chunk of them verifies it by its fingerprint.
+    /// chunk of them verifies it (by its recorded checksum or fingerprint).
     fn take_piggybacked(&mut self, out: &mut Vec<std::sync::Arc<container::Container>>) {
         let _ = out;
     }
