@@ -4,6 +4,7 @@
 
 use super::features::{super_features, FeatureKind, SUPER_FEATURES};
 use crate::container::{BaseRef, Container, ContainerId};
+use crate::fingerprint::Fingerprint;
 use std::collections::VecDeque;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -156,7 +157,7 @@ impl BaseCache {
     }
 
     /// Chunk `fp` of held container `id`, if it is there and stored whole.
-    pub fn get(&mut self, id: ContainerId, fp: &crate::fingerprint::Fingerprint) -> Option<Found> {
+    pub fn get(&mut self, id: ContainerId, fp: &Fingerprint) -> Option<Found> {
         let container = self.holding(id)?.container.clone();
         let index = container.find(fp)?;
         if container.base(index).is_some() || !container.header.has_data() {
@@ -170,22 +171,46 @@ impl BaseCache {
     pub fn recorded_features(
         &self,
         id: ContainerId,
-        fp: &crate::fingerprint::Fingerprint,
+        fp: &Fingerprint,
     ) -> Option<[u64; SUPER_FEATURES]> {
         let container = &self.holding(id)?.container;
         container.metas[container.find(fp)?].features
     }
 
-    /// A held whole chunk sharing a super-feature with `sf`: for the first
-    /// super-feature that any held chunk shares, the last such chunk of the
-    /// most recently added container having one.
-    pub fn find(&mut self, sf: &[u64; SUPER_FEATURES]) -> Option<Found> {
-        let (container, index) = (0..SUPER_FEATURES).find_map(|j| {
-            self.held.iter().rev().find_map(|h| {
-                let &i = h.by_feature[j].get(&sf[j])?;
-                Some((h.container.clone(), i as usize))
-            })
-        })?;
+    /// A held whole chunk sharing a super-feature with `sf` that `usable`
+    /// accepts (by container and fingerprint), preferring one in a
+    /// container `preferred` names. The candidates are taken super-feature
+    /// by super-feature, each from the most recently added container having
+    /// it (the last such chunk there).
+    pub fn find(
+        &mut self,
+        sf: &[u64; SUPER_FEATURES],
+        usable: impl Fn(ContainerId, &Fingerprint) -> bool,
+        preferred: impl Fn(ContainerId) -> bool,
+    ) -> Option<Found> {
+        let mut first = None;
+        for j in 0..SUPER_FEATURES {
+            for h in self.held.iter().rev() {
+                let Some(&i) = h.by_feature[j].get(&sf[j]) else {
+                    continue;
+                };
+                let id = h.container.header.id;
+                if !usable(id, &h.container.metas[i as usize].fp) {
+                    continue;
+                }
+                if preferred(id) {
+                    first = Some((h.container.clone(), i as usize));
+                    break;
+                }
+                if first.is_none() {
+                    first = Some((h.container.clone(), i as usize));
+                }
+            }
+            if first.as_ref().is_some_and(|(c, _)| preferred(c.header.id)) {
+                break;
+            }
+        }
+        let (container, index) = first?;
         self.touch(container.header.id);
         Some(Found { container, index })
     }
@@ -217,19 +242,49 @@ mod tests {
         cache.insert(container(1, &[a.clone(), random(2, 8192)]));
         let mut target = a.clone();
         target[100..116].copy_from_slice(b"0123456789abcdef");
-        let found = cache.find(&super_features(kind, &target)).unwrap();
+        let found = cache
+            .find(&super_features(kind, &target), |_, _| true, |_| false)
+            .unwrap();
         assert_eq!(found.bytes(), &a[..]);
         assert_eq!(found.base_ref().container, 1);
         assert!(cache
-            .find(&super_features(kind, &random(9, 8192)))
+            .find(
+                &super_features(kind, &random(9, 8192)),
+                |_, _| true,
+                |_| false
+            )
             .is_none());
 
         // Two more containers evict container 1 and its features.
         cache.insert(container(2, &[random(3, 8192)]));
         cache.insert(container(3, &[random(4, 8192)]));
         assert!(!cache.contains(1));
-        assert!(cache.find(&super_features(kind, &target)).is_none());
+        assert!(cache
+            .find(&super_features(kind, &target), |_, _| true, |_| false)
+            .is_none());
         assert!(cache.held.iter().all(|h| h.container.header.id != 1));
+    }
+
+    #[test]
+    fn the_newest_usable_candidate_wins_unless_another_is_preferred() {
+        let kind = FeatureKind::Odess;
+        let a = random(11, 8192);
+        // Containers 1 and 2 hold the same chunk, 3 an unrelated one.
+        let mut cache = BaseCache::new(kind, 4);
+        cache.insert(container(1, &[a.clone()]));
+        cache.insert(container(2, &[a.clone()]));
+        cache.insert(container(3, &[random(12, 8192)]));
+        let sf = super_features(kind, &a);
+        let mut found = |usable: &dyn Fn(ContainerId) -> bool,
+                         preferred: &dyn Fn(ContainerId) -> bool| {
+            cache
+                .find(&sf, |c, _| usable(c), preferred)
+                .map(|f| f.base_ref().container)
+        };
+        assert_eq!(found(&|_| true, &|_| false), Some(2));
+        assert_eq!(found(&|_| true, &|c| c == 1), Some(1));
+        assert_eq!(found(&|c| c != 2, &|_| false), Some(1));
+        assert_eq!(found(&|_| false, &|_| true), None);
     }
 
     #[test]
@@ -267,7 +322,9 @@ mod tests {
         b.push(FingerprintAlgo::Blake3.hash(&a[..500]), &a[..500]);
         let mut cache = BaseCache::new(kind, 4);
         cache.insert(Arc::new(Container::parse(4, b.seal()).unwrap()));
-        assert!(cache.find(&super_features(kind, &a)).is_none());
+        assert!(cache
+            .find(&super_features(kind, &a), |_, _| true, |_| false)
+            .is_none());
 
         // A chunk listed twice, first as a delta: its whole copy is no base
         // (a reference to it would resolve to the delta).
@@ -277,6 +334,8 @@ mod tests {
         b.push(FingerprintAlgo::Blake3.hash(&a), &a);
         let mut cache = BaseCache::new(kind, 4);
         cache.insert(Arc::new(Container::parse(5, b.seal()).unwrap()));
-        assert!(cache.find(&super_features(kind, &a)).is_none());
+        assert!(cache
+            .find(&super_features(kind, &a), |_, _| true, |_| false)
+            .is_none());
     }
 }

@@ -227,9 +227,11 @@ pub struct DeltaStage {
     cache: BaseCache,
     pfc: Option<PfcTracker>,
     greedy: Option<Greedy>,
-    /// Containers this backup's recipe references for kept duplicates.
+    /// The last [`BASE_CONTAINERS`] distinct containers this backup's
+    /// recipe referenced for kept duplicates (preferred for bases; with
+    /// [`BaseScope::Referenced`], the only ones allowed).
     referenced: VecDeque<ContainerId>,
-    /// Bases from unchecked containers whose bytes matched their fingerprint.
+    /// Bases from unchecked containers whose bytes matched their checksum or fingerprint.
     verified: HashSet<BaseRef>,
     stats: DeltaStats,
 }
@@ -298,7 +300,7 @@ impl DeltaStage {
 
     /// This backup keeps a duplicate in container `c` (its recipe references `c`).
     pub fn referenced(&mut self, c: ContainerId) {
-        if self.params.scope != BaseScope::Referenced || self.referenced.front() == Some(&c) {
+        if self.referenced.front() == Some(&c) {
             return;
         }
         self.referenced.retain(|&r| r != c);
@@ -343,20 +345,22 @@ impl DeltaStage {
             return Ok((None, Some(sf)));
         }
         self.stats.candidates += 1;
-        let found = match self.cache.find(&sf) {
+        // A rewritten chunk is stored again for its locality: not as a
+        // delta against its own old copy, which restores would have to read.
+        // Bases in containers the recipe references (which restores read
+        // anyway) are preferred.
+        let referenced = &self.referenced;
+        let in_scope =
+            |c: ContainerId| self.params.scope == BaseScope::Any || referenced.contains(&c);
+        let usable = |c: ContainerId, base: &Fingerprint| base != fp && in_scope(c);
+        let found = match self.cache.find(&sf, usable, |c| referenced.contains(&c)) {
             Some(f) => Some(f),
             None => match &mut self.greedy {
                 Some(g) => g.find(self.backend.as_ref(), &mut self.cache, &sf, &mut self.stats)?,
                 None => None,
             },
         };
-        // A rewritten chunk is stored again for its locality: not as a
-        // delta against its own old copy, which restores would have to read.
-        let in_scope =
-            |c: ContainerId| self.params.scope == BaseScope::Any || self.referenced.contains(&c);
-        let Some(found) =
-            found.filter(|f| f.base_ref().fp != *fp && in_scope(f.base_ref().container))
-        else {
+        let Some(found) = found.filter(|f| usable(f.base_ref().container, &f.base_ref().fp)) else {
             return Ok((None, Some(sf)));
         };
         self.stats.base_hits += 1;
