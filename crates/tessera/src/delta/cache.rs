@@ -189,9 +189,9 @@ impl BaseCache {
         preferred: impl Fn(ContainerId) -> bool,
     ) -> Option<Found> {
         let mut first = None;
-        for j in 0..SUPER_FEATURES {
+        for (j, f) in sf.iter().enumerate() {
             for h in self.held.iter().rev() {
-                let Some(&i) = h.by_feature[j].get(&sf[j]) else {
+                let Some(&i) = h.by_feature[j].get(f) else {
                     continue;
                 };
                 let id = h.container.header.id;
