@@ -271,8 +271,8 @@ mod tests {
         let a = random(11, 8192);
         // Containers 1 and 2 hold the same chunk, 3 an unrelated one.
         let mut cache = BaseCache::new(kind, 4);
-        cache.insert(container(1, &[a.clone()]));
-        cache.insert(container(2, &[a.clone()]));
+        cache.insert(container(1, std::slice::from_ref(&a)));
+        cache.insert(container(2, std::slice::from_ref(&a)));
         cache.insert(container(3, &[random(12, 8192)]));
         let sf = super_features(kind, &a);
         let mut found = |usable: &dyn Fn(ContainerId) -> bool,
