@@ -663,7 +663,7 @@ mod tests {
         let (base, target, fp) = base_and_target();
         let other = crate::chunker::pseudo_random(8192, 8);
         // The last byte belongs to `other`: the container's data checksum
-        // would fail, the base's own fingerprint matches.
+        // would fail, the base's own checksum and fingerprint match.
         let (_dir, mut stage) = stage_with_chunks(&[&base, &other], |bytes| {
             let last = bytes.len() - 1;
             bytes[last] ^= 0x40;
