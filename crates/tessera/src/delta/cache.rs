@@ -188,29 +188,25 @@ impl BaseCache {
         usable: impl Fn(ContainerId, &Fingerprint) -> bool,
         preferred: impl Fn(ContainerId) -> bool,
     ) -> Option<Found> {
-        let mut first = None;
-        for (j, f) in sf.iter().enumerate() {
-            for h in self.held.iter().rev() {
-                let Some(&i) = h.by_feature[j].get(f) else {
-                    continue;
-                };
-                let id = h.container.header.id;
-                if !usable(id, &h.container.metas[i as usize].fp) {
-                    continue;
-                }
-                if preferred(id) {
-                    first = Some((h.container.clone(), i as usize));
-                    break;
-                }
-                if first.is_none() {
-                    first = Some((h.container.clone(), i as usize));
-                }
-            }
-            if first.as_ref().is_some_and(|(c, _)| preferred(c.header.id)) {
-                break;
-            }
-        }
-        let (container, index) = first?;
+        let mut candidates = sf
+            .iter()
+            .enumerate()
+            .flat_map(|(j, f)| {
+                self.held
+                    .iter()
+                    .rev()
+                    .filter_map(move |h| Some((h, *h.by_feature[j].get(f)? as usize)))
+            })
+            .filter(|(h, i)| usable(h.container.header.id, &h.container.metas[*i].fp));
+        let first = candidates.next()?;
+        let (held, index) = if preferred(first.0.container.header.id) {
+            first
+        } else {
+            candidates
+                .find(|(h, _)| preferred(h.container.header.id))
+                .unwrap_or(first)
+        };
+        let container = held.container.clone();
         self.touch(container.header.id);
         Some(Found { container, index })
     }

@@ -356,11 +356,13 @@ impl DeltaStage {
         let found = match self.cache.find(&sf, usable, |c| referenced.contains(&c)) {
             Some(f) => Some(f),
             None => match &mut self.greedy {
-                Some(g) => g.find(self.backend.as_ref(), &mut self.cache, &sf, &mut self.stats)?,
+                Some(g) => g
+                    .find(self.backend.as_ref(), &mut self.cache, &sf, &mut self.stats)?
+                    .filter(|f| usable(f.base_ref().container, &f.base_ref().fp)),
                 None => None,
             },
         };
-        let Some(found) = found.filter(|f| usable(f.base_ref().container, &f.base_ref().fp)) else {
+        let Some(found) = found else {
             return Ok((None, Some(sf)));
         };
         self.stats.base_hits += 1;
