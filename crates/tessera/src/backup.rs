@@ -1056,7 +1056,10 @@ impl Store {
     }
 
     fn seal(&mut self) -> Result<()> {
-        if let Some(b) = self.open.take() {
+        if let Some(mut b) = self.open.take() {
+            if let Some(d) = &mut self.delta {
+                d.seal(&mut b);
+            }
             // The writers serialise it, off this thread.
             self.tx
                 .send(b)

@@ -575,6 +575,22 @@ impl Builder {
         }
     }
 
+    /// Records super-features, computed by `features`, for the whole chunks
+    /// of at least `min_len` bytes appended without them.
+    pub fn complete_features(&mut self, min_len: usize, features: impl Fn(&[u8]) -> SuperFeatures) {
+        if !(self.deltas && self.with_data) {
+            return;
+        }
+        for m in &mut self.metas {
+            if m.base.is_none() && m.features.is_none() && m.len as usize >= min_len {
+                let start = m.offset as usize;
+                if let Some(bytes) = self.data.as_slice().get(start..start + m.len as usize) {
+                    m.features = Some(features(bytes));
+                }
+            }
+        }
+    }
+
     /// Appends a chunk known only by fingerprint and length (trace containers).
     pub fn push_len(&mut self, fp: Fingerprint, len: u32) {
         self.metas.push(ChunkMeta {
@@ -900,6 +916,35 @@ mod tests {
         // A container without the delta format refuses deltas.
         let mut plain = Builder::new(8, 1 << 16);
         assert!(plain.push_delta(Fingerprint([2; 32]), b"d", base).is_err());
+    }
+
+    #[test]
+    fn missing_super_features_are_completed_for_whole_chunks_only() {
+        let (recorded, computed) = ([1, 2, 3], [4, 5, 6]);
+        let base = BaseRef {
+            container: 3,
+            fp: Fingerprint([9; 32]),
+        };
+        let mut b = Builder::new(7, 1 << 16).with_deltas();
+        b.push(Fingerprint([1; 32]), b"without");
+        b.push_with_features(Fingerprint([2; 32]), b"with", recorded);
+        b.push(Fingerprint([3; 32]), b"tiny");
+        b.push_delta(Fingerprint([4; 32]), b"delta", base).unwrap();
+        b.complete_features(5, |bytes| {
+            assert_eq!(bytes, b"without", "only the chunk missing them");
+            computed
+        });
+        let c = Container::parse(7, b.seal()).unwrap();
+        let features: Vec<_> = c.metas.iter().map(|m| m.features).collect();
+        assert_eq!(features, [Some(computed), Some(recorded), None, None]);
+        // A container that cannot record them is left as it is.
+        let mut plain = Builder::new(8, 1 << 16);
+        plain.push(Fingerprint([1; 32]), b"without");
+        plain.complete_features(0, |_| computed);
+        assert_eq!(
+            Container::parse(8, plain.seal()).unwrap().metas[0].features,
+            None
+        );
     }
 
     #[test]

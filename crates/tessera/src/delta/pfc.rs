@@ -128,6 +128,12 @@ impl PfcTracker {
         self.prefetch.clone()
     }
 
+    /// Whether an earlier backup of the source left its sets (not so in
+    /// the source's first backup, or after the state was lost).
+    pub fn has_history(&self) -> bool {
+        !self.state.generations.is_empty()
+    }
+
     /// A fragmented chunk found in `found_in` was stored again in `stored_in`.
     pub fn fragmented(&mut self, found_in: ContainerId, stored_in: ContainerId) {
         // Every PFC is a fragmented chunk too, so it can be persistent again.

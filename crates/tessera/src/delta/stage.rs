@@ -14,7 +14,7 @@ use super::features::{super_features, FeatureKind, SUPER_FEATURES};
 use super::pfc::PfcTracker;
 use super::{encode, Method};
 use crate::backend::Backend;
-use crate::container::{self, BaseRef, Container, ContainerId};
+use crate::container::{self, BaseRef, Builder, Container, ContainerId};
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintAlgo};
@@ -202,7 +202,8 @@ pub struct DeltaStats {
     /// container, which `check --read-data` names): not used, the chunks
     /// were stored whole.
     pub corrupt_bases: u64,
-    /// Seconds computing super-features.
+    /// Seconds computing super-features (of chunks to store, and of
+    /// prefetched chunks whose container does not record them).
     pub features_seconds: f64,
     /// Seconds delta-encoding.
     pub encode_seconds: f64,
@@ -233,6 +234,13 @@ pub struct DeltaStage {
     referenced: VecDeque<ContainerId>,
     /// Bases from unchecked containers whose bytes matched their checksum or fingerprint.
     verified: HashSet<BaseRef>,
+    /// Whether every chunk stored whole gets its super-features as it is
+    /// stored (see [`DeltaStage::compress`]): greedy, which indexes them
+    /// all, and a source's first PFC-delta backup, which stores the data
+    /// set that later backups keep finding their PFCs in.
+    features_for_all: bool,
+    /// The container the last fragmented chunk was stored in.
+    fragmented_into: Option<ContainerId>,
     stats: DeltaStats,
 }
 
@@ -262,6 +270,7 @@ impl DeltaStage {
             }
             DeltaKind::Greedy => (None, Some(Greedy::load(backend.as_ref())?)),
         };
+        let features_for_all = pfc.as_ref().is_none_or(|p| !p.has_history());
         Ok(Some(DeltaStage {
             cache: BaseCache::new(params.features, params.base_cache_containers as usize),
             params,
@@ -271,6 +280,8 @@ impl DeltaStage {
             greedy,
             referenced: VecDeque::new(),
             verified: HashSet::new(),
+            features_for_all,
+            fragmented_into: None,
             stats: DeltaStats {
                 policy: params.kind.name().into(),
                 ..DeltaStats::default()
@@ -313,12 +324,30 @@ impl DeltaStage {
         if let Some(p) = &mut self.pfc {
             p.fragmented(found_in, stored_in);
         }
+        self.fragmented_into = Some(stored_in);
+    }
+
+    /// Completes the super-features of container `b`, about to be sealed,
+    /// whose chunks [`DeltaStage::compress`] stored without them, when a
+    /// later backup is likely to prefetch it: it holds a fragmented chunk
+    /// (it joins this backup's PFC sets), or the base chunk cache holds
+    /// containers by now (the backup has reached the data around its PFCs).
+    /// Otherwise a cache that does prefetch it computes them then.
+    pub fn seal(&mut self, b: &mut Builder) {
+        if self.features_for_all || (self.fragmented_into != Some(b.id()) && self.cache.is_empty())
+        {
+            return;
+        }
+        let t = Instant::now();
+        let kind = self.params.features;
+        b.complete_features(MIN_DELTA_LEN, |data| super_features(kind, data));
+        self.stats.features_seconds += t.elapsed().as_secs_f64();
     }
 
     /// Looks for a base for chunk `fp` with bytes `data` (to be stored) and
     /// returns its delta when it saves enough, else the chunk's super-features
-    /// (to be recorded with it; greedy also indexes them, via
-    /// [`DeltaStage::stored_whole`]). `old_copy` is the container of the
+    /// when they were computed (to be recorded with it; greedy also indexes
+    /// them, via [`DeltaStage::stored_whole`]). `old_copy` is the container of the
     /// copy a rewritten chunk duplicates. Every base is verified (by the
     /// checksum its entry records, else its fingerprint) before a delta is
     /// encoded against it.
@@ -328,13 +357,18 @@ impl DeltaStage {
         data: &[u8],
         old_copy: Option<ContainerId>,
     ) -> Result<(Option<Compressed>, Features)> {
-        if data.len() < MIN_DELTA_LEN {
+        // The paper computes features for every chunk to be stored, and the
+        // container records them with a chunk stored whole, so that a base
+        // chunk cache prefetching it later need not compute them again. With
+        // nothing cached to match, though, they serve only such a later
+        // prefetch, which most containers never see (on Redis releases with
+        // Capping, half the features computed): [`DeltaStage::seal`] records
+        // them for the containers likely to be prefetched, and a cache
+        // computes the others' if it ever prefetches them (the same values).
+        if data.len() < MIN_DELTA_LEN || (self.cache.is_empty() && !self.features_for_all) {
             return Ok((None, None));
         }
-        // Needed for every chunk to be stored (as the paper does): the
-        // container records them with a chunk stored whole, so a base chunk
-        // cache that prefetches it later need not compute them again. A
-        // rewritten chunk whose old copy is held (a PFC: its container was
+        // A rewritten chunk whose old copy is held (a PFC: its container was
         // prefetched) has them recorded there already.
         let t = Instant::now();
         let sf = old_copy
@@ -560,7 +594,6 @@ impl Greedy {
 mod tests {
     use super::*;
     use crate::backend::Local;
-    use crate::container::Builder;
 
     /// A PFC stage whose base cache holds container 1 with `chunks`,
     /// parsed without its data check (as prefetched), after `damage`.
@@ -609,6 +642,62 @@ mod tests {
         target[4000..4016].copy_from_slice(b"0123456789abcdef");
         let fp = FingerprintAlgo::Blake3.hash(&target);
         (base, target, fp)
+    }
+
+    /// A PFC stage for source "s" of the repository in `dir`.
+    fn pfc_stage(dir: &std::path::Path) -> DeltaStage {
+        let params = DeltaParams {
+            kind: DeltaKind::Pfc,
+            ..DeltaParams::default()
+        };
+        let backend: Arc<dyn Backend> = Arc::new(Local::new(dir));
+        DeltaStage::open(
+            backend,
+            params,
+            FingerprintAlgo::Blake3,
+            RewriteKind::Cbr,
+            "s",
+        )
+        .unwrap()
+        .unwrap()
+    }
+
+    #[test]
+    fn super_features_are_recorded_where_a_later_backup_is_likely_to_prefetch_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let chunk = crate::chunker::pseudo_random(8192, 9);
+        let fp = FingerprintAlgo::Blake3.hash(&chunk);
+        let features = super_features(FeatureKind::Odess, &chunk);
+        // The source's first backup: every chunk's, as it is stored.
+        let mut first = pfc_stage(dir.path());
+        let (delta, f) = first.compress(&fp, &chunk, None).unwrap();
+        assert!(delta.is_none());
+        assert_eq!(f, Some(features));
+        first.commit().unwrap();
+
+        // Later, with nothing cached, none as the chunk is stored; at
+        // sealing, only if its container holds a fragmented chunk or the
+        // cache holds containers by then.
+        let sealed = |fragmented: bool, cached: bool| {
+            let mut stage = pfc_stage(dir.path());
+            let (delta, f) = stage.compress(&fp, &chunk, None).unwrap();
+            assert!(delta.is_none() && f.is_none());
+            let mut b = Builder::new(7, 1 << 20).with_deltas();
+            b.push(fp, &chunk);
+            if fragmented {
+                stage.fragmented(3, 7);
+            }
+            if cached {
+                let mut other = Builder::new(1, 1 << 20).with_deltas();
+                other.push(fp, &chunk);
+                stage.offer(vec![Arc::new(Container::parse(1, other.seal()).unwrap())]);
+            }
+            stage.seal(&mut b);
+            Container::parse(7, b.seal()).unwrap().metas[0].features
+        };
+        assert_eq!(sealed(false, false), None);
+        assert_eq!(sealed(true, false), Some(features));
+        assert_eq!(sealed(false, true), Some(features));
     }
 
     #[test]
