@@ -614,15 +614,8 @@ mod tests {
         make: impl Fn(Vec<u8>) -> Vec<u8>,
     ) -> (tempfile::TempDir, DeltaStage) {
         let dir = tempfile::tempdir().unwrap();
-        let params = DeltaParams {
-            kind: DeltaKind::Pfc,
-            ..DeltaParams::default()
-        };
         let algo = FingerprintAlgo::Blake3;
-        let backend: Arc<dyn Backend> = Arc::new(Local::new(dir.path()));
-        let mut stage = DeltaStage::open(backend, params, algo, RewriteKind::Cbr, "s")
-            .unwrap()
-            .unwrap();
+        let mut stage = pfc_stage(dir.path());
         let mut b = Builder::new(1, 1 << 20).with_deltas();
         for c in chunks {
             b.push(algo.hash(c), c);
