@@ -18,13 +18,23 @@
 //! pairs (1 MiB, cache-resident like a target just fingerprinted), repeated
 //! to process as many bytes.
 //!
+//! A last section prices similarity detection, which PFC-delta adds for every
+//! chunk it stores: Odess super-features of the targets against the two
+//! per-byte stages every backup runs over the same bytes, serial chunking
+//! (the default FastCDC, over the targets laid end to end) and BLAKE3
+//! fingerprints of the targets; interleaved the same way, with the medians
+//! and the ratios of features to each.
+//!
 //! Options: `DELTA_BENCH_RUNS` (default 5), `DELTA_BENCH_PAIRS` (default 4000).
 
 #[path = "util/mod.rs"]
 mod util;
 use std::hint::black_box;
 use std::time::Instant;
+use tessera::chunker::{cut_all, Chunker, ChunkerParams};
+use tessera::delta::features::{super_features, FeatureKind};
 use tessera::delta::{decode, encode, encode_with, Method};
+use tessera::fingerprint::FingerprintAlgo;
 use util::{env_num, median, random_bytes};
 
 const CHUNK: usize = 8192;
@@ -73,27 +83,11 @@ impl Set<'_> {
         bytes as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9)
     }
 
-    /// Runs the tasks `runs` times, interleaved in a rotating order, and
-    /// prints each run and the medians.
+    /// Runs the tasks and prints their throughput and the encoders' ratio.
     fn report(&self, runs: usize) {
         println!("{}:", self.label);
-        let mut mb_s = vec![Vec::new(); TASKS.len()];
-        for r in 0..runs {
-            for k in 0..TASKS.len() {
-                let task = (r + k) % TASKS.len();
-                mb_s[task].push(self.time(task));
-            }
-            let line: Vec<String> = TASKS
-                .iter()
-                .zip(&mb_s)
-                .map(|(name, v)| format!("{name} {:.0} MB/s", v[r]))
-                .collect();
-            println!("  run {r}: {}", line.join(" | "));
-        }
+        let mb_s = interleaved(&TASKS, runs, |task| self.time(task));
         let med: Vec<f64> = mb_s.iter().map(|v| median(v.clone())).collect();
-        for (name, m) in TASKS.iter().zip(&med) {
-            println!("  median {name:<17} {m:>8.0} MB/s");
-        }
         let per_run: Vec<f64> = mb_s[0].iter().zip(&mb_s[1]).map(|(h, e)| h / e).collect();
         println!(
             "  hash-less / edelta encoding: {:.2} (median per-run ratio {:.2})",
@@ -101,6 +95,30 @@ impl Set<'_> {
             median(per_run)
         );
     }
+}
+
+/// Times each of the tasks `names` (by index, with `time`, in MB/s) `runs`
+/// times, interleaved in a rotating order so that load from elsewhere on the
+/// machine affects them alike; prints each run and the medians, and returns
+/// every run's figure per task.
+fn interleaved(names: &[&str], runs: usize, mut time: impl FnMut(usize) -> f64) -> Vec<Vec<f64>> {
+    let mut mb_s = vec![Vec::new(); names.len()];
+    for r in 0..runs {
+        for k in 0..names.len() {
+            let task = (r + k) % names.len();
+            mb_s[task].push(time(task));
+        }
+        let line: Vec<String> = names
+            .iter()
+            .zip(&mb_s)
+            .map(|(name, v)| format!("{name} {:.0} MB/s", v[r]))
+            .collect();
+        println!("  run {r}: {}", line.join(" | "));
+    }
+    for (name, v) in names.iter().zip(&mb_s) {
+        println!("  median {name:<17} {:>8.0} MB/s", median(v.clone()));
+    }
+    mb_s
 }
 
 fn main() {
@@ -146,4 +164,71 @@ fn main() {
     for set in &sets {
         set.report(runs);
     }
+    let targets: Vec<&[u8]> = pairs.iter().map(|(_, t)| t.as_slice()).collect();
+    report_features(&targets, runs);
+}
+
+const STAGES: [&str; 3] = ["odess features", "chunking", "blake3"];
+
+/// The bytes of similarity detection's benchmark: chunks, and the same bytes
+/// laid end to end for the chunker.
+struct Detection<'a> {
+    chunks: &'a [&'a [u8]],
+    stream: Vec<u8>,
+    chunker: Box<dyn Chunker>,
+    lengths: Vec<u32>,
+}
+
+/// MB/s of stage `stage` (an index into [`STAGES`]) over the bytes of `d`.
+fn time_stage(stage: usize, d: &mut Detection) -> f64 {
+    let (chunks, stream) = (d.chunks, &d.stream);
+    let t = Instant::now();
+    match stage {
+        0 => {
+            for c in chunks {
+                black_box(super_features(FeatureKind::Odess, black_box(c)));
+            }
+        }
+        1 => {
+            d.lengths.clear();
+            black_box(cut_all(
+                d.chunker.as_ref(),
+                black_box(stream),
+                true,
+                &mut d.lengths,
+            ));
+        }
+        _ => {
+            for c in chunks {
+                black_box(FingerprintAlgo::Blake3.hash(black_box(c)));
+            }
+        }
+    }
+    stream.len() as f64 / 1e6 / t.elapsed().as_secs_f64().max(1e-9)
+}
+
+/// Times the super-features of `chunks` against chunking and fingerprinting
+/// the same bytes, `runs` times interleaved, and prints the medians and ratios.
+fn report_features(chunks: &[&[u8]], runs: usize) {
+    let mut d = Detection {
+        chunks,
+        stream: chunks.concat(),
+        chunker: ChunkerParams::default().build().expect("default chunker"),
+        lengths: Vec::new(),
+    };
+    println!(
+        "similarity detection: {} chunks ({} MiB), one thread:",
+        chunks.len(),
+        d.stream.len() >> 20
+    );
+    let mb_s = interleaved(&STAGES, runs, |stage| time_stage(stage, &mut d));
+    let med: Vec<f64> = mb_s.iter().map(|v| median(v.clone())).collect();
+    // Seconds per byte of features against those of chunking and hashing together.
+    let cost = (1.0 / med[0]) / (1.0 / med[1] + 1.0 / med[2]);
+    println!(
+        "  features / chunking: {:.2}, features / blake3: {:.2}; a byte featured costs {:.2}x a byte chunked and hashed",
+        med[0] / med[1],
+        med[0] / med[2],
+        cost
+    );
 }
