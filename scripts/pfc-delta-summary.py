@@ -8,6 +8,10 @@ throughput ratio is paired: the experiment backs up each version on every
 system in turn, so each version's ratio (baseline seconds / PFC seconds)
 compares two backups made under the same machine load; the figure is the
 median of those ratios over every version but the first, of every run.
+The modelled backup I/O ratio (baseline / PFC) sums the backups' I/O times
+under the experiment's disk model (records' modelled_backup_seconds: a seek
+per read request, bandwidth for the bytes read and written) over the same
+versions of the first run; it is deterministic, unlike measured time.
 
 Usage: scripts/pfc-delta-summary.py RESULTS_DIR [RESULTS_DIR ...]"""
 import json
@@ -31,6 +35,8 @@ def summarise(path):
             "speed_factor": statistics.mean(sf) if sf else float("nan"),
             "backup_mb_s": statistics.median(x["backup_mb_s"] for x in recs[1:]),
             "seconds": {x["version"]: x["backup_seconds"] for x in recs[1:]},
+            "modelled_io": sum(x.get("modelled_backup_seconds", float("nan"))
+                               for x in recs[1:]),
             "delta_chunks": total("delta_chunks"),
             "hashless": total("hashless"),
             "edelta": total("edelta"),
@@ -71,4 +77,5 @@ for n in names:
             print(f"{n} vs {base}: compression ratio x{ratio:.3f}, speed factor x{sf:.3f}, "
                   f"backup throughput x{statistics.median(pooled):.3f} (paired, median over "
                   f"{len(pooled)} versions of {len(runs)} run(s); per run: "
-                  f"{', '.join(f'{statistics.median(x):.3f}' for x in per_run)})")
+                  f"{', '.join(f'{statistics.median(x):.3f}' for x in per_run)}); "
+                  f"modelled backup I/O x{runs[0][base]['modelled_io'] / runs[0][n]['modelled_io']:.3f}")

@@ -43,6 +43,8 @@ fn example_experiment_runs_and_renders_every_plot() {
             "{r:?}"
         );
         assert!(r.backup_mb_s.is_finite() && r.backup_mb_s > 0.0);
+        // Every backup writes at least its containers or its index.
+        assert!(r.modelled_backup_seconds.is_finite() && r.modelled_backup_seconds > 0.0);
         assert!(
             !r.restores.is_empty(),
             "the newest backup is restored every version"

@@ -544,7 +544,12 @@ fn backup_containers(
     snap.stats.stage_seconds.commit = commit_started.elapsed().as_secs_f64();
     snap.stats.seconds = started.elapsed().as_secs_f64();
     snap.stats.throughput_mb_s = logical_bytes as f64 / 1e6 / snap.stats.seconds.max(1e-9);
-    snap.stats.bytes_written = repo.io_stats().since(&io_before).write_bytes;
+    let io = repo.io_stats().since(&io_before);
+    (
+        snap.stats.bytes_written,
+        snap.stats.reads,
+        snap.stats.bytes_read,
+    ) = (io.write_bytes, io.reads, io.read_bytes);
     repo.backend()
         .write(&snapshot::snapshot_key(id), &snap.encode()?)?;
     Ok(snap)
@@ -1175,5 +1180,32 @@ mod tests {
         let err = backup(&repo, &mut input, "broken", &BackupOptions::default()).unwrap_err();
         assert!(matches!(err, Error::Input { .. }), "{err}");
         assert!(repo.backups().unwrap().is_empty());
+    }
+
+    #[test]
+    fn backup_stats_count_the_reads_and_writes_of_the_backend() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = Config::new("t".into());
+        config.index = crate::config::IndexKind::Ddfs;
+        let repo = Repository::init(&dir.path().join("repo"), config).unwrap();
+        let data = pseudo_random(3 << 20, 9);
+        let options = BackupOptions::default();
+        let first = backup(&repo, &mut &data[..], "a", &options).unwrap();
+        let before = repo.io_stats();
+        let second = backup(&repo, &mut &data[..], "a", &options).unwrap();
+        let io = repo.io_stats().since(&before);
+        // Every chunk is a duplicate: the second backup finds the first's
+        // fingerprints in the on-disk table and loads its containers' metadata.
+        let index = &second.stats.index;
+        assert!(
+            index.disk_lookups > 0 && index.container_loads > 0,
+            "{index:?}"
+        );
+        assert!(second.stats.reads >= index.disk_lookups + index.container_loads);
+        // The counts end before the snapshot is written (its size depends on them).
+        assert_eq!(second.stats.reads, io.reads);
+        assert_eq!(second.stats.bytes_read, io.read_bytes);
+        assert!(second.stats.bytes_written < io.write_bytes);
+        assert!(first.stats.bytes_written > data.len() as u64);
     }
 }

@@ -129,6 +129,11 @@ pub struct BackupStats {
     pub containers_written: u64,
     /// Bytes written to the backend before the snapshot itself (containers, index, recipe).
     pub bytes_written: u64,
+    /// Read requests the backup made to the backend (index buckets and
+    /// objects, container metadata or whole containers, state objects).
+    pub reads: u64,
+    /// Bytes those reads returned.
+    pub bytes_read: u64,
     /// Logical bytes / stored bytes of this backup (`None` when it stored nothing).
     pub dedup_ratio: Option<f64>,
     /// Wall time in seconds.
