@@ -27,6 +27,11 @@ pub const METRICS: &[Metric] = &[
         value: |r| Some(r.backup_mb_s),
     },
     Metric {
+        title: "Modelled backup I/O time on a 7200 rpm HDD",
+        unit: "seconds",
+        value: |r| Some(r.modelled_backup_seconds),
+    },
+    Metric {
         title: "Restore throughput (newest backup)",
         unit: "MB/s",
         value: |r| r.restores.last().map(|x| x.stats.throughput_mb_s),
