@@ -544,12 +544,7 @@ fn backup_containers(
     snap.stats.stage_seconds.commit = commit_started.elapsed().as_secs_f64();
     snap.stats.seconds = started.elapsed().as_secs_f64();
     snap.stats.throughput_mb_s = logical_bytes as f64 / 1e6 / snap.stats.seconds.max(1e-9);
-    let io = repo.io_stats().since(&io_before);
-    (
-        snap.stats.bytes_written,
-        snap.stats.reads,
-        snap.stats.bytes_read,
-    ) = (io.write_bytes, io.reads, io.read_bytes);
+    snap.stats.record_io(&repo.io_stats().since(&io_before));
     repo.backend()
         .write(&snapshot::snapshot_key(id), &snap.encode()?)?;
     Ok(snap)

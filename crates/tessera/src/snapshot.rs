@@ -2,6 +2,7 @@
 //! stream) and the snapshot (the backup's metadata and statistics, whose
 //! write commits the backup). See docs/FORMAT.md, "Recipes" and "Snapshots".
 
+use crate::backend::IoStats;
 use crate::container::ContainerId;
 use crate::envelope;
 use crate::error::{Error, Result};
@@ -146,6 +147,15 @@ pub struct BackupStats {
     pub index: crate::index::IndexStats,
     /// Delta compression counters (policy `none` when the repository has none).
     pub delta: crate::delta::DeltaStats,
+}
+
+impl BackupStats {
+    /// Records the backend traffic `io` of the backup (up to its snapshot object).
+    pub fn record_io(&mut self, io: &IoStats) {
+        self.bytes_written = io.write_bytes;
+        self.reads = io.reads;
+        self.bytes_read = io.read_bytes;
+    }
 }
 
 /// Seconds spent per pipeline stage.
