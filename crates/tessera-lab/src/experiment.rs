@@ -209,7 +209,7 @@ impl Default for DiskModel {
 }
 
 impl DiskModel {
-    /// Modelled seconds to perform `extents` reads totalling `bytes`.
+    /// Modelled seconds for `extents` seeks and `bytes` transferred.
     pub fn seconds(&self, extents: u64, bytes: u64) -> f64 {
         extents as f64 * self.seek_ms / 1000.0 + bytes as f64 / 1e6 / self.bandwidth_mb_s
     }
