@@ -8,7 +8,8 @@ use std::fs::File;
 use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use tessera::backend::Backend;
+use std::time::Duration;
+use tessera::backend::{Backend, LockMode};
 use tessera::backup::{run as run_backup, BackupOptions, Source};
 use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
@@ -39,6 +40,10 @@ use tessera_lab::trace::TraceFile;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// When the repository is locked by another process, wait up to this
+    /// long for it (e.g. `30s`, `5m`, `1h`) instead of failing at once.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_wait, default_value = "0s")]
+    wait: Duration,
 }
 
 #[derive(Subcommand)]
@@ -424,6 +429,10 @@ fn parse_index(s: &str) -> Result<IndexKind, String> {
     s.parse()
 }
 
+fn parse_wait(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| format!("{e} (a duration such as 30s, 5m or 1h)"))
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -441,7 +450,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(cli.command) {
+    match run(cli.command, cli.wait) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tessera: error: {}", one_line(&e));
@@ -466,7 +475,7 @@ fn one_line(e: &anyhow::Error) -> String {
     msg.replace('\n', " ")
 }
 
-fn run(command: Command) -> Result<ExitCode> {
+fn run(command: Command, wait: Duration) -> Result<ExitCode> {
     match command {
         Command::Init(args) => init(args)?,
         Command::Backup {
@@ -483,6 +492,7 @@ fn run(command: Command) -> Result<ExitCode> {
             label,
             source,
             json,
+            wait,
         )?,
         Command::Restore {
             repo,
@@ -491,9 +501,9 @@ fn run(command: Command) -> Result<ExitCode> {
             cache,
             cache_size,
             json,
-        } => restore_cmd(&repo, &id, &output, cache, cache_size, json)?,
+        } => restore_cmd(&repo, &id, &output, cache, cache_size, json, wait)?,
         Command::Arrange { repo, json } => {
-            let r = open(&repo, true)?;
+            let r = open(&repo, LockMode::Exclusive, wait)?;
             let s = tessera::lifecycle::arrange(&r)?;
             if json {
                 println!("{}", serde_json::to_string(&s)?);
@@ -515,7 +525,7 @@ fn run(command: Command) -> Result<ExitCode> {
             source,
             json,
         } => {
-            let r = open(&repo, false)?;
+            let r = open(&repo, LockMode::Read, wait)?;
             let freed = if ids.is_empty() {
                 0
             } else {
@@ -552,10 +562,10 @@ fn run(command: Command) -> Result<ExitCode> {
                 }
             }
         }
-        Command::List { repo, json } => list(&repo, json)?,
-        Command::Stats { repo, id, json } => stats(&repo, id.as_deref(), json)?,
+        Command::List { repo, json } => list(&repo, json, wait)?,
+        Command::Stats { repo, id, json } => stats(&repo, id.as_deref(), json, wait)?,
         Command::Delete { repo, id } => {
-            let r = open(&repo, true)?;
+            let r = open(&repo, LockMode::Exclusive, wait)?;
             let id = backup_id(&r, &id)?;
             r.delete_backup(id)
                 .with_context(|| format!("deleting backup {id}"))?;
@@ -565,14 +575,22 @@ fn run(command: Command) -> Result<ExitCode> {
             repo,
             read_data,
             json,
-        } => return check_cmd(&repo, read_data, json),
+        } => return check_cmd(&repo, read_data, json, wait),
         Command::Forget {
             repo,
             keep_last,
             dry_run,
             json,
         } => {
-            let r = open(&repo, !dry_run)?;
+            let r = open(
+                &repo,
+                if dry_run {
+                    LockMode::Read
+                } else {
+                    LockMode::Exclusive
+                },
+                wait,
+            )?;
             let ids = forget_keep_last(&r, keep_last, dry_run)?;
             if json {
                 println!(
@@ -593,7 +611,7 @@ fn run(command: Command) -> Result<ExitCode> {
             split_threshold,
             json,
         } => {
-            let r = open(&repo, true)?;
+            let r = open(&repo, LockMode::Exclusive, wait)?;
             let options = GcOptions {
                 threshold_pct: threshold,
                 defrag,
@@ -684,7 +702,7 @@ fn run(command: Command) -> Result<ExitCode> {
         Command::Index {
             command: IndexCommand::Rebuild { repo },
         } => {
-            let r = open(&repo, true)?;
+            let r = open(&repo, LockMode::Exclusive, wait)?;
             let s = r.rebuild_index().context("rebuilding the index")?;
             println!(
                 "index rebuilt: {} entries from {} containers",
@@ -695,8 +713,19 @@ fn run(command: Command) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn open(path: &Path, exclusive: bool) -> Result<Repository> {
-    Ok(Repository::open(path, exclusive)?)
+/// Opens the repository at `path` for `mode`, waiting up to `wait` for a
+/// conflicting holder of its lock.
+fn open(path: &Path, mode: LockMode, wait: Duration) -> Result<Repository> {
+    match Repository::open_waiting(path, mode, wait) {
+        Err(e @ tessera::Error::Locked(_)) => {
+            let doing = match mode {
+                LockMode::Read => "a maintenance command (gc, delete, forget, arrange) is running",
+                _ => "a backup or a maintenance command is running",
+            };
+            bail!("{e}: {doing}; retry later, or pass --wait DURATION to wait for it")
+        }
+        other => Ok(other?),
+    }
 }
 
 /// Parses a backup id or `latest`.
@@ -787,8 +816,9 @@ fn backup_cmd(
     label: String,
     source: String,
     json: bool,
+    wait: Duration,
 ) -> Result<()> {
-    let r = open(repo, true)?;
+    let r = open(repo, LockMode::Backup, wait)?;
     let options_for = |progress| BackupOptions {
         label: label.clone(),
         source: source.clone(),
@@ -851,6 +881,9 @@ fn backup_cmd(
         if let Some(a) = &outcome.arrange {
             v["arrange"] = serde_json::to_value(a)?;
         }
+        if outcome.arrange_deferred {
+            v["arrange_deferred"] = true.into();
+        }
         println!("{v}");
     } else {
         println!(
@@ -887,6 +920,9 @@ fn backup_cmd(
                 a.categories_split, a.volumes_written, a.seconds
             );
         }
+        if outcome.arrange_deferred {
+            println!("arranging deferred while other processes read the repository: it runs with the next backup or `tessera arrange`");
+        }
     }
     Ok(())
 }
@@ -898,11 +934,12 @@ fn restore_cmd(
     policy: CachePolicy,
     cache: usize,
     json: bool,
+    wait: Duration,
 ) -> Result<()> {
     if cache == 0 {
         bail!("--cache-size must be at least 1 container");
     }
-    let r = open(repo, false)?;
+    let r = open(repo, LockMode::Read, wait)?;
     let id = backup_id(&r, id)?;
     let total = r.snapshot(id)?.logical_bytes;
     let bar = progress_bar(Some(total));
@@ -959,8 +996,8 @@ fn restore_cmd(
     Ok(())
 }
 
-fn list(repo: &Path, json: bool) -> Result<()> {
-    let r = open(repo, false)?;
+fn list(repo: &Path, json: bool, wait: Duration) -> Result<()> {
+    let r = open(repo, LockMode::Read, wait)?;
     let snaps = r.snapshots()?;
     if json {
         let arr: Vec<_> = snaps
@@ -997,8 +1034,8 @@ fn list(repo: &Path, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn stats(repo: &Path, id: Option<&str>, json: bool) -> Result<()> {
-    let r = open(repo, false)?;
+fn stats(repo: &Path, id: Option<&str>, json: bool, wait: Duration) -> Result<()> {
+    let r = open(repo, LockMode::Read, wait)?;
     if let Some(id) = id {
         let id = backup_id(&r, id)?;
         let snap = r.snapshot(id)?;
@@ -1038,8 +1075,8 @@ fn stats(repo: &Path, id: Option<&str>, json: bool) -> Result<()> {
     Ok(())
 }
 
-fn check_cmd(repo: &Path, read_data: bool, json: bool) -> Result<ExitCode> {
-    let r = open(repo, false)?;
+fn check_cmd(repo: &Path, read_data: bool, json: bool, wait: Duration) -> Result<ExitCode> {
+    let r = open(repo, LockMode::Read, wait)?;
     let report = check(&r, CheckOptions { read_data })?;
     if json {
         println!("{}", serde_json::to_string(&report)?);

@@ -5,6 +5,7 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
+use tessera::backend::LockMode;
 
 /// A repository with one backup (id 1) of a small file.
 fn repo_with_backup(dir: &Path) -> PathBuf {
@@ -247,35 +248,35 @@ fn unknown_config_format_version() {
 }
 
 #[test]
-fn second_writer_gets_a_locked_error() {
+fn locks_exclude_what_they_must_and_nothing_more() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = repo_with_backup(tmp.path());
     let input = tmp.path().join("input");
-    let holder = tessera::Repository::open(&repo, true).unwrap();
+    // Maintenance excludes everybody.
+    let holder = tessera::Repository::open(&repo, LockMode::Exclusive).unwrap();
     let line = fail(["backup".to_string(), s(&repo), s(&input)]);
     assert!(line.contains("locked"), "{line}");
     let line = fail(["delete".to_string(), s(&repo), "1".into()]);
     assert!(line.contains("locked"), "{line}");
-    // Readers are excluded by a writer as well.
     let line = fail(["restore".to_string(), s(&repo), "1".into(), "-".into()]);
     assert!(line.contains("locked"), "{line}");
     drop(holder);
-    // A reader does not exclude other readers, but does exclude a writer.
-    let reader = open_when_released(&repo, false);
+    // A running backup excludes writers, but readers read committed state.
+    let backup = open_when_released(&repo, LockMode::Backup);
     assert_eq!(list_ids(&repo), vec![1]);
+    let out = run(["restore".to_string(), s(&repo), "1".into(), "-".into()]);
+    assert!(out.status.success() && !out.stdout.is_empty());
+    ok(["check".to_string(), s(&repo), "--read-data".into()]);
     let line = fail(["backup".to_string(), s(&repo), s(&input)]);
+    assert!(line.contains("locked") && line.contains("--wait"), "{line}");
+    let line = fail(["gc".to_string(), s(&repo)]);
     assert!(line.contains("locked"), "{line}");
-    drop(reader);
-    // Once released, a writer gets in (retried while the release lags).
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    let out = loop {
-        let out = run(["backup", "--json", &s(&repo), &s(&input)]);
-        let locked = String::from_utf8_lossy(&out.stderr).contains("locked");
-        if out.status.success() || !locked || std::time::Instant::now() > deadline {
-            break out;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    };
+    drop(backup);
+    // A reader does not hold off a backup, but does hold off maintenance.
+    let reader = open_when_released(&repo, LockMode::Read);
+    let line = fail(["delete".to_string(), s(&repo), "1".into()]);
+    assert!(line.contains("locked"), "{line}");
+    let out = run(["backup", "--json", &s(&repo), &s(&input)]);
     assert!(
         out.status.success(),
         "{}",
@@ -283,16 +284,56 @@ fn second_writer_gets_a_locked_error() {
     );
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(num(&r, "id"), 2);
+    drop(reader);
+}
+
+#[test]
+fn a_writer_waits_for_the_lock_when_asked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = repo_with_backup(tmp.path());
+    let input = tmp.path().join("input");
+    let holder = open_when_released(&repo, LockMode::Exclusive);
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        drop(holder);
+    });
+    let out = run(["backup", "--wait", "30s", "--json", &s(&repo), &s(&input)]);
+    release.join().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(num(&r, "id"), 2);
+    // A wait that runs out fails with the locked error.
+    let _holder = open_when_released(&repo, LockMode::Exclusive);
+    let line = fail([
+        "backup".to_string(),
+        "--wait".into(),
+        "300ms".into(),
+        s(&repo),
+        s(&input),
+    ]);
+    assert!(line.contains("locked"), "{line}");
+    let line = fail([
+        "backup".to_string(),
+        "--wait".into(),
+        "soon".into(),
+        s(&repo),
+        s(&input),
+    ]);
+    assert!(line.contains("--wait"), "{line}");
 }
 
 /// Opens `repo` once a dropped lock is really released. A lock is an open
 /// file description: a process another test thread is spawning at that
 /// moment holds a copy of it until it runs its program (the descriptor is
 /// close-on-exec), so the release can lag the drop by a moment.
-fn open_when_released(repo: &std::path::Path, exclusive: bool) -> tessera::Repository {
+fn open_when_released(repo: &std::path::Path, mode: LockMode) -> tessera::Repository {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
-        match tessera::Repository::open(repo, exclusive) {
+        match tessera::Repository::open(repo, mode) {
             Err(tessera::error::Error::Locked(_)) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }

@@ -10,7 +10,7 @@
 //! the policy state (concurrently), then the snapshot; a backup interrupted
 //! anywhere before the snapshot write is invisible.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, LockMode};
 use crate::chunker::{cut_all, cut_parallel, Chunker};
 use crate::config::Layout;
 use crate::container::{self, AlignedBuf, Builder, ContainerId};
@@ -180,10 +180,14 @@ pub struct Outcome {
     pub snapshot: Snapshot,
     /// Arranging run after the backup (lifecycle layout with automatic arranging).
     pub arrange: Option<ArrangeStats>,
+    /// Arranging was due but deferred while other processes read the
+    /// repository (see [`lifecycle::BackupOutcome::arrange_deferred`]).
+    pub arrange_deferred: bool,
 }
 
 /// Backs up everything `input` yields (named `input_name` in errors) into
-/// `repo`, which must be open exclusively, and returns the committed snapshot.
+/// `repo`, opened for a backup ([`crate::backend::LockMode::Backup`] or
+/// `Exclusive`), and returns the committed snapshot.
 pub fn backup(
     repo: &Repository,
     input: &mut (dyn Read + Send),
@@ -197,9 +201,10 @@ pub fn backup(
     run(repo, source, options).map(|o| o.snapshot)
 }
 
-/// Backs up the chunks of `source` into `repo` (open exclusively), in the
+/// Backs up the chunks of `source` into `repo` (opened for a backup), in the
 /// repository's layout: the general entry point behind [`backup`].
 pub fn run(repo: &Repository, source: Source, options: &BackupOptions) -> Result<Outcome> {
+    repo.require(LockMode::Backup, "a backup")?;
     let config = repo.config();
     match (&source, config.trace) {
         (Source::Data { .. }, true) => {
@@ -220,6 +225,7 @@ pub fn run(repo: &Repository, source: Source, options: &BackupOptions) -> Result
         Layout::Container => backup_containers(repo, source, options).map(|snapshot| Outcome {
             snapshot,
             arrange: None,
+            arrange_deferred: false,
         }),
         Layout::Lifecycle => backup_lifecycle(repo, source, options),
     }
@@ -339,6 +345,7 @@ fn backup_lifecycle(repo: &Repository, source: Source, options: &BackupOptions) 
         Ok(Outcome {
             snapshot: outcome.snapshot,
             arrange: outcome.arrange,
+            arrange_deferred: outcome.arrange_deferred,
         })
     })
 }
@@ -491,7 +498,8 @@ fn backup_containers(
     // concurrently (each durably), all before the snapshot.
     let backend = repo.backend();
     std::thread::scope(|s| -> Result<()> {
-        let recipe_write = s.spawn(|| backend.write(&snapshot::recipe_key(id), &recipe_bytes));
+        let recipe_write =
+            s.spawn(|| backend.write_new(&snapshot::recipe_key(id), &[&recipe_bytes]));
         let history_write = history
             .as_ref()
             .map(|h| s.spawn(|| backend.write(&history_key, h)));
@@ -546,7 +554,7 @@ fn backup_containers(
     snap.stats.throughput_mb_s = logical_bytes as f64 / 1e6 / snap.stats.seconds.max(1e-9);
     snap.stats.record_io(&repo.io_stats().since(&io_before));
     repo.backend()
-        .write(&snapshot::snapshot_key(id), &snap.encode()?)?;
+        .write_new(&snapshot::snapshot_key(id), &[&snap.encode()?])?;
     Ok(snap)
 }
 
@@ -793,7 +801,7 @@ fn write_containers(
         let t = Instant::now();
         let id = builder.id();
         let sealed = builder.seal_parts();
-        let written = backend.write_parts(&container::key(id), &sealed.parts());
+        let written = backend.write_new(&container::key(id), &sealed.parts());
         busy += t.elapsed();
         // Hand the data buffer back for the next container (dropped if enough are spare).
         let _ = spare.try_send(sealed.data);

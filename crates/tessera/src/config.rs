@@ -6,8 +6,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::FingerprintAlgo;
 use serde::{Deserialize, Serialize};
 
-/// Key of the configuration object.
-pub const CONFIG_KEY: &str = "config";
+pub use crate::backend::CONFIG_KEY;
 /// Envelope kind of the configuration object.
 const KIND: &[u8; 4] = b"CONF";
 /// Repository format version this build reads and writes.

@@ -96,9 +96,26 @@ pub enum Error {
         #[source]
         source: io::Error,
     },
+    /// An operation was asked of a repository opened for less (e.g. GC on
+    /// a handle opened for reading).
+    #[error("{location}: {operation} needs the repository opened for {needed}")]
+    NotOpenFor {
+        /// The repository.
+        location: String,
+        /// What was attempted.
+        operation: String,
+        /// The lock mode it needs.
+        needed: String,
+    },
     /// Another process holds the repository lock.
     #[error("{0}: repository is locked by another process")]
     Locked(String),
+    /// An object that is only ever created, never replaced, exists already:
+    /// another writer made it (the write changed nothing).
+    #[error(
+        "{0}: already exists (written by another process at the same time); nothing was replaced"
+    )]
+    ObjectExists(String),
     /// A pipeline stage ended unexpectedly (a worker thread failed).
     #[error("internal pipeline failure: {0}")]
     Pipeline(String),

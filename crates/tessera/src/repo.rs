@@ -1,7 +1,7 @@
 //! A repository: its backend, configuration and lock, and the listing and
 //! loading of its objects.
 
-use crate::backend::{Backend, Counting, IoStats, Local, LockGuard};
+use crate::backend::{Backend, Counting, IoStats, Local, LockGuard, LockMode};
 use crate::config::{Config, IndexKind, CONFIG_KEY};
 use crate::container::{self, ContainerId, CONTAINER_DIR};
 use crate::envelope;
@@ -12,7 +12,8 @@ use crate::index::{
 use crate::snapshot::{self, BackupId, Recipe, Snapshot, RECIPE_DIR, SNAPSHOT_DIR};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 const STATE_KEY: &str = "state";
 const STATE_KIND: &[u8; 4] = b"STAT";
@@ -47,8 +48,10 @@ pub struct RepoTotals {
 pub struct Repository {
     backend: Arc<Counting>,
     config: Config,
-    exclusive: bool,
-    _lock: LockGuard,
+    mode: LockMode,
+    /// The locks held: the one `mode` took, and the readers' lock a backup
+    /// may add for maintenance ([`Repository::exclude_readers`]).
+    locks: Mutex<Vec<LockGuard>>,
 }
 
 impl Repository {
@@ -74,27 +77,47 @@ impl Repository {
         if backend.exists(CONFIG_KEY)? {
             return Err(Error::AlreadyExists(backend.location()));
         }
-        let lock = backend.lock(true)?;
-        backend.write(CONFIG_KEY, &config.encode())?;
+        // Writers are held off while the configuration is written; readers
+        // cannot open a repository without one.
+        let writers = backend.lock(LockMode::Backup)?;
+        backend.write_new(CONFIG_KEY, &[&config.encode()])?;
+        let readers = backend.lock(LockMode::ExcludeReaders)?;
         Ok(Repository {
             backend,
             config,
-            exclusive: true,
-            _lock: lock,
+            mode: LockMode::Exclusive,
+            locks: Mutex::new(vec![writers, readers]),
         })
     }
 
-    /// Opens the repository in the local directory `path`, with a shared
-    /// lock (readers) or an exclusive one (writers).
-    pub fn open(path: &Path, exclusive: bool) -> Result<Repository> {
+    /// Opens the repository in the local directory `path` for `mode`
+    /// (see [`LockMode`]); fails with [`Error::Locked`] at once if a
+    /// conflicting process holds it.
+    pub fn open(path: &Path, mode: LockMode) -> Result<Repository> {
+        Repository::open_waiting(path, mode, Duration::ZERO)
+    }
+
+    /// Like [`Repository::open`], but waits up to `wait` for a conflicting
+    /// holder to release the repository.
+    pub fn open_waiting(path: &Path, mode: LockMode, wait: Duration) -> Result<Repository> {
         if !path.join(CONFIG_KEY).is_file() {
             return Err(Error::NotARepository(path.display().to_string()));
         }
-        Repository::open_with_backend(Box::new(Local::new(path)), exclusive)
+        Repository::open_backend_waiting(Box::new(Local::new(path)), mode, wait)
     }
 
-    /// Opens the repository on `backend`.
-    pub fn open_with_backend(backend: Box<dyn Backend>, exclusive: bool) -> Result<Repository> {
+    /// Opens the repository on `backend` for `mode`, without waiting.
+    pub fn open_with_backend(backend: Box<dyn Backend>, mode: LockMode) -> Result<Repository> {
+        Repository::open_backend_waiting(backend, mode, Duration::ZERO)
+    }
+
+    /// Opens the repository on `backend` for `mode`, waiting up to `wait`
+    /// for the lock.
+    pub fn open_backend_waiting(
+        backend: Box<dyn Backend>,
+        mode: LockMode,
+        wait: Duration,
+    ) -> Result<Repository> {
         let backend = Arc::new(Counting::new(backend));
         let bytes = match backend.read(CONFIG_KEY) {
             Ok(b) => b,
@@ -102,18 +125,60 @@ impl Repository {
             Err(e) => return Err(e),
         };
         let config = Config::decode(&bytes)?;
-        let lock = backend.lock(exclusive)?;
+        let lock = lock_waiting(backend.as_ref(), mode, wait)?;
         Ok(Repository {
             backend,
             config,
-            exclusive,
-            _lock: lock,
+            mode,
+            locks: Mutex::new(vec![lock]),
         })
     }
 
-    /// Whether this handle holds the exclusive lock.
-    pub fn is_exclusive(&self) -> bool {
-        self.exclusive
+    /// What this handle was opened for.
+    pub fn mode(&self) -> LockMode {
+        self.mode
+    }
+
+    /// Fails unless this handle was opened for `needed` or more: adding a
+    /// backup needs [`LockMode::Backup`] (or `Exclusive`), changing or
+    /// deleting committed state [`LockMode::Exclusive`].
+    pub(crate) fn require(&self, needed: LockMode, operation: &str) -> Result<()> {
+        let enough = match needed {
+            LockMode::Read => true,
+            LockMode::Backup => self.mode.excludes_writers(),
+            LockMode::Exclusive | LockMode::ExcludeReaders => self.mode == LockMode::Exclusive,
+        };
+        match enough {
+            true => Ok(()),
+            false => Err(Error::NotOpenFor {
+                location: self.backend.location(),
+                operation: operation.to_string(),
+                needed: format!("{needed:?}").to_lowercase(),
+            }),
+        }
+    }
+
+    /// Makes a handle opened for a backup exclusive, so that it may go on
+    /// to maintenance (a lifecycle backup arranging): true if readers are
+    /// now excluded, false if some are reading (nothing changed then). An
+    /// exclusive handle is already; a reader's never can be.
+    pub fn exclude_readers(&self) -> Result<bool> {
+        let mut locks = self.locks.lock().map_err(|_| {
+            Error::Pipeline("the repository's lock list was poisoned by a panic".into())
+        })?;
+        match self.mode {
+            LockMode::Exclusive => Ok(true),
+            LockMode::Read | LockMode::ExcludeReaders => Ok(false),
+            LockMode::Backup if locks.len() > 1 => Ok(true),
+            LockMode::Backup => match self.backend.lock(LockMode::ExcludeReaders) {
+                Ok(guard) => {
+                    locks.push(guard);
+                    Ok(true)
+                }
+                Err(Error::Locked(_)) => Ok(false),
+                Err(e) => Err(e),
+            },
+        }
     }
 
     /// The configuration.
@@ -264,6 +329,7 @@ impl Repository {
 
     /// Rebuilds the index from the containers' metadata and persists it.
     pub fn rebuild_index(&self) -> Result<IndexStats> {
+        self.require(LockMode::Exclusive, "rebuilding the index")?;
         let containers = self.containers()?;
         let next = self.next_container_id()?;
         match self.config.index {
@@ -345,6 +411,7 @@ impl Repository {
 
     /// Removes backup `id`'s snapshot, then its recipe (layouts free the space).
     pub(crate) fn remove_snapshot(&self, id: BackupId) -> Result<()> {
+        self.require(LockMode::Exclusive, "deleting a backup")?;
         let snap = self.snapshot(id)?;
         let last = self.backups()?.last().copied().unwrap_or(0);
         let state = self.state()?;
@@ -356,5 +423,20 @@ impl Repository {
         }
         self.backend.delete(&snapshot::snapshot_key(snap.id))?;
         self.backend.delete(&snapshot::recipe_key(snap.id))
+    }
+}
+
+/// Takes `backend`'s lock in `mode`, retrying for up to `wait` while
+/// another process holds a conflicting one.
+fn lock_waiting(backend: &dyn Backend, mode: LockMode, wait: Duration) -> Result<LockGuard> {
+    const RETRY: Duration = Duration::from_millis(100);
+    let started = Instant::now();
+    loop {
+        match backend.lock(mode) {
+            Err(Error::Locked(_)) if started.elapsed() < wait => {
+                std::thread::sleep(RETRY.min(wait.saturating_sub(started.elapsed())));
+            }
+            taken => return taken,
+        }
     }
 }

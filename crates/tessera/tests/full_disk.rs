@@ -10,6 +10,7 @@ use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tessera::backend::LockMode;
 use tessera::backup::{backup, BackupOptions};
 use tessera::check::{check, CheckOptions};
 use tessera::config::Config;
@@ -116,7 +117,7 @@ fn restored(repo: &Repository, id: u64) -> Vec<u8> {
 fn backup_with_budget(root: &Path, budget: u64) -> (Result<u64>, Vec<(String, usize)>) {
     let (_, _, third) = inputs();
     let (disk, writes) = FullDisk::new(root, budget);
-    let repo = Repository::open_with_backend(Box::new(disk), true).unwrap();
+    let repo = Repository::open_with_backend(Box::new(disk), LockMode::Exclusive).unwrap();
     let result = backup(&repo, &mut &third[..], "third", &BackupOptions::default()).map(|s| s.id);
     let writes = writes.lock().unwrap().clone();
     (result, writes)
@@ -140,7 +141,7 @@ fn is_storage_full(e: &Error) -> bool {
 /// holds exactly the earlier backups, they restore, and a new backup works.
 fn assert_consistent(root: &Path) {
     let (first, second, third) = inputs();
-    let repo = Repository::open(root, true).unwrap();
+    let repo = Repository::open(root, LockMode::Exclusive).unwrap();
     let report = check(&repo, CheckOptions { read_data: true }).unwrap();
     assert!(
         report.is_ok(),
@@ -260,13 +261,13 @@ fn full_disk_during_init() {
     // Nothing usable was left behind: it is not a repository, and a later
     // init with space succeeds.
     assert!(matches!(
-        Repository::open(dir.path(), false),
+        Repository::open(dir.path(), LockMode::Read),
         Err(Error::NotARepository(_))
     ));
     let (disk, _) = FullDisk::new(dir.path(), u64::MAX);
     let repo = Repository::init_with_backend(Box::new(disk), config()).unwrap();
     drop(repo);
-    let repo = Repository::open(dir.path(), true).unwrap();
+    let repo = Repository::open(dir.path(), LockMode::Exclusive).unwrap();
     let input = data(9, 100_000);
     let snap = backup(&repo, &mut &input[..], "input", &BackupOptions::default()).unwrap();
     assert_eq!(restored(&repo, snap.id), input);

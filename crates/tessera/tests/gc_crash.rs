@@ -8,6 +8,7 @@ mod common;
 use common::{copy_dir, Faulty, Gate, Mutation, Rng};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tessera::backend::LockMode;
 use tessera::backup::{backup, BackupOptions};
 use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
@@ -40,7 +41,7 @@ impl Gate for Crashing {
 }
 
 fn verify(path: &Path, live: &[(u64, Vec<u8>)]) {
-    let repo = Repository::open(path, true).unwrap();
+    let repo = Repository::open(path, LockMode::Exclusive).unwrap();
     let report = check(&repo, CheckOptions { read_data: true }).unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
     assert_eq!(
@@ -114,12 +115,13 @@ fn interrupted_gc_loses_nothing(delta: DeltaKind) {
                     allowed: AtomicU64::new(n),
                 },
             );
-            let repo = Repository::open_with_backend(Box::new(crashing), true).unwrap();
+            let repo =
+                Repository::open_with_backend(Box::new(crashing), LockMode::Exclusive).unwrap();
             let finished = gc(&repo, options).is_ok();
             drop(repo);
             verify(&work, &live);
             // A complete GC afterwards reclaims everything and keeps every live backup.
-            let repo = Repository::open(&work, true).unwrap();
+            let repo = Repository::open(&work, LockMode::Exclusive).unwrap();
             gc(&repo, options).unwrap();
             let report = check(&repo, CheckOptions::default()).unwrap();
             assert_eq!(report.unreferenced_containers, 0);

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use tessera::backend::LockMode;
 use tessera::check::CheckOptions;
 use tessera::chunker::{Blocks, ChunkerKind, ChunkerParams};
 use tessera::config::{Arrange, Config, Layout};
@@ -325,10 +326,11 @@ fn crash_at_every_request_of_arranging_then_resume_loses_nothing() {
                     budget: Arc::new(AtomicI64::new(budget)),
                 },
             );
-            let repo = Repository::open_with_backend(Box::new(backend), true).unwrap();
+            let repo =
+                Repository::open_with_backend(Box::new(backend), LockMode::Exclusive).unwrap();
             lifecycle::arrange(&repo)
         };
-        let repo = Repository::open(&root, true).unwrap();
+        let repo = Repository::open(&root, LockMode::Exclusive).unwrap();
         // Before resuming: everything restores.
         verify_all(&repo, dir.path(), &originals);
         let stats = lifecycle::arrange(&repo).unwrap();
@@ -370,7 +372,8 @@ fn crash_during_backup_and_deletion_loses_nothing() {
                     budget: Arc::new(AtomicI64::new(budget)),
                 },
             );
-            let repo = Repository::open_with_backend(Box::new(backend), true).unwrap();
+            let repo =
+                Repository::open_with_backend(Box::new(backend), LockMode::Exclusive).unwrap();
             let options = LifecycleBackupOptions {
                 source: "db".into(),
                 ..LifecycleBackupOptions::default()
@@ -379,7 +382,7 @@ fn crash_during_backup_and_deletion_loses_nothing() {
             let id = repo.next_backup_id().unwrap() - 1;
             (r.is_ok(), id)
         };
-        let repo = Repository::open(&root, true).unwrap();
+        let repo = Repository::open(&root, LockMode::Exclusive).unwrap();
         if repo.backups().unwrap().contains(&committed.1) && !originals.contains_key(&committed.1) {
             originals.insert(committed.1, next.clone());
             data = next;
@@ -398,10 +401,11 @@ fn crash_during_backup_and_deletion_loses_nothing() {
                     budget: Arc::new(AtomicI64::new(budget)),
                 },
             );
-            let repo = Repository::open_with_backend(Box::new(backend), true).unwrap();
+            let repo =
+                Repository::open_with_backend(Box::new(backend), LockMode::Exclusive).unwrap();
             let _ = lifecycle::delete_backups(&repo, &[victim]);
         }
-        let repo = Repository::open(&root, true).unwrap();
+        let repo = Repository::open(&root, LockMode::Exclusive).unwrap();
         if !repo.backups().unwrap().contains(&victim) {
             originals.remove(&victim);
         }
@@ -414,7 +418,7 @@ fn crash_during_backup_and_deletion_loses_nothing() {
         originals.insert(s.id, data.clone());
     }
     // A crashed deletion: snapshot gone, reclaim not run yet.
-    let repo = Repository::open(&root, true).unwrap();
+    let repo = Repository::open(&root, LockMode::Exclusive).unwrap();
     let first = *originals.keys().next().unwrap();
     repo.delete_backup(first).unwrap();
     originals.remove(&first);
@@ -443,10 +447,11 @@ fn crash_while_removing_a_lineage_then_reusing_its_source() {
                     budget: Arc::new(AtomicI64::new(budget)),
                 },
             );
-            let repo = Repository::open_with_backend(Box::new(backend), true).unwrap();
+            let repo =
+                Repository::open_with_backend(Box::new(backend), LockMode::Exclusive).unwrap();
             let _ = lifecycle::forget_keep_last(&repo, 0);
         }
-        let repo = Repository::open(&root, true).unwrap();
+        let repo = Repository::open(&root, LockMode::Exclusive).unwrap();
         let mut originals: BTreeMap<u64, Vec<u8>> = repo
             .backups()
             .unwrap()

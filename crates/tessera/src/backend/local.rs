@@ -1,6 +1,6 @@
 //! A repository in a local directory.
 
-use super::{Backend, LockGuard};
+use super::{Backend, LockGuard, LockMode, CONFIG_KEY};
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use memmap2::Mmap;
@@ -10,28 +10,27 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// Name of the lock file in the repository directory.
-const LOCK_FILE: &str = "lock";
 /// Objects of at least this many bytes are written with direct I/O where
 /// the file system supports it.
 const DIRECT_MIN: usize = 256 * 1024;
 /// Alignment direct I/O needs of memory, file offsets and lengths.
 const DIRECT_ALIGN: usize = 4096;
 
+/// Numbers the temporary files of this process's writes: unique across
+/// every [`Local`] of the process, so that two handles on one repository
+/// never share a temporary file.
+static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
 /// Objects as files below a root directory. Writes go to a temporary file
 /// that is synced and renamed into place, then the directory is synced.
 pub struct Local {
     root: PathBuf,
-    tmp_counter: AtomicU64,
 }
 
 impl Local {
     /// A backend rooted at `root` (which need not exist yet).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Local {
-            root: root.into(),
-            tmp_counter: AtomicU64::new(0),
-        }
+        Local { root: root.into() }
     }
 
     /// The root directory.
@@ -206,34 +205,13 @@ impl Backend for Local {
     }
 
     fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
-        let path = self.path(key)?;
-        let dir = path.parent().unwrap_or(&self.root).to_path_buf();
-        let io_err = |e| Error::io(format!("writing {}", path.display()), e);
-        if !dir.is_dir() {
-            fs::create_dir_all(&dir).map_err(io_err)?;
-            // Make the new directory's entry durable too.
-            if let Some(parent) = dir.parent() {
-                sync_dir(parent).map_err(io_err)?;
-            }
-        }
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
-        let result = (|| -> io::Result<()> {
-            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            write_parts_to(&mut f, &tmp, parts)?;
-            f.sync_all()?;
-            drop(f);
-            fs::rename(&tmp, &path)?;
-            sync_dir(&dir)
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map_err(io_err)
+        self.put(key, parts, true)
+    }
+
+    /// Links the synced temporary file into place, which fails if `key`
+    /// exists: creation is atomic and never replaces.
+    fn write_new(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        self.put(key, parts, false)
     }
 
     fn will_read(&self, keys: &[String]) {
@@ -286,29 +264,90 @@ impl Backend for Local {
         remove_temporaries_in(&self.root)
     }
 
-    fn lock(&self, exclusive: bool) -> Result<LockGuard> {
-        let path = self.root.join(LOCK_FILE);
-        let io_err = |e| Error::io(format!("locking {}", path.display()), e);
-        let opened = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path);
-        let file = match opened {
-            // Readers of a read-only repository lock its existing lock file read-only.
-            Err(e) if !exclusive && e.kind() == io::ErrorKind::PermissionDenied => {
-                File::open(&path).map_err(io_err)?
+    /// Writers lock the repository directory itself, readers and
+    /// maintenance its configuration file (written once at `init`, never
+    /// replaced): neither can be unlinked or replaced while the repository
+    /// exists, so a lock cannot silently stop excluding (see [`LockMode`]).
+    fn lock(&self, mode: LockMode) -> Result<LockGuard> {
+        let mut files = Vec::with_capacity(2);
+        if mode.excludes_writers() {
+            files.push(self.flock(&self.root, true, true)?);
+        }
+        if mode.involves_readers() {
+            let config = self.root.join(CONFIG_KEY);
+            files.push(self.flock(&config, mode.excludes_readers(), false)?);
+        }
+        Ok(LockGuard::from_files(files))
+    }
+}
+
+impl Local {
+    /// Writes `parts` to a temporary file, syncs it, then moves it to
+    /// `key`: by renaming (replacing any old object) or, with `replace`
+    /// false, by linking (failing with [`Error::ObjectExists`] if `key`
+    /// exists). Finally syncs the directory.
+    fn put(&self, key: &str, parts: &[&[u8]], replace: bool) -> Result<()> {
+        let path = self.path(key)?;
+        let dir = path.parent().unwrap_or(&self.root).to_path_buf();
+        let io_err = |e| Error::io(format!("writing {}", path.display()), e);
+        if !dir.is_dir() {
+            fs::create_dir_all(&dir).map_err(io_err)?;
+            // Make the new directory's entry durable too.
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent).map_err(io_err)?;
             }
-            other => other.map_err(io_err)?,
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io_err)?;
+        let result = (|| -> io::Result<()> {
+            write_parts_to(&mut f, &tmp, parts)?;
+            f.sync_all()?;
+            if replace {
+                return fs::rename(&tmp, &path);
+            }
+            let linked = fs::hard_link(&tmp, &path);
+            fs::remove_file(&tmp)?;
+            linked
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !replace => {
+                Err(Error::ObjectExists(key.to_string()))
+            }
+            Err(e) => Err(io_err(e)),
+            Ok(()) => sync_dir(&dir).map_err(io_err),
+        }
+    }
+
+    /// Opens `path` (a directory or the configuration file) and takes an
+    /// OS lock on it without waiting: exclusive or shared.
+    fn flock(&self, path: &Path, exclusive: bool, directory: bool) -> Result<File> {
+        let io_err = |e| Error::io(format!("locking {}", path.display()), e);
+        let opened = if directory {
+            File::open(path)
+        } else {
+            // Read access suffices for an OS lock: read-only repositories can be read.
+            OpenOptions::new().read(true).open(path)
         };
+        let file = opened.map_err(io_err)?;
         let taken = if exclusive {
             file.try_lock()
         } else {
             file.try_lock_shared()
         };
         match taken {
-            Ok(()) => Ok(LockGuard::from_file(file)),
+            Ok(()) => Ok(file),
             Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked(self.location())),
             Err(std::fs::TryLockError::Error(e)) => Err(io_err(e)),
         }
@@ -438,15 +477,65 @@ mod tests {
         }
     }
 
-    #[test]
-    fn exclusive_lock_excludes() {
+    /// A local backend with a configuration object (which readers lock).
+    fn with_config() -> (tempfile::TempDir, Local) {
         let dir = tempfile::tempdir().unwrap();
         let b = Local::new(dir.path());
-        let g = b.lock(true).unwrap();
-        assert!(matches!(b.lock(false), Err(Error::Locked(_))));
+        b.write(CONFIG_KEY, b"c").unwrap();
+        (dir, b)
+    }
+
+    #[test]
+    fn exclusive_lock_excludes_everybody() {
+        let (_dir, b) = with_config();
+        let g = b.lock(LockMode::Exclusive).unwrap();
+        for mode in [LockMode::Read, LockMode::Backup, LockMode::Exclusive] {
+            assert!(matches!(b.lock(mode), Err(Error::Locked(_))), "{mode:?}");
+        }
         drop(g);
-        let _s1 = b.lock(false).unwrap();
-        let _s2 = b.lock(false).unwrap();
-        assert!(matches!(b.lock(true), Err(Error::Locked(_))));
+        let _s1 = b.lock(LockMode::Read).unwrap();
+        let _s2 = b.lock(LockMode::Read).unwrap();
+        assert!(matches!(b.lock(LockMode::Exclusive), Err(Error::Locked(_))));
+    }
+
+    #[test]
+    fn a_backup_excludes_writers_but_not_readers() {
+        let (_dir, b) = with_config();
+        let _w = b.lock(LockMode::Backup).unwrap();
+        let _r = b.lock(LockMode::Read).unwrap();
+        assert!(matches!(b.lock(LockMode::Backup), Err(Error::Locked(_))));
+        assert!(matches!(b.lock(LockMode::Exclusive), Err(Error::Locked(_))));
+        // The backup goes on to maintenance once the reader has left.
+        assert!(matches!(
+            b.lock(LockMode::ExcludeReaders),
+            Err(Error::Locked(_))
+        ));
+        drop(_r);
+        let _m = b.lock(LockMode::ExcludeReaders).unwrap();
+        assert!(matches!(b.lock(LockMode::Read), Err(Error::Locked(_))));
+    }
+
+    #[test]
+    fn the_lock_holds_when_files_in_the_repository_are_removed() {
+        let (dir, b) = with_config();
+        let _w = b.lock(LockMode::Backup).unwrap();
+        // What a user cleaning up, or a sync tool, may delete.
+        std::fs::write(dir.path().join("lock"), b"").unwrap();
+        std::fs::remove_file(dir.path().join("lock")).unwrap();
+        assert!(matches!(b.lock(LockMode::Backup), Err(Error::Locked(_))));
+    }
+
+    #[test]
+    fn new_objects_are_never_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let b = Local::new(dir.path());
+        b.write_new("snapshots/1", &[b"first"]).unwrap();
+        match b.write_new("snapshots/1", &[b"second"]) {
+            Err(Error::ObjectExists(key)) => assert_eq!(key, "snapshots/1"),
+            other => panic!("expected ObjectExists, got {other:?}"),
+        }
+        assert_eq!(b.read("snapshots/1").unwrap(), b"first");
+        // No temporary file is left behind.
+        assert_eq!(b.remove_temporaries().unwrap(), 0);
     }
 }

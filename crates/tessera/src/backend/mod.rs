@@ -12,6 +12,10 @@ use serde::Serialize;
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// Key of the repository's configuration object. Written once, when the
+/// repository is created, and never replaced: backends may lock it.
+pub const CONFIG_KEY: &str = "config";
+
 /// A flat store of named objects. Keys are `/`-separated relative paths.
 ///
 /// `write` is atomic: after a crash an object holds either its old content
@@ -39,6 +43,19 @@ pub trait Backend: Send + Sync {
     fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         self.write(key, &parts.concat())
     }
+    /// Stores the concatenation of `parts` as the new object `key`, like
+    /// [`Backend::write_parts`], but only if `key` does not exist yet:
+    /// otherwise fails with [`crate::Error::ObjectExists`] and changes
+    /// nothing. Objects that commit a backup (containers, recipes,
+    /// snapshots) are written this way, so that two writers can never
+    /// replace each other's. This default checks, then writes; backends
+    /// that can create atomically (local: a hard link) do so.
+    fn write_new(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        if self.exists(key)? {
+            return Err(crate::Error::ObjectExists(key.to_string()));
+        }
+        self.write_parts(key, parts)
+    }
     /// Hints that the objects `keys` will be read whole soon, so that the
     /// backend may start fetching them while the caller works (local: the
     /// kernel's readahead). Not a request: it reads nothing the caller
@@ -52,9 +69,10 @@ pub trait Backend: Send + Sync {
     fn list(&self, dir: &str) -> Result<Vec<String>>;
     /// Whether `key` exists.
     fn exists(&self, key: &str) -> Result<bool>;
-    /// Takes the repository lock (shared or exclusive), held until the guard drops.
+    /// Takes the repository lock in `mode` without waiting, held until the
+    /// guard drops; [`crate::Error::Locked`] if a conflicting holder has it.
     /// Backends without locking return an empty guard.
-    fn lock(&self, exclusive: bool) -> Result<LockGuard>;
+    fn lock(&self, mode: LockMode) -> Result<LockGuard>;
     /// Deletes the temporary objects that interrupted writes left behind and
     /// returns how many. Only safe while holding the exclusive lock (no
     /// write in progress); backends whose writes leave nothing behind keep
@@ -64,16 +82,61 @@ pub trait Backend: Send + Sync {
     }
 }
 
+/// What a repository is opened for, and so which lock it takes.
+///
+/// | mode | shares with | excludes |
+/// | --- | --- | --- |
+/// | `Read` | readers, one backup | maintenance |
+/// | `Backup` | readers | backups, maintenance |
+/// | `Exclusive` | nobody | everybody |
+///
+/// Readers read committed state only, which a backup never changes (it
+/// only adds objects and commits by writing its snapshot last), so a
+/// running backup never blocks `list`, `restore` or `check`. Maintenance
+/// (GC, deleting, arranging, rebuilding indexes) changes or removes
+/// committed objects and so excludes readers too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockMode {
+    /// Reading committed state (list, restore, check, stats).
+    Read,
+    /// Adding a backup.
+    Backup,
+    /// Changing or deleting committed state (and creating a repository).
+    Exclusive,
+    /// The part of `Exclusive` that `Backup` lacks: taken on top of a
+    /// `Backup` lock by a backup that goes on to maintenance (a lifecycle
+    /// backup arranging), making the two together `Exclusive`.
+    ExcludeReaders,
+}
+
+impl LockMode {
+    /// Whether this mode excludes backups (other writers).
+    pub fn excludes_writers(self) -> bool {
+        matches!(self, LockMode::Backup | LockMode::Exclusive)
+    }
+
+    /// Whether this mode excludes readers.
+    pub fn excludes_readers(self) -> bool {
+        matches!(self, LockMode::Exclusive | LockMode::ExcludeReaders)
+    }
+
+    /// Whether this mode waits for readers to leave or holds them off.
+    /// (`Read` shares its lock with other readers; `Backup` takes none.)
+    pub fn involves_readers(self) -> bool {
+        self != LockMode::Backup
+    }
+}
+
 /// Holds a repository lock until dropped.
 #[derive(Debug, Default)]
 pub struct LockGuard {
-    _file: Option<File>,
+    _files: Vec<File>,
 }
 
 impl LockGuard {
-    /// A guard holding `file`, whose OS lock is released when it closes.
-    pub fn from_file(file: File) -> Self {
-        LockGuard { _file: Some(file) }
+    /// A guard holding `files`, whose OS locks are released when they close.
+    pub fn from_files(files: Vec<File>) -> Self {
+        LockGuard { _files: files }
     }
 }
 
@@ -187,6 +250,13 @@ impl Backend for Counting {
         self.write_bytes.fetch_add(len as u64, Ordering::Relaxed);
         Ok(())
     }
+    fn write_new(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        self.inner.write_new(key, parts)?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.write_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        Ok(())
+    }
     fn will_read(&self, keys: &[String]) {
         self.inner.will_read(keys);
     }
@@ -202,8 +272,8 @@ impl Backend for Counting {
     fn exists(&self, key: &str) -> Result<bool> {
         self.inner.exists(key)
     }
-    fn lock(&self, exclusive: bool) -> Result<LockGuard> {
-        self.inner.lock(exclusive)
+    fn lock(&self, mode: LockMode) -> Result<LockGuard> {
+        self.inner.lock(mode)
     }
     fn remove_temporaries(&self) -> Result<u64> {
         self.inner.remove_temporaries()

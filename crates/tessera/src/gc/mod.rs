@@ -19,7 +19,7 @@
 //! the live chunks of other selected containers migrate as usual, deltas
 //! keeping their base reference.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, LockMode};
 use crate::container::{self, Builder, Container, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
@@ -195,6 +195,7 @@ struct Selected {
 
 /// Collects garbage in `repo` (open exclusively).
 pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
+    repo.require(LockMode::Exclusive, "garbage collection")?;
     if repo.config().layout == crate::config::Layout::Lifecycle {
         return Err(Error::InvalidConfig(format!(
             "{}: the lifecycle layout frees space when backups are deleted and needs no GC",
@@ -210,10 +211,11 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     let started = Instant::now();
     let io_before = repo.io_stats();
     let backend = repo.backend().as_ref();
-    let mut stats = GcStats::default();
-    if repo.is_exclusive() {
-        stats.temporaries_removed = backend.remove_temporaries()?;
-    }
+    let mut stats = GcStats {
+        // The lock is exclusive: no write is in progress.
+        temporaries_removed: backend.remove_temporaries()?,
+        ..GcStats::default()
+    };
 
     // Mark.
     let t = Instant::now();

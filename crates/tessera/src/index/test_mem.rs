@@ -52,7 +52,7 @@ impl Backend for Mem {
     fn exists(&self, key: &str) -> Result<bool> {
         Ok(self.0.lock().unwrap().contains_key(key))
     }
-    fn lock(&self, _exclusive: bool) -> Result<crate::backend::LockGuard> {
+    fn lock(&self, _mode: crate::backend::LockMode) -> Result<crate::backend::LockGuard> {
         Ok(crate::backend::LockGuard::default())
     }
 }

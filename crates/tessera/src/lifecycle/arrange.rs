@@ -15,7 +15,7 @@ use super::{
     cat_key, journal_key, lineages, live_ids, ndf_dir, ndf_key, parse_num_name, require_layout,
     vol_key, Lineage,
 };
-use crate::backend::Backend as _;
+use crate::backend::{Backend as _, LockMode};
 use crate::error::{Error, Result};
 use crate::repo::Repository;
 use serde::Serialize;
@@ -80,6 +80,7 @@ pub fn arrange(repo: &Repository) -> Result<ArrangeStats> {
 /// that catches up gradually).
 pub fn arrange_rounds(repo: &Repository, limit: Option<u64>) -> Result<ArrangeStats> {
     require_layout(repo)?;
+    repo.require(LockMode::Exclusive, "arranging")?;
     let started = Instant::now();
     let mut total = ArrangeStats::default();
     for mut l in lineages(repo.backend().as_ref())? {

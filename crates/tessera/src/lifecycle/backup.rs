@@ -39,8 +39,13 @@ pub struct LifecycleBackupOptions<'a> {
 pub struct BackupOutcome {
     /// The committed snapshot.
     pub snapshot: Snapshot,
-    /// The arranging run after the commit (`None` with `arrange = "manual"`).
+    /// The arranging run after the commit (`None` with `arrange = "manual"`,
+    /// or when deferred).
     pub arrange: Option<ArrangeStats>,
+    /// Arranging was due but deferred because other processes were reading
+    /// the repository (arranging deletes objects they may read): it runs
+    /// with the next backup of the lineage or `tessera arrange`.
+    pub arrange_deferred: bool,
 }
 
 /// Loads version `v`'s NDF table of lineage `l`; an absent table is empty.
@@ -172,7 +177,7 @@ pub fn backup(
     backend.write(&ndf_key(&lineage.name, v), &format::encode_ndf(&mut fps))?;
     drop(fps);
     let recipe = Recipe { backup: id, chunks };
-    backend.write(&snapshot::recipe_key(id), &recipe.encode()?)?;
+    backend.write_new(&snapshot::recipe_key(id), &[&recipe.encode()?])?;
     lineage.state.versions.push(super::format::Version {
         version: v,
         backup: id,
@@ -215,14 +220,17 @@ pub fn backup(
     snap.stats.throughput_mb_s = logical as f64 / 1e6 / snap.stats.seconds.max(1e-9);
     snap.stats.record_io(&repo.io_stats().since(&io_before));
     snap.stats.bytes_written += snapshot_len;
-    backend.write(&snapshot::snapshot_key(id), &snap.encode()?)?;
+    backend.write_new(&snapshot::snapshot_key(id), &[&snap.encode()?])?;
 
-    let arrange = match repo.config().arrange {
-        Arrange::Auto => Some(arrange_lineage(repo, &mut lineage, None)?),
-        Arrange::Manual => None,
+    let due = repo.config().arrange == Arrange::Auto;
+    let may_arrange = due && repo.exclude_readers()?;
+    let arrange = match may_arrange {
+        true => Some(arrange_lineage(repo, &mut lineage, None)?),
+        false => None,
     };
     Ok(BackupOutcome {
         snapshot: snap,
         arrange,
+        arrange_deferred: due && !may_arrange,
     })
 }

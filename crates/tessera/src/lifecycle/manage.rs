@@ -16,7 +16,7 @@ use super::{
     cat_key, journal_key, lineages, live_ids, ndf_dir, ndf_key, parse_num_name, require_layout,
     state_key, vol_key, Lineage,
 };
-use crate::backend::Backend as _;
+use crate::backend::{Backend as _, LockMode};
 use crate::error::{Error, Result};
 use crate::repo::Repository;
 use crate::snapshot::BackupId;
@@ -68,6 +68,7 @@ pub fn forget_keep_last(repo: &Repository, keep: usize) -> Result<DeleteStats> {
 /// a deletion that was interrupted after the snapshots went).
 pub fn reclaim(repo: &Repository) -> Result<DeleteStats> {
     require_layout(repo)?;
+    repo.require(LockMode::Exclusive, "reclaiming space")?;
     let io_before = repo.io_stats();
     let live_ids = live_ids(repo)?;
     let mut stats = DeleteStats::default();

@@ -4,7 +4,7 @@
 #![allow(dead_code)] // each test binary uses a part
 
 use std::path::Path;
-use tessera::backend::{Backend, Local, LockGuard};
+use tessera::backend::{Backend, Local, LockGuard, LockMode};
 
 /// A xorshift generator: deterministic test data from a seed.
 pub struct Rng(pub u64);
@@ -139,7 +139,7 @@ impl<G: Gate> Backend for Faulty<G> {
     fn exists(&self, key: &str) -> tessera::Result<bool> {
         self.inner.exists(key)
     }
-    fn lock(&self, exclusive: bool) -> tessera::Result<LockGuard> {
-        self.inner.lock(exclusive)
+    fn lock(&self, mode: LockMode) -> tessera::Result<LockGuard> {
+        self.inner.lock(mode)
     }
 }
