@@ -12,9 +12,8 @@ use std::process::Stdio;
 /// An experiment file in `dir` named `name`, over a tiny generated dataset,
 /// with systems `systems` and `extra` TOML.
 fn experiment_file(dir: &Path, name: &str, systems: &[&str], extra: &str) -> PathBuf {
-    let mut t = format!(
-        "name = {name:?}\n[dataset.generate]\nversions = 2\nsize = \"200KB\"\n{extra}"
-    );
+    let mut t =
+        format!("name = {name:?}\n[dataset.generate]\nversions = 2\nsize = \"200KB\"\n{extra}");
     for s in systems {
         t.push_str(&format!("[[systems]]\nname = {s:?}\n"));
     }
