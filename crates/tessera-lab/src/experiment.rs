@@ -60,7 +60,28 @@ pub enum ExperimentError {
     /// A trace could not be read.
     #[error("{0}")]
     Trace(String),
+    /// The configuration handed to [`run`] is invalid.
+    #[error("experiment {name:?}: {detail}")]
+    Invalid {
+        /// The experiment's name.
+        name: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The output directory is not this experiment's to write into.
+    #[error("{dir}: {detail}")]
+    Output {
+        /// The output directory.
+        dir: String,
+        /// Why it is refused.
+        detail: String,
+    },
 }
+
+/// The file marking an experiment's output directory; it holds the
+/// experiment's name. The runner writes into (and replaces repositories
+/// under) only a directory it created or marked for the same experiment.
+pub const OUTPUT_MARKER: &str = ".tessera-experiment";
 
 fn io_err(what: &Path) -> impl Fn(io::Error) -> ExperimentError + '_ {
     move |source| ExperimentError::Io {
@@ -188,9 +209,10 @@ impl Default for RestoreSpec {
 }
 
 /// A disk cost model: each distinct read extent (or read request) costs a
-/// seek, bytes cost bandwidth.
+/// seek, bytes cost bandwidth. A field left out of `[disk]` keeps its
+/// default.
 #[derive(Clone, Copy, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[serde(default, deny_unknown_fields)]
 pub struct DiskModel {
     /// Average seek plus rotational latency, in milliseconds.
     pub seek_ms: f64,
@@ -209,6 +231,22 @@ impl Default for DiskModel {
 }
 
 impl DiskModel {
+    /// Checks that both values are positive and finite (the model divides
+    /// by the bandwidth).
+    pub fn validate(&self) -> Result<(), String> {
+        for (field, value) in [
+            ("seek_ms", self.seek_ms),
+            ("bandwidth_mb_s", self.bandwidth_mb_s),
+        ] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(format!(
+                    "disk.{field} = {value}: must be finite and greater than 0"
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Modelled seconds for `extents` seeks and `bytes` transferred.
     pub fn seconds(&self, extents: u64, bytes: u64) -> f64 {
         extents as f64 * self.seek_ms / 1000.0 + bytes as f64 / 1e6 / self.bandwidth_mb_s
@@ -469,17 +507,35 @@ impl ExperimentConfig {
         if let Some(g) = &d.generate {
             parse_size(&g.size).map_err(|e| format!("dataset.generate.size: {e}"))?;
         }
+        plain_name(&self.name).map_err(|rule| {
+            format!(
+                "name {:?}: {rule} (it names the default output directory results/<name>)",
+                self.name
+            )
+        })?;
         if self.systems.is_empty() {
             return Err("no [[systems]] to compare".into());
         }
-        let mut names = std::collections::BTreeSet::new();
+        // Case-insensitive file systems would give names differing only in
+        // case one repository directory.
+        let mut names = std::collections::BTreeMap::new();
         for s in &self.systems {
+            plain_name(&s.name).map_err(|rule| {
+                format!(
+                    "system {:?}: name {rule} (it names the repository directory repos/<name>)",
+                    s.name
+                )
+            })?;
+            if let Some(other) = names.insert(s.name.to_ascii_lowercase(), &s.name) {
+                return Err(format!(
+                    "systems {other:?} and {:?}: names must differ (ignoring case), each names a repository directory",
+                    s.name
+                ));
+            }
             s.repo_config()
                 .map_err(|e| format!("system {:?}: {e}", s.name))?;
-            if !names.insert(&s.name) {
-                return Err(format!("two systems are named {:?}", s.name));
-            }
         }
+        self.disk.validate()?;
         if self.retention.gc_every == 0 {
             return Err("retention.gc_every must be at least 1".into());
         }
@@ -488,6 +544,21 @@ impl ExperimentConfig {
         }
         Ok(())
     }
+}
+
+/// Checks that `name` can name a directory inside another without leaving
+/// it: only ASCII letters, digits, `-`, `_` and `.`, and neither empty, `.`
+/// nor `..`. Returns the rule broken.
+fn plain_name(name: &str) -> Result<(), &'static str> {
+    const RULE: &str =
+        "must be plain: only letters, digits, '-', '_' and '.', not empty, '.' or '..'";
+    let plain = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !plain || name.is_empty() || name == "." || name == ".." {
+        return Err(RULE);
+    }
+    Ok(())
 }
 
 /// One version of the dataset.
@@ -674,7 +745,13 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> Result<Results, ExperimentError> {
     let started = Instant::now();
-    fs::create_dir_all(out).map_err(io_err(out))?;
+    config
+        .validate()
+        .map_err(|detail| ExperimentError::Invalid {
+            name: config.name.clone(),
+            detail,
+        })?;
+    claim_output(out, &config.name)?;
     let versions = dataset_versions(&config.dataset, out)?;
     let mut runs = config
         .systems
@@ -705,6 +782,48 @@ pub fn run(
     Ok(results)
 }
 
+/// Makes `out` the output directory of experiment `name`: a missing or empty
+/// directory is created and marked ([`OUTPUT_MARKER`]), one marked for the
+/// same experiment (an earlier run) is reused. Anything else is refused, so
+/// that the runner never replaces what it did not create.
+pub fn claim_output(out: &Path, name: &str) -> Result<(), ExperimentError> {
+    let refuse = |detail: String| ExperimentError::Output {
+        dir: out.display().to_string(),
+        detail,
+    };
+    let marker = out.join(OUTPUT_MARKER);
+    match fs::metadata(out) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            fs::create_dir_all(out).map_err(io_err(out))?;
+        }
+        Err(e) => return Err(io_err(out)(e)),
+        Ok(m) if !m.is_dir() => {
+            return Err(refuse("exists and is not a directory".into()));
+        }
+        Ok(_) => match fs::read_to_string(&marker) {
+            Ok(text) => {
+                let owner = text.trim_end_matches('\n');
+                if owner == name {
+                    return Ok(());
+                }
+                return Err(refuse(format!(
+                    "holds the output of experiment {owner:?}, not {name:?} (per its {OUTPUT_MARKER}); choose another --out"
+                )));
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let mut entries = fs::read_dir(out).map_err(io_err(out))?;
+                if entries.next().is_some() {
+                    return Err(refuse(format!(
+                        "not empty and not an experiment output directory (no {OUTPUT_MARKER}); choose a new or empty --out"
+                    )));
+                }
+            }
+            Err(e) => return Err(io_err(&marker)(e)),
+        },
+    }
+    fs::write(&marker, format!("{name}\n")).map_err(io_err(&marker))
+}
+
 /// One system of an experiment: its repository and the records so far.
 struct SystemRun<'a> {
     system: &'a SystemSpec,
@@ -716,7 +835,8 @@ struct SystemRun<'a> {
 }
 
 impl<'a> SystemRun<'a> {
-    /// Creates the system's repository (replacing one left by an earlier run).
+    /// Creates the system's repository (replacing one left by an earlier run
+    /// of the experiment: `out` is claimed and the name is plain).
     fn start(
         system: &'a SystemSpec,
         versions: &[Version],
@@ -1041,5 +1161,204 @@ fn csv_field(s: &str) -> String {
         format!("\"{}\"", s.replace('"', "\"\""))
     } else {
         s.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An experiment over a tiny generated dataset with systems `names`,
+    /// followed by `extra` TOML.
+    fn text(names: &[&str], extra: &str) -> String {
+        let mut t =
+            String::from("name = \"tiny\"\n[dataset.generate]\nversions = 2\nsize = \"200KB\"\n");
+        t.push_str(extra);
+        for n in names {
+            t.push_str(&format!("[[systems]]\nname = {}\n", toml_string(n)));
+        }
+        t
+    }
+
+    /// `s` as a TOML basic string.
+    fn toml_string(s: &str) -> String {
+        format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+    }
+
+    /// Loads `text` from a file in `dir`; the error's message on failure.
+    fn load(dir: &Path, text: &str) -> Result<ExperimentConfig, String> {
+        let path = dir.join("experiment.toml");
+        fs::write(&path, text).unwrap();
+        ExperimentConfig::load(&path).map_err(|e| e.to_string())
+    }
+
+    /// A directory holding one file, standing for someone else's data.
+    fn sentinel(dir: &Path) -> PathBuf {
+        let s = dir.join("sentinel");
+        fs::create_dir_all(&s).unwrap();
+        fs::write(s.join("notes.txt"), b"keep me").unwrap();
+        s
+    }
+
+    fn assert_sentinel_intact(s: &Path) {
+        assert_eq!(fs::read(s.join("notes.txt")).unwrap(), b"keep me");
+        assert_eq!(fs::read_dir(s).unwrap().count(), 1, "{}", s.display());
+    }
+
+    #[test]
+    fn path_like_system_names_are_refused_before_anything_is_written() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = sentinel(tmp.path());
+        let out = tmp.path().join("out");
+        let abs = s.display().to_string();
+        // out/repos/<name>: an absolute name replaces the path, "../../x" leaves out.
+        for name in [
+            abs.as_str(),
+            "../../sentinel",
+            "a/b",
+            "..",
+            ".",
+            "",
+            "a\\b",
+            "x y",
+        ] {
+            let err = load(tmp.path(), &text(&["exact", name], "")).unwrap_err();
+            assert!(
+                err.contains(&format!("system {name:?}: name must be plain")),
+                "{name:?}: {err}"
+            );
+            assert!(!err.contains('\n'), "{err}");
+
+            // A configuration built in code is checked by `run` too.
+            let mut config: ExperimentConfig = toml::from_str(&text(&["exact"], "")).unwrap();
+            config.systems[0].name = name.into();
+            let err = run(&config, &out, &mut |_| {}).unwrap_err();
+            assert!(
+                matches!(&err, ExperimentError::Invalid { detail, .. } if detail.contains("must be plain")),
+                "{name:?}: {err}"
+            );
+            assert!(!out.exists(), "{name:?}: nothing is written");
+            assert_sentinel_intact(&s);
+        }
+    }
+
+    #[test]
+    fn path_like_experiment_names_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        for name in ["../x", "/abs", "a/b", "..", ""] {
+            let t = text(&["exact"], "").replace("\"tiny\"", &toml_string(name));
+            let err = load(tmp.path(), &t).unwrap_err();
+            assert!(
+                err.contains(&format!("name {name:?}: must be plain")),
+                "{name:?}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn names_sharing_a_directory_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        for pair in [["exact", "exact"], ["exact", "Exact"]] {
+            let err = load(tmp.path(), &text(&pair, "")).unwrap_err();
+            assert!(
+                err.contains(&format!(
+                    "systems {:?} and {:?}: names must differ (ignoring case)",
+                    pair[0], pair[1]
+                )),
+                "{pair:?}: {err}"
+            );
+        }
+        load(tmp.path(), &text(&["exact", "exact-2", "exact.v2"], "")).unwrap();
+    }
+
+    #[test]
+    fn disk_values_must_be_positive_and_finite() {
+        let tmp = tempfile::tempdir().unwrap();
+        for field in ["seek_ms", "bandwidth_mb_s"] {
+            for value in ["0.0", "-0.0", "-1.0", "-12.7", "nan", "inf", "-inf"] {
+                let disk = format!("[disk]\n{field} = {value}\n");
+                let err = load(tmp.path(), &text(&["exact"], &disk)).unwrap_err();
+                assert!(
+                    err.contains(&format!("disk.{field} = "))
+                        && err.ends_with("must be finite and greater than 0"),
+                    "{field} = {value}: {err}"
+                );
+            }
+        }
+        let c = load(
+            tmp.path(),
+            &text(
+                &["exact"],
+                "[disk]\nseek_ms = 0.1\nbandwidth_mb_s = 500.0\n",
+            ),
+        )
+        .unwrap();
+        assert_eq!(c.disk.seconds(10, 1_000_000), 0.001 + 0.002);
+    }
+
+    #[test]
+    fn foreign_output_directories_are_refused_and_unchanged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config: ExperimentConfig = toml::from_str(&text(&["exact"], "")).unwrap();
+
+        // Someone's directory that happens to hold repos/<system name>.
+        let out = tmp.path().join("theirs");
+        let repo = out.join("repos").join("exact");
+        let s = sentinel(&repo);
+        let err = run(&config, &out, &mut |_| {}).unwrap_err();
+        assert!(
+            err.to_string().contains(&format!(
+                "not empty and not an experiment output directory (no {OUTPUT_MARKER})"
+            )),
+            "{err}"
+        );
+        assert_sentinel_intact(&s);
+        assert_eq!(fs::read_dir(&out).unwrap().count(), 1, "nothing added");
+        assert_eq!(fs::read_dir(&repo).unwrap().count(), 1, "nothing added");
+
+        // The output of another experiment.
+        let other = tmp.path().join("other");
+        let s = sentinel(&other.join("repos").join("exact"));
+        fs::write(other.join(OUTPUT_MARKER), "baselines\n").unwrap();
+        let err = run(&config, &other, &mut |_| {}).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("holds the output of experiment \"baselines\", not \"tiny\""),
+            "{err}"
+        );
+        assert_sentinel_intact(&s);
+        assert_eq!(
+            fs::read_to_string(other.join(OUTPUT_MARKER)).unwrap(),
+            "baselines\n"
+        );
+
+        // A file.
+        let file = tmp.path().join("file");
+        fs::write(&file, b"data").unwrap();
+        let err = run(&config, &file, &mut |_| {}).unwrap_err();
+        assert!(
+            err.to_string().ends_with("exists and is not a directory"),
+            "{err}"
+        );
+        assert_eq!(fs::read(&file).unwrap(), b"data");
+    }
+
+    #[test]
+    fn own_output_directory_is_marked_and_reused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let config: ExperimentConfig = toml::from_str(&text(&["exact"], "")).unwrap();
+        // An existing empty directory is adopted.
+        let out = tmp.path().join("out");
+        fs::create_dir(&out).unwrap();
+        let first = run(&config, &out, &mut |_| {}).unwrap();
+        assert_eq!(
+            fs::read_to_string(out.join(OUTPUT_MARKER)).unwrap(),
+            "tiny\n"
+        );
+        // The second run replaces its repository (a fresh one: version 1 is backup 1 again).
+        let second = run(&config, &out, &mut |_| {}).unwrap();
+        assert_eq!(second.records.len(), first.records.len());
+        let repo = Repository::open(&out.join("repos").join("exact"), false).unwrap();
+        assert_eq!(repo.backups().unwrap(), vec![1, 2]);
     }
 }
