@@ -1358,7 +1358,11 @@ mod tests {
         // The second run replaces its repository (a fresh one: version 1 is backup 1 again).
         let second = run(&config, &out, &mut |_| {}).unwrap();
         assert_eq!(second.records.len(), first.records.len());
-        let repo = Repository::open(&out.join("repos").join("exact"), false).unwrap();
+        let repo = Repository::open(
+            &out.join("repos").join("exact"),
+            tessera::backend::LockMode::Read,
+        )
+        .unwrap();
         assert_eq!(repo.backups().unwrap(), vec![1, 2]);
     }
 }
