@@ -2,11 +2,18 @@
 # Demo of Tessera's main job on a local repository: create a repository, back up
 # several versions of generated data with edits, restore every version, verify
 # the repository, print statistics. Usage: scripts/demo.sh [WORKDIR]
+# Without WORKDIR it works in a temporary directory that it removes when it
+# ends (however it ends); with WORKDIR, the data and repository stay there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release -q -p tessera-cli
 T=$PWD/target/release/tessera
-W=${1:-$(mktemp -d -t tessera-demo.XXXXXX)}
+if [ $# -ge 1 ]; then
+  W=$1
+else
+  W=$(mktemp -d -t tessera-demo.XXXXXX)
+  trap 'rm -rf "$W"' EXIT
+fi
 mkdir -p "$W"
 REPO=$W/repo
 rm -rf "$REPO" "$W/data"
