@@ -439,14 +439,7 @@ fn main() -> ExitCode {
         // Help and version go to stdout as clap prints them.
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
-            // Usage errors: one line, like every other error.
-            let text = e.to_string();
-            let first = text
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
-            eprintln!("tessera: error: {first} (see tessera --help)");
+            eprintln!("tessera: error: {} (see tessera --help)", usage_error(&e));
             return ExitCode::from(2);
         }
     };
@@ -457,6 +450,29 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A command-line usage error on one line, like every other error: clap's
+/// message with what it lists below it (the missing arguments) and its tips
+/// ("a similar subcommand exists: …"), without the usage block.
+fn usage_error(e: &clap::Error) -> String {
+    let rendered = e.render().to_string();
+    let mut text = String::new();
+    let lines = rendered
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty());
+    for line in lines {
+        if !text.is_empty() {
+            text.push_str(if line.starts_with("tip:") { "; " } else { " " });
+        }
+        text.push_str(line.trim_start_matches("error: "));
+    }
+    if text.is_empty() {
+        text.push_str("invalid arguments");
+    }
+    text
 }
 
 /// The error and its causes on one line, skipping causes whose text the

@@ -341,3 +341,16 @@ fn open_when_released(repo: &std::path::Path, mode: LockMode) -> tessera::Reposi
         }
     }
 }
+
+#[test]
+fn usage_errors_name_what_is_missing_and_suggest() {
+    let out = run(["forget", "/nonexistent-repo"]);
+    assert_eq!(out.status.code(), Some(2));
+    let line = assert_one_line_error(&["forget".into()], &out);
+    assert!(line.contains("not provided: --keep-last"), "{line}");
+    let out = run(["lst"]);
+    let line = assert_one_line_error(&["lst".into()], &out);
+    assert!(line.contains("similar subcommand exists: 'list'"), "{line}");
+    let line = fail(["restore", "/nonexistent-repo", "1"]);
+    assert!(line.contains("<OUTPUT>"), "{line}");
+}
