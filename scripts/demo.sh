@@ -32,7 +32,7 @@ echo "== tessera list"
 "$T" list "$REPO"
 echo "== restoring every version and comparing"
 for v in 1 2 3 4 5 6 7 8; do
-  "$T" restore "$REPO" "$v" "$W/restored"
+  "$T" restore "$REPO" "$v" "$W/restored" --overwrite
   cmp "$W/data/v$v" "$W/restored"
 done
 rm -f "$W/restored"

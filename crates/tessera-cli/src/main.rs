@@ -22,7 +22,9 @@ use tessera::delta::{DeltaKind, DeltaParams};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
-use tessera::restore::{restore, restore_to_path, RestoreOptions, DEFAULT_CACHE_CONTAINERS};
+use tessera::restore::{
+    restore, restore_to_path, ExistingFile, RestoreOptions, DEFAULT_CACHE_CONTAINERS,
+};
 use tessera::restore_plan::CachePolicy;
 use tessera::rewrite::{RewriteKind, RewriteParams};
 use tessera::snapshot::BackupId;
@@ -71,19 +73,24 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Restore a backup into a file, or to standard output (`-`).
+    /// Restore a backup into a file, a device or FIFO, or to standard output (`-`).
     Restore {
         /// The repository.
         repo: PathBuf,
         /// The backup id (or `latest`).
         id: String,
-        /// The output file, or `-` for standard output.
+        /// The output: a new file (appears only when complete), a device or
+        /// FIFO (written in place), or `-` for standard output.
         output: String,
+        /// Replace an existing regular file (only once the whole backup restored).
+        #[arg(long)]
+        overwrite: bool,
         /// Restore cache policy: lru, opt (Belady, using the recipe) or faa
         /// (forward assembly area of --cache-size containers).
         #[arg(long, default_value = "lru")]
         cache: CachePolicy,
-        /// Containers held by the restore cache.
+        /// Containers held by the restore cache (at least 1; at most as
+        /// many as the machine's memory holds).
         #[arg(long, default_value_t = DEFAULT_CACHE_CONTAINERS)]
         cache_size: usize,
         /// Print the metrics as one JSON object (to stderr when restoring to stdout).
@@ -333,7 +340,7 @@ struct InitArgs {
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     index_memory: u64,
     /// Eager, lazy: size of the Bloom filter (default: sized for --bloom-fpr).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_bloom_size)]
     bloom_size: Option<u64>,
     /// Lazy: buffer fingerprint threshold (fingerprints a buffer bucket
     /// collects before they are searched on disk together).
@@ -433,6 +440,17 @@ fn parse_wait(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (a duration such as 30s, 5m or 1h)"))
 }
 
+/// A Bloom filter size: at least 1 byte (the configuration's 0 means "sized
+/// for --bloom-fpr", which omitting the option asks for).
+fn parse_bloom_size(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err("0 bytes is out of range: valid range 1 byte or more \
+                  (omit --bloom-size to size the filter for --bloom-fpr)"
+            .into()),
+        n => Ok(n),
+    }
+}
+
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -514,10 +532,18 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
             repo,
             id,
             output,
+            overwrite,
             cache,
             cache_size,
             json,
-        } => restore_cmd(&repo, &id, &output, cache, cache_size, json, wait)?,
+        } => {
+            let existing = if overwrite {
+                ExistingFile::Replace
+            } else {
+                ExistingFile::Refuse
+            };
+            restore_cmd(&repo, &id, &output, existing, cache, cache_size, json, wait)?
+        }
         Command::Arrange { repo, json } => {
             let r = open(&repo, LockMode::Exclusive, wait)?;
             let s = tessera::lifecycle::arrange(&r)?;
@@ -917,7 +943,7 @@ fn backup_cmd(
             s.throughput_mb_s
         );
         let d = &s.delta;
-        if d.policy != DeltaKind::None.name() {
+        if r.config().delta.kind != DeltaKind::None {
             println!(
                 "delta ({}): {} chunks stored as deltas ({} hash-less, {} Edelta), {} saved, {} PFCs, {} containers piggybacked, {} extra base reads",
                 d.policy,
@@ -947,14 +973,12 @@ fn restore_cmd(
     repo: &Path,
     id: &str,
     output: &str,
+    existing: ExistingFile,
     policy: CachePolicy,
     cache: usize,
     json: bool,
     wait: Duration,
 ) -> Result<()> {
-    if cache == 0 {
-        bail!("--cache-size must be at least 1 container");
-    }
     let r = open(repo, LockMode::Read, wait)?;
     let id = backup_id(&r, id)?;
     let total = r.snapshot(id)?.logical_bytes;
@@ -975,8 +999,9 @@ fn restore_cmd(
         restore(&r, id, &mut lock, &options)
             .with_context(|| format!("restoring backup {id} to stdout"))?
     } else {
-        restore_to_path(&r, id, Path::new(output), &options)
-            .with_context(|| format!("restoring backup {id} to {output}"))?
+        restore_to_path(&r, id, Path::new(output), existing, &options)
+            // Engine errors about the output name it.
+            .with_context(|| format!("restoring backup {id}"))?
     };
     bar.finish_and_clear();
     let text = if json {

@@ -354,3 +354,118 @@ fn usage_errors_name_what_is_missing_and_suggest() {
     let line = fail(["restore", "/nonexistent-repo", "1"]);
     assert!(line.contains("<OUTPUT>"), "{line}");
 }
+
+/// `init REPO OPTS...` fails with one line containing every part of
+/// `expect`, and creates no repository.
+fn init_refused(tmp: &Path, opts: &[&str], expect: &[&str]) {
+    let repo = tmp.join("refused");
+    let mut args = vec!["init".to_string(), s(&repo)];
+    args.extend(opts.iter().map(|o| o.to_string()));
+    let line = fail(&args);
+    for part in expect {
+        assert!(line.contains(part), "{args:?}: {line}");
+    }
+    assert!(
+        !repo.join("config").exists(),
+        "{args:?} created a repository"
+    );
+}
+
+#[test]
+fn init_bloom_size_zero_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    init_refused(
+        tmp.path(),
+        &["--index", "lazy", "--bloom-size", "0"],
+        &["--bloom-size", "valid range 1 byte or more"],
+    );
+}
+
+#[test]
+fn init_index_memory_zero_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    init_refused(
+        tmp.path(),
+        &["--index", "ddfs", "--index-memory", "0"],
+        &["--index-memory", "valid range 1 byte or more"],
+    );
+}
+
+/// `gc REPO --defrag gccdf OPTS...` on a repository with a deleted backup
+/// fails with one line containing every part of `expect`; nothing is collected.
+fn gc_refused(opts: &[&str], expect: &[&str]) {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = repo_with_backup(tmp.path());
+    ok(["delete".to_string(), s(&repo), "1".into()]);
+    let before = containers(&repo);
+    let mut args = vec![
+        "gc".to_string(),
+        s(&repo),
+        "--defrag".into(),
+        "gccdf".into(),
+    ];
+    args.extend(opts.iter().map(|o| o.to_string()));
+    let line = fail(&args);
+    for part in expect {
+        assert!(line.contains(part), "{args:?}: {line}");
+    }
+    assert_eq!(containers(&repo), before, "nothing was collected");
+}
+
+#[test]
+fn gc_segment_zero_is_refused() {
+    gc_refused(&["--segment", "0"], &["--segment", "valid range 1 or more"]);
+}
+
+#[test]
+fn gc_split_threshold_zero_is_refused() {
+    gc_refused(
+        &["--split-threshold", "0"],
+        &["--split-threshold", "valid range 1 byte or more"],
+    );
+}
+
+/// The machine's memory: `MemTotal` of /proc/meminfo, in bytes.
+fn mem_total() -> u64 {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let line = info.lines().find(|l| l.starts_with("MemTotal:")).unwrap();
+    let kib: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+    kib * 1024
+}
+
+#[test]
+fn restore_cache_size_beyond_memory_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = repo_with_backup(tmp.path());
+    let out = tmp.path().join("out");
+    let max = mem_total() / (4 << 20);
+    for (size, expect) in [
+        (max + 1, format!("valid range 1..={max}")),
+        (u64::MAX, format!("valid range 1..={max}")),
+        (0, "at least 1".to_string()),
+    ] {
+        for target in [s(&out), "-".into()] {
+            let args = [
+                "restore".to_string(),
+                s(&repo),
+                "1".into(),
+                target,
+                "--cache-size".into(),
+                size.to_string(),
+            ];
+            let line = fail(&args);
+            assert!(line.contains("--cache-size"), "{args:?}: {line}");
+            assert!(line.contains(&expect), "{args:?}: {line}");
+        }
+    }
+    assert!(!out.exists(), "a refused restore wrote nothing");
+    // The largest cache that fits is accepted.
+    ok([
+        "restore".to_string(),
+        s(&repo),
+        "1".into(),
+        s(&out),
+        "--cache-size".into(),
+        max.to_string(),
+    ]);
+}

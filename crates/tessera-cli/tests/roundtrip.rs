@@ -209,3 +209,34 @@ fn one_gib_round_trip() {
     let report = ok(["check".as_ref(), repo.as_os_str(), "--read-data".as_ref()]);
     assert!(report.contains("no problems"), "{report}");
 }
+
+/// A backup prints its delta-compression line only in a repository with a
+/// delta policy: never in the lifecycle layout, which has none.
+#[test]
+fn backup_prints_the_delta_line_only_with_a_delta_policy() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("input");
+    std::fs::write(&input, random_bytes(3, 200_000)).unwrap();
+    for (layout, delta, printed) in [
+        ("lifecycle", "none", false),
+        ("container", "none", false),
+        ("container", "greedy", true),
+    ] {
+        let repo = tmp.path().join(format!("{layout}-{delta}"));
+        ok([
+            "init".as_ref(),
+            repo.as_os_str(),
+            "--layout".as_ref(),
+            layout.as_ref(),
+            "--delta".as_ref(),
+            delta.as_ref(),
+        ]);
+        let out = ok(["backup".as_ref(), repo.as_os_str(), input.as_os_str()]);
+        assert!(out.contains("committed"), "{out}");
+        assert_eq!(
+            out.lines().any(|l| l.starts_with("delta (")),
+            printed,
+            "{layout}, delta {delta}: {out}"
+        );
+    }
+}

@@ -274,6 +274,22 @@ impl Config {
         Ok(())
     }
 
+    /// Checks a configuration for a new repository: [`Config::validate`],
+    /// and that the index's memory budget is at least 1 byte. (Builds before
+    /// this check accepted 0, so [`Config::decode`] does not make it: their
+    /// repositories still open.)
+    pub fn validate_new(&self) -> Result<()> {
+        self.validate()?;
+        if self.index_cache_bytes == 0 {
+            return Err(Error::InvalidConfig(
+                "index memory budget (--index-memory, index_cache_bytes) is 0 bytes: \
+                 valid range 1 byte or more"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Delta compression needs chunk data in containers; PFC-delta also an
     /// index that reads container metadata and a rewriting policy (its
     /// bases sit around the chunks that policy rewrites).
@@ -416,6 +432,16 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn new_repositories_need_an_index_memory_budget() {
+        let mut c = Config::new("abc".into());
+        c.index_cache_bytes = 0;
+        assert!(c.validate().is_ok(), "existing repositories still open");
+        assert!(matches!(c.validate_new(), Err(Error::InvalidConfig(_))));
+        c.index_cache_bytes = 1;
+        assert!(c.validate_new().is_ok());
     }
 
     #[test]

@@ -78,6 +78,18 @@ pub enum Error {
     /// A configuration value is invalid.
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),
+    /// An option of an operation (GC, restore) is outside its valid range;
+    /// the message names the option and the range.
+    #[error("invalid option: {0}")]
+    InvalidOption(String),
+    /// A restore's output path holds something the restore must not replace.
+    #[error("{path}: {reason}")]
+    OutputRefused {
+        /// The output path.
+        path: String,
+        /// Why the restore does not write there.
+        reason: String,
+    },
     /// Reading the backup source failed.
     #[error("reading {what}: {source}")]
     Input {

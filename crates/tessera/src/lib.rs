@@ -23,6 +23,7 @@ pub mod index;
 pub mod lifecycle;
 pub mod repo;
 pub mod restore;
+pub mod restore_output;
 pub mod restore_plan;
 pub mod rewrite;
 pub mod snapshot;

@@ -57,7 +57,7 @@ pub struct Repository {
 impl Repository {
     /// Creates a repository in the local directory `path` (absent or empty).
     pub fn init(path: &Path, config: Config) -> Result<Repository> {
-        config.validate()?;
+        config.validate_new()?;
         if path.exists() {
             let mut entries = std::fs::read_dir(path)
                 .map_err(|e| Error::io(format!("reading directory {}", path.display()), e))?;
@@ -72,7 +72,7 @@ impl Repository {
 
     /// Creates a repository on `backend`, which must hold no configuration yet.
     pub fn init_with_backend(backend: Box<dyn Backend>, config: Config) -> Result<Repository> {
-        config.validate()?;
+        config.validate_new()?;
         let backend = Arc::new(Counting::new(backend));
         if backend.exists(CONFIG_KEY)? {
             return Err(Error::AlreadyExists(backend.location()));

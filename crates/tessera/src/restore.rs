@@ -21,6 +21,8 @@ use crate::error::{Error, Result};
 use crate::fingerprint::FingerprintAlgo;
 use crate::lifecycle::{self, LifecycleRestoreOptions};
 use crate::repo::Repository;
+pub use crate::restore_output::ExistingFile;
+use crate::restore_output::{self, Target};
 use crate::restore_plan::{self, CachePolicy, Plan, Step};
 use crate::snapshot::{BackupId, ChunkRef};
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -106,7 +108,66 @@ pub struct RestoreStats {
 /// fingerprint, before writing any of it. In a trace repository nothing is
 /// written: the restore is planned from the metadata and its metrics
 /// computed, identical to those of a real restore of the same recipe.
+///
+/// Options out of range are refused (see [`check_options`]).
 pub fn restore(
+    repo: &Repository,
+    id: BackupId,
+    out: &mut dyn Write,
+    options: &RestoreOptions,
+) -> Result<RestoreStats> {
+    check_options(repo, options)?;
+    run(repo, id, out, options)
+}
+
+/// Checks restore options against the repository and the machine: the
+/// cache holds at least one container, and (when it holds data: a
+/// container-layout repository that is not a trace repository) no more
+/// containers than fit in the machine's memory (`MemTotal` of
+/// `/proc/meminfo`, else [`FALLBACK_MEMORY_BYTES`]).
+pub fn check_options(repo: &Repository, options: &RestoreOptions) -> Result<()> {
+    let n = options.cache_containers as u64;
+    if n == 0 {
+        return Err(Error::InvalidOption(
+            "restore cache size (--cache-size) is 0 containers: it must hold at least 1".into(),
+        ));
+    }
+    let config = repo.config();
+    if config.layout != Layout::Container || config.trace {
+        return Ok(());
+    }
+    let container = u64::from(config.container_size).max(1);
+    let (memory, source) = machine_memory();
+    let max = (memory / container).max(1);
+    if n > max {
+        return Err(Error::InvalidOption(format!(
+            "restore cache size (--cache-size) {n} containers of {container} bytes exceeds \
+             the machine's memory ({memory} bytes, {source}): valid range 1..={max}"
+        )));
+    }
+    Ok(())
+}
+
+/// Memory assumed where `/proc/meminfo` cannot be read: 256 GiB.
+pub const FALLBACK_MEMORY_BYTES: u64 = 256 << 30;
+
+/// The machine's memory in bytes and where the figure comes from.
+fn machine_memory() -> (u64, &'static str) {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|text| mem_total(&text))
+        .map_or((FALLBACK_MEMORY_BYTES, "assumed"), |m| (m, "MemTotal"))
+}
+
+/// Bytes of the `MemTotal:` line of `/proc/meminfo` text (given in kB).
+fn mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// [`restore`] with checked options.
+fn run(
     repo: &Repository,
     id: BackupId,
     out: &mut dyn Write,
@@ -120,7 +181,7 @@ pub fn restore(
     let recipe = repo.recipe(id)?;
     // Bytes read count container reads only, not the recipe.
     let io_before = repo.io_stats();
-    let capacity = options.cache_containers.max(1);
+    let capacity = options.cache_containers;
     let plan = restore_plan::plan(
         &recipe.chunks,
         options.policy,
@@ -328,10 +389,38 @@ impl Loaded {
     }
 }
 
-/// Restores backup `id` into the file `path`: written to a temporary file
-/// beside it and renamed into place only when every chunk verified, so a
-/// failed restore leaves no partial output.
+/// Restores backup `id` into `path`, by what is there (see
+/// [`crate::restore_output`]): a new or (with [`ExistingFile::Replace`])
+/// existing regular file is written to a temporary file beside it and
+/// renamed into place only when every chunk verified, so a failed restore
+/// leaves no partial output and the old file intact; a device, FIFO or
+/// socket is written in place; a directory, or an existing file without
+/// `Replace`, is refused before anything is read.
 pub fn restore_to_path(
+    repo: &Repository,
+    id: BackupId,
+    path: &Path,
+    existing: ExistingFile,
+    options: &RestoreOptions,
+) -> Result<RestoreStats> {
+    check_options(repo, options)?;
+    match restore_output::target(path, existing)? {
+        Target::Stream => {
+            let file = restore_output::open_stream(path)?;
+            let mut writer = BufWriter::with_capacity(1 << 20, file);
+            let stats = run(repo, id, &mut writer, options)?;
+            writer
+                .flush()
+                .map_err(|e| restore_output::output_error(path, e))?;
+            Ok(stats)
+        }
+        Target::File(file) => restore_to_new_file(repo, id, &file, options),
+    }
+}
+
+/// Restores into a temporary file beside `path`, synced and renamed over
+/// `path` when complete; removed on failure.
+fn restore_to_new_file(
     repo: &Repository,
     id: BackupId,
     path: &Path,
@@ -346,13 +435,10 @@ pub fn restore_to_path(
         _ => Path::new(".").to_path_buf(),
     };
     let tmp = dir.join(format!(".{name}.tessera-partial.{}", std::process::id()));
-    let out_err = |e| Error::Output {
-        what: path.display().to_string(),
-        source: e,
-    };
+    let out_err = |e| restore_output::output_error(path, e);
     let file = File::create(&tmp).map_err(out_err)?;
     let mut writer = BufWriter::with_capacity(1 << 20, file);
-    let result = restore(repo, id, &mut writer, options).and_then(|stats| {
+    let result = run(repo, id, &mut writer, options).and_then(|stats| {
         let file = writer.into_inner().map_err(|e| out_err(e.into_error()))?;
         file.sync_all().map_err(out_err)?;
         fs::rename(&tmp, path).map_err(out_err)?;
@@ -793,5 +879,25 @@ mod tests {
         fs::remove_file(&path).unwrap();
         let err = restore(&repo, id, &mut std::io::sink(), &RestoreOptions::default());
         assert!(matches!(err, Err(Error::NotFound(_))), "{err:?}");
+    }
+
+    #[test]
+    fn cache_sizes_beyond_the_machine_are_refused() {
+        assert_eq!(
+            mem_total("MemFree: 1 kB\nMemTotal:   2048 kB\n"),
+            Some(2 << 20)
+        );
+        assert_eq!(mem_total("MemTotal: lots\n"), None);
+        let (_dir, repo, id, _) = repository();
+        let (memory, _) = machine_memory();
+        let fits = (memory / u64::from(repo.config().container_size)) as usize;
+        for cache_containers in [0, fits + 1] {
+            let options = RestoreOptions {
+                cache_containers,
+                ..RestoreOptions::default()
+            };
+            let err = restore(&repo, id, &mut std::io::sink(), &options);
+            assert!(matches!(err, Err(Error::InvalidOption(_))), "{err:?}");
+        }
     }
 }

@@ -88,6 +88,29 @@ pub struct GcOptions {
     pub split_threshold: u64,
 }
 
+impl GcOptions {
+    /// Checks that every option is in its valid range.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(Error::InvalidOption(what));
+        if !(0.0..=100.0).contains(&self.threshold_pct) {
+            return bad(format!(
+                "GC threshold (--threshold) {}% is outside 0..=100",
+                self.threshold_pct
+            ));
+        }
+        if self.segment == 0 {
+            return bad("GC segment (--segment) is 0 containers: valid range 1 or more".into());
+        }
+        if self.split_threshold == 0 {
+            return bad(
+                "GCCDF split threshold (--split-threshold) is 0 bytes: valid range 1 byte or more"
+                    .into(),
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Default for GcOptions {
     fn default() -> Self {
         GcOptions {
@@ -202,12 +225,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
             repo.backend().location()
         )));
     }
-    if !(0.0..=100.0).contains(&options.threshold_pct) {
-        return Err(Error::InvalidConfig(format!(
-            "GC threshold {}% is outside 0..=100",
-            options.threshold_pct
-        )));
-    }
+    options.validate()?;
     let started = Instant::now();
     let io_before = repo.io_stats();
     let backend = repo.backend().as_ref();
@@ -291,7 +309,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         hashbrown::HashMap::default();
     let segment = match options.defrag {
         Defrag::None => 1,
-        Defrag::Gccdf | Defrag::Random => options.segment.max(1),
+        Defrag::Gccdf | Defrag::Random => options.segment,
     };
     let with_live: Vec<ContainerId> = selected
         .iter()
@@ -662,5 +680,27 @@ mod tests {
         assert_eq!(forget_candidates(&snaps, 2), vec![1, 2]);
         assert_eq!(forget_candidates(&snaps, 0), vec![1, 2, 3, 5]);
         assert!(forget_candidates(&snaps, 9).is_empty());
+    }
+
+    #[test]
+    fn options_out_of_range_are_refused() {
+        let ok = GcOptions::default();
+        assert!(ok.validate().is_ok());
+        for bad in [
+            GcOptions { segment: 0, ..ok },
+            GcOptions {
+                split_threshold: 0,
+                ..ok
+            },
+            GcOptions {
+                threshold_pct: 101.0,
+                ..ok
+            },
+        ] {
+            assert!(
+                matches!(bad.validate(), Err(Error::InvalidOption(_))),
+                "{bad:?}"
+            );
+        }
     }
 }
