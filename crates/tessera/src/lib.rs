@@ -26,6 +26,7 @@ pub mod restore;
 pub mod restore_plan;
 pub mod rewrite;
 pub mod snapshot;
+pub(crate) mod spill;
 pub mod units;
 
 pub use error::{Error, Result};

@@ -26,6 +26,48 @@ pub struct Local {
 }
 
 impl Local {
+    /// Writes `key` atomically and durably: `fill` writes a new temporary
+    /// file (named in its errors by the path it is given), which is synced
+    /// and renamed into place, then the directory is synced.
+    fn write_atomic(
+        &self,
+        key: &str,
+        fill: &mut dyn FnMut(&mut File, &Path) -> Result<()>,
+    ) -> Result<()> {
+        let path = self.path(key)?;
+        let dir = path.parent().unwrap_or(&self.root).to_path_buf();
+        let io_err = |e| Error::io(format!("writing {}", path.display()), e);
+        if !dir.is_dir() {
+            fs::create_dir_all(&dir).map_err(io_err)?;
+            // Make the new directory's entry durable too.
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent).map_err(io_err)?;
+            }
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
+        let result = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io_err)
+            .and_then(|mut f| {
+                fill(&mut f, &tmp)?;
+                f.sync_all().map_err(io_err)?;
+                drop(f);
+                fs::rename(&tmp, &path).map_err(io_err)?;
+                sync_dir(&dir).map_err(io_err)
+            });
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+
     /// A backend rooted at `root` (which need not exist yet).
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Local {
@@ -206,34 +248,27 @@ impl Backend for Local {
     }
 
     fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
-        let path = self.path(key)?;
-        let dir = path.parent().unwrap_or(&self.root).to_path_buf();
-        let io_err = |e| Error::io(format!("writing {}", path.display()), e);
-        if !dir.is_dir() {
-            fs::create_dir_all(&dir).map_err(io_err)?;
-            // Make the new directory's entry durable too.
-            if let Some(parent) = dir.parent() {
-                sync_dir(parent).map_err(io_err)?;
-            }
-        }
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
-        let result = (|| -> io::Result<()> {
-            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            write_parts_to(&mut f, &tmp, parts)?;
-            f.sync_all()?;
-            drop(f);
-            fs::rename(&tmp, &path)?;
-            sync_dir(&dir)
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        result.map_err(io_err)
+        self.write_atomic(key, &mut |f, tmp| {
+            write_parts_to(f, tmp, parts)
+                .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))
+        })
+    }
+
+    fn write_streamed(
+        &self,
+        key: &str,
+        produce: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<u64> {
+        let mut written = 0;
+        self.write_atomic(key, &mut |f, tmp| {
+            let io_err = |e| Error::io(format!("writing {}", tmp.display()), e);
+            let mut w = io::BufWriter::with_capacity(1 << 20, f);
+            produce(&mut w)?;
+            w.flush().map_err(io_err)?;
+            written = w.get_mut().stream_position().map_err(io_err)?;
+            Ok(())
+        })?;
+        Ok(written)
     }
 
     fn will_read(&self, keys: &[String]) {

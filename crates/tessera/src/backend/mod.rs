@@ -10,6 +10,7 @@ use crate::error::Result;
 use bytes::Bytes;
 use serde::Serialize;
 use std::fs::File;
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A flat store of named objects. Keys are `/`-separated relative paths.
@@ -38,6 +39,20 @@ pub trait Backend: Send + Sync {
     /// (backends that can, write the parts without concatenating them).
     fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         self.write(key, &parts.concat())
+    }
+    /// Stores the bytes `produce` writes as `key`, like [`Backend::write`],
+    /// for objects built piece by piece that should not be held in memory
+    /// whole (local: streamed into the temporary file that is renamed into
+    /// place). Returns the object's size.
+    fn write_streamed(
+        &self,
+        key: &str,
+        produce: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<u64> {
+        let mut data = Vec::new();
+        produce(&mut data)?;
+        self.write(key, &data)?;
+        Ok(data.len() as u64)
     }
     /// Hints that the objects `keys` will be read whole soon, so that the
     /// backend may start fetching them while the caller works (local: the
@@ -186,6 +201,16 @@ impl Backend for Counting {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         self.write_bytes.fetch_add(len as u64, Ordering::Relaxed);
         Ok(())
+    }
+    fn write_streamed(
+        &self,
+        key: &str,
+        produce: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<u64> {
+        let len = self.inner.write_streamed(key, produce)?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.write_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(len)
     }
     fn will_read(&self, keys: &[String]) {
         self.inner.will_read(keys);
