@@ -20,7 +20,7 @@ use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::fingerprint::{BatchHasher, FingerprintAlgo};
-use crate::index::{Chunk, Decision, DedupIndex, Reorder};
+use crate::index::{table, Chunk, Decision, DedupIndex, Reorder};
 use crate::lifecycle::{self, ArrangeStats, LifecycleBackupOptions};
 use crate::repo::Repository;
 use crate::rewrite::{RewriteFilter, Verdict};
@@ -959,7 +959,7 @@ impl Store {
             trace,
             tx,
             spare,
-            here: SpillMap::with_budget(HERE_BUDGET),
+            here: SpillMap::with_budget(HERE_BUDGET, table::order_key),
             placed: Vec::new(),
             delta,
             totals: StoreTotals::default(),

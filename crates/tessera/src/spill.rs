@@ -7,15 +7,15 @@
 //! - [`SpillMap`]: a fingerprint → `u64` map that keeps at most a configured
 //!   number of entries in memory and writes the rest as sorted runs, each
 //!   with a Bloom filter in memory (~1.2 bytes per spilled entry), so that
-//!   lookups of absent fingerprints cost no I/O. It iterates in table order
-//!   ([`crate::index::table::order_key`]), the newest value of a key winning.
+//!   lookups of absent fingerprints cost no I/O. It iterates in the order
+//!   it was made with ([`Order`]: table order or byte order), the newest
+//!   value of a key winning.
 //!
 //! Spill files are scratch space, not repository objects: they are not part
 //! of the on-disk format and never read by another process.
 
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
-use crate::index::table::order_key;
 use fastbloom::BloomFilter;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -28,6 +28,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const RECORD_LEN: usize = FINGERPRINT_LEN + 8;
 /// False-positive rate of each run's Bloom filter.
 const RUN_BLOOM_FPR: f64 = 0.01;
+
+/// The sort key of a fingerprint in a [`SpillMap`]'s runs.
+pub(crate) type Order = fn(&Fingerprint) -> (u64, Fingerprint);
+
+/// Byte order of fingerprints (their `Ord`), as NDF tables list them.
+pub(crate) fn byte_order(fp: &Fingerprint) -> (u64, Fingerprint) {
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&fp.0[..8]);
+    (u64::from_be_bytes(head), *fp)
+}
 
 static SPILL_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -67,7 +77,7 @@ struct Run {
 }
 
 impl Run {
-    /// Writes `entries` (sorted in table order) as a run.
+    /// Writes `entries` (sorted in the map's order) as a run.
     fn write(entries: &[(Fingerprint, u64)]) -> Result<Run> {
         let file = temp_file()?;
         let mut bloom =
@@ -97,16 +107,16 @@ impl Run {
     }
 
     /// The value of `fp` in this run (a binary search over the file).
-    fn get(&self, fp: &Fingerprint) -> Result<Option<u64>> {
+    fn get(&self, fp: &Fingerprint, order: Order) -> Result<Option<u64>> {
         if !self.bloom.contains_hash(fp.key64()) {
             return Ok(None);
         }
-        let key = order_key(fp);
+        let key = order(fp);
         let (mut lo, mut hi) = (0u64, self.len);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             let (found, v) = self.record(mid)?;
-            match order_key(&found).cmp(&key) {
+            match order(&found).cmp(&key) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
                 std::cmp::Ordering::Equal => return Ok(Some(v)),
@@ -130,11 +140,13 @@ pub(crate) struct SpillMap {
     mem: FingerprintMap<u64>,
     limit: usize,
     runs: Vec<Run>,
+    order: Order,
 }
 
 impl SpillMap {
-    /// A map whose in-memory part stays within about `budget` bytes.
-    pub(crate) fn with_budget(budget: u64) -> SpillMap {
+    /// A map whose in-memory part stays within about `budget` bytes,
+    /// iterated in `order`.
+    pub(crate) fn with_budget(budget: u64, order: Order) -> SpillMap {
         // The largest power-of-two table that fits, filled to 7/8.
         let mut buckets: u64 = 1024;
         while (buckets * 2) * (RECORD_LEN as u64 + 1) <= budget {
@@ -144,20 +156,16 @@ impl SpillMap {
             mem: FingerprintMap::default(),
             limit: (buckets / 8 * 7) as usize,
             runs: Vec::new(),
+            order,
         }
     }
 
     /// The newest value of `fp`.
     pub(crate) fn get(&self, fp: &Fingerprint) -> Result<Option<u64>> {
-        if let Some(&v) = self.mem.get(fp) {
-            return Ok(Some(v));
+        match self.mem.get(fp) {
+            Some(&v) => Ok(Some(v)),
+            None => self.get_spilled(fp),
         }
-        for run in self.runs.iter().rev() {
-            if let Some(v) = run.get(fp)? {
-                return Ok(Some(v));
-            }
-        }
-        Ok(None)
     }
 
     /// Sets `fp` to `v`; returns the value it had.
@@ -175,7 +183,7 @@ impl SpillMap {
 
     fn get_spilled(&self, fp: &Fingerprint) -> Result<Option<u64>> {
         for run in self.runs.iter().rev() {
-            if let Some(v) = run.get(fp)? {
+            if let Some(v) = run.get(fp, self.order)? {
                 return Ok(Some(v));
             }
         }
@@ -185,7 +193,8 @@ impl SpillMap {
     /// Writes the in-memory entries as a new run.
     fn spill(&mut self) -> Result<()> {
         let mut entries: Vec<(Fingerprint, u64)> = self.mem.drain().collect();
-        entries.sort_unstable_by_key(|e| order_key(&e.0));
+        let order = self.order;
+        entries.sort_unstable_by_key(|e| order(&e.0));
         self.runs.push(Run::write(&entries)?);
         Ok(())
     }
@@ -200,7 +209,7 @@ impl SpillMap {
         self.mem.allocation_size() as u64 + blooms
     }
 
-    /// Every entry once, in table order, with its newest value.
+    /// Every entry once, in the map's order, with its newest value.
     pub(crate) fn sorted(&mut self) -> Result<Sorted<'_>> {
         if !self.mem.is_empty() {
             self.spill()?;
@@ -209,6 +218,7 @@ impl SpillMap {
             readers: Vec::with_capacity(self.runs.len()),
             heap: BinaryHeap::new(),
             peeked: None,
+            order: self.order,
         };
         for (i, r) in self.runs.iter().enumerate() {
             sorted.readers.push(RunReader {
@@ -240,6 +250,7 @@ impl SpillMap {
             mem: FingerprintMap::default(),
             limit: self.limit,
             runs: Vec::new(),
+            order: self.order,
         };
         let mut all = self.sorted()?;
         while let Some((fp, v)) = all.next()? {
@@ -252,21 +263,22 @@ impl SpillMap {
     }
 }
 
-/// A run's next record: (table-order key, newest run first, value).
+/// A run's next record: (sort key, newest run first, value).
 type Head = Reverse<((u64, Fingerprint), Reverse<usize>, u64)>;
 
-/// The entries of a [`SpillMap`] in table order: a merge of its runs.
+/// The entries of a [`SpillMap`] in its order: a merge of its runs.
 pub(crate) struct Sorted<'a> {
     readers: Vec<RunReader<'a>>,
     heap: BinaryHeap<Head>,
     peeked: Option<(Fingerprint, u64)>,
+    order: Order,
 }
 
 impl Sorted<'_> {
     /// Queues run `i`'s next record.
     fn advance(&mut self, i: usize) -> Result<()> {
         if let Some((fp, v)) = self.readers[i].next()? {
-            self.heap.push(Reverse((order_key(&fp), Reverse(i), v)));
+            self.heap.push(Reverse(((self.order)(&fp), Reverse(i), v)));
         }
         Ok(())
     }
@@ -326,6 +338,7 @@ impl RunReader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::index::table::order_key;
 
     fn fp(i: u64) -> Fingerprint {
         let mut b = [0u8; 32];
@@ -336,7 +349,7 @@ mod tests {
 
     #[test]
     fn spilled_entries_are_found_and_drained_once_with_the_newest_value() {
-        let mut m = SpillMap::with_budget(0);
+        let mut m = SpillMap::with_budget(0, order_key);
         let limit = m.limit as u64;
         let n = 5 * limit + 17;
         for i in 0..n {
@@ -364,5 +377,15 @@ mod tests {
             .collect();
         expected.sort_unstable_by_key(|e| order_key(&e.0));
         assert_eq!(seen, expected);
+        let mut bytes = SpillMap::with_budget(0, byte_order);
+        for i in (0..n).rev() {
+            bytes.insert(fp(i), 0).unwrap();
+        }
+        let mut all = bytes.sorted().unwrap();
+        let mut last = None;
+        while let Some((f, _)) = all.next().unwrap() {
+            assert!(last < Some(f));
+            last = Some(f);
+        }
     }
 }

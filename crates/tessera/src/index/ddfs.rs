@@ -544,7 +544,7 @@ impl Ddfs {
             manifest,
             bloom,
             cache: Cache::new(params.cache_bytes),
-            pending: SpillMap::with_budget(PENDING_BUDGET),
+            pending: SpillMap::with_budget(PENDING_BUDGET, order_key),
             placed: 0,
             removed: BTreeSet::new(),
             moved: Relocations::default(),
