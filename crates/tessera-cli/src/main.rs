@@ -542,7 +542,8 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
             } else {
                 ExistingFile::Refuse
             };
-            restore_cmd(&repo, &id, &output, existing, cache, cache_size, json, wait)?
+            let r = open(&repo, LockMode::Read, wait)?;
+            restore_cmd(&r, &id, &output, existing, cache, cache_size, json)?
         }
         Command::Arrange { repo, json } => {
             let r = open(&repo, LockMode::Exclusive, wait)?;
@@ -970,17 +971,15 @@ fn backup_cmd(
 }
 
 fn restore_cmd(
-    repo: &Path,
+    r: &Repository,
     id: &str,
     output: &str,
     existing: ExistingFile,
     policy: CachePolicy,
     cache: usize,
     json: bool,
-    wait: Duration,
 ) -> Result<()> {
-    let r = open(repo, LockMode::Read, wait)?;
-    let id = backup_id(&r, id)?;
+    let id = backup_id(r, id)?;
     let total = r.snapshot(id)?.logical_bytes;
     let bar = progress_bar(Some(total));
     let on_progress = |n: u64| bar.set_position(n);
@@ -991,15 +990,15 @@ fn restore_cmd(
     };
     let stats = if r.config().trace {
         // A trace repository holds no data: plan the restore, write nothing.
-        restore(&r, id, &mut io::sink(), &options)
+        restore(r, id, &mut io::sink(), &options)
             .with_context(|| format!("planning the restore of backup {id}"))?
     } else if output == "-" {
         let stdout = io::stdout();
         let mut lock = io::BufWriter::with_capacity(1 << 20, stdout.lock());
-        restore(&r, id, &mut lock, &options)
+        restore(r, id, &mut lock, &options)
             .with_context(|| format!("restoring backup {id} to stdout"))?
     } else {
-        restore_to_path(&r, id, Path::new(output), existing, &options)
+        restore_to_path(r, id, Path::new(output), existing, &options)
             // Engine errors about the output name it.
             .with_context(|| format!("restoring backup {id}"))?
     };

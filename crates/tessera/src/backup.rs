@@ -19,15 +19,18 @@ use crate::delta::{DeltaKind, DeltaStats};
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
-use crate::fingerprint::{BatchHasher, FingerprintAlgo, FingerprintMap};
-use crate::index::{Chunk, Decision, DedupIndex, Reorder};
+use crate::fingerprint::{BatchHasher, FingerprintAlgo};
+use crate::index::{table, Chunk, Decision, DedupIndex, Reorder};
 use crate::lifecycle::{self, ArrangeStats, LifecycleBackupOptions};
 use crate::repo::Repository;
 use crate::rewrite::{RewriteFilter, Verdict};
-use crate::snapshot::{self, BackupStats, ChunkRef, ClassCount, Recipe, Snapshot, StageSeconds};
+use crate::snapshot::{
+    self, BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds,
+};
+use crate::spill::SpillMap;
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Select, Sender};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -54,6 +57,11 @@ const CONTAINER_QUEUE_DEPTH: usize = 2;
 /// Threads writing sealed containers. Each write is synced on its own, so
 /// several in flight keep the device busy while others wait for their sync.
 const WRITERS: usize = 4;
+
+/// Memory for the map of where this backup stored its chunks, beyond
+/// which it spills to a temporary file (about 2.5 MiB of map per GiB of new
+/// data at 8 KiB chunks).
+const HERE_BUDGET: u64 = 8 << 20;
 
 /// Options of one backup.
 #[derive(Default)]
@@ -400,7 +408,8 @@ fn backup_containers(
     // Data buffers of written containers, reused by the next ones.
     let (spare_tx, spare_rx) = bounded::<AlignedBuf>(WRITERS + CONTAINER_QUEUE_DEPTH);
 
-    let (chunks, mut totals) = std::thread::scope(|s| -> Result<(Vec<ChunkRef>, StoreTotals)> {
+    let mut recipe = RecipeWriter::new(id)?;
+    let mut totals = std::thread::scope(|s| -> Result<StoreTotals> {
         if !readahead.is_empty() {
             // The index reads nearly all of them whole, when it meets their
             // chunks: have their transfer overlap the work until then (on a
@@ -435,6 +444,7 @@ fn backup_containers(
             index.as_mut(),
             filter.as_mut(),
             &mut store,
+            &mut recipe,
             chunk_rx,
             options,
             config.rewrite.kind != crate::rewrite::RewriteKind::None,
@@ -453,38 +463,34 @@ fn backup_containers(
         // Report the earliest stage's error: a failing input explains the rest.
         let (read_time, hash_time) = join_front_end(front)?;
         let write_time = write_time?;
-        let chunks = stored?;
+        stored?;
         let mut totals = totals?;
         totals.read_time = read_time;
         totals.hash_time = hash_time;
         totals.write_time = write_time;
-        Ok((chunks, totals))
+        Ok(totals)
     })?;
 
     let commit_started = Instant::now();
     index.finish(&mut Vec::new())?;
-    let recipe = Recipe { backup: id, chunks };
     let logical_bytes = recipe.logical_bytes();
-    let recipe_bytes = recipe.encode()?;
-    let mut container_bytes = std::collections::HashMap::new();
-    if filter.needs_container_sizes() {
-        for c in &recipe.chunks {
-            if let std::collections::hash_map::Entry::Vacant(e) = container_bytes.entry(c.container)
-            {
-                let head = repo.backend().read_range(
-                    &container::key(c.container),
-                    0,
-                    container::HEADER_LEN as u64,
-                )?;
-                e.insert(u64::from(
-                    container::Header::parse(c.container, &head)?.data_len,
-                ));
-            }
-        }
-    }
+    let container_bytes = if filter.needs_container_sizes() {
+        container_sizes(repo.backend().as_ref(), &mut recipe)?
+    } else {
+        HashMap::new()
+    };
+    let mut failed = None;
     let history = filter
-        .learn(&recipe.chunks, &container_bytes)
+        .learn(
+            &mut recipe
+                .refs()?
+                .map_while(|r| r.map_err(|e| failed = Some(e)).ok()),
+            &container_bytes,
+        )
         .map(|state| envelope::seal(HISTORY_KIND, HISTORY_VERSION, &state));
+    if let Some(e) = failed {
+        return Err(e);
+    }
     let delta = totals.delta.take();
     let delta_stats = match &delta {
         Some(d) => d.stats(),
@@ -498,8 +504,7 @@ fn backup_containers(
     // concurrently (each durably), all before the snapshot.
     let backend = repo.backend();
     std::thread::scope(|s| -> Result<()> {
-        let recipe_write =
-            s.spawn(|| backend.write_new(&snapshot::recipe_key(id), &[&recipe_bytes]));
+        let recipe_write = s.spawn(|| recipe.store(backend.as_ref()));
         let history_write = history
             .as_ref()
             .map(|h| s.spawn(|| backend.write(&history_key, h)));
@@ -518,7 +523,7 @@ fn backup_containers(
     let stats = BackupStats {
         logical_bytes,
         stored_bytes,
-        chunks: recipe.chunks.len() as u64,
+        chunks: recipe.chunks(),
         unique_chunks: totals.unique.chunks,
         unique: totals.unique,
         internal_duplicates: totals.internal,
@@ -556,6 +561,22 @@ fn backup_containers(
     repo.backend()
         .write_new(&snapshot::snapshot_key(id), &[&snap.encode()?])?;
     Ok(snap)
+}
+
+/// The data bytes of every container `recipe` names (read from their headers).
+fn container_sizes(
+    backend: &dyn Backend,
+    recipe: &mut RecipeWriter,
+) -> Result<HashMap<ContainerId, u64>> {
+    let mut sizes = HashMap::new();
+    for c in recipe.refs()? {
+        let c = c?.container;
+        if let std::collections::hash_map::Entry::Vacant(e) = sizes.entry(c) {
+            let head = backend.read_range(&container::key(c), 0, container::HEADER_LEN as u64)?;
+            e.insert(u64::from(container::Header::parse(c, &head)?.data_len));
+        }
+    }
+    Ok(sizes)
 }
 
 /// Envelope kind and version of a rewrite policy's history (HAR's sparse containers).
@@ -820,11 +841,11 @@ fn store_chunks(
     index: &mut dyn DedupIndex,
     filter: &mut dyn RewriteFilter,
     store: &mut Store,
+    recipe: &mut RecipeWriter,
     rx: Receiver<Vec<Chunk>>,
     options: &BackupOptions,
     keep_duplicate_data: bool,
-) -> Result<Vec<ChunkRef>> {
-    let mut recipe = Vec::new();
+) -> Result<()> {
     let mut reorder = Reorder::default();
     let mut decided = Vec::new();
     let mut ready = Vec::new();
@@ -871,7 +892,7 @@ fn store_chunks(
         let placed_before = store.placed.len();
         for v in verdicts.drain(..) {
             done_bytes += u64::from(v.chunk.len);
-            recipe.push(store.put(v)?);
+            recipe.push(&store.put(v)?)?;
         }
         store.totals.store_time += t.elapsed();
         let t = Instant::now();
@@ -891,7 +912,7 @@ fn store_chunks(
             reorder.waiting()
         )));
     }
-    Ok(recipe)
+    Ok(())
 }
 
 /// Fills containers with the chunks to store and remembers where this
@@ -903,7 +924,8 @@ struct Store {
     trace: bool,
     tx: Sender<Builder>,
     spare: Receiver<AlignedBuf>,
-    here: FingerprintMap<ContainerId>,
+    /// Where this backup stored each chunk (spilled past [`HERE_BUDGET`]).
+    here: SpillMap,
     placed: Vec<(Fingerprint, ContainerId)>,
     /// Delta compression of the chunks stored (when configured).
     delta: Option<DeltaStage>,
@@ -944,7 +966,7 @@ impl Store {
             trace,
             tx,
             spare,
-            here: FingerprintMap::default(),
+            here: SpillMap::with_budget(HERE_BUDGET, table::order_key),
             placed: Vec::new(),
             delta,
             totals: StoreTotals::default(),
@@ -958,13 +980,17 @@ impl Store {
             decision,
             rewrite,
         } = v;
-        let container = match decision {
-            // A duplicate already rewritten earlier in this stream uses that copy.
-            Decision::Duplicate(_) if self.here.contains_key(&chunk.fp) => {
+        // A duplicate already rewritten earlier in this stream uses that copy.
+        let here = match decision {
+            Decision::Unique => None,
+            Decision::Duplicate(_) | Decision::InternalDuplicate => self.here.get(&chunk.fp)?,
+        };
+        let container = match (decision, here) {
+            (Decision::Duplicate(_) | Decision::InternalDuplicate, Some(c)) => {
                 self.totals.internal.add(chunk.len);
-                self.here[&chunk.fp]
+                c
             }
-            Decision::Duplicate(found_in) if rewrite => {
+            (Decision::Duplicate(found_in), None) if rewrite => {
                 self.totals.rewritten.add(chunk.len);
                 let stored_in = self.store(&chunk, Some(found_in))?;
                 if let Some(d) = &mut self.delta {
@@ -972,23 +998,20 @@ impl Store {
                 }
                 stored_in
             }
-            Decision::Duplicate(c) => {
+            (Decision::Duplicate(c), None) => {
                 self.totals.duplicates.add(chunk.len);
                 if let Some(d) = &mut self.delta {
                     d.referenced(c);
                 }
                 c
             }
-            Decision::InternalDuplicate => {
-                self.totals.internal.add(chunk.len);
-                *self.here.get(&chunk.fp).ok_or_else(|| {
-                    Error::Pipeline(format!(
-                        "chunk {} decided an internal duplicate before its first occurrence",
-                        chunk.seq
-                    ))
-                })?
+            (Decision::InternalDuplicate, None) => {
+                return Err(Error::Pipeline(format!(
+                    "chunk {} decided an internal duplicate before its first occurrence",
+                    chunk.seq
+                )))
             }
-            Decision::Unique => {
+            (Decision::Unique, _) => {
                 self.totals.unique.add(chunk.len);
                 self.store(&chunk, None)?
             }
@@ -1058,7 +1081,7 @@ impl Store {
         if let (true, Some(d)) = (whole, &mut self.delta) {
             d.stored_whole(chunk.fp, c, features);
         }
-        self.here.insert(chunk.fp, c);
+        self.here.insert(chunk.fp, c)?;
         self.placed.push((chunk.fp, c));
         Ok(c)
     }

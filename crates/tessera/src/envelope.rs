@@ -3,6 +3,7 @@
 //! the payload and a CRC-32C over all of it (docs/FORMAT.md, "Envelope").
 
 use crate::error::{Error, Result};
+use std::io::Write;
 
 /// Magic bytes at the start of every enveloped object.
 pub const MAGIC: &[u8; 4] = b"TSRA";
@@ -20,6 +21,59 @@ pub fn seal(kind: &[u8; 4], version: u32, payload: &[u8]) -> Vec<u8> {
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// Writes an object of `kind` at format `version` to `out` without holding
+/// it in memory: the same bytes as [`seal`] of the `payload_len` bytes that
+/// `payload` writes (an error if it writes another number).
+pub fn seal_streamed(
+    kind: &[u8; 4],
+    version: u32,
+    payload_len: u64,
+    out: &mut dyn Write,
+    payload: impl FnOnce(&mut dyn Write) -> Result<()>,
+) -> Result<()> {
+    let io_err = |e| Error::io("writing an object", e);
+    let mut w = CrcWriter {
+        out,
+        crc: 0,
+        len: 0,
+    };
+    let mut header = Vec::with_capacity(HEADER_LEN);
+    header.extend_from_slice(MAGIC);
+    header.extend_from_slice(kind);
+    header.extend_from_slice(&version.to_le_bytes());
+    header.extend_from_slice(&payload_len.to_le_bytes());
+    w.write_all(&header).map_err(io_err)?;
+    payload(&mut w)?;
+    if w.len != HEADER_LEN as u64 + payload_len {
+        return Err(Error::Pipeline(format!(
+            "object payload of {} bytes announced as {payload_len}",
+            w.len - HEADER_LEN as u64
+        )));
+    }
+    let crc = w.crc;
+    w.out.write_all(&crc.to_le_bytes()).map_err(io_err)
+}
+
+/// Passes bytes on, counting them and computing their CRC-32C.
+struct CrcWriter<'a> {
+    out: &'a mut dyn Write,
+    crc: u32,
+    len: u64,
+}
+
+impl Write for CrcWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.out.write(buf)?;
+        self.crc = crc32c::crc32c_append(self.crc, &buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// Checks the envelope of `object` (named `name` in errors) and returns its payload.

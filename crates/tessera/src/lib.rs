@@ -27,6 +27,7 @@ pub mod restore_output;
 pub mod restore_plan;
 pub mod rewrite;
 pub mod snapshot;
+pub(crate) mod spill;
 pub mod units;
 
 pub use error::{Error, Result};

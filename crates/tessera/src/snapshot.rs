@@ -2,12 +2,14 @@
 //! stream) and the snapshot (the backup's metadata and statistics, whose
 //! write commits the backup). See docs/FORMAT.md, "Recipes" and "Snapshots".
 
-use crate::backend::IoStats;
+use crate::backend::{IoStats, WriteMode};
 use crate::container::ContainerId;
 use crate::envelope;
 use crate::error::{Error, Result};
-use crate::fingerprint::Fingerprint;
+use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
 use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
 
 /// Backup identifier: 1, 2, 3, … never reused.
 pub type BackupId = u64;
@@ -85,6 +87,113 @@ impl Recipe {
     /// Sum of the chunk lengths.
     pub fn logical_bytes(&self) -> u64 {
         self.chunks.iter().map(|c| u64::from(c.len)).sum()
+    }
+}
+
+/// Bytes of a chunk reference in a recipe writer's spill file.
+const SPILLED_REF_LEN: usize = FINGERPRINT_LEN + 4 + 8;
+/// Most bytes a chunk reference takes in a recipe (postcard: the
+/// fingerprint, then the length and the container as varints).
+const MAX_ENCODED_REF_LEN: usize = FINGERPRINT_LEN + 5 + 10;
+
+/// A recipe built reference by reference during a backup, so that a backup
+/// does not hold its recipe in memory: the references go to a spill file
+/// ([`crate::spill::temp_file`]), and [`RecipeWriter::store`] streams the
+/// sealed recipe to the backend, the same bytes as [`Recipe::encode`].
+pub struct RecipeWriter {
+    backup: BackupId,
+    out: BufWriter<File>,
+    chunks: u64,
+    logical_bytes: u64,
+    /// Bytes of the encoded references.
+    encoded: u64,
+}
+
+impl RecipeWriter {
+    /// An empty recipe of backup `backup`.
+    pub fn new(backup: BackupId) -> Result<RecipeWriter> {
+        Ok(RecipeWriter {
+            backup,
+            out: BufWriter::with_capacity(1 << 16, crate::spill::temp_file()?),
+            chunks: 0,
+            logical_bytes: 0,
+            encoded: 0,
+        })
+    }
+
+    /// Appends the next chunk reference.
+    pub fn push(&mut self, c: &ChunkRef) -> Result<()> {
+        let mut rec = [0u8; SPILLED_REF_LEN];
+        rec[..FINGERPRINT_LEN].copy_from_slice(&c.fp.0);
+        rec[FINGERPRINT_LEN..FINGERPRINT_LEN + 4].copy_from_slice(&c.len.to_le_bytes());
+        rec[FINGERPRINT_LEN + 4..].copy_from_slice(&c.container.to_le_bytes());
+        self.out.write_all(&rec).map_err(crate::spill::spill_io)?;
+        self.chunks += 1;
+        self.logical_bytes += u64::from(c.len);
+        self.encoded += encode_ref(c, &mut [0u8; MAX_ENCODED_REF_LEN])?.len() as u64;
+        Ok(())
+    }
+
+    /// Chunk references so far.
+    pub fn chunks(&self) -> u64 {
+        self.chunks
+    }
+
+    /// Sum of the chunk lengths so far.
+    pub fn logical_bytes(&self) -> u64 {
+        self.logical_bytes
+    }
+
+    /// The references so far, in stream order (read back from the spill file).
+    pub fn refs(&mut self) -> Result<impl Iterator<Item = Result<ChunkRef>> + '_> {
+        self.out.flush().map_err(crate::spill::spill_io)?;
+        let mut r = crate::spill::reader(self.out.get_ref())?;
+        Ok((0..self.chunks).map(move |_| {
+            let mut rec = [0u8; SPILLED_REF_LEN];
+            r.read_exact(&mut rec).map_err(crate::spill::spill_io)?;
+            Ok(decode_spilled(&rec))
+        }))
+    }
+
+    /// Writes the sealed recipe to `backend` (atomically, streamed).
+    pub fn store(&mut self, backend: &dyn crate::backend::Backend) -> Result<()> {
+        let prefix = postcard::to_stdvec(&(self.backup, self.chunks))
+            .map_err(|e| Error::Pipeline(format!("encoding recipe {}: {e}", self.backup)))?;
+        let payload_len = prefix.len() as u64 + self.encoded;
+        let key = recipe_key(self.backup);
+        backend.write_streamed(&key, WriteMode::CreateNew, &mut |out| {
+            envelope::seal_streamed(RECIPE_KIND, SNAPSHOT_VERSION, payload_len, out, |w| {
+                let io_err = |e| Error::io(format!("writing {key}"), e);
+                w.write_all(&prefix).map_err(io_err)?;
+                let mut buf = [0u8; MAX_ENCODED_REF_LEN];
+                for c in self.refs()? {
+                    w.write_all(encode_ref(&c?, &mut buf)?).map_err(io_err)?;
+                }
+                Ok(())
+            })
+        })?;
+        Ok(())
+    }
+}
+
+/// A chunk reference as a recipe encodes it.
+fn encode_ref<'a>(c: &ChunkRef, buf: &'a mut [u8]) -> Result<&'a [u8]> {
+    postcard::to_slice(c, buf)
+        .map(|b| &*b)
+        .map_err(|e| Error::Pipeline(format!("encoding a chunk reference: {e}")))
+}
+
+fn decode_spilled(rec: &[u8; SPILLED_REF_LEN]) -> ChunkRef {
+    let mut fp = [0u8; FINGERPRINT_LEN];
+    fp.copy_from_slice(&rec[..FINGERPRINT_LEN]);
+    let mut len = [0u8; 4];
+    len.copy_from_slice(&rec[FINGERPRINT_LEN..FINGERPRINT_LEN + 4]);
+    let mut container = [0u8; 8];
+    container.copy_from_slice(&rec[FINGERPRINT_LEN + 4..]);
+    ChunkRef {
+        fp: Fingerprint(fp),
+        len: u32::from_le_bytes(len),
+        container: u64::from_le_bytes(container),
     }
 }
 
@@ -239,6 +348,29 @@ mod tests {
         );
         assert_eq!(Recipe::decode(3, &bytes).unwrap(), r);
         assert!(Recipe::decode(4, &bytes).is_err());
+    }
+
+    #[test]
+    fn a_streamed_recipe_is_the_encoded_recipe() {
+        use crate::backend::Backend;
+        let dir = tempfile::tempdir().unwrap();
+        let backend = crate::backend::Local::new(dir.path());
+        let chunks: Vec<ChunkRef> = (0..5000u32)
+            .map(|i| ChunkRef {
+                fp: Fingerprint([(i % 251) as u8; 32]),
+                len: 100 + i * 977,
+                container: u64::from(i) << (i % 50),
+            })
+            .collect();
+        let mut w = RecipeWriter::new(7).unwrap();
+        for c in &chunks {
+            w.push(c).unwrap();
+        }
+        w.store(&backend).unwrap();
+        let r = Recipe { backup: 7, chunks };
+        assert_eq!(w.chunks(), 5000);
+        assert_eq!(w.logical_bytes(), r.logical_bytes());
+        assert_eq!(backend.read(&recipe_key(7)).unwrap(), r.encode().unwrap());
     }
 
     #[test]

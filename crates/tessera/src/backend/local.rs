@@ -1,6 +1,6 @@
 //! A repository in a local directory.
 
-use super::{Backend, LockGuard, LockMode, CONFIG_KEY};
+use super::{Backend, LockGuard, LockMode, WriteMode, CONFIG_KEY};
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use memmap2::Mmap;
@@ -28,6 +28,54 @@ pub struct Local {
 }
 
 impl Local {
+    /// Writes `key` atomically and durably: `fill` writes a new temporary
+    /// file (named in its errors by the path it is given), which is synced
+    /// and moved into place — renamed over any old object
+    /// ([`WriteMode::Replace`]), or linked, which fails with
+    /// [`Error::ObjectExists`] if `key` exists ([`WriteMode::CreateNew`]) —
+    /// then the directory is synced.
+    fn write_atomic(
+        &self,
+        key: &str,
+        mode: WriteMode,
+        fill: &mut dyn FnMut(&mut File, &Path) -> Result<()>,
+    ) -> Result<()> {
+        let path = self.path(key)?;
+        let dir = path.parent().unwrap_or(&self.root).to_path_buf();
+        let io_err = |e| Error::io(format!("writing {}", path.display()), e);
+        if !dir.is_dir() {
+            fs::create_dir_all(&dir).map_err(io_err)?;
+            // Make the new directory's entry durable too.
+            if let Some(parent) = dir.parent() {
+                sync_dir(parent).map_err(io_err)?;
+            }
+        }
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(io_err)?;
+        let result = fill(&mut f, &tmp).and_then(|()| {
+            f.sync_all().map_err(io_err)?;
+            drop(f);
+            move_into_place(&tmp, &path, mode).map_err(|e| match e.kind() {
+                io::ErrorKind::AlreadyExists => Error::ObjectExists(key.to_string()),
+                _ => io_err(e),
+            })?;
+            sync_dir(&dir).map_err(io_err)
+        });
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+
     /// A backend rooted at `root` (which need not exist yet).
     pub fn new(root: impl Into<PathBuf>) -> Self {
         Local { root: root.into() }
@@ -154,6 +202,19 @@ fn start_readahead(f: &File) {
 #[cfg(not(target_os = "linux"))]
 fn start_readahead(_f: &File) {}
 
+/// Moves the synced temporary file `tmp` to `path`: by renaming over any
+/// old file, or by linking (failing with `AlreadyExists` if `path` exists)
+/// and unlinking the temporary name.
+fn move_into_place(tmp: &Path, path: &Path, mode: WriteMode) -> io::Result<()> {
+    match mode {
+        WriteMode::Replace => fs::rename(tmp, path),
+        WriteMode::CreateNew => {
+            fs::hard_link(tmp, path)?;
+            fs::remove_file(tmp)
+        }
+    }
+}
+
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
@@ -205,13 +266,37 @@ impl Backend for Local {
     }
 
     fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
-        self.put(key, parts, true)
+        self.write_atomic(key, WriteMode::Replace, &mut |f, tmp| {
+            write_parts_to(f, tmp, parts)
+                .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))
+        })
     }
 
     /// Links the synced temporary file into place, which fails if `key`
     /// exists: creation is atomic and never replaces.
     fn write_new(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
-        self.put(key, parts, false)
+        self.write_atomic(key, WriteMode::CreateNew, &mut |f, tmp| {
+            write_parts_to(f, tmp, parts)
+                .map_err(|e| Error::io(format!("writing {}", tmp.display()), e))
+        })
+    }
+
+    fn write_streamed(
+        &self,
+        key: &str,
+        mode: WriteMode,
+        produce: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<u64> {
+        let mut written = 0;
+        self.write_atomic(key, mode, &mut |f, tmp| {
+            let io_err = |e| Error::io(format!("writing {}", tmp.display()), e);
+            let mut w = io::BufWriter::with_capacity(1 << 20, f);
+            produce(&mut w)?;
+            w.flush().map_err(io_err)?;
+            written = w.get_mut().stream_position().map_err(io_err)?;
+            Ok(())
+        })?;
+        Ok(written)
     }
 
     fn will_read(&self, keys: &[String]) {
@@ -282,54 +367,6 @@ impl Backend for Local {
 }
 
 impl Local {
-    /// Writes `parts` to a temporary file, syncs it, then moves it to
-    /// `key`: by renaming (replacing any old object) or, with `replace`
-    /// false, by linking (failing with [`Error::ObjectExists`] if `key`
-    /// exists). Finally syncs the directory.
-    fn put(&self, key: &str, parts: &[&[u8]], replace: bool) -> Result<()> {
-        let path = self.path(key)?;
-        let dir = path.parent().unwrap_or(&self.root).to_path_buf();
-        let io_err = |e| Error::io(format!("writing {}", path.display()), e);
-        if !dir.is_dir() {
-            fs::create_dir_all(&dir).map_err(io_err)?;
-            // Make the new directory's entry durable too.
-            if let Some(parent) = dir.parent() {
-                sync_dir(parent).map_err(io_err)?;
-            }
-        }
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(io_err)?;
-        let result = (|| -> io::Result<()> {
-            write_parts_to(&mut f, &tmp, parts)?;
-            f.sync_all()?;
-            if replace {
-                return fs::rename(&tmp, &path);
-            }
-            let linked = fs::hard_link(&tmp, &path);
-            fs::remove_file(&tmp)?;
-            linked
-        })();
-        if result.is_err() {
-            let _ = fs::remove_file(&tmp);
-        }
-        match result {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && !replace => {
-                Err(Error::ObjectExists(key.to_string()))
-            }
-            Err(e) => Err(io_err(e)),
-            Ok(()) => sync_dir(&dir).map_err(io_err),
-        }
-    }
-
     /// Opens `path` (a directory or the configuration file) and takes an
     /// OS lock on it without waiting: exclusive or shared.
     fn flock(&self, path: &Path, exclusive: bool, directory: bool) -> Result<File> {

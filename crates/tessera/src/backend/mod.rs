@@ -10,6 +10,7 @@ use crate::error::Result;
 use bytes::Bytes;
 use serde::Serialize;
 use std::fs::File;
+use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Key of the repository's configuration object. Written once, when the
@@ -56,6 +57,26 @@ pub trait Backend: Send + Sync {
         }
         self.write_parts(key, parts)
     }
+    /// Stores the bytes `produce` writes as `key`, like [`Backend::write`]
+    /// (`mode` [`WriteMode::Replace`]) or [`Backend::write_new`]
+    /// ([`WriteMode::CreateNew`]), for objects built piece by piece that
+    /// should not be held in memory whole (local: streamed into the
+    /// temporary file that is then moved into place). Returns the object's
+    /// size.
+    fn write_streamed(
+        &self,
+        key: &str,
+        mode: WriteMode,
+        produce: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<u64> {
+        let mut data = Vec::new();
+        produce(&mut data)?;
+        match mode {
+            WriteMode::Replace => self.write(key, &data)?,
+            WriteMode::CreateNew => self.write_new(key, &[&data])?,
+        }
+        Ok(data.len() as u64)
+    }
     /// Hints that the objects `keys` will be read whole soon, so that the
     /// backend may start fetching them while the caller works (local: the
     /// kernel's readahead). Not a request: it reads nothing the caller
@@ -80,6 +101,16 @@ pub trait Backend: Send + Sync {
     fn remove_temporaries(&self) -> Result<u64> {
         Ok(0)
     }
+}
+
+/// Whether a write may replace an existing object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Replace any old object (derived state: indexes, policy state).
+    Replace,
+    /// Fail with [`crate::Error::ObjectExists`] if the object exists
+    /// (objects that commit a backup).
+    CreateNew,
 }
 
 /// What a repository is opened for, and so which lock it takes.
@@ -256,6 +287,17 @@ impl Backend for Counting {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         self.write_bytes.fetch_add(len as u64, Ordering::Relaxed);
         Ok(())
+    }
+    fn write_streamed(
+        &self,
+        key: &str,
+        mode: WriteMode,
+        produce: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<u64> {
+        let len = self.inner.write_streamed(key, mode, produce)?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.write_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(len)
     }
     fn will_read(&self, keys: &[String]) {
         self.inner.will_read(keys);

@@ -53,6 +53,7 @@ use crate::container::{self, Container, ContainerId};
 use crate::envelope::{self, le4, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
+use crate::spill::SpillMap;
 use fastbloom::BloomFilter;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -69,6 +70,9 @@ const BLOOM_VERSION: u32 = 1;
 const PENDING: ContainerId = ContainerId::MAX;
 /// The Bloom filter is sized for at least this many entries.
 const MIN_BLOOM_ENTRIES: u64 = 1024;
+/// Memory for this backup's new fingerprints, beyond which they spill to
+/// temporary files (counted in `memory_bytes`).
+const PENDING_BUDGET: u64 = 8 << 20;
 /// Estimated bytes per cached container besides its fingerprints (LRU node and map slot).
 const CACHE_CONTAINER_OVERHEAD: u64 = 96;
 
@@ -331,7 +335,8 @@ pub struct Ddfs {
     cache: Cache,
     /// This backup's new fingerprints (`PENDING` until placed) and those of
     /// containers newer than the table.
-    pending: FingerprintMap<ContainerId>,
+    /// Spilled to temporary files past [`PENDING_BUDGET`] bytes.
+    pending: SpillMap,
     /// Entries of `pending` that are placed (not `PENDING`).
     placed: u64,
     removed: BTreeSet<ContainerId>,
@@ -463,13 +468,18 @@ impl Ddfs {
             Vec::new()
         };
         let pending = &mut index.pending;
+        let (mut placed, mut failed) = (0, Ok(None));
         super::scan_containers(index.backend.as_ref(), &newer, |id, metas| {
             // Ascending ids: a chunk's newest copy wins, as in a merge.
             for m in metas {
-                pending.insert(m.fp, id);
+                if failed.is_ok() {
+                    failed = pending.insert(m.fp, id);
+                    placed += u64::from(matches!(failed, Ok(None)));
+                }
             }
         })?;
-        index.placed = index.pending.len() as u64;
+        failed?;
+        index.placed = placed;
         index.dirty = !newer.is_empty();
         index.stats.containers_scanned = newer.len() as u64;
         index.note_memory();
@@ -534,7 +544,7 @@ impl Ddfs {
             manifest,
             bloom,
             cache: Cache::new(params.cache_bytes),
-            pending: FingerprintMap::default(),
+            pending: SpillMap::with_budget(PENDING_BUDGET, order_key),
             placed: 0,
             removed: BTreeSet::new(),
             moved: Relocations::default(),
@@ -566,14 +576,14 @@ impl Ddfs {
             self.stats.cache_hits += 1;
             return Ok(Decision::Duplicate(c));
         }
-        match self.pending.get(fp) {
-            Some(&PENDING) => return Ok(Decision::InternalDuplicate),
-            Some(&c) => return Ok(Decision::Duplicate(c)),
+        match self.pending.get(fp)? {
+            Some(PENDING) => return Ok(Decision::InternalDuplicate),
+            Some(c) => return Ok(Decision::Duplicate(c)),
             None => {}
         }
         if self.layout.bloom && !self.bloom.contains_hash(bloom_hash(fp)) {
             self.stats.bloom_negatives += 1;
-            self.pending.insert(*fp, PENDING);
+            self.pending.insert(*fp, PENDING)?;
             return Ok(Decision::Unique);
         }
         self.stats.disk_lookups += 1;
@@ -594,7 +604,7 @@ impl Ddfs {
                 if self.layout.bloom {
                     self.stats.bloom_false_positives += 1;
                 }
-                self.pending.insert(*fp, PENDING);
+                self.pending.insert(*fp, PENDING)?;
                 Ok(Decision::Unique)
             }
         }
@@ -651,19 +661,13 @@ impl Ddfs {
     /// Writes a new table generation: the old table (with relocations
     /// applied) merged with the placed entries of `pending`.
     fn merge(&mut self, next_container: ContainerId, hook: Option<EvictHook>) -> Result<()> {
-        let mut new: Vec<(Fingerprint, ContainerId)> = self
-            .pending
-            .iter()
-            .filter(|e| *e.1 != PENDING)
-            .map(|(f, c)| (*f, *c))
-            .collect();
-        new.sort_unstable_by_key(|e| order_key(&e.0));
-        let upper = self.manifest.table.entries + new.len() as u64;
+        let upper = self.manifest.table.entries + self.placed;
         let generation = self.manifest.table.generation + 1;
         let mut buckets = table::buckets_for(upper, self.params.bucket_bytes);
         let mut doublings = 0;
         let backend = self.backend.clone();
         let prefix = self.layout.prefix.clone();
+        let (removed, moved) = (&self.removed, &self.moved);
         let (table, bloom, referenced, evicted) = loop {
             let mut m = Merger {
                 writer: TableWriter::new(
@@ -680,23 +684,27 @@ impl Ddfs {
                 keep: self.keep.as_ref(),
                 evicted: Vec::new(),
             };
-            let mut next = new.iter().peekable();
+            let mut fresh = self.pending.sorted()?;
             let scanned = self.table.scan(backend.as_ref(), |fp, c| {
                 let key = order_key(&fp);
-                while let Some(&&(nfp, nc)) = next.peek() {
-                    if order_key(&nfp) >= key {
+                let mut new = None;
+                while let Some((nfp, nc)) = fresh.peek()? {
+                    if order_key(&nfp) > key {
                         break;
                     }
-                    m.emit(nfp, nc)?;
-                    next.next();
+                    fresh.next()?;
+                    match (nfp == fp, nc) {
+                        (_, PENDING) => {}
+                        (true, _) => new = Some(nc),
+                        (false, _) => m.emit(nfp, nc)?,
+                    }
                 }
-                let fresh = next.next_if(|n| n.0 == fp).map(|n| n.1);
                 // A fresh entry (a copy this backup stored: a rewritten
                 // duplicate) wins, as in the exact index and in HAR's
                 // design, so later backups deduplicate against the newest
                 // copy; a separating merge that drops the old entry keeps
                 // both (the old one is evicted).
-                match (self.relocated(&fp, c), fresh) {
+                match (follow(removed, moved, &fp, c), new) {
                     (Some(old), Some(new)) if m.keep.is_some_and(|k| !k.contains(&old)) => {
                         m.emit(fp, old)?;
                         m.emit(fp, new)
@@ -711,13 +719,16 @@ impl Ddfs {
                 Ok(()) => {}
                 Err(e) if unusable(&e) && !self.rebuilt_here => {
                     // The old table is damaged: rebuild it, then merge again.
+                    drop(fresh);
                     self.rebuild_here()?;
                     return self.merge(next_container, hook);
                 }
                 Err(e) => return Err(e),
             }
-            for &(fp, c) in next {
-                m.emit(fp, c)?;
+            while let Some((fp, c)) = fresh.next()? {
+                if c != PENDING {
+                    m.emit(fp, c)?;
+                }
             }
             if m.overflow {
                 buckets = table::grow(buckets, doublings)?;
@@ -799,7 +810,7 @@ impl Ddfs {
     fn note_memory(&mut self) {
         self.cache.note();
         let bloom = (self.bloom.num_bits() / 8) as u64;
-        let now = bloom + self.cache.memory() + self.pending.allocation_size() as u64;
+        let now = bloom + self.cache.memory() + self.pending.memory();
         self.stats.memory_bytes = self.stats.memory_bytes.max(now);
         self.stats.bloom_bytes = bloom;
         self.stats.cache_peak_bytes = self.cache.peak;
@@ -979,7 +990,7 @@ impl DedupIndex for Ddfs {
 
     fn placed(&mut self, stored: &[(Fingerprint, ContainerId)]) -> Result<()> {
         for (fp, c) in stored {
-            if matches!(self.pending.insert(*fp, *c), None | Some(PENDING)) {
+            if matches!(self.pending.insert(*fp, *c)?, None | Some(PENDING)) {
                 self.placed += 1;
             }
             self.dirty = true;
@@ -991,19 +1002,16 @@ impl DedupIndex for Ddfs {
         self.removed.extend(removed.iter().copied());
         self.moved.extend(moved.iter().map(|(k, v)| (*k, *v)));
         let (gone, map) = (&self.removed, &self.moved);
-        self.pending.retain(|fp, c| {
-            if *c == PENDING {
-                return true;
-            }
-            match follow(gone, map, fp, *c) {
-                Some(new) => {
-                    *c = new;
-                    true
-                }
-                None => false,
-            }
-        });
-        self.placed = self.pending.values().filter(|&&c| c != PENDING).count() as u64;
+        let mut placed = 0;
+        self.pending.retain_map(|fp, c| {
+            let kept = match c {
+                PENDING => Some(c),
+                _ => follow(gone, map, fp, c),
+            };
+            placed += u64::from(kept.is_some_and(|c| c != PENDING));
+            kept
+        })?;
+        self.placed = placed;
         // Cached containers may be among the removed ones.
         self.cache.clear();
         self.dirty = true;
@@ -1032,7 +1040,8 @@ impl Ddfs {
         let next_container = next_container.max(self.manifest.next_container);
         if self.dirty || self.keep.is_some() {
             self.merge(next_container, hook)?;
-            self.pending.retain(|_, c| *c == PENDING);
+            self.pending
+                .retain_map(|_, c| (c == PENDING).then_some(c))?;
             self.placed = 0;
             self.removed.clear();
             self.moved.clear();

@@ -4,7 +4,7 @@
 //! damaged or stale it is rebuilt from the containers' metadata sections.
 
 use super::{Chunk, Decision, DedupIndex, IndexStats, Relocations};
-use crate::backend::Backend;
+use crate::backend::{Backend, WriteMode};
 use crate::container::ContainerId;
 use crate::envelope::{self, le8};
 use crate::error::{Error, Result};
@@ -80,18 +80,26 @@ impl Exact {
         Ok(())
     }
 
-    /// Writes the index object (every container below `next_container` included).
+    /// Writes the index object (every container below `next_container`
+    /// included), streamed: no copy of the entries is held in memory.
     pub fn save(&self, next_container: ContainerId) -> Result<()> {
-        let mut payload = Vec::with_capacity(16 + self.map.len() * ENTRY_LEN);
-        payload.extend_from_slice(&next_container.to_le_bytes());
-        let entries: Vec<_> = self.map.iter().filter(|(_, &c)| c != PENDING).collect();
-        payload.extend_from_slice(&(entries.len() as u64).to_le_bytes());
-        for (fp, c) in entries {
-            payload.extend_from_slice(&fp.0);
-            payload.extend_from_slice(&c.to_le_bytes());
-        }
+        let placed = || self.map.iter().filter(|(_, &c)| c != PENDING);
+        let count = placed().count() as u64;
+        let payload_len = 16 + count * ENTRY_LEN as u64;
         self.backend
-            .write(INDEX_KEY, &envelope::seal(KIND, VERSION, &payload))
+            .write_streamed(INDEX_KEY, WriteMode::Replace, &mut |out| {
+                envelope::seal_streamed(KIND, VERSION, payload_len, out, |w| {
+                    let io_err = |e| Error::io(format!("writing {INDEX_KEY}"), e);
+                    w.write_all(&next_container.to_le_bytes()).map_err(io_err)?;
+                    w.write_all(&count.to_le_bytes()).map_err(io_err)?;
+                    for (fp, c) in placed() {
+                        w.write_all(&fp.0).map_err(io_err)?;
+                        w.write_all(&c.to_le_bytes()).map_err(io_err)?;
+                    }
+                    Ok(())
+                })
+            })?;
+        Ok(())
     }
 
     /// Number of fingerprints indexed.
@@ -104,12 +112,19 @@ impl Exact {
         self.map.is_empty()
     }
 
-    fn note_memory(&mut self) {
-        self.stats.memory_bytes = self
-            .stats
-            .memory_bytes
-            .max(self.map.allocation_size() as u64);
+    /// Records the table's size; `before`: its size before inserts that may
+    /// have grown it. Growing holds the old table (half the new one) and
+    /// the new one at once; counting it from the new size alone keeps the
+    /// figure independent of how inserts were batched.
+    fn note_memory_since(&mut self, before: usize) {
+        let now = self.map.allocation_size();
+        let peak = if now > before { now + now / 2 } else { now };
+        self.stats.memory_bytes = self.stats.memory_bytes.max(peak as u64);
         self.stats.entries = self.map.len() as u64;
+    }
+
+    fn note_memory(&mut self) {
+        self.note_memory_since(self.map.allocation_size());
     }
 }
 
@@ -142,6 +157,7 @@ fn decode(bytes: &[u8]) -> Result<(ContainerId, FingerprintMap<ContainerId>)> {
 impl DedupIndex for Exact {
     fn submit(&mut self, batch: Vec<Chunk>, decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
         decided.reserve(batch.len());
+        let before = self.map.allocation_size();
         for chunk in batch {
             self.stats.lookups += 1;
             let decision = match self.map.entry(chunk.fp) {
@@ -156,6 +172,7 @@ impl DedupIndex for Exact {
             };
             decided.push((chunk, decision));
         }
+        self.note_memory_since(before);
         Ok(())
     }
 

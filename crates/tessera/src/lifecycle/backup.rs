@@ -11,11 +11,18 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::index::{Chunk, IndexStats};
 use crate::repo::Repository;
-use crate::snapshot::{self, BackupStats, ChunkRef, ClassCount, Recipe, Snapshot, StageSeconds};
+use crate::snapshot::{
+    self, BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds,
+};
+use crate::spill::{byte_order, SpillMap};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// A set of fingerprints (one NDF table in memory).
 pub(crate) type FpSet = hashbrown::HashSet<Fingerprint, FingerprintHashBuilder>;
+
+/// Memory for the backup's set of distinct fingerprints (its NDF table),
+/// beyond which it spills to temporary files.
+const CUR_BUDGET: u64 = 8 << 20;
 
 /// Approximate bytes of a fingerprint set of `capacity` slots.
 pub(crate) fn set_memory(set: &FpSet) -> u64 {
@@ -98,7 +105,9 @@ pub fn backup(
     };
     let mut index_time = t.elapsed();
     let mut store_time = std::time::Duration::ZERO;
-    let mut cur = FpSet::default();
+    // This version's distinct fingerprints (its NDF table), spilled past CUR_BUDGET.
+    let mut cur = SpillMap::with_budget(CUR_BUDGET, byte_order);
+    let mut distinct = 0u64;
     let name = lineage.name.clone();
     let mut new_cat = PartWriter::new(
         backend,
@@ -108,7 +117,7 @@ pub fn backup(
         |p, _| cat_key(&name, v, v, p),
     );
     let mut write_time = std::time::Duration::ZERO;
-    let mut chunks = Vec::new();
+    let mut recipe = RecipeWriter::new(id)?;
     let (mut unique, mut internal, mut adjacent) = (
         ClassCount::default(),
         ClassCount::default(),
@@ -129,13 +138,14 @@ pub fn backup(
                 }
             };
             logical += u64::from(c.len);
-            chunks.push(ChunkRef {
+            recipe.push(&ChunkRef {
                 fp: c.fp,
                 len: c.len,
                 container: 0,
-            });
+            })?;
             let t = Instant::now();
-            let fresh = cur.insert(c.fp);
+            let fresh = cur.insert(c.fp, 0)?.is_none();
+            distinct += u64::from(fresh);
             let in_prev = fresh && prev.contains(&c.fp);
             index_time += t.elapsed();
             if !fresh {
@@ -149,17 +159,17 @@ pub fn backup(
                 store_time += t.elapsed();
             }
         }
-        peak_memory = peak_memory.max(set_memory(&prev) + set_memory(&cur));
+        peak_memory = peak_memory.max(set_memory(&prev) + cur.memory());
         if let Some(p) = options.progress {
             p(logical);
         }
     }
-    peak_memory = peak_memory.max(set_memory(&prev) + set_memory(&cur));
+    peak_memory = peak_memory.max(set_memory(&prev) + cur.memory());
     let index_stats = IndexStats {
         policy: "ndf".into(),
-        entries: (prev.len() + cur.len()) as u64,
+        entries: prev.len() as u64 + distinct,
         memory_bytes: peak_memory,
-        lookups: chunks.len() as u64,
+        lookups: recipe.chunks(),
         ..IndexStats::default()
     };
     drop(prev);
@@ -173,11 +183,9 @@ pub fn backup(
     delete_stale_parts(backend, &lineage, v, parts)?;
     write_time += t.elapsed();
     let commit_started = Instant::now();
-    let mut fps: Vec<Fingerprint> = cur.into_iter().collect();
-    backend.write(&ndf_key(&lineage.name, v), &format::encode_ndf(&mut fps))?;
-    drop(fps);
-    let recipe = Recipe { backup: id, chunks };
-    backend.write_new(&snapshot::recipe_key(id), &[&recipe.encode()?])?;
+    format::write_ndf(backend, &ndf_key(&lineage.name, v), &mut cur, distinct)?;
+    drop(cur);
+    recipe.store(backend)?;
     lineage.state.versions.push(super::format::Version {
         version: v,
         backup: id,
@@ -187,7 +195,7 @@ pub fn backup(
     let stats = BackupStats {
         logical_bytes: logical,
         stored_bytes: unique.bytes,
-        chunks: recipe.chunks.len() as u64,
+        chunks: recipe.chunks(),
         unique_chunks: unique.chunks,
         unique,
         internal_duplicates: internal,

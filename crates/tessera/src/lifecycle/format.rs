@@ -3,7 +3,7 @@
 //! categories), NDF fingerprint tables, lineage state and the arranging
 //! journal.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, WriteMode};
 use crate::envelope::{self, le4, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
@@ -600,15 +600,27 @@ impl ReadLog {
     }
 }
 
-/// Encodes an NDF table: the distinct fingerprints of one backup version.
-pub fn encode_ndf(fps: &mut Vec<Fingerprint>) -> Vec<u8> {
-    fps.sort_unstable();
-    fps.dedup();
-    let mut payload = Vec::with_capacity(fps.len() * FINGERPRINT_LEN);
-    for fp in fps.iter() {
-        payload.extend_from_slice(&fp.0);
-    }
-    envelope::seal(NDF_KIND, META_VERSION, &payload)
+/// Writes the NDF table of one backup version, `key`: the `count` distinct
+/// fingerprints of `fps` (a map in byte order, see
+/// [`crate::spill::byte_order`]), streamed.
+pub(crate) fn write_ndf(
+    backend: &dyn crate::backend::Backend,
+    key: &str,
+    fps: &mut crate::spill::SpillMap,
+    count: u64,
+) -> Result<()> {
+    let payload_len = count * FINGERPRINT_LEN as u64;
+    backend.write_streamed(key, WriteMode::Replace, &mut |out| {
+        envelope::seal_streamed(NDF_KIND, META_VERSION, payload_len, out, |w| {
+            let mut all = fps.sorted()?;
+            while let Some((fp, _)) = all.next()? {
+                w.write_all(&fp.0)
+                    .map_err(|e| Error::io(format!("writing {key}"), e))?;
+            }
+            Ok(())
+        })
+    })?;
+    Ok(())
 }
 
 /// Decodes an NDF table.
@@ -789,8 +801,14 @@ mod tests {
 
     #[test]
     fn ndf_and_state_round_trip() {
-        let mut fps = vec![fp(3), fp(1), fp(3)];
-        let b = encode_ndf(&mut fps);
+        let dir = tempfile::tempdir().unwrap();
+        let backend = crate::backend::Local::new(dir.path());
+        let mut fps = crate::spill::SpillMap::with_budget(0, crate::spill::byte_order);
+        for f in [fp(3), fp(1), fp(3)] {
+            fps.insert(f, 0).unwrap();
+        }
+        write_ndf(&backend, "n", &mut fps, 2).unwrap();
+        let b = crate::backend::Backend::read(&backend, "n").unwrap();
         assert_eq!(decode_ndf("n", &b).unwrap(), vec![fp(1), fp(3)]);
         let s = LineageState {
             source: "x".into(),

@@ -75,7 +75,7 @@ impl RewriteFilter for Har {
 
     fn learn(
         &mut self,
-        recipe: &[ChunkRef],
+        recipe: &mut dyn Iterator<Item = ChunkRef>,
         container_bytes: &HashMap<ContainerId, u64>,
     ) -> Option<Vec<u8>> {
         let mut seen = HashSet::new();
@@ -122,7 +122,7 @@ mod tests {
         let mut first = Har::new(None, 0.5, 1000, Budget::new(None));
         // Container 3 holds only 500 bytes (a backup's last container).
         let sizes = HashMap::from([(1, 1000), (2, 1000), (3, 500)]);
-        let history = first.learn(&refs, &sizes).unwrap();
+        let history = first.learn(&mut refs.into_iter(), &sizes).unwrap();
         // Container 1: 200 of 1000 bytes; 2: 900 of 1000; 3: 300 of 500 -> only 1 is sparse.
         let mut next = Har::new(Some(&history), 0.5, 1000, Budget::new(None));
         assert_eq!(next.sparse(), &HashSet::from([1]));

@@ -47,7 +47,7 @@ pub trait RewriteFilter: Send {
     /// for them) and return the state to persist (`None` when stateless).
     fn learn(
         &mut self,
-        _recipe: &[ChunkRef],
+        _recipe: &mut dyn Iterator<Item = ChunkRef>,
         _container_bytes: &std::collections::HashMap<ContainerId, u64>,
     ) -> Option<Vec<u8>> {
         None

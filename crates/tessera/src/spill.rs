@@ -1,0 +1,391 @@
+//! Spilling a backup's per-chunk state to local temporary files, so that a
+//! backup's memory is bounded by configuration, not by its input size.
+//!
+//! - [`temp_file`]: an unnamed temporary file (created in the system's
+//!   temporary directory, `TMPDIR`, and unlinked at once, so nothing is left
+//!   behind even after a crash).
+//! - [`SpillMap`]: a fingerprint → `u64` map that keeps at most a configured
+//!   number of entries in memory and writes the rest as sorted runs, each
+//!   with a Bloom filter in memory (~1.2 bytes per spilled entry), so that
+//!   lookups of absent fingerprints cost no I/O. It iterates in the order
+//!   it was made with ([`Order`]: table order or byte order), the newest
+//!   value of a key winning.
+//!
+//! Spill files are scratch space, not repository objects: they are not part
+//! of the on-disk format and never read by another process.
+
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
+use fastbloom::BloomFilter;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of one spilled map entry: the fingerprint and the value.
+const RECORD_LEN: usize = FINGERPRINT_LEN + 8;
+/// False-positive rate of each run's Bloom filter.
+const RUN_BLOOM_FPR: f64 = 0.01;
+
+/// The sort key of a fingerprint in a [`SpillMap`]'s runs.
+pub(crate) type Order = fn(&Fingerprint) -> (u64, Fingerprint);
+
+/// Byte order of fingerprints (their `Ord`), as NDF tables list them.
+pub(crate) fn byte_order(fp: &Fingerprint) -> (u64, Fingerprint) {
+    let mut head = [0u8; 8];
+    head.copy_from_slice(&fp.0[..8]);
+    (u64::from_be_bytes(head), *fp)
+}
+
+static SPILL_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Creates an empty, unnamed temporary file in the system's temporary
+/// directory: it is unlinked at once, so it disappears with its handle
+/// (even after a crash).
+pub(crate) fn temp_file() -> Result<File> {
+    let n = SPILL_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("tessera-spill.{}.{n}", std::process::id()));
+    let io_err = |e| Error::io(format!("creating spill file {}", path.display()), e);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(io_err)?;
+    std::fs::remove_file(&path).map_err(io_err)?;
+    Ok(file)
+}
+
+/// A buffered reader of `file` from its start.
+pub(crate) fn reader(mut file: &File) -> Result<BufReader<&File>> {
+    file.seek(SeekFrom::Start(0)).map_err(spill_io)?;
+    Ok(BufReader::with_capacity(1 << 16, file))
+}
+
+/// An I/O error on a spill file.
+pub(crate) fn spill_io(e: std::io::Error) -> Error {
+    Error::io("spill file", e)
+}
+
+/// A sorted run of spilled entries.
+struct Run {
+    file: File,
+    len: u64,
+    bloom: BloomFilter,
+}
+
+impl Run {
+    /// Writes `entries` (sorted in the map's order) as a run.
+    fn write(entries: &[(Fingerprint, u64)]) -> Result<Run> {
+        let file = temp_file()?;
+        let mut bloom =
+            BloomFilter::with_false_pos(RUN_BLOOM_FPR).expected_items(entries.len().max(1));
+        let mut w = BufWriter::with_capacity(1 << 16, &file);
+        for (fp, v) in entries {
+            bloom.insert_hash(fp.key64());
+            w.write_all(&fp.0).map_err(spill_io)?;
+            w.write_all(&v.to_le_bytes()).map_err(spill_io)?;
+        }
+        w.flush().map_err(spill_io)?;
+        drop(w);
+        Ok(Run {
+            file,
+            len: entries.len() as u64,
+            bloom,
+        })
+    }
+
+    /// Entry `i` of the run.
+    fn record(&self, i: u64) -> Result<(Fingerprint, u64)> {
+        let mut buf = [0u8; RECORD_LEN];
+        self.file
+            .read_exact_at(&mut buf, i * RECORD_LEN as u64)
+            .map_err(spill_io)?;
+        Ok(parse_record(&buf))
+    }
+
+    /// The value of `fp` in this run (a binary search over the file).
+    fn get(&self, fp: &Fingerprint, order: Order) -> Result<Option<u64>> {
+        if !self.bloom.contains_hash(fp.key64()) {
+            return Ok(None);
+        }
+        let key = order(fp);
+        let (mut lo, mut hi) = (0u64, self.len);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let (found, v) = self.record(mid)?;
+            match order(&found).cmp(&key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Ok(Some(v)),
+            }
+        }
+        Ok(None)
+    }
+}
+
+fn parse_record(buf: &[u8; RECORD_LEN]) -> (Fingerprint, u64) {
+    let mut fp = [0u8; FINGERPRINT_LEN];
+    fp.copy_from_slice(&buf[..FINGERPRINT_LEN]);
+    let mut v = [0u8; 8];
+    v.copy_from_slice(&buf[FINGERPRINT_LEN..]);
+    (Fingerprint(fp), u64::from_le_bytes(v))
+}
+
+/// A fingerprint → `u64` map holding at most `limit` entries in memory; the
+/// others are spilled to sorted runs on local disk.
+pub(crate) struct SpillMap {
+    mem: FingerprintMap<u64>,
+    limit: usize,
+    runs: Vec<Run>,
+    order: Order,
+}
+
+impl SpillMap {
+    /// A map whose in-memory part stays within about `budget` bytes,
+    /// iterated in `order`.
+    pub(crate) fn with_budget(budget: u64, order: Order) -> SpillMap {
+        // The largest power-of-two table that fits, filled to 7/8.
+        let mut buckets: u64 = 1024;
+        while (buckets * 2) * (RECORD_LEN as u64 + 1) <= budget {
+            buckets *= 2;
+        }
+        SpillMap {
+            mem: FingerprintMap::default(),
+            limit: (buckets / 8 * 7) as usize,
+            runs: Vec::new(),
+            order,
+        }
+    }
+
+    /// The newest value of `fp`.
+    pub(crate) fn get(&self, fp: &Fingerprint) -> Result<Option<u64>> {
+        match self.mem.get(fp) {
+            Some(&v) => Ok(Some(v)),
+            None => self.get_spilled(fp),
+        }
+    }
+
+    /// Sets `fp` to `v`; returns the value it had.
+    pub(crate) fn insert(&mut self, fp: Fingerprint, v: u64) -> Result<Option<u64>> {
+        let old = match self.mem.insert(fp, v) {
+            Some(old) => Some(old),
+            None if self.runs.is_empty() => None,
+            None => self.get_spilled(&fp)?,
+        };
+        if self.mem.len() >= self.limit {
+            self.spill()?;
+        }
+        Ok(old)
+    }
+
+    fn get_spilled(&self, fp: &Fingerprint) -> Result<Option<u64>> {
+        for run in self.runs.iter().rev() {
+            if let Some(v) = run.get(fp, self.order)? {
+                return Ok(Some(v));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Writes the in-memory entries as a new run.
+    fn spill(&mut self) -> Result<()> {
+        let mut entries: Vec<(Fingerprint, u64)> = self.mem.drain().collect();
+        let order = self.order;
+        entries.sort_unstable_by_key(|e| order(&e.0));
+        self.runs.push(Run::write(&entries)?);
+        Ok(())
+    }
+
+    /// Bytes of memory the map holds: its table and the runs' Bloom filters.
+    pub(crate) fn memory(&self) -> u64 {
+        let blooms: u64 = self
+            .runs
+            .iter()
+            .map(|r| r.bloom.num_bits() as u64 / 8)
+            .sum();
+        self.mem.allocation_size() as u64 + blooms
+    }
+
+    /// Every entry once, in the map's order, with its newest value.
+    pub(crate) fn sorted(&mut self) -> Result<Sorted<'_>> {
+        if !self.mem.is_empty() {
+            self.spill()?;
+        }
+        let mut sorted = Sorted {
+            readers: Vec::with_capacity(self.runs.len()),
+            heap: BinaryHeap::new(),
+            peeked: None,
+            order: self.order,
+        };
+        for (i, r) in self.runs.iter().enumerate() {
+            sorted.readers.push(RunReader {
+                reader: reader(&r.file)?,
+                left: r.len,
+            });
+            sorted.advance(i)?;
+        }
+        Ok(sorted)
+    }
+
+    /// Keeps the entries for which `f` returns a (possibly new) value; drops
+    /// the others.
+    pub(crate) fn retain_map(
+        &mut self,
+        mut f: impl FnMut(&Fingerprint, u64) -> Option<u64>,
+    ) -> Result<()> {
+        if self.runs.is_empty() {
+            self.mem.retain(|fp, v| match f(fp, *v) {
+                Some(new) => {
+                    *v = new;
+                    true
+                }
+                None => false,
+            });
+            return Ok(());
+        }
+        let mut kept = SpillMap {
+            mem: FingerprintMap::default(),
+            limit: self.limit,
+            runs: Vec::new(),
+            order: self.order,
+        };
+        let mut all = self.sorted()?;
+        while let Some((fp, v)) = all.next()? {
+            if let Some(new) = f(&fp, v) {
+                kept.insert(fp, new)?;
+            }
+        }
+        *self = kept;
+        Ok(())
+    }
+}
+
+/// A run's next record: (sort key, newest run first, value).
+type Head = Reverse<((u64, Fingerprint), Reverse<usize>, u64)>;
+
+/// The entries of a [`SpillMap`] in its order: a merge of its runs.
+pub(crate) struct Sorted<'a> {
+    readers: Vec<RunReader<'a>>,
+    heap: BinaryHeap<Head>,
+    peeked: Option<(Fingerprint, u64)>,
+    order: Order,
+}
+
+impl Sorted<'_> {
+    /// Queues run `i`'s next record.
+    fn advance(&mut self, i: usize) -> Result<()> {
+        if let Some((fp, v)) = self.readers[i].next()? {
+            self.heap.push(Reverse(((self.order)(&fp), Reverse(i), v)));
+        }
+        Ok(())
+    }
+
+    /// The next key with its newest value (older values of it are skipped).
+    fn pull(&mut self) -> Result<Option<(Fingerprint, u64)>> {
+        let Some(Reverse(((_, fp), Reverse(i), v))) = self.heap.pop() else {
+            return Ok(None);
+        };
+        self.advance(i)?;
+        while let Some(Reverse(((_, older), Reverse(j), _))) = self.heap.peek() {
+            if *older != fp {
+                break;
+            }
+            let j = *j;
+            self.heap.pop();
+            self.advance(j)?;
+        }
+        Ok(Some((fp, v)))
+    }
+
+    /// The next entry, without taking it.
+    pub(crate) fn peek(&mut self) -> Result<Option<(Fingerprint, u64)>> {
+        if self.peeked.is_none() {
+            self.peeked = self.pull()?;
+        }
+        Ok(self.peeked)
+    }
+
+    /// Takes the next entry.
+    pub(crate) fn next(&mut self) -> Result<Option<(Fingerprint, u64)>> {
+        match self.peeked.take() {
+            Some(e) => Ok(Some(e)),
+            None => self.pull(),
+        }
+    }
+}
+
+/// Reads a run's records in order.
+struct RunReader<'a> {
+    reader: BufReader<&'a File>,
+    left: u64,
+}
+
+impl RunReader<'_> {
+    fn next(&mut self) -> Result<Option<(Fingerprint, u64)>> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        let mut buf = [0u8; RECORD_LEN];
+        self.reader.read_exact(&mut buf).map_err(spill_io)?;
+        self.left -= 1;
+        Ok(Some(parse_record(&buf)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::table::order_key;
+
+    fn fp(i: u64) -> Fingerprint {
+        let mut b = [0u8; 32];
+        b[..8].copy_from_slice(&i.to_le_bytes());
+        b[8] = 1;
+        Fingerprint(b)
+    }
+
+    #[test]
+    fn spilled_entries_are_found_and_drained_once_with_the_newest_value() {
+        let mut m = SpillMap::with_budget(0, order_key);
+        let limit = m.limit as u64;
+        let n = 5 * limit + 17;
+        for i in 0..n {
+            assert_eq!(m.insert(fp(i), i).unwrap(), None);
+        }
+        // The in-memory part never holds more than its limit.
+        assert!(m.mem.len() < m.limit);
+        assert!(m.runs.len() >= 5);
+        for i in (0..n).step_by(97) {
+            assert_eq!(m.insert(fp(i), i + 1_000_000).unwrap(), Some(i));
+        }
+        assert_eq!(m.get(&fp(97)).unwrap(), Some(97 + 1_000_000));
+        assert_eq!(m.get(&fp(98)).unwrap(), Some(98));
+        assert_eq!(m.get(&fp(n + 1)).unwrap(), None);
+        m.retain_map(|_, v| (v % 2 == 0).then_some(v)).unwrap();
+        let mut seen = Vec::new();
+        let mut all = m.sorted().unwrap();
+        assert_eq!(all.peek().unwrap(), all.peek().unwrap());
+        while let Some(e) = all.next().unwrap() {
+            seen.push(e);
+        }
+        let mut expected: Vec<(Fingerprint, u64)> = (0..n)
+            .map(|i| (fp(i), if i % 97 == 0 { i + 1_000_000 } else { i }))
+            .filter(|e| e.1 % 2 == 0)
+            .collect();
+        expected.sort_unstable_by_key(|e| order_key(&e.0));
+        assert_eq!(seen, expected);
+        let mut bytes = SpillMap::with_budget(0, byte_order);
+        for i in (0..n).rev() {
+            bytes.insert(fp(i), 0).unwrap();
+        }
+        let mut all = bytes.sorted().unwrap();
+        let mut last = None;
+        while let Some((f, _)) = all.next().unwrap() {
+            assert!(last < Some(f));
+            last = Some(f);
+        }
+    }
+}
