@@ -1093,7 +1093,8 @@ fn check_cmd(repo: &Path, read_data: bool, json: bool, wait: Duration) -> Result
                 p.detail,
                 match (users.is_empty(), p.kind) {
                     (false, _) => users.join(", "),
-                    (true, ProblemKind::Derived) => "none: derived data, rebuilt automatically".into(),
+                    (true, ProblemKind::Derived) =>
+                        "none: derived data, rebuilt automatically".into(),
                     (true, _) => "none".into(),
                 }
             );

@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 /// Key of the id counters object.
 pub const STATE_KEY: &str = "state";
+/// Key of the second copy of the id counters.
+pub const STATE_COPY_KEY: &str = "state-copy";
 const STATE_KIND: &[u8; 4] = b"STAT";
 const STATE_VERSION: u32 = 1;
 
@@ -358,22 +360,26 @@ impl Repository {
         }
     }
 
-    /// The id counters: the stored `state` or, when it is damaged, a
-    /// conservative recomputation ([`Repository::recomputed_state`]) —
-    /// `state` is derived data and never the reason an operation fails.
+    /// The id counters: the stored `state` (the larger counters of its two
+    /// copies) or, when no copy is readable, a conservative recomputation
+    /// ([`Repository::recomputed_state`]) — `state` is derived data and
+    /// never the reason an operation fails.
     fn state(&self) -> Result<State> {
-        match self.stored_state() {
-            Err(Error::Corrupt { .. }) => Ok(self.recomputed_state()),
-            other => other,
+        let mut found: Option<State> = None;
+        let mut damaged = false;
+        for key in [STATE_KEY, STATE_COPY_KEY] {
+            match self.backend.read(key).and_then(|b| decode_state(key, &b)) {
+                Ok(s) => found = Some(found.map_or(s, |f| f.max(s))),
+                Err(Error::NotFound(_)) => {}
+                Err(Error::Corrupt { .. }) => damaged = true,
+                Err(e) => return Err(e),
+            }
         }
-    }
-
-    fn stored_state(&self) -> Result<State> {
-        match self.backend.read(STATE_KEY) {
-            Ok(bytes) => decode_state(&bytes),
-            Err(Error::NotFound(_)) => Ok(State::default()),
-            Err(e) => Err(e),
-        }
+        Ok(match (found, damaged) {
+            (Some(s), _) => s,
+            (None, true) => self.recomputed_state(),
+            (None, false) => State::default(),
+        })
     }
 
     /// The counters a damaged `state` stood for, as far as they can be
@@ -383,12 +389,11 @@ impl Repository {
     /// raising ids, which is safe), and the backup ids lifecycle lineage
     /// states record (deleted versions included).
     fn recomputed_state(&self) -> State {
-        let salvaged = self
-            .backend
-            .read(STATE_KEY)
-            .ok()
-            .and_then(|b| salvage_state(&b))
-            .unwrap_or_default();
+        let salvaged = [STATE_KEY, STATE_COPY_KEY]
+            .iter()
+            .filter_map(|key| self.backend.read(key).ok())
+            .filter_map(|b| salvage_state(&b))
+            .fold(State::default(), State::max);
         let lineages = crate::lifecycle::highest_recorded_backup(self.backend.as_ref());
         State {
             last_backup_id: salvaged.last_backup_id.max(lineages),
@@ -396,10 +401,12 @@ impl Repository {
         }
     }
 
+    /// Writes both copies of `state`.
     fn save_state(&self, state: State) -> Result<()> {
         let json = serde_json::to_vec(&state).unwrap_or_default();
-        self.backend
-            .write(STATE_KEY, &envelope::seal(STATE_KIND, STATE_VERSION, &json))
+        let bytes = envelope::seal(STATE_KIND, STATE_VERSION, &json);
+        self.backend.write(STATE_KEY, &bytes)?;
+        self.backend.write(STATE_COPY_KEY, &bytes)
     }
 
     /// The id the next backup gets: above every id ever committed or recorded.
@@ -560,11 +567,20 @@ impl Repository {
     }
 }
 
+impl State {
+    /// The larger of both counters (each only ever rises).
+    fn max(self, other: State) -> State {
+        State {
+            last_backup_id: self.last_backup_id.max(other.last_backup_id),
+            next_container: self.next_container.max(other.next_container),
+        }
+    }
+}
+
 /// Decodes a `state` object.
-fn decode_state(bytes: &[u8]) -> Result<State> {
-    let payload = envelope::open(STATE_KEY, STATE_KIND, STATE_VERSION, bytes)?;
-    serde_json::from_slice(payload)
-        .map_err(|e| Error::corrupt(STATE_KEY, format!("invalid JSON: {e}")))
+fn decode_state(key: &str, bytes: &[u8]) -> Result<State> {
+    let payload = envelope::open(key, STATE_KIND, STATE_VERSION, bytes)?;
+    serde_json::from_slice(payload).map_err(|e| Error::corrupt(key, format!("invalid JSON: {e}")))
 }
 
 /// The counters of a damaged `state` object whose payload still parses.

@@ -229,9 +229,11 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         let recipe = match repo.recipe(id) {
             Ok(r) => r,
             Err(e) => {
-                report
-                    .problems
-                    .push(Problem::damaged(crate::snapshot::recipe_key(id), &e, vec![id]));
+                report.problems.push(Problem::damaged(
+                    crate::snapshot::recipe_key(id),
+                    &e,
+                    vec![id],
+                ));
                 continue;
             }
         };

@@ -75,10 +75,7 @@ pub(crate) fn check_records(repo: &Repository, report: &mut CheckReport) -> Resu
     }
     for &id in &marks {
         let key = commit::mark_key(id);
-        if let Err(e) = backend
-            .read(&key)
-            .and_then(|b| CommitMark::decode(id, &b))
-        {
+        if let Err(e) = backend.read(&key).and_then(|b| CommitMark::decode(id, &b)) {
             report.problems.push(Problem::new(
                 ProblemKind::Damaged,
                 key,
@@ -118,7 +115,13 @@ const DERIVED: &[DerivedKind] = &[
         key: crate::repo::STATE_KEY,
         dir: false,
         kind: b"STAT",
-        rebuilt: "recomputed from the listings and rewritten by the next delete or gc",
+        rebuilt: "the other copy is used (or, without one, the counters are recomputed from the listings); both are rewritten by the next delete or gc",
+    },
+    DerivedKind {
+        key: crate::repo::STATE_COPY_KEY,
+        dir: false,
+        kind: b"STAT",
+        rebuilt: "the other copy is used; both are rewritten by the next delete or gc",
     },
     DerivedKind {
         key: "index/exact",

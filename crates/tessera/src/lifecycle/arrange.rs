@@ -190,7 +190,8 @@ fn round(
         // keeping a chunk in a category whose lifecycle is too long only
         // costs space, archiving one v references would lose it.
         let table = load_table(repo, lineage, v)?;
-        let referenced = |fp: &crate::fingerprint::Fingerprint| table.as_ref().is_none_or(|t| t.contains(fp));
+        let referenced =
+            |fp: &crate::fingerprint::Fingerprint| table.as_ref().is_none_or(|t| t.contains(fp));
         let mut log = ReadLog::default();
         let mut archive = PartWriter::new(backend, v - 1, has_data, part_bytes, |p, first| {
             vol_key(&l, v - 1, p, first)

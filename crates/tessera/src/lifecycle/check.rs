@@ -21,9 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 type FpSet = hashbrown::HashSet<Fingerprint, FingerprintHashBuilder>;
 
 fn problem(report: &mut CheckReport, object: &str, e: &Error, affected: Vec<BackupId>) {
-    report
-        .problems
-        .push(Problem::damaged(object, e, affected));
+    report.problems.push(Problem::damaged(object, e, affected));
 }
 
 /// Checks one volume or category object; returns whether it is sound.
@@ -174,7 +172,11 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         }
     }
     for &id in live.difference(&covered) {
-        if report.problems.iter().any(|p| p.affected_backups.contains(&id)) {
+        if report
+            .problems
+            .iter()
+            .any(|p| p.affected_backups.contains(&id))
+        {
             continue; // its lineage state (or snapshot) is reported already
         }
         let key = crate::snapshot::snapshot_key(id);
@@ -202,7 +204,9 @@ fn check_states(
     const REWRITTEN: &str =
         "the other copy is used; both are rewritten at the lineage's next backup or arranging round";
     match (&primary, &copy) {
-        (Ok(Some(_)), Err(e)) => report.problems.push(derived_problem(&copy_key, e, REWRITTEN)),
+        (Ok(Some(_)), Err(e)) => report
+            .problems
+            .push(derived_problem(&copy_key, e, REWRITTEN)),
         (Err(e), Ok(Some(_))) => report.problems.push(derived_problem(&key, e, REWRITTEN)),
         (Ok(None), Ok(Some(_))) => {
             let e = Error::NotFound(key.clone());
@@ -266,7 +270,12 @@ fn check_ndf_tables(repo: &Repository, l: &Lineage, report: &mut CheckReport) ->
         .filter_map(|n| super::parse_num_name(n))
         .collect();
     let needed = (r + 1..=last).chain((last > 0).then_some(last));
-    for v in stored.iter().copied().chain(needed).collect::<BTreeSet<_>>() {
+    for v in stored
+        .iter()
+        .copied()
+        .chain(needed)
+        .collect::<BTreeSet<_>>()
+    {
         let key = ndf_key(&l.name, v);
         let damage = match backend.read(&key) {
             Ok(b) => format::decode_ndf(&key, &b).err(),
