@@ -545,11 +545,12 @@ impl Repository {
         }
     }
 
-    /// Removes backup `id`'s snapshot, then its commit mark, then its
-    /// recipe (layouts free the space). An interruption after the snapshot
-    /// leaves the backup reported as "snapshot missing" and recoverable (a
-    /// deletion is undone rather than a backup lost); one after the mark
-    /// leaves an uncommitted recipe.
+    /// Removes backup `id`'s commit mark, then its snapshot, then its
+    /// recipe (layouts free the space). An interruption after the mark
+    /// leaves the backup committed without a mark (as in repositories
+    /// written before marks existed; the next backup writes it again), one
+    /// after the snapshot an uncommitted recipe: never a backup that looks
+    /// damaged.
     pub(crate) fn remove_snapshot(&self, id: BackupId) -> Result<()> {
         self.require(LockMode::Exclusive, "deleting a backup")?;
         let snap = self.snapshot(id)?;
@@ -561,8 +562,8 @@ impl Repository {
                 ..state
             })?;
         }
-        self.backend.delete(&snapshot::snapshot_key(snap.id))?;
         self.backend.delete(&crate::commit::mark_key(snap.id))?;
+        self.backend.delete(&snapshot::snapshot_key(snap.id))?;
         self.backend.delete(&snapshot::recipe_key(snap.id))
     }
 }

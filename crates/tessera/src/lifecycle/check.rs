@@ -235,11 +235,14 @@ fn missing_cat_parts(
     cats: &[(u64, u64, u32)],
     live: &BTreeSet<BackupId>,
 ) -> Vec<(u64, u64, u32)> {
-    let mut parts: BTreeMap<(u64, u64), BTreeSet<u32>> = BTreeMap::new();
-    for &(i, j, p) in cats {
-        parts.entry((i, j)).or_default().insert(p);
-    }
     let (r, last) = (l.state.arranged, l.state.last());
+    let mut parts: BTreeMap<(u64, u64), BTreeSet<u32>> = BTreeMap::new();
+    // Only active and pending categories: others are leftovers.
+    for &(i, j, p) in cats {
+        if (j == r && i <= r && r > 0) || (i == j && j > r && j <= last) {
+            parts.entry((i, j)).or_default().insert(p);
+        }
+    }
     for v in r + 1..=last {
         let stored_new = l
             .state
