@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tessera::backend::{Backend, LockMode};
 use tessera::backup::{run as run_backup, BackupOptions, Source};
-use tessera::check::{check, CheckOptions};
+use tessera::check::{check, CheckOptions, ProblemKind};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
 use tessera::config::IndexKind;
@@ -1038,16 +1038,17 @@ fn restore_cmd(
 
 fn list(repo: &Path, json: bool, wait: Duration) -> Result<()> {
     let r = open(repo, LockMode::Read, wait)?;
-    let snaps = r.snapshots()?;
+    let listed = r.listing()?;
     if json {
-        let arr: Vec<_> = snaps
+        let arr: Vec<_> = listed
             .iter()
-            .map(|s| {
-                serde_json::json!({
+            .map(|l| match &l.snapshot {
+                Ok(s) => serde_json::json!({
                     "id": s.id, "time": s.time, "label": s.label, "source": s.source,
                     "logical_bytes": s.logical_bytes, "stored_bytes": s.stats.stored_bytes,
                     "chunks": s.stats.chunks,
-                })
+                }),
+                Err(reason) => serde_json::json!({ "id": l.id, "damaged": reason }),
             })
             .collect();
         println!("{}", serde_json::Value::Array(arr));
@@ -1059,17 +1060,20 @@ fn list(repo: &Path, json: bool, wait: Duration) -> Result<()> {
         "{:>6}  {:>10}  {:>10}  {:>10}  {:<12}  label",
         "id", "time", "logical", "stored", "source"
     )?;
-    for s in snaps {
-        writeln!(
-            out,
-            "{:>6}  {:>10}  {:>10}  {:>10}  {:<12}  {}",
-            s.id,
-            s.time,
-            human(s.logical_bytes),
-            human(s.stats.stored_bytes),
-            s.source,
-            s.label
-        )?;
+    for l in listed {
+        match l.snapshot {
+            Ok(s) => writeln!(
+                out,
+                "{:>6}  {:>10}  {:>10}  {:>10}  {:<12}  {}",
+                s.id,
+                s.time,
+                human(s.logical_bytes),
+                human(s.stats.stored_bytes),
+                s.source,
+                s.label
+            )?,
+            Err(reason) => writeln!(out, "{:>6}  DAMAGED: {reason}", l.id)?,
+        }
     }
     Ok(())
 }
@@ -1127,10 +1131,11 @@ fn check_cmd(repo: &Path, read_data: bool, json: bool, wait: Duration) -> Result
                 "problem: {}: {} (affects backups: {})",
                 p.object,
                 p.detail,
-                if users.is_empty() {
-                    "none".into()
-                } else {
-                    users.join(", ")
+                match (users.is_empty(), p.kind) {
+                    (false, _) => users.join(", "),
+                    (true, ProblemKind::Derived) =>
+                        "none: derived data, rebuilt automatically".into(),
+                    (true, _) => "none".into(),
                 }
             );
         }

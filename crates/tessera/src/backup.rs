@@ -213,6 +213,7 @@ pub fn backup(
 /// repository's layout: the general entry point behind [`backup`].
 pub fn run(repo: &Repository, source: Source, options: &BackupOptions) -> Result<Outcome> {
     repo.require(LockMode::Backup, "a backup")?;
+    repo.write_missing_commit_marks()?;
     let config = repo.config();
     match (&source, config.trace) {
         (Source::Data { .. }, true) => {
@@ -558,8 +559,7 @@ fn backup_containers(
     snap.stats.seconds = started.elapsed().as_secs_f64();
     snap.stats.throughput_mb_s = logical_bytes as f64 / 1e6 / snap.stats.seconds.max(1e-9);
     snap.stats.record_io(&repo.io_stats().since(&io_before));
-    repo.backend()
-        .write_new(&snapshot::snapshot_key(id), &[&snap.encode()?])?;
+    repo.commit_snapshot(&snap)?;
     Ok(snap)
 }
 

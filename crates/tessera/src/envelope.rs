@@ -7,7 +7,8 @@ use std::io::Write;
 
 /// Magic bytes at the start of every enveloped object.
 pub const MAGIC: &[u8; 4] = b"TSRA";
-const HEADER_LEN: usize = 4 + 4 + 4 + 8;
+/// Bytes of the envelope header (magic, kind, version, payload length).
+pub const HEADER_LEN: usize = 4 + 4 + 4 + 8;
 const TRAILER_LEN: usize = 4;
 
 /// Wraps `payload` as an object of `kind` at format `version`.

@@ -72,6 +72,41 @@ pub enum Error {
         /// The chunk's fingerprint.
         fingerprint: String,
     },
+    /// A chunk of a lifecycle-layout backup is in none of the objects
+    /// whose categories cover its version.
+    #[error("backup {backup}: chunk {fingerprint} is in none of the objects holding version {version} of {lineage} ({searched}): one of them is missing or damaged")]
+    ChunkNotInCategories {
+        /// The backup whose recipe holds the chunk.
+        backup: u64,
+        /// Its version in its lineage.
+        version: u64,
+        /// The lineage's directory (`lifecycle/s<hex>`).
+        lineage: String,
+        /// The chunk's fingerprint.
+        fingerprint: String,
+        /// The objects searched, or the key patterns of those expected.
+        searched: String,
+    },
+    /// A stored chunk's bytes in a lifecycle category or volume object do
+    /// not hash to its fingerprint.
+    #[error("{object}: chunk {fingerprint} is corrupt (its bytes hash to {actual})")]
+    ObjectChunkMismatch {
+        /// The category or volume object holding the chunk.
+        object: String,
+        /// The fingerprint its metadata and the recipe expect.
+        fingerprint: String,
+        /// The fingerprint of the bytes actually read.
+        actual: String,
+    },
+    /// The repository's configuration object is damaged: nothing can be
+    /// read without it.
+    #[error("{location}: the repository configuration is damaged ({cause}); no command can use the repository without it: put back an intact copy of its `config` object (written once by init and never changed, so any earlier copy of it will do)")]
+    DamagedConfig {
+        /// The repository.
+        location: String,
+        /// What is wrong with `config`.
+        cause: String,
+    },
     /// No backup with this id exists.
     #[error("backup {0}: no such backup in the repository")]
     NoSuchBackup(u64),

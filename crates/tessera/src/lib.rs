@@ -12,6 +12,7 @@ pub mod backend;
 pub mod backup;
 pub mod check;
 pub mod chunker;
+pub mod commit;
 pub mod config;
 pub mod container;
 pub mod delta;

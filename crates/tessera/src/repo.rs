@@ -11,11 +11,15 @@ use crate::index::{
 };
 use crate::snapshot::{self, BackupId, Recipe, Snapshot, RECIPE_DIR, SNAPSHOT_DIR};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-const STATE_KEY: &str = "state";
+/// Key of the id counters object.
+pub const STATE_KEY: &str = "state";
+/// Key of the second copy of the id counters.
+pub const STATE_COPY_KEY: &str = "state-copy";
 const STATE_KIND: &[u8; 4] = b"STAT";
 const STATE_VERSION: u32 = 1;
 
@@ -42,6 +46,15 @@ pub struct RepoTotals {
     pub containers: u64,
     /// logical_bytes / physical_bytes (`None` when nothing is stored).
     pub dedup_ratio: Option<f64>,
+}
+
+/// One backup as listed: its snapshot, or what is wrong with it.
+#[derive(Clone, Debug)]
+pub struct Listed {
+    /// The backup id.
+    pub id: BackupId,
+    /// The snapshot, or why it cannot be read.
+    pub snapshot: std::result::Result<Snapshot, String>,
 }
 
 /// An open repository.
@@ -124,7 +137,15 @@ impl Repository {
             Err(Error::NotFound(_)) => return Err(Error::NotARepository(backend.location())),
             Err(e) => return Err(e),
         };
-        let config = Config::decode(&bytes)?;
+        let config = match Config::decode(&bytes) {
+            Err(Error::Corrupt { detail, .. }) => {
+                return Err(Error::DamagedConfig {
+                    location: backend.location(),
+                    cause: detail,
+                })
+            }
+            decoded => decoded?,
+        };
         let lock = lock_waiting(backend.as_ref(), mode, wait)?;
         Ok(Repository {
             backend,
@@ -234,6 +255,57 @@ impl Repository {
         Ok(ids)
     }
 
+    /// Ids of all commit marks (backups known to have been committed), ascending.
+    pub fn commit_marks(&self) -> Result<Vec<BackupId>> {
+        crate::commit::marked(self.backend.as_ref())
+    }
+
+    /// Backups whose data must be kept: the committed ones, and those whose
+    /// snapshot is lost but whose commit mark and recipe remain (they can
+    /// still be recovered, so neither GC nor reclamation may drop them).
+    pub fn retained_backups(&self) -> Result<BTreeSet<BackupId>> {
+        let recipes: BTreeSet<BackupId> = self.recipes()?.into_iter().collect();
+        let mut kept: BTreeSet<BackupId> = self.backups()?.into_iter().collect();
+        kept.extend(
+            self.commit_marks()?
+                .into_iter()
+                .filter(|id| recipes.contains(id)),
+        );
+        Ok(kept)
+    }
+
+    /// Writes the commit mark of every committed backup that has none
+    /// (backups of repositories written before marks existed, or whose
+    /// mark write failed); snapshots that cannot be read are left to
+    /// `check`. Needs a handle opened for a backup.
+    pub fn write_missing_commit_marks(&self) -> Result<u64> {
+        self.require(LockMode::Backup, "writing commit marks")?;
+        let marked: BTreeSet<BackupId> = self.commit_marks()?.into_iter().collect();
+        let mut written = 0;
+        for id in self.backups()? {
+            if marked.contains(&id) {
+                continue;
+            }
+            if let Ok(snap) = self.snapshot(id) {
+                crate::commit::write_mark(self.backend.as_ref(), &snap)?;
+                written += 1;
+            }
+        }
+        Ok(written)
+    }
+
+    /// Commits backup `snap`: creates its snapshot (the commit point), then
+    /// its commit mark. The backup is committed once the snapshot exists, so
+    /// a failure to write the mark does not fail it: the next backup writes
+    /// missing marks ([`Repository::write_missing_commit_marks`]).
+    pub(crate) fn commit_snapshot(&self, snap: &Snapshot) -> Result<()> {
+        let backend = self.backend.as_ref();
+        backend.write_new(&snapshot::snapshot_key(snap.id), &[&snap.encode()?])?;
+        // A missing mark is rewritten by the next backup; see above.
+        crate::commit::write_mark(backend, snap).ok();
+        Ok(())
+    }
+
     /// The snapshot of backup `id`.
     pub fn snapshot(&self, id: BackupId) -> Result<Snapshot> {
         match self.backend.read(&snapshot::snapshot_key(id)) {
@@ -251,6 +323,34 @@ impl Repository {
             .collect()
     }
 
+    /// Every backup for listing: each committed one with its snapshot, or
+    /// why the snapshot cannot be read (damaged), and each backup known
+    /// committed (by its commit mark) whose snapshot is missing. Never
+    /// fails because of one backup.
+    pub fn listing(&self) -> Result<Vec<Listed>> {
+        let snapshots: BTreeSet<BackupId> = self.backups()?.into_iter().collect();
+        let recipes: BTreeSet<BackupId> = self.recipes()?.into_iter().collect();
+        let mut ids = snapshots.clone();
+        ids.extend(self.commit_marks()?);
+        Ok(ids
+            .into_iter()
+            .map(|id| {
+                let snapshot = match (snapshots.contains(&id), recipes.contains(&id)) {
+                    (true, _) => self.snapshot(id).map_err(|e| e.to_string()),
+                    (false, true) => Err(format!(
+                        "{}: snapshot missing (recipe intact: `tessera repair` can recover it)",
+                        snapshot::snapshot_key(id)
+                    )),
+                    (false, false) => Err(format!(
+                        "{}: snapshot and recipe missing: the backup is lost",
+                        snapshot::snapshot_key(id)
+                    )),
+                };
+                Listed { id, snapshot }
+            })
+            .collect())
+    }
+
     /// The recipe of backup `id`.
     pub fn recipe(&self, id: BackupId) -> Result<Recipe> {
         match self.backend.read(&snapshot::recipe_key(id)) {
@@ -260,29 +360,65 @@ impl Repository {
         }
     }
 
+    /// The id counters: the stored `state` (the larger counters of its two
+    /// copies) or, when no copy is readable, a conservative recomputation
+    /// ([`Repository::recomputed_state`]) — `state` is derived data and
+    /// never the reason an operation fails.
     fn state(&self) -> Result<State> {
-        match self.backend.read(STATE_KEY) {
-            Ok(bytes) => {
-                let payload = envelope::open(STATE_KEY, STATE_KIND, STATE_VERSION, &bytes)?;
-                serde_json::from_slice(payload)
-                    .map_err(|e| Error::corrupt(STATE_KEY, format!("invalid JSON: {e}")))
+        let mut found: Option<State> = None;
+        let mut damaged = false;
+        for key in [STATE_KEY, STATE_COPY_KEY] {
+            match self.backend.read(key).and_then(|b| decode_state(key, &b)) {
+                Ok(s) => found = Some(found.map_or(s, |f| f.max(s))),
+                Err(Error::NotFound(_)) => {}
+                Err(Error::Corrupt { .. }) => damaged = true,
+                Err(e) => return Err(e),
             }
-            Err(Error::NotFound(_)) => Ok(State::default()),
-            Err(e) => Err(e),
+        }
+        Ok(match (found, damaged) {
+            (Some(s), _) => s,
+            (None, true) => self.recomputed_state(),
+            (None, false) => State::default(),
+        })
+    }
+
+    /// The counters a damaged `state` stood for, as far as they can be
+    /// known (the listings of recipes, snapshots, commit marks and
+    /// containers are consulted by the callers anyway): the numbers its
+    /// payload still parses to despite the failed checksum (only ever
+    /// raising ids, which is safe), and the backup ids lifecycle lineage
+    /// states record (deleted versions included).
+    fn recomputed_state(&self) -> State {
+        let salvaged = [STATE_KEY, STATE_COPY_KEY]
+            .iter()
+            .filter_map(|key| self.backend.read(key).ok())
+            .filter_map(|b| salvage_state(&b))
+            .fold(State::default(), State::max);
+        let lineages = crate::lifecycle::highest_recorded_backup(self.backend.as_ref());
+        State {
+            last_backup_id: salvaged.last_backup_id.max(lineages),
+            ..salvaged
         }
     }
 
+    /// Writes both copies of `state`.
     fn save_state(&self, state: State) -> Result<()> {
         let json = serde_json::to_vec(&state).unwrap_or_default();
-        self.backend
-            .write(STATE_KEY, &envelope::seal(STATE_KIND, STATE_VERSION, &json))
+        let bytes = envelope::seal(STATE_KIND, STATE_VERSION, &json);
+        self.backend.write(STATE_KEY, &bytes)?;
+        self.backend.write(STATE_COPY_KEY, &bytes)
     }
 
     /// The id the next backup gets: above every id ever committed or recorded.
     pub fn next_backup_id(&self) -> Result<BackupId> {
         let listed = self.recipes()?.last().copied().unwrap_or(0);
         let committed = self.backups()?.last().copied().unwrap_or(0);
-        Ok(listed.max(committed).max(self.state()?.last_backup_id) + 1)
+        let marked = self.commit_marks()?.last().copied().unwrap_or(0);
+        Ok(listed
+            .max(committed)
+            .max(marked)
+            .max(self.state()?.last_backup_id)
+            + 1)
     }
 
     /// The id the next container gets: above every existing container and
@@ -409,7 +545,12 @@ impl Repository {
         }
     }
 
-    /// Removes backup `id`'s snapshot, then its recipe (layouts free the space).
+    /// Removes backup `id`'s commit mark, then its snapshot, then its
+    /// recipe (layouts free the space). An interruption after the mark
+    /// leaves the backup committed without a mark (as in repositories
+    /// written before marks existed; the next backup writes it again), one
+    /// after the snapshot an uncommitted recipe: never a backup that looks
+    /// damaged.
     pub(crate) fn remove_snapshot(&self, id: BackupId) -> Result<()> {
         self.require(LockMode::Exclusive, "deleting a backup")?;
         let snap = self.snapshot(id)?;
@@ -421,9 +562,36 @@ impl Repository {
                 ..state
             })?;
         }
+        self.backend.delete(&crate::commit::mark_key(snap.id))?;
         self.backend.delete(&snapshot::snapshot_key(snap.id))?;
         self.backend.delete(&snapshot::recipe_key(snap.id))
     }
+}
+
+impl State {
+    /// The larger of both counters (each only ever rises).
+    fn max(self, other: State) -> State {
+        State {
+            last_backup_id: self.last_backup_id.max(other.last_backup_id),
+            next_container: self.next_container.max(other.next_container),
+        }
+    }
+}
+
+/// Decodes a `state` object.
+fn decode_state(key: &str, bytes: &[u8]) -> Result<State> {
+    let payload = envelope::open(key, STATE_KIND, STATE_VERSION, bytes)?;
+    serde_json::from_slice(payload).map_err(|e| Error::corrupt(key, format!("invalid JSON: {e}")))
+}
+
+/// The counters of a damaged `state` object whose payload still parses.
+fn salvage_state(bytes: &[u8]) -> Option<State> {
+    let payload = bytes.get(envelope::HEADER_LEN..)?;
+    // The first JSON value, whatever follows it (the checksum, or nothing).
+    serde_json::Deserializer::from_slice(payload)
+        .into_iter::<State>()
+        .next()?
+        .ok()
 }
 
 /// Takes `backend`'s lock in `mode`, retrying for up to `wait` while

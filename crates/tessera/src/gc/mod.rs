@@ -237,16 +237,18 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
 
     // Mark.
     let t = Instant::now();
-    let snapshots = repo.snapshots()?;
+    // Backups whose snapshot is lost but whose commit mark and recipe
+    // remain are kept too: they can still be recovered.
+    let retained = repo.retained_backups()?;
     let mut live = LiveSet::default();
     let mut owners = gccdf::Owners::default();
-    for s in &snapshots {
-        let recipe = repo.recipe(s.id)?;
+    for &id in &retained {
+        let recipe = repo.recipe(id)?;
         for c in &recipe.chunks {
             live.insert((c.container, c.fp));
         }
         if options.defrag == Defrag::Gccdf {
-            owners.add_backup(s.id, &recipe.chunks);
+            owners.add_backup(id, &recipe.chunks);
         }
     }
     let containers = repo.containers()?;
@@ -419,15 +421,15 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         index.relocate(&removed, &moved)?;
         index.commit(next_id)?;
     }
-    for s in &snapshots {
-        let mut recipe = repo.recipe(s.id)?;
+    for &id in &retained {
+        let mut recipe = repo.recipe(id)?;
         let mut changed = false;
         for c in &mut recipe.chunks {
             if removed.contains(&c.container) {
                 let new = moved.get(&(c.container, c.fp)).ok_or_else(|| {
                     Error::Pipeline(format!(
                         "GC found no new home for chunk {} of backup {} in container {:016x}",
-                        c.fp, s.id, c.container
+                        c.fp, id, c.container
                     ))
                 })?;
                 c.container = *new;
@@ -435,7 +437,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
             }
         }
         if changed {
-            backend.write(&snapshot::recipe_key(s.id), &recipe.encode()?)?;
+            backend.write(&snapshot::recipe_key(id), &recipe.encode()?)?;
             stats.recipes_rewritten += 1;
         }
     }
@@ -464,9 +466,8 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         freed += s.size.saturating_sub(kept);
     }
     stats.containers_reclaimed = selected.len() as u64;
-    let committed: BTreeSet<BackupId> = snapshots.iter().map(|s| s.id).collect();
     for id in repo.recipes()? {
-        if !committed.contains(&id) {
+        if !retained.contains(&id) {
             backend.delete(&snapshot::recipe_key(id))?;
             stats.uncommitted_recipes_removed += 1;
         }

@@ -186,11 +186,12 @@ fn round(
     };
     backend.write(&journal_key(&l), &journal.encode())?;
     if !inputs.is_empty() {
-        let table_key = ndf_key(&l, v);
-        if !backend.exists(&table_key)? {
-            return Err(Error::NotFound(table_key));
-        }
-        let table = load_table(repo, &l, v)?;
+        // Without version v's table (and recipe), every chunk stays active:
+        // keeping a chunk in a category whose lifecycle is too long only
+        // costs space, archiving one v references would lose it.
+        let table = load_table(repo, lineage, v)?;
+        let referenced =
+            |fp: &crate::fingerprint::Fingerprint| table.as_ref().is_none_or(|t| t.contains(fp));
         let mut log = ReadLog::default();
         let mut archive = PartWriter::new(backend, v - 1, has_data, part_bytes, |p, first| {
             vol_key(&l, v - 1, p, first)
@@ -258,7 +259,7 @@ fn round(
                     &metas,
                     &mut log,
                     |fp, len, bytes| {
-                        if table.contains(&fp) {
+                        if referenced(&fp) {
                             stats.chunks_migrated += 1;
                             writer.push(to, &fp, len, bytes)
                         } else if dead {

@@ -55,14 +55,25 @@ pub struct BackupOutcome {
     pub arrange_deferred: bool,
 }
 
-/// Loads version `v`'s NDF table of lineage `l`; an absent table is empty.
-pub(crate) fn load_table(repo: &Repository, l: &str, v: u64) -> Result<FpSet> {
-    let key = ndf_key(l, v);
-    match repo.backend().read(&key) {
-        Ok(b) => Ok(format::decode_ndf(&key, &b)?.into_iter().collect()),
-        Err(Error::NotFound(_)) => Ok(FpSet::default()),
-        Err(e) => Err(e),
+/// Version `v`'s NDF table of `lineage`: the stored table or, when it is
+/// missing or damaged (it is derived data), the same set rebuilt from the
+/// recipe of the version's backup (the table is exactly the distinct
+/// fingerprints of that recipe). `None` if neither is readable.
+pub(crate) fn load_table(repo: &Repository, lineage: &Lineage, v: u64) -> Result<Option<FpSet>> {
+    let key = ndf_key(&lineage.name, v);
+    let stored = match repo.backend().read(&key) {
+        Ok(b) => format::decode_ndf(&key, &b).ok(),
+        Err(Error::NotFound(_)) => None,
+        Err(e) => return Err(e),
+    };
+    if let Some(fps) = stored {
+        return Ok(Some(fps.into_iter().collect()));
     }
+    let recipe = lineage
+        .state
+        .backup_of(v)
+        .and_then(|id| repo.recipe(id).ok());
+    Ok(recipe.map(|r| r.chunks.iter().map(|c| c.fp).collect()))
 }
 
 /// Deletes parts `parts..` of Cat.(v,v) left by an interrupted backup of
@@ -98,10 +109,11 @@ pub fn backup(
     let v = lineage.state.last() + 1;
 
     let t = Instant::now();
-    let prev = if v > 1 {
-        load_table(repo, &lineage.name, v - 1)?
-    } else {
-        FpSet::default()
+    // Without the previous version's table (and recipe), nothing is an
+    // adjacent duplicate: every chunk is stored again, which is safe.
+    let prev = match v {
+        1 => FpSet::default(),
+        _ => load_table(repo, &lineage, v - 1)?.unwrap_or_default(),
     };
     let mut index_time = t.elapsed();
     let mut store_time = std::time::Duration::ZERO;
@@ -228,7 +240,7 @@ pub fn backup(
     snap.stats.throughput_mb_s = logical as f64 / 1e6 / snap.stats.seconds.max(1e-9);
     snap.stats.record_io(&repo.io_stats().since(&io_before));
     snap.stats.bytes_written += snapshot_len;
-    backend.write_new(&snapshot::snapshot_key(id), &[&snap.encode()?])?;
+    repo.commit_snapshot(&snap)?;
 
     let due = repo.config().arrange == Arrange::Auto;
     let may_arrange = due && repo.exclude_readers()?;

@@ -4,23 +4,24 @@
 //! lifecycle covers that backup; with `read_data`, every chunk is re-hashed.
 
 use super::format::{self, Journal, ReadLog};
-use super::{cat_key, journal_key, lineages, ndf_dir, require_layout, vol_key, Lineage};
+use super::{
+    cat_key, journal_key, lineage_names, ndf_dir, ndf_key, read_state_copy, require_layout,
+    state_copy_key, state_key, vol_key, Lineage, LIFECYCLE_DIR,
+};
 use crate::backend::Backend as _;
-use crate::check::{CheckOptions, CheckReport, Problem};
+use crate::check::{
+    check_derived, check_records, derived_problem, CheckOptions, CheckReport, Problem, Retained,
+};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::repo::Repository;
 use crate::snapshot::BackupId;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 type FpSet = hashbrown::HashSet<Fingerprint, FingerprintHashBuilder>;
 
 fn problem(report: &mut CheckReport, object: &str, e: &Error, affected: Vec<BackupId>) {
-    report.problems.push(Problem {
-        object: object.to_string(),
-        detail: e.to_string(),
-        affected_backups: affected,
-    });
+    report.problems.push(Problem::damaged(object, e, affected));
 }
 
 /// Checks one volume or category object; returns whether it is sound.
@@ -58,9 +59,9 @@ fn check_object(
                     let bytes = bytes.unwrap_or_default();
                     let actual = algo.hash(bytes);
                     if actual != fp {
-                        return Err(Error::ChunkMismatch {
-                            container: 0,
-                            fingerprint: format!("{fp} in {key}"),
+                        return Err(Error::ObjectChunkMismatch {
+                            object: key.to_string(),
+                            fingerprint: fp.to_string(),
                             actual: actual.to_string(),
                         });
                     }
@@ -79,20 +80,14 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
     require_layout(repo)?;
     let backend = repo.backend().as_ref();
     let mut report = CheckReport::default();
-    let live: BTreeSet<BackupId> = repo.backups()?.into_iter().collect();
-    let recipes: BTreeSet<BackupId> = repo.recipes()?.into_iter().collect();
-    report.uncommitted_recipes = recipes.difference(&live).count() as u64;
+    let retained = check_records(repo, &mut report)?;
+    check_derived(repo, &mut report)?;
+    let live: BTreeSet<BackupId> = retained.iter().map(|b| b.id).collect();
     let mut covered: BTreeSet<BackupId> = BTreeSet::new();
-    let mut bad_lineage_states = Vec::new();
-    for name in backend.list(super::STATE_DIR)? {
-        if let Err(e) = Lineage::load(backend, &name) {
-            bad_lineage_states.push((super::state_key(&name), e));
-        }
-    }
-    for (key, e) in bad_lineage_states {
-        problem(&mut report, &key, &e, Vec::new());
-    }
-    for l in lineages(backend).unwrap_or_default() {
+    for name in lineage_names(backend)? {
+        let Some(l) = check_states(repo, &name, &retained, &mut report)? else {
+            continue;
+        };
         let (r, last) = (l.state.arranged, l.state.last());
         let backups_of = |versions: &mut dyn Iterator<Item = u64>| -> Vec<BackupId> {
             versions
@@ -102,7 +97,8 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         };
         // Objects of the layout.
         let mut bad_objects: BTreeSet<String> = BTreeSet::new();
-        for (i, j, p) in l.cat_objects(backend)? {
+        let cats = l.cat_objects(backend)?;
+        for &(i, j, p) in &cats {
             let key = cat_key(&l.name, i, j, p);
             let active = j == r && i <= r && r > 0;
             let pending = i == j && j > r && j <= last;
@@ -117,34 +113,43 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                 bad_objects.insert(key);
             }
         }
+        for (i, j, p) in missing_cat_parts(repo, &l, &cats, &live) {
+            let key = cat_key(&l.name, i, j, p);
+            let e = Error::NotFound(key.clone());
+            problem(&mut report, &key, &e, backups_of(&mut (i..=last)));
+            bad_objects.insert(key);
+        }
         for (j, parts) in l.volumes(backend)? {
-            for (p, first) in parts {
+            for (n, &(p, first)) in parts.iter().enumerate() {
                 let key = vol_key(&l.name, j, p, first);
                 if j >= r {
                     report.unreferenced_containers += 1;
                     continue;
                 }
-                if let Err(e) = check_object(repo, &key, options, &mut report) {
+                let result = match usize::try_from(p) {
+                    Ok(p) if p == n => check_object(repo, &key, options, &mut report),
+                    _ => Err(Error::corrupt(
+                        &key,
+                        format!("part {n} of volume {j:016x} is missing before it"),
+                    )),
+                };
+                if let Err(e) = result {
                     let affected = backups_of(&mut (1..=j));
                     problem(&mut report, &key, &e, affected);
                     bad_objects.insert(key);
                 }
             }
         }
-        for name in backend.list(&ndf_dir(&l.name))? {
-            let key = format!("{}/{name}", ndf_dir(&l.name));
-            let parsed = backend
-                .read(&key)
-                .and_then(|b| format::decode_ndf(&key, &b));
-            if let Err(e) = parsed {
-                problem(&mut report, &key, &e, Vec::new());
-            }
-        }
+        check_ndf_tables(repo, &l, &mut report)?;
         let jkey = journal_key(&l.name);
         match backend.read(&jkey) {
             Ok(b) => {
                 if let Err(e) = Journal::decode(&jkey, &b) {
-                    problem(&mut report, &jkey, &e, Vec::new());
+                    report.problems.push(derived_problem(
+                        &jkey,
+                        &e,
+                        "recovery does not depend on it; the next arrange deletes it",
+                    ));
                 }
             }
             Err(Error::NotFound(_)) => {}
@@ -156,32 +161,139 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                 continue;
             }
             covered.insert(v.backup);
-            report.backups += 1;
             if let Err(e) = check_version(repo, &l, v.version, v.backup, &bad_objects, &mut report)
             {
-                problem(
-                    &mut report,
-                    &crate::snapshot::recipe_key(v.backup),
-                    &e,
-                    vec![v.backup],
-                );
+                let key = match e {
+                    Error::ChunkNotInCategories { .. } => format!("{LIFECYCLE_DIR}/{}", l.name),
+                    _ => crate::snapshot::recipe_key(v.backup),
+                };
+                problem(&mut report, &key, &e, vec![v.backup]);
             }
         }
     }
     for &id in live.difference(&covered) {
-        report.backups += 1;
-        let e = Error::corrupt(
-            crate::snapshot::snapshot_key(id),
-            "backup is not a version of any lifecycle lineage",
-        );
-        problem(
-            &mut report,
-            &crate::snapshot::snapshot_key(id),
-            &e,
-            vec![id],
-        );
+        if report
+            .problems
+            .iter()
+            .any(|p| p.affected_backups.contains(&id))
+        {
+            continue; // its lineage state (or snapshot) is reported already
+        }
+        let key = crate::snapshot::snapshot_key(id);
+        let e = Error::corrupt(&key, "backup is not a version of any lifecycle lineage");
+        problem(&mut report, &key, &e, vec![id]);
     }
     Ok(report)
+}
+
+/// Checks both copies of lineage `name`'s state; returns the lineage if a
+/// copy is readable. One damaged or missing copy is derived-data damage
+/// (the other is used and both are rewritten at the lineage's next backup
+/// or arranging round); both damaged make every backup of the lineage
+/// (by its snapshot's source) unrestorable.
+fn check_states(
+    repo: &Repository,
+    name: &str,
+    retained: &[Retained],
+    report: &mut CheckReport,
+) -> Result<Option<Lineage>> {
+    let backend = repo.backend().as_ref();
+    let (key, copy_key) = (state_key(name), state_copy_key(name));
+    let primary = read_state_copy(backend, &key);
+    let copy = read_state_copy(backend, &copy_key);
+    const REWRITTEN: &str =
+        "the other copy is used; both are rewritten at the lineage's next backup or arranging round";
+    match (&primary, &copy) {
+        (Ok(Some(_)), Err(e)) => report
+            .problems
+            .push(derived_problem(&copy_key, e, REWRITTEN)),
+        (Err(e), Ok(Some(_))) => report.problems.push(derived_problem(&key, e, REWRITTEN)),
+        (Ok(None), Ok(Some(_))) => {
+            let e = Error::NotFound(key.clone());
+            report.problems.push(derived_problem(&key, &e, REWRITTEN));
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            let affected = retained
+                .iter()
+                .filter(|b| b.source.as_deref().map(super::lineage_name).as_deref() == Some(name))
+                .map(|b| b.id)
+                .collect();
+            problem(report, &key, e, affected);
+            return Ok(None);
+        }
+        _ => {}
+    }
+    Lineage::load(backend, name)
+}
+
+/// Parts of active and pending categories that must exist but do not: a
+/// part before an existing one, and part 0 of the pending category of a
+/// version whose snapshot says it stored new chunks.
+fn missing_cat_parts(
+    repo: &Repository,
+    l: &Lineage,
+    cats: &[(u64, u64, u32)],
+    live: &BTreeSet<BackupId>,
+) -> Vec<(u64, u64, u32)> {
+    let (r, last) = (l.state.arranged, l.state.last());
+    let mut parts: BTreeMap<(u64, u64), BTreeSet<u32>> = BTreeMap::new();
+    // Only active and pending categories: others are leftovers.
+    for &(i, j, p) in cats {
+        if (j == r && i <= r && r > 0) || (i == j && j > r && j <= last) {
+            parts.entry((i, j)).or_default().insert(p);
+        }
+    }
+    for v in r + 1..=last {
+        let stored_new = l
+            .state
+            .backup_of(v)
+            .filter(|b| live.contains(b))
+            .and_then(|b| repo.snapshot(b).ok())
+            .is_some_and(|s| s.stats.unique.chunks > 0);
+        if stored_new {
+            parts.entry((v, v)).or_default();
+        }
+    }
+    let mut missing = Vec::new();
+    for ((i, j), have) in parts {
+        let end = have.last().map_or(1, |p| p + 1);
+        missing.extend((0..end).filter(|p| !have.contains(p)).map(|p| (i, j, p)));
+    }
+    missing
+}
+
+/// Checks the NDF tables: a damaged one, or a missing one a later round or
+/// backup needs, is derived-data damage (rebuilt from the version's recipe).
+fn check_ndf_tables(repo: &Repository, l: &Lineage, report: &mut CheckReport) -> Result<()> {
+    let backend = repo.backend().as_ref();
+    let (r, last) = (l.state.arranged, l.state.last());
+    let stored: BTreeSet<u64> = backend
+        .list(&ndf_dir(&l.name))?
+        .iter()
+        .filter_map(|n| super::parse_num_name(n))
+        .collect();
+    let needed = (r + 1..=last).chain((last > 0).then_some(last));
+    for v in stored
+        .iter()
+        .copied()
+        .chain(needed)
+        .collect::<BTreeSet<_>>()
+    {
+        let key = ndf_key(&l.name, v);
+        let damage = match backend.read(&key) {
+            Ok(b) => format::decode_ndf(&key, &b).err(),
+            Err(e) => Some(e),
+        };
+        let Some(e) = damage else { continue };
+        let how = match l.state.backup_of(v).map(|id| repo.recipe(id)) {
+            Some(Ok(_)) => "rebuilt from the version's recipe when needed".to_string(),
+            _ => format!(
+                "the version's recipe is gone too: the next round keeps every active chunk of version {v} (costs space), the next backup stores its chunks again"
+            ),
+        };
+        report.problems.push(derived_problem(&key, &e, &how));
+    }
+    Ok(())
 }
 
 fn check_version(
@@ -218,15 +330,12 @@ fn check_version(
         .count();
     if missing > 0 && !skipped {
         let first = recipe.chunks.iter().find(|c| !present.contains(&c.fp));
-        return Err(Error::MissingChunk {
-            backup: id,
-            container: 0,
-            fingerprint: format!(
-                "{} (and {} more) not in the categories covering version {k}",
-                first.map(|c| c.fp.to_string()).unwrap_or_default(),
-                missing - 1
-            ),
-        });
+        let fp = first.map(|c| c.fp).unwrap_or_default();
+        let mut e = super::not_in_categories(l, id, k, &good, &fp);
+        if let Error::ChunkNotInCategories { fingerprint, .. } = &mut e {
+            fingerprint.push_str(&format!(" (and {} more)", missing - 1));
+        }
+        return Err(e);
     }
     Ok(())
 }

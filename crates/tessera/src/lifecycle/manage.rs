@@ -14,7 +14,7 @@
 use super::format::{self, ReadLog};
 use super::{
     cat_key, journal_key, lineages, live_ids, ndf_dir, ndf_key, parse_num_name, require_layout,
-    state_key, vol_key, Lineage,
+    state_copy_key, state_key, vol_key, Lineage,
 };
 use crate::backend::{Backend as _, LockMode};
 use crate::error::{Error, Result};
@@ -100,7 +100,7 @@ fn reclaim_lineage(
         // removal interrupted after that leaves objects no state refers to:
         // a new backup of the source starts a fresh lineage over them, and
         // its first arranging deletes those it does not overwrite.
-        backend.delete(&state_key(&l.name))?;
+        l.delete_state(backend)?;
         for (i, j, p) in l.cat_objects(backend)? {
             let key = cat_key(&l.name, i, j, p);
             if let Some(h) = super::header_if_exists(backend, &key, &mut log)? {
@@ -315,7 +315,12 @@ pub fn totals(repo: &Repository) -> Result<crate::repo::RepoTotals> {
         Ok(size + header.categories.iter().map(|c| c.data_bytes).sum::<u64>())
     };
     for l in lineages(backend)? {
-        physical_bytes += backend.size(&state_key(&l.name))?;
+        for key in [state_key(&l.name), state_copy_key(&l.name)] {
+            physical_bytes += match backend.size(&key) {
+                Err(Error::NotFound(_)) => 0,
+                size => size?,
+            };
+        }
         for (i, j, p) in l.cat_objects(backend)? {
             physical_bytes += object_bytes(&cat_key(&l.name, i, j, p))?;
             parts += 1;

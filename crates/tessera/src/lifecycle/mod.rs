@@ -52,6 +52,8 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const LIFECYCLE_DIR: &str = "lifecycle";
 /// Directory of the lineage state objects.
 pub const STATE_DIR: &str = "lifecycle/state";
+/// Directory of the second copies of the lineage state objects.
+pub const STATE_COPY_DIR: &str = "lifecycle/state-copy";
 
 /// The directory name of the lineage of `source`: `s` and the hex of its bytes.
 pub fn lineage_name(source: &str) -> String {
@@ -61,6 +63,32 @@ pub fn lineage_name(source: &str) -> String {
 /// Key of lineage `l`'s state.
 pub fn state_key(l: &str) -> String {
     format!("{STATE_DIR}/{l}")
+}
+
+/// Key of the second copy of lineage `l`'s state.
+pub fn state_copy_key(l: &str) -> String {
+    format!("{STATE_COPY_DIR}/{l}")
+}
+
+/// Reads one copy of a lineage state: `None` if absent.
+pub(crate) fn read_state_copy(backend: &dyn Backend, key: &str) -> Result<Option<LineageState>> {
+    match backend.read(key) {
+        Ok(b) => LineageState::decode(key, &b).map(Some),
+        Err(Error::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Of two copies of a lineage state, the one further along: states only
+/// grow (versions are appended, `arranged` rises), and the two copies
+/// differ only after an interruption between their writes.
+fn further(a: LineageState, b: LineageState) -> LineageState {
+    let key = |s: &LineageState| (s.versions.len(), s.arranged);
+    if key(&b) > key(&a) {
+        b
+    } else {
+        a
+    }
 }
 
 /// Directory of lineage `l`'s active and pending categories.
@@ -145,17 +173,22 @@ pub(crate) struct Lineage {
 }
 
 impl Lineage {
-    /// Loads lineage `name`; `None` if it has no state.
+    /// Loads lineage `name` from whichever copy of its state verifies (the
+    /// one further along if both do); `None` if it has no state. Fails only
+    /// if no copy is readable and at least one is damaged.
     pub fn load(backend: &dyn Backend, name: &str) -> Result<Option<Lineage>> {
-        let key = state_key(name);
-        match backend.read(&key) {
-            Ok(b) => Ok(Some(Lineage {
-                name: name.to_string(),
-                state: LineageState::decode(&key, &b)?,
-            })),
-            Err(Error::NotFound(_)) => Ok(None),
-            Err(e) => Err(e),
-        }
+        let primary = read_state_copy(backend, &state_key(name));
+        let copy = read_state_copy(backend, &state_copy_key(name));
+        let state = match (primary, copy) {
+            (Ok(Some(a)), Ok(Some(b))) => Some(further(a, b)),
+            (Ok(Some(a)), _) | (_, Ok(Some(a))) => Some(a),
+            (Ok(None), Ok(None)) => None,
+            (Err(e), _) | (_, Err(e)) => return Err(e),
+        };
+        Ok(state.map(|state| Lineage {
+            name: name.to_string(),
+            state,
+        }))
     }
 
     /// The lineage of `source`, new if it has none yet.
@@ -170,9 +203,18 @@ impl Lineage {
         }))
     }
 
-    /// Persists the state (atomically).
+    /// Persists the state (atomically), in both copies: one damaged copy
+    /// cannot lose the lineage.
     pub fn save(&self, backend: &dyn Backend) -> Result<()> {
-        backend.write(&state_key(&self.name), &self.state.encode())
+        let bytes = self.state.encode();
+        backend.write(&state_key(&self.name), &bytes)?;
+        backend.write(&state_copy_key(&self.name), &bytes)
+    }
+
+    /// Deletes both copies of the state (the first step of removing the lineage).
+    pub fn delete_state(&self, backend: &dyn Backend) -> Result<()> {
+        backend.delete(&state_key(&self.name))?;
+        backend.delete(&state_copy_key(&self.name))
     }
 
     /// Versions whose backups are committed (in `live_ids`).
@@ -255,6 +297,39 @@ impl Lineage {
     }
 }
 
+/// The error for a chunk of backup `id` (version `k` of lineage `l`) found
+/// in none of the `required` objects: it names them, or, when none
+/// exists, the key patterns of those that should.
+pub(crate) fn not_in_categories(
+    l: &Lineage,
+    id: u64,
+    k: u64,
+    required: &[Required],
+    fp: &crate::fingerprint::Fingerprint,
+) -> Error {
+    let searched = if required.is_empty() {
+        let r = l.state.arranged;
+        format!(
+            "expected in {}/<i>-{r:016x}-* or {}/<{k:016x} or below>-<{k:016x} or below>-*, none exists",
+            cat_dir(&l.name),
+            cat_dir(&l.name)
+        )
+    } else {
+        required
+            .iter()
+            .map(|r| r.key.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    Error::ChunkNotInCategories {
+        backup: id,
+        version: k,
+        lineage: format!("{LIFECYCLE_DIR}/{}", l.name),
+        fingerprint: fp.to_string(),
+        searched,
+    }
+}
+
 /// An object a restore reads: its categories with `start <= max_start` (a
 /// prefix). Parts of one volume share a `group`: once a part's prefix ends
 /// before its last category, the group's later parts are not needed.
@@ -303,10 +378,17 @@ pub(crate) fn for_each_required(
     Ok(())
 }
 
+/// Names of all lineages with a state object (either copy), ascending.
+pub(crate) fn lineage_names(backend: &dyn Backend) -> Result<BTreeSet<String>> {
+    let mut names: BTreeSet<String> = backend.list(STATE_DIR)?.into_iter().collect();
+    names.extend(backend.list(STATE_COPY_DIR)?);
+    Ok(names)
+}
+
 /// All lineages with a state object.
 pub(crate) fn lineages(backend: &dyn Backend) -> Result<Vec<Lineage>> {
     let mut out = Vec::new();
-    for name in backend.list(STATE_DIR)? {
+    for name in lineage_names(backend)? {
         if let Some(l) = Lineage::load(backend, &name)? {
             out.push(l);
         }
@@ -337,7 +419,21 @@ pub(crate) fn header_if_exists(
     }
 }
 
-/// Committed backup ids.
+/// Ids of the backups whose data must be kept: committed ones, and those
+/// whose lost snapshot can still be recovered
+/// ([`Repository::retained_backups`]).
 pub(crate) fn live_ids(repo: &Repository) -> Result<BTreeSet<u64>> {
-    Ok(repo.backups()?.into_iter().collect())
+    repo.retained_backups()
+}
+
+/// The highest backup id any readable lineage state records (deleted
+/// versions included); 0 if none. Damaged states are skipped.
+pub(crate) fn highest_recorded_backup(backend: &dyn Backend) -> u64 {
+    lineage_names(backend)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|name| Lineage::load(backend, name).ok().flatten())
+        .flat_map(|l| l.state.versions.into_iter().map(|v| v.backup))
+        .max()
+        .unwrap_or(0)
 }

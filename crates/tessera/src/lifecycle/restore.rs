@@ -130,21 +130,13 @@ fn hash_table(recipe: &Recipe) -> (FingerprintMap<(u32, Vec<u64>)>, u64) {
 fn verify(algo: FingerprintAlgo, key: &str, fp: &Fingerprint, bytes: &[u8]) -> Result<()> {
     let actual = algo.hash(bytes);
     if actual != *fp {
-        return Err(Error::ChunkMismatch {
-            container: 0,
-            fingerprint: format!("{fp} in {key}"),
+        return Err(Error::ObjectChunkMismatch {
+            object: key.to_string(),
+            fingerprint: fp.to_string(),
             actual: actual.to_string(),
         });
     }
     Ok(())
-}
-
-fn missing(id: BackupId, fp: &Fingerprint) -> Error {
-    Error::MissingChunk {
-        backup: id,
-        container: 0,
-        fingerprint: fp.to_string(),
-    }
 }
 
 fn no_trace(repo: &Repository) -> Result<()> {
@@ -355,7 +347,7 @@ fn restore_in_one_pass(
     let (log, categories) = read?;
     stats.categories_read = categories;
     if let Some(fp) = table.keys().next() {
-        return Err(missing(id, fp));
+        return Err(super::not_in_categories(lineage, id, k, required, fp));
     }
     stats.bytes_restored = restored;
     Ok((stats, log))
@@ -467,7 +459,7 @@ pub fn restore_to_writer(
                 .get(&c.fp)
                 .copied()
                 .flatten()
-                .ok_or_else(|| missing(id, &c.fp))?;
+                .ok_or_else(|| super::not_in_categories(&lineage, id, k, &required, &c.fp))?;
             if loc.len != c.len {
                 return Err(Error::corrupt(
                     &objects[loc.obj],

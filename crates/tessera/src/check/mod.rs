@@ -14,6 +14,9 @@ use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+mod records;
+pub(crate) use records::{check_derived, check_records, derived_problem, Retained};
+
 /// Options of a check.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct CheckOptions {
@@ -21,15 +24,65 @@ pub struct CheckOptions {
     pub read_data: bool,
 }
 
+/// The kind of a problem, so that a repair can tell what to do with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemKind {
+    /// An object holding backup data (snapshot, recipe, container,
+    /// category, volume) is damaged, of an unknown version, or does not
+    /// hold what a recipe needs; its affected backups cannot be restored.
+    Damaged,
+    /// An object holding backup data is missing.
+    Missing,
+    /// A committed backup (it has a commit mark) lost its snapshot while
+    /// its recipe is intact: `tessera repair` can recover it.
+    SnapshotMissing,
+    /// A committed backup (it has a commit mark) lost both its snapshot
+    /// and its recipe: it cannot be recovered.
+    BackupLost,
+    /// Derived data (an index, `state`, a lineage state copy, an NDF
+    /// table, policy state) is damaged or missing: no backup is affected,
+    /// it is rebuilt automatically.
+    Derived,
+}
+
 /// One problem found, with the backups it affects.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Problem {
+    /// What kind of problem this is.
+    pub kind: ProblemKind,
     /// The damaged or missing object (e.g. `containers/000000000000002a`).
     pub object: String,
     /// What is wrong.
     pub detail: String,
     /// Backups that cannot be restored because of it.
     pub affected_backups: Vec<BackupId>,
+}
+
+impl Problem {
+    /// A problem of `kind` with `object`.
+    pub fn new(
+        kind: ProblemKind,
+        object: impl Into<String>,
+        detail: impl Into<String>,
+        affected_backups: Vec<BackupId>,
+    ) -> Problem {
+        Problem {
+            kind,
+            object: object.into(),
+            detail: detail.into(),
+            affected_backups,
+        }
+    }
+
+    /// A damaged object holding backup data.
+    pub fn damaged(object: impl Into<String>, e: &Error, affected: Vec<BackupId>) -> Problem {
+        let kind = match e {
+            Error::NotFound(_) => ProblemKind::Missing,
+            _ => ProblemKind::Damaged,
+        };
+        Problem::new(kind, object, e.to_string(), affected)
+    }
 }
 
 /// What a check found.
@@ -169,18 +222,18 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
     let mut users_of_bad: BTreeMap<ContainerId, BTreeSet<BackupId>> = BTreeMap::new();
     let mut users_of_bad_chunk: BTreeMap<(ContainerId, Fingerprint), BTreeSet<BackupId>> =
         BTreeMap::new();
-    let backups = repo.backups()?;
-    for &id in &backups {
-        report.backups += 1;
-        let loaded = repo.snapshot(id).and_then(|s| Ok((s, repo.recipe(id)?)));
-        let (snap, recipe) = match loaded {
-            Ok(v) => v,
+    let retained = records::check_records(repo, &mut report)?;
+    records::check_derived(repo, &mut report)?;
+    for b in &retained {
+        let id = b.id;
+        let recipe = match repo.recipe(id) {
+            Ok(r) => r,
             Err(e) => {
-                report.problems.push(Problem {
-                    object: crate::snapshot::snapshot_key(id),
-                    detail: e.to_string(),
-                    affected_backups: vec![id],
-                });
+                report.problems.push(Problem::damaged(
+                    crate::snapshot::recipe_key(id),
+                    &e,
+                    vec![id],
+                ));
                 continue;
             }
         };
@@ -202,29 +255,32 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             }
         }
         if let Some(c) = first_missing {
-            report.problems.push(Problem {
-                object: container::key(c.container),
-                detail: format!(
+            report.problems.push(Problem::new(
+                ProblemKind::Missing,
+                container::key(c.container),
+                format!(
                     "{missing} chunk reference(s) of backup {id} missing, first {}",
                     c.fp
                 ),
-                affected_backups: vec![id],
-            });
+                vec![id],
+            ));
         }
-        if recipe.logical_bytes() != snap.logical_bytes {
-            report.problems.push(Problem {
-                object: crate::snapshot::recipe_key(id),
-                detail: format!(
-                    "recipe rebuilds {} bytes but the snapshot records {}",
+        match b.logical_bytes {
+            Some(n) if n != recipe.logical_bytes() => report.problems.push(Problem::new(
+                ProblemKind::Damaged,
+                crate::snapshot::recipe_key(id),
+                format!(
+                    "recipe rebuilds {} bytes but the snapshot records {n}",
                     recipe.logical_bytes(),
-                    snap.logical_bytes
                 ),
-                affected_backups: vec![id],
-            });
+                vec![id],
+            )),
+            _ => {}
         }
     }
     for (cid, detail) in bad_containers {
         report.problems.push(Problem {
+            kind: ProblemKind::Damaged,
             object: container::key(cid),
             detail,
             affected_backups: users_of_bad
@@ -236,6 +292,7 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
     }
     for ((cid, fp), detail) in bad_chunks {
         report.problems.push(Problem {
+            kind: ProblemKind::Damaged,
             object: container::key(cid),
             detail,
             affected_backups: users_of_bad_chunk
@@ -248,12 +305,6 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
     report.unreferenced_containers = containers
         .iter()
         .filter(|c| !referenced.contains(c))
-        .count() as u64;
-    let committed: BTreeSet<_> = backups.into_iter().collect();
-    report.uncommitted_recipes = repo
-        .recipes()?
-        .iter()
-        .filter(|r| !committed.contains(r))
         .count() as u64;
     Ok(report)
 }

@@ -1,0 +1,217 @@
+//! The checks both layouts share: the backups' records (snapshots against
+//! commit marks and recipes) and the derived objects (`state`, index
+//! manifests, policy state), which are reported but affect no backup.
+
+use super::{CheckReport, Problem, ProblemKind};
+use crate::backend::Backend;
+use crate::commit::{self, CommitMark};
+use crate::error::{Error, Result};
+use crate::repo::Repository;
+use crate::snapshot::{self, BackupId};
+use std::collections::BTreeSet;
+
+/// A backup whose data a check verifies: committed, or recoverable (commit
+/// mark and recipe without a snapshot).
+#[derive(Clone, Debug)]
+pub(crate) struct Retained {
+    /// The backup.
+    pub id: BackupId,
+    /// The snapshot's `logical_bytes`, when the snapshot is readable.
+    pub logical_bytes: Option<u64>,
+    /// The backup's source: from its snapshot, or else its commit mark.
+    pub source: Option<String>,
+}
+
+/// Checks every snapshot and commit mark: damaged snapshots, committed
+/// backups whose snapshot is missing (recoverable when the recipe is
+/// intact, lost otherwise) and damaged marks are problems. Returns the
+/// backups whose data the layout's check must verify.
+pub(crate) fn check_records(repo: &Repository, report: &mut CheckReport) -> Result<Vec<Retained>> {
+    let backend = repo.backend().as_ref();
+    let snapshots: BTreeSet<BackupId> = repo.backups()?.into_iter().collect();
+    let recipes: BTreeSet<BackupId> = repo.recipes()?.into_iter().collect();
+    let marks: BTreeSet<BackupId> = repo.commit_marks()?.into_iter().collect();
+    let mut retained = Vec::new();
+    for &id in &snapshots {
+        let (logical_bytes, source) = match repo.snapshot(id) {
+            Ok(s) => (Some(s.logical_bytes), Some(s.source)),
+            Err(e) => {
+                report
+                    .problems
+                    .push(Problem::damaged(snapshot::snapshot_key(id), &e, vec![id]));
+                (None, mark_source(backend, id))
+            }
+        };
+        retained.push(Retained {
+            id,
+            logical_bytes,
+            source,
+        });
+    }
+    for &id in marks.difference(&snapshots) {
+        let key = snapshot::snapshot_key(id);
+        if recipes.contains(&id) {
+            report.problems.push(Problem::new(
+                ProblemKind::SnapshotMissing,
+                key,
+                format!(
+                    "backup {id}: snapshot missing (recipe intact: `tessera repair` can recover it)"
+                ),
+                vec![id],
+            ));
+            retained.push(Retained {
+                id,
+                logical_bytes: None,
+                source: mark_source(backend, id),
+            });
+        } else {
+            report.problems.push(Problem::new(
+                ProblemKind::BackupLost,
+                key,
+                format!("backup {id}: snapshot and recipe missing: the backup is lost"),
+                vec![id],
+            ));
+        }
+    }
+    for &id in &marks {
+        let key = commit::mark_key(id);
+        if let Err(e) = backend.read(&key).and_then(|b| CommitMark::decode(id, &b)) {
+            report.problems.push(Problem::new(
+                ProblemKind::Damaged,
+                key,
+                format!("{e} (the redundant record that backup {id} was committed; `tessera repair` rewrites it)"),
+                Vec::new(),
+            ));
+        }
+    }
+    retained.sort_unstable_by_key(|r| r.id);
+    report.backups = retained.len() as u64;
+    report.uncommitted_recipes = recipes
+        .iter()
+        .filter(|id| !snapshots.contains(id) && !marks.contains(id))
+        .count() as u64;
+    Ok(retained)
+}
+
+/// The source backup `id`'s commit mark records, if it is readable.
+fn mark_source(backend: &dyn Backend, id: BackupId) -> Option<String> {
+    let bytes = backend.read(&commit::mark_key(id)).ok()?;
+    CommitMark::decode(id, &bytes).ok().map(|m| m.source)
+}
+
+/// A derived object and the envelope it must have.
+struct DerivedKind {
+    /// The object, or the directory holding such objects.
+    key: &'static str,
+    /// Whether `key` is a directory of such objects.
+    dir: bool,
+    kind: &'static [u8; 4],
+    /// When it is rebuilt.
+    rebuilt: &'static str,
+}
+
+const DERIVED: &[DerivedKind] = &[
+    DerivedKind {
+        key: crate::repo::STATE_KEY,
+        dir: false,
+        kind: b"STAT",
+        rebuilt: "the other copy is used (or, without one, the counters are recomputed from the listings); both are rewritten by the next delete or gc",
+    },
+    DerivedKind {
+        key: crate::repo::STATE_COPY_KEY,
+        dir: false,
+        kind: b"STAT",
+        rebuilt: "the other copy is used; both are rewritten by the next delete or gc",
+    },
+    DerivedKind {
+        key: "index/exact",
+        dir: false,
+        kind: b"IDXE",
+        rebuilt: "rebuilt from the containers by the next backup",
+    },
+    DerivedKind {
+        key: "index/ddfs/manifest",
+        dir: false,
+        kind: b"IDXD",
+        rebuilt: "rebuilt from the containers by the next backup",
+    },
+    DerivedKind {
+        key: "index/ehid-hot/manifest",
+        dir: false,
+        kind: b"IDXD",
+        rebuilt: "rebuilt from the containers by the next backup",
+    },
+    DerivedKind {
+        key: "index/ehid-cold/manifest",
+        dir: false,
+        kind: b"IDXD",
+        rebuilt: "rebuilt from the containers by the next backup",
+    },
+    DerivedKind {
+        key: "index/lazy/manifest",
+        dir: false,
+        kind: b"IDXL",
+        rebuilt: "rebuilt from the containers by the next backup",
+    },
+    DerivedKind {
+        key: "rewrite",
+        dir: true,
+        kind: b"RWHI",
+        rebuilt: "treated as empty and rewritten by the source's next backup",
+    },
+    DerivedKind {
+        key: "delta",
+        dir: true,
+        kind: b"DPFC",
+        rebuilt: "treated as empty and rewritten by the source's next backup",
+    },
+    DerivedKind {
+        key: "delta-index/features",
+        dir: false,
+        kind: b"DSFI",
+        rebuilt: "treated as empty and rewritten by the next backup",
+    },
+];
+
+/// Checks the envelope (checksum, kind, version) of every derived object
+/// that exists; a damaged one is a [`ProblemKind::Derived`] problem.
+pub(crate) fn check_derived(repo: &Repository, report: &mut CheckReport) -> Result<()> {
+    let backend = repo.backend().as_ref();
+    for d in DERIVED {
+        let keys = if d.dir {
+            backend
+                .list(d.key)?
+                .into_iter()
+                .map(|n| format!("{}/{n}", d.key))
+                .collect()
+        } else {
+            vec![d.key.to_string()]
+        };
+        for key in keys {
+            if let Some(e) = envelope_damage(backend, &key, d.kind) {
+                report.problems.push(derived_problem(&key, &e, d.rebuilt));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A problem with derived data: no backup affected.
+pub(crate) fn derived_problem(key: &str, e: &Error, rebuilt: &str) -> Problem {
+    Problem::new(
+        ProblemKind::Derived,
+        key,
+        format!("{e} (derived data: {rebuilt})"),
+        Vec::new(),
+    )
+}
+
+/// What is wrong with the envelope of object `key` (expected `kind`), if
+/// it exists.
+fn envelope_damage(backend: &dyn Backend, key: &str, kind: &[u8; 4]) -> Option<Error> {
+    match backend.read(key) {
+        Ok(bytes) => crate::envelope::open(key, kind, 1, &bytes).err(),
+        Err(Error::NotFound(_)) => None,
+        Err(e) => Some(e),
+    }
+}
