@@ -24,9 +24,7 @@ use crate::index::{table, Chunk, Decision, DedupIndex, Reorder};
 use crate::lifecycle::{self, ArrangeStats, LifecycleBackupOptions};
 use crate::repo::Repository;
 use crate::rewrite::{RewriteFilter, Verdict};
-use crate::snapshot::{
-    self, BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds,
-};
+use crate::snapshot::{BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds};
 use crate::spill::SpillMap;
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Select, Sender};

@@ -11,9 +11,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::index::{Chunk, IndexStats};
 use crate::repo::Repository;
-use crate::snapshot::{
-    self, BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds,
-};
+use crate::snapshot::{BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds};
 use crate::spill::{byte_order, SpillMap};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
