@@ -14,6 +14,7 @@ pub mod check;
 pub mod chunker;
 pub mod config;
 pub mod container;
+pub mod crypto;
 pub mod delta;
 pub mod envelope;
 pub mod error;
