@@ -26,7 +26,12 @@ pub struct PasswordArgs {
     #[arg(long, global = true, value_name = "FILE")]
     password_file: Option<PathBuf>,
     /// Run CMD with the shell and use the first line it prints as the password.
-    #[arg(long, global = true, value_name = "CMD", conflicts_with = "password_file")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "CMD",
+        conflicts_with = "password_file"
+    )]
     password_command: Option<String>,
     /// Try only key file ID (faster with many keys; see `tessera key list`).
     #[arg(long, global = true, value_name = "ID")]
@@ -214,11 +219,21 @@ pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
             let keys = crypto::list_keys(&r)?;
             let current = crypto::current_key(&r);
             if json {
-                println!("{}", serde_json::json!({ "keys": keys, "current": current }));
+                println!(
+                    "{}",
+                    serde_json::json!({ "keys": keys, "current": current })
+                );
             } else {
-                println!(" {:<16} {:>12} {:>6}  created", "id", "memory KiB", "passes");
+                println!(
+                    " {:<16} {:>12} {:>6}  created",
+                    "id", "memory KiB", "passes"
+                );
                 for k in keys {
-                    let mark = if Some(k.id.as_str()) == current { '*' } else { ' ' };
+                    let mark = if Some(k.id.as_str()) == current {
+                        '*'
+                    } else {
+                        ' '
+                    };
                     println!(
                         "{mark}{:<16} {:>12} {:>6}  {}",
                         k.id,

@@ -179,15 +179,22 @@ struct Header {
 impl Stored {
     /// Parses the `config` object.
     pub fn decode(bytes: &[u8]) -> Result<Stored> {
-        let (version, payload) =
-            envelope::open_versions(CONFIG_KEY, KIND, &[FORMAT_VERSION, ENCRYPTED_FORMAT_VERSION], bytes)?;
+        let (version, payload) = envelope::open_versions(
+            CONFIG_KEY,
+            KIND,
+            &[FORMAT_VERSION, ENCRYPTED_FORMAT_VERSION],
+            bytes,
+        )?;
         if version == FORMAT_VERSION {
             return Config::from_payload(version, payload).map(Stored::Plain);
         }
         let header: Header = serde_json::from_slice(payload)
             .map_err(|e| Error::corrupt(CONFIG_KEY, format!("invalid JSON: {e}")))?;
         if header.version != version || header.encryption == Encryption::None {
-            return Err(Error::corrupt(CONFIG_KEY, "header does not match its version"));
+            return Err(Error::corrupt(
+                CONFIG_KEY,
+                "header does not match its version",
+            ));
         }
         hex::decode(&header.sealed)
             .map(Stored::Sealed)
@@ -442,8 +449,12 @@ impl Config {
 
     /// Parses and validates an enveloped configuration (version 1 or 2).
     pub fn decode(bytes: &[u8]) -> Result<Self> {
-        let (version, payload) =
-            envelope::open_versions(CONFIG_KEY, KIND, &[FORMAT_VERSION, ENCRYPTED_FORMAT_VERSION], bytes)?;
+        let (version, payload) = envelope::open_versions(
+            CONFIG_KEY,
+            KIND,
+            &[FORMAT_VERSION, ENCRYPTED_FORMAT_VERSION],
+            bytes,
+        )?;
         Config::from_payload(version, payload)
     }
 

@@ -166,7 +166,9 @@ impl Fingerprinter {
         let key: &[u8; 32] = &key.0;
         let mut out = [0u8; FINGERPRINT_LEN];
         match self.algo {
-            FingerprintAlgo::Blake3 => out.copy_from_slice(blake3::keyed_hash(key, data).as_bytes()),
+            FingerprintAlgo::Blake3 => {
+                out.copy_from_slice(blake3::keyed_hash(key, data).as_bytes())
+            }
             FingerprintAlgo::Sha256 => {
                 use hmac::{KeyInit as _, Mac as _};
                 // HMAC takes keys of every length: this cannot fail.

@@ -3,8 +3,8 @@
 
 use crate::backend::{Backend, Counting, IoStats, Local, LockGuard, LockMode};
 use crate::config::{Config, Encryption, IndexKind, Stored, CONFIG_KEY};
-use crate::crypto::{self, Credentials, Encrypting, NewKey, Unlocked};
 use crate::container::{self, ContainerId, CONTAINER_DIR};
+use crate::crypto::{self, Credentials, Encrypting, NewKey, Unlocked};
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprinter;
@@ -223,7 +223,10 @@ impl Repository {
                 let unlocked = crypto::unlock(backend.as_ref(), &unlock()?)?;
                 let config = Config::decode(&unlocked.cipher().open(CONFIG_KEY, &sealed)?)?;
                 if config.encryption == Encryption::None {
-                    return Err(Error::corrupt(CONFIG_KEY, "sealed configuration says unencrypted"));
+                    return Err(Error::corrupt(
+                        CONFIG_KEY,
+                        "sealed configuration says unencrypted",
+                    ));
                 }
                 let backend = Box::new(Encrypting::new(backend, unlocked.cipher()));
                 (backend, config, Some(unlocked))
@@ -231,7 +234,13 @@ impl Repository {
         };
         let backend = Arc::new(Counting::new(backend));
         let lock = lock_waiting(backend.as_ref(), mode, wait)?;
-        Ok(Repository::assemble(backend, config, mode, vec![lock], unlocked))
+        Ok(Repository::assemble(
+            backend,
+            config,
+            mode,
+            vec![lock],
+            unlocked,
+        ))
     }
 
     /// What this handle was opened for.

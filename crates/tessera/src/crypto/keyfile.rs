@@ -58,9 +58,11 @@ impl KdfParams {
     /// The 32-byte key derived from `password` and `salt`.
     fn derive(&self, password: &[u8], salt: &[u8]) -> Result<Zeroizing<[u8; 32]>> {
         self.validate()?;
-        let params = argon2::Params::new(self.memory_kib, self.iterations, self.parallelism, Some(32))
-            .map_err(|e| Error::InvalidConfig(format!("key derivation parameters: {e}")))?;
-        let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
+        let params =
+            argon2::Params::new(self.memory_kib, self.iterations, self.parallelism, Some(32))
+                .map_err(|e| Error::InvalidConfig(format!("key derivation parameters: {e}")))?;
+        let argon =
+            argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
         let mut out = Zeroizing::new([0u8; 32]);
         argon
             .hash_password_into(password, salt, out.as_mut())

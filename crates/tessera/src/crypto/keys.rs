@@ -52,6 +52,7 @@ pub fn remove_key(repo: &Repository, id: &str) -> Result<()> {
 pub fn change_password(repo: &Repository, key: &NewKey) -> Result<String> {
     let old = unlocked(repo)?.key_id.clone();
     let new = add_key(repo, key)?;
-    repo.backend().delete(&format!("{}/{old}", keyfile::KEYS_DIR))?;
+    repo.backend()
+        .delete(&format!("{}/{old}", keyfile::KEYS_DIR))?;
     Ok(new)
 }

@@ -123,10 +123,6 @@ pub(crate) fn unlock(
 
 /// Fills `buf` from the operating system's random generator.
 pub(crate) fn random_bytes(buf: &mut [u8]) -> Result<()> {
-    getrandom::fill(buf).map_err(|e| {
-        Error::io(
-            "drawing random bytes",
-            std::io::Error::other(e.to_string()),
-        )
-    })
+    getrandom::fill(buf)
+        .map_err(|e| Error::io("drawing random bytes", std::io::Error::other(e.to_string())))
 }

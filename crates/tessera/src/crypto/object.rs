@@ -192,7 +192,10 @@ mod tests {
         let c = cipher();
         let data = vec![5u8; 70_000];
         let sealed = c.seal("o", &[&data]).unwrap();
-        for i in (0..sealed.len()).step_by(997).chain([0, 9, 31, sealed.len() - 1]) {
+        for i in (0..sealed.len())
+            .step_by(997)
+            .chain([0, 9, 31, sealed.len() - 1])
+        {
             let mut bad = sealed.clone();
             bad[i] ^= 0x20;
             assert!(c.open("o", &bad).is_err(), "flip at {i}");
@@ -205,6 +208,9 @@ mod tests {
     #[test]
     fn two_seals_differ() {
         let c = cipher();
-        assert_ne!(c.seal("o", &[b"same"]).unwrap(), c.seal("o", &[b"same"]).unwrap());
+        assert_ne!(
+            c.seal("o", &[b"same"]).unwrap(),
+            c.seal("o", &[b"same"]).unwrap()
+        );
     }
 }

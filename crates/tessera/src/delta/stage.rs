@@ -555,7 +555,11 @@ impl Greedy {
                         stats.base_read_bytes += bytes.len() as u64;
                         match Container::parse(e.container, bytes) {
                             Ok(c) => cache.insert(Arc::new(c)),
-                            Err(Error::Corrupt { .. } | Error::Authentication { .. } | Error::UnsupportedVersion { .. }) => {}
+                            Err(
+                                Error::Corrupt { .. }
+                                | Error::Authentication { .. }
+                                | Error::UnsupportedVersion { .. },
+                            ) => {}
                             Err(err) => return Err(err),
                         }
                     }
@@ -593,8 +597,8 @@ impl Greedy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fingerprint::FingerprintAlgo;
     use crate::backend::Local;
+    use crate::fingerprint::FingerprintAlgo;
 
     /// A PFC stage whose base cache holds container 1 with `chunks`,
     /// parsed without its data check (as prefetched), after `damage`.

@@ -483,7 +483,9 @@ fn readable_meta(
 ) -> Result<Option<(container::Header, Vec<container::ChunkMeta>)>> {
     match container::read_meta(backend, cid) {
         Ok(v) => Ok(Some(v)),
-        Err(Error::Corrupt { .. } | Error::Authentication { .. } | Error::UnsupportedVersion { .. }) => Ok(None),
+        Err(
+            Error::Corrupt { .. } | Error::Authentication { .. } | Error::UnsupportedVersion { .. },
+        ) => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -157,6 +157,10 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             }
             covered.insert(v.backup);
             report.backups += 1;
+            if let Err(e) = repo.snapshot(v.backup) {
+                let key = crate::snapshot::snapshot_key(v.backup);
+                problem(&mut report, &key, &e, vec![v.backup]);
+            }
             if let Err(e) = check_version(repo, &l, v.version, v.backup, &bad_objects, &mut report)
             {
                 problem(
