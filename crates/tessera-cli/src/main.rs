@@ -15,7 +15,7 @@ use tessera::check::{check, CheckOptions, ProblemKind};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
 use tessera::config::IndexKind;
-use tessera::config::{Arrange, Layout};
+use tessera::config::{Arrange, Encryption, Layout};
 use tessera::delta::features::FeatureKind;
 use tessera::delta::stage::{BasePrefetch, BaseScope};
 use tessera::delta::{DeltaKind, DeltaParams};
@@ -36,6 +36,9 @@ use tessera_lab::gen::{generate_with, GenOptions};
 use tessera_lab::trace::write_data_trace;
 use tessera_lab::trace::TraceFile;
 
+mod secrets;
+use secrets::{key_cmd, new_repo_key, open_repo, Access, KdfArgs, KeyCommand, PasswordArgs};
+
 /// Tessera: a deduplicating backup store.
 #[derive(Parser)]
 #[command(name = "tessera", version, about, max_term_width = 100)]
@@ -46,6 +49,8 @@ struct Cli {
     /// long for it (e.g. `30s`, `5m`, `1h`) instead of failing at once.
     #[arg(long, global = true, value_name = "DURATION", value_parser = parse_wait, default_value = "0s")]
     wait: Duration,
+    #[command(flatten)]
+    password: PasswordArgs,
 }
 
 #[derive(Subcommand)]
@@ -222,6 +227,11 @@ enum Command {
         #[command(subcommand)]
         command: IndexCommand,
     },
+    /// Manage the password key files of an encrypted repository.
+    Key {
+        #[command(subcommand)]
+        command: KeyCommand,
+    },
 }
 
 #[derive(Subcommand)]
@@ -313,6 +323,14 @@ impl ChunkingArgs {
 struct InitArgs {
     /// Directory of the new repository.
     path: PathBuf,
+    /// Encrypt every object (`xchacha20poly1305`, asks for a password) or
+    /// not (`none`: lab and benchmark repositories). Default:
+    /// xchacha20poly1305, except for --trace and --fingerprint sha1
+    /// repositories, which cannot be encrypted.
+    #[arg(long)]
+    encryption: Option<Encryption>,
+    #[command(flatten)]
+    kdf: KdfArgs,
     #[command(flatten)]
     chunking: ChunkingArgs,
     /// Container capacity.
@@ -461,7 +479,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    match run(cli.command, cli.wait) {
+    let access = Access {
+        wait: cli.wait,
+        password: cli.password,
+    };
+    match run(cli.command, &access) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("tessera: error: {}", one_line(&e));
@@ -509,9 +531,9 @@ fn one_line(e: &anyhow::Error) -> String {
     msg.replace('\n', " ")
 }
 
-fn run(command: Command, wait: Duration) -> Result<ExitCode> {
+fn run(command: Command, access: &Access) -> Result<ExitCode> {
     match command {
-        Command::Init(args) => init(args)?,
+        Command::Init(args) => init(args, &access.password)?,
         Command::Backup {
             repo,
             input,
@@ -526,7 +548,7 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
             label,
             source,
             json,
-            wait,
+            access,
         )?,
         Command::Restore {
             repo,
@@ -542,11 +564,11 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
             } else {
                 ExistingFile::Refuse
             };
-            let r = open(&repo, LockMode::Read, wait)?;
+            let r = open(&repo, LockMode::Read, access)?;
             restore_cmd(&r, &id, &output, existing, cache, cache_size, json)?
         }
         Command::Arrange { repo, json } => {
-            let r = open(&repo, LockMode::Exclusive, wait)?;
+            let r = open(&repo, LockMode::Exclusive, access)?;
             let s = tessera::lifecycle::arrange(&r)?;
             if json {
                 println!("{}", serde_json::to_string(&s)?);
@@ -568,7 +590,7 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
             source,
             json,
         } => {
-            let r = open(&repo, LockMode::Read, wait)?;
+            let r = open(&repo, LockMode::Read, access)?;
             let freed = if ids.is_empty() {
                 0
             } else {
@@ -605,10 +627,10 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
                 }
             }
         }
-        Command::List { repo, json } => list(&repo, json, wait)?,
-        Command::Stats { repo, id, json } => stats(&repo, id.as_deref(), json, wait)?,
+        Command::List { repo, json } => list(&repo, json, access)?,
+        Command::Stats { repo, id, json } => stats(&repo, id.as_deref(), json, access)?,
         Command::Delete { repo, id } => {
-            let r = open(&repo, LockMode::Exclusive, wait)?;
+            let r = open(&repo, LockMode::Exclusive, access)?;
             let id = backup_id(&r, &id)?;
             r.delete_backup(id)
                 .with_context(|| format!("deleting backup {id}"))?;
@@ -618,7 +640,7 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
             repo,
             read_data,
             json,
-        } => return check_cmd(&repo, read_data, json, wait),
+        } => return check_cmd(&repo, read_data, json, access),
         Command::Forget {
             repo,
             keep_last,
@@ -632,7 +654,7 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
                 } else {
                     LockMode::Exclusive
                 },
-                wait,
+                access,
             )?;
             let ids = forget_keep_last(&r, keep_last, dry_run)?;
             if json {
@@ -654,7 +676,7 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
             split_threshold,
             json,
         } => {
-            let r = open(&repo, LockMode::Exclusive, wait)?;
+            let r = open(&repo, LockMode::Exclusive, access)?;
             let options = GcOptions {
                 threshold_pct: threshold,
                 defrag,
@@ -742,10 +764,11 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
                 }
             }
         }
+        Command::Key { command } => key_cmd(command, access)?,
         Command::Index {
             command: IndexCommand::Rebuild { repo },
         } => {
-            let r = open(&repo, LockMode::Exclusive, wait)?;
+            let r = open(&repo, LockMode::Exclusive, access)?;
             let s = r.rebuild_index().context("rebuilding the index")?;
             println!(
                 "index rebuilt: {} entries from {} containers",
@@ -756,10 +779,10 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens the repository at `path` for `mode`, waiting up to `wait` for a
-/// conflicting holder of its lock.
-fn open(path: &Path, mode: LockMode, wait: Duration) -> Result<Repository> {
-    match Repository::open_waiting(path, mode, wait) {
+/// Opens the repository at `path` for `mode`, waiting as `access` says
+/// for a conflicting holder of its lock, with its password if encrypted.
+fn open(path: &Path, mode: LockMode, access: &Access) -> Result<Repository> {
+    match open_repo(path, mode, access) {
         Err(e @ tessera::Error::Locked(_)) => {
             let doing = match mode {
                 LockMode::Read => "a maintenance command (gc, delete, forget, arrange) is running",
@@ -786,7 +809,7 @@ fn backup_id(repo: &Repository, text: &str) -> Result<BackupId> {
         .with_context(|| format!("{text:?} is not a backup id (a number or `latest`)"))
 }
 
-fn init(a: InitArgs) -> Result<()> {
+fn init(a: InitArgs, password: &PasswordArgs) -> Result<()> {
     let mut config = Config::new(random_id(&a.path));
     config.chunker = a.chunking.params();
     config.fingerprint = a.chunking.fingerprint;
@@ -820,8 +843,25 @@ fn init(a: InitArgs) -> Result<()> {
         prefetch: a.base_prefetch,
         scope: a.base_scope,
     };
-    Repository::init(&a.path, config)?;
-    println!("created repository {}", a.path.display());
+    let plain_only = a.trace || a.chunking.fingerprint == FingerprintAlgo::Sha1;
+    let encryption = a.encryption.unwrap_or(match plain_only {
+        true => Encryption::None,
+        false => Encryption::XChaCha20Poly1305,
+    });
+    match encryption {
+        Encryption::None => {
+            Repository::init(&a.path, config)?;
+            println!("created unencrypted repository {}", a.path.display());
+        }
+        Encryption::XChaCha20Poly1305 => {
+            // Refuse a configuration that cannot be encrypted before asking for a password.
+            config.encryption = encryption;
+            config.version = encryption.format_version();
+            config.validate()?;
+            Repository::init_encrypted(&a.path, config, &new_repo_key(password, a.kdf)?)?;
+            println!("created encrypted repository {}", a.path.display());
+        }
+    }
     Ok(())
 }
 
@@ -859,9 +899,9 @@ fn backup_cmd(
     label: String,
     source: String,
     json: bool,
-    wait: Duration,
+    access: &Access,
 ) -> Result<()> {
-    let r = open(repo, LockMode::Backup, wait)?;
+    let r = open(repo, LockMode::Backup, access)?;
     let options_for = |progress| BackupOptions {
         label: label.clone(),
         source: source.clone(),
@@ -1036,8 +1076,8 @@ fn restore_cmd(
     Ok(())
 }
 
-fn list(repo: &Path, json: bool, wait: Duration) -> Result<()> {
-    let r = open(repo, LockMode::Read, wait)?;
+fn list(repo: &Path, json: bool, access: &Access) -> Result<()> {
+    let r = open(repo, LockMode::Read, access)?;
     let listed = r.listing()?;
     if json {
         let arr: Vec<_> = listed
@@ -1078,8 +1118,8 @@ fn list(repo: &Path, json: bool, wait: Duration) -> Result<()> {
     Ok(())
 }
 
-fn stats(repo: &Path, id: Option<&str>, json: bool, wait: Duration) -> Result<()> {
-    let r = open(repo, LockMode::Read, wait)?;
+fn stats(repo: &Path, id: Option<&str>, json: bool, access: &Access) -> Result<()> {
+    let r = open(repo, LockMode::Read, access)?;
     if let Some(id) = id {
         let id = backup_id(&r, id)?;
         let snap = r.snapshot(id)?;
@@ -1098,7 +1138,7 @@ fn stats(repo: &Path, id: Option<&str>, json: bool, wait: Duration) -> Result<()
     } else {
         let c = r.config();
         println!(
-            "{} backups, {} logical, {} physical in {} containers, dedup {}\nchunker {} {}/{}/{}, fingerprint {}, containers {}\nlayout {}, index {}, rewrite {}, delta {}",
+            "{} backups, {} logical, {} physical in {} containers, dedup {}\nchunker {} {}/{}/{}, fingerprint {}{}, containers {}\nlayout {}, index {}, rewrite {}, delta {}\nencryption {}",
             t.backups,
             human(t.logical_bytes),
             human(t.physical_bytes),
@@ -1109,18 +1149,23 @@ fn stats(repo: &Path, id: Option<&str>, json: bool, wait: Duration) -> Result<()
             human(c.chunker.avg_size.into()),
             human(c.chunker.max_size.into()),
             c.fingerprint.name(),
+            if r.is_encrypted() { " (keyed)" } else { "" },
             human(c.container_size.into()),
             format!("{:?}", c.layout).to_lowercase(),
             format!("{:?}", c.index).to_lowercase(),
             c.rewrite.kind.name(),
-            c.delta.kind.name()
+            c.delta.kind.name(),
+            match c.encryption {
+                Encryption::None => "none",
+                Encryption::XChaCha20Poly1305 => "xchacha20poly1305",
+            }
         );
     }
     Ok(())
 }
 
-fn check_cmd(repo: &Path, read_data: bool, json: bool, wait: Duration) -> Result<ExitCode> {
-    let r = open(repo, LockMode::Read, wait)?;
+fn check_cmd(repo: &Path, read_data: bool, json: bool, access: &Access) -> Result<ExitCode> {
+    let r = open(repo, LockMode::Read, access)?;
     let report = check(&r, CheckOptions { read_data })?;
     if json {
         println!("{}", serde_json::to_string(&report)?);

@@ -23,10 +23,15 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
+    fixture_made_by(init)
+}
+
+/// The fixture in a repository that `make` creates.
+fn fixture_made_by(make: fn(&Path)) -> Fixture {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
     let repo = dir.join("repo");
-    init(&repo);
+    make(&repo);
     let a = random_bytes(11, 6 << 20);
     let b = random_bytes(12, 6 << 20);
     let mut c = a.clone();
@@ -222,9 +227,10 @@ fn crc32c(data: &[u8]) -> u32 {
 /// Corruption the container checksums cannot see (the data checksum is
 /// recomputed after the flip): the per-chunk fingerprint verification must
 /// still refuse to restore wrong bytes, and `check --read-data` must find it.
+/// (Unencrypted: in an encrypted repository the same flip fails authentication.)
 #[test]
 fn corruption_hidden_from_checksums_is_caught_by_fingerprints() {
-    let f = fixture();
+    let f = fixture_made_by(init_plain);
     let (object, path) = target(&f);
     let mut bytes = std::fs::read(&path).unwrap();
     let le4 = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);

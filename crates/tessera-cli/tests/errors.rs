@@ -10,7 +10,7 @@ use tessera::backend::LockMode;
 /// A repository with one backup (id 1) of a small file.
 fn repo_with_backup(dir: &Path) -> PathBuf {
     let repo = dir.join("repo");
-    init(&repo);
+    init_plain(&repo); // opened through the library (no password) and crafted below
     let input = dir.join("input");
     std::fs::write(&input, random_bytes(5, 100_000)).unwrap();
     assert_eq!(num(&backup_json(&repo, &input), "id"), 1);
@@ -135,7 +135,7 @@ fn wrong_and_non_numeric_backup_ids() {
 
     // `latest` of an empty repository.
     let empty = tmp.path().join("empty");
-    init(&empty);
+    init_plain(&empty); // opened through the library (no password) and crafted below
     let line = fail(["restore".to_string(), s(&empty), "latest".into(), s(&out)]);
     assert!(line.contains("no backup"), "{line}");
 }

@@ -19,7 +19,7 @@ use crate::delta::{DeltaKind, DeltaStats};
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
-use crate::fingerprint::{BatchHasher, FingerprintAlgo};
+use crate::fingerprint::{BatchHasher, Fingerprinter};
 use crate::index::{table, Chunk, Decision, DedupIndex, Reorder};
 use crate::lifecycle::{self, ArrangeStats, LifecycleBackupOptions};
 use crate::repo::Repository;
@@ -250,7 +250,7 @@ fn spawn_front_end<'scope, 'env, 'src: 'scope>(
     s: &'scope std::thread::Scope<'scope, 'env>,
     source: Source<'src>,
     chunker: &'scope dyn Chunker,
-    algo: FingerprintAlgo,
+    hasher: &'scope Fingerprinter,
     pool: &'scope BufferPool,
     tx: Sender<Vec<Chunk>>,
 ) -> FrontEnd<'scope> {
@@ -270,7 +270,7 @@ fn spawn_front_end<'scope, 'env, 'src: 'scope>(
                 ),
                 (
                     "fingerprinting",
-                    s.spawn(move || fingerprint(&algo, block_rx, tx)),
+                    s.spawn(move || fingerprint(hasher, block_rx, tx)),
                 ),
             ]
         }
@@ -344,7 +344,7 @@ fn backup_lifecycle(repo: &Repository, source: Source, options: &BackupOptions) 
         progress: options.progress,
     };
     std::thread::scope(|s| {
-        let front = spawn_front_end(s, source, chunker.as_ref(), config.fingerprint, &pool, tx);
+        let front = spawn_front_end(s, source, chunker.as_ref(), repo.fingerprinter(), &pool, tx);
         let done = lifecycle::backup(repo, rx.into_iter().map(Ok), &lifecycle_options);
         // An input error explains a backup that ended early.
         join_front_end(front)?;
@@ -385,7 +385,7 @@ fn backup_containers(
     let delta = DeltaStage::open(
         backend.clone(),
         config.delta,
-        config.fingerprint,
+        repo.fingerprinter().clone(),
         config.rewrite.kind,
         &options.source,
     )?;
@@ -419,7 +419,7 @@ fn backup_containers(
             s,
             source,
             chunker.as_ref(),
-            config.fingerprint,
+            repo.fingerprinter(),
             &pool,
             chunk_tx,
         );

@@ -9,8 +9,10 @@ use serde::{Deserialize, Serialize};
 pub use crate::backend::CONFIG_KEY;
 /// Envelope kind of the configuration object.
 const KIND: &[u8; 4] = b"CONF";
-/// Repository format version this build reads and writes.
+/// Repository format version of unencrypted repositories.
 pub const FORMAT_VERSION: u32 = 1;
+/// Repository format version of encrypted repositories (docs/FORMAT.md §23).
+pub const ENCRYPTED_FORMAT_VERSION: u32 = 2;
 
 /// Default container capacity: 4 MiB.
 pub const DEFAULT_CONTAINER_SIZE: u32 = 4 * 1024 * 1024;
@@ -120,6 +122,97 @@ pub enum Arrange {
     Manual,
 }
 
+/// Whether and how a repository encrypts its objects, fixed at `init`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Encryption {
+    /// Objects stored in the clear (format version 1).
+    #[default]
+    None,
+    /// Every object encrypted with XChaCha20-Poly1305, fingerprints keyed
+    /// (format version 2, docs/FORMAT.md §23).
+    #[serde(rename = "xchacha20poly1305")]
+    XChaCha20Poly1305,
+}
+
+impl Encryption {
+    /// The repository format version of repositories with this setting.
+    pub fn format_version(self) -> u32 {
+        match self {
+            Encryption::None => FORMAT_VERSION,
+            Encryption::XChaCha20Poly1305 => ENCRYPTED_FORMAT_VERSION,
+        }
+    }
+}
+
+impl std::str::FromStr for Encryption {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "none" => Ok(Encryption::None),
+            "xchacha20poly1305" => Ok(Encryption::XChaCha20Poly1305),
+            other => Err(format!(
+                "unknown encryption {other:?} (expected xchacha20poly1305 or none)"
+            )),
+        }
+    }
+}
+
+/// The `config` object as stored: the configuration of an unencrypted
+/// repository, or the header of an encrypted one around its sealed
+/// configuration (docs/FORMAT.md §23.4).
+pub enum Stored {
+    /// Format version 1: the configuration in the clear.
+    Plain(Config),
+    /// Format version 2: the configuration as an encrypted object.
+    Sealed(Vec<u8>),
+}
+
+/// The JSON payload of an encrypted repository's `config` header.
+#[derive(Serialize, Deserialize)]
+struct Header {
+    version: u32,
+    encryption: Encryption,
+    sealed: String,
+}
+
+impl Stored {
+    /// Parses the `config` object.
+    pub fn decode(bytes: &[u8]) -> Result<Stored> {
+        let (version, payload) = envelope::open_versions(
+            CONFIG_KEY,
+            KIND,
+            &[FORMAT_VERSION, ENCRYPTED_FORMAT_VERSION],
+            bytes,
+        )?;
+        if version == FORMAT_VERSION {
+            return Config::from_payload(version, payload).map(Stored::Plain);
+        }
+        let header: Header = serde_json::from_slice(payload)
+            .map_err(|e| Error::corrupt(CONFIG_KEY, format!("invalid JSON: {e}")))?;
+        if header.version != version || header.encryption == Encryption::None {
+            return Err(Error::corrupt(
+                CONFIG_KEY,
+                "header does not match its version",
+            ));
+        }
+        hex::decode(&header.sealed)
+            .map(Stored::Sealed)
+            .map_err(|_| Error::corrupt(CONFIG_KEY, "sealed configuration is not hex"))
+    }
+
+    /// The `config` header of an encrypted repository around `sealed`.
+    pub fn encode_sealed(sealed: &[u8]) -> Vec<u8> {
+        let header = Header {
+            version: ENCRYPTED_FORMAT_VERSION,
+            encryption: Encryption::XChaCha20Poly1305,
+            sealed: hex::encode(sealed),
+        };
+        let json = serde_json::to_vec_pretty(&header).unwrap_or_default();
+        envelope::seal(KIND, ENCRYPTED_FORMAT_VERSION, &json)
+    }
+}
+
 /// The configuration of a repository.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Config {
@@ -186,6 +279,9 @@ pub struct Config {
     /// Delta compression of stored chunks (PFC-delta, or the greedy baseline).
     #[serde(default)]
     pub delta: crate::delta::DeltaParams,
+    /// Encryption of the repository's objects (and keying of its fingerprints).
+    #[serde(default)]
+    pub encryption: Encryption,
 }
 
 /// Default size of lifecycle object parts: 64 MiB.
@@ -220,6 +316,7 @@ impl Config {
             arrange: Arrange::Auto,
             lifecycle_part_bytes: DEFAULT_LIFECYCLE_PART_BYTES,
             delta: crate::delta::DeltaParams::default(),
+            encryption: Encryption::None,
         }
     }
 
@@ -265,6 +362,7 @@ impl Config {
             )));
         }
         self.validate_delta()?;
+        self.validate_encryption()?;
         if self.container_size > 1 << 30 {
             return Err(Error::InvalidConfig(format!(
                 "container size {} exceeds 1 GiB",
@@ -284,6 +382,35 @@ impl Config {
             return Err(Error::InvalidConfig(
                 "index memory budget (--index-memory, index_cache_bytes) is 0 bytes: \
                  valid range 1 byte or more"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The format version follows the encryption; encrypted fingerprints
+    /// must be keyable (BLAKE3 or SHA-256, not a trace).
+    fn validate_encryption(&self) -> Result<()> {
+        if self.version != self.encryption.format_version() {
+            return Err(Error::InvalidConfig(format!(
+                "format version {} does not go with encryption {:?}",
+                self.version, self.encryption
+            )));
+        }
+        if self.encryption == Encryption::None {
+            return Ok(());
+        }
+        if self.trace {
+            return Err(Error::InvalidConfig(
+                "a trace repository cannot be encrypted (its fingerprints come from the trace \
+                 and cannot be keyed): use --encryption none"
+                    .into(),
+            ));
+        }
+        if self.fingerprint == FingerprintAlgo::Sha1 {
+            return Err(Error::InvalidConfig(
+                "SHA-1 fingerprints are for unencrypted lab repositories: use blake3 or sha256, \
+                 or --encryption none"
                     .into(),
             ));
         }
@@ -328,23 +455,34 @@ impl Config {
         Ok(())
     }
 
-    /// The configuration as a sealed object.
+    /// The configuration as an enveloped object (the whole `config` object
+    /// of an unencrypted repository; the sealed plaintext of an encrypted one).
     pub fn encode(&self) -> Vec<u8> {
         // Serialising a struct of plain fields to JSON cannot fail.
         let json = serde_json::to_vec_pretty(self).unwrap_or_default();
-        envelope::seal(KIND, FORMAT_VERSION, &json)
+        envelope::seal(KIND, self.version, &json)
     }
 
-    /// Parses and validates a sealed configuration object.
+    /// Parses and validates an enveloped configuration (version 1 or 2).
     pub fn decode(bytes: &[u8]) -> Result<Self> {
-        let payload = envelope::open(CONFIG_KEY, KIND, FORMAT_VERSION, bytes)?;
+        let (version, payload) = envelope::open_versions(
+            CONFIG_KEY,
+            KIND,
+            &[FORMAT_VERSION, ENCRYPTED_FORMAT_VERSION],
+            bytes,
+        )?;
+        Config::from_payload(version, payload)
+    }
+
+    /// The configuration in the JSON `payload` of an envelope of `version`.
+    fn from_payload(version: u32, payload: &[u8]) -> Result<Self> {
         let config: Config = serde_json::from_slice(payload)
             .map_err(|e| Error::corrupt(CONFIG_KEY, format!("invalid JSON: {e}")))?;
-        if config.version != FORMAT_VERSION {
+        if config.version != version {
             return Err(Error::UnsupportedVersion {
                 object: CONFIG_KEY.into(),
                 found: config.version,
-                supported: FORMAT_VERSION,
+                supported: version,
             });
         }
         config.validate()?;

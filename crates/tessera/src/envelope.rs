@@ -82,6 +82,18 @@ impl Write for CrcWriter<'_> {
 /// Fails if the magic, kind, length or checksum do not hold, or if the
 /// version differs from `version`.
 pub fn open<'a>(name: &str, kind: &[u8; 4], version: u32, object: &'a [u8]) -> Result<&'a [u8]> {
+    open_versions(name, kind, &[version], object).map(|(_, payload)| payload)
+}
+
+/// Like [`open`], for an object that may be at any of the `versions`
+/// (an unknown version is reported against the highest of them); returns the version found
+/// and the payload.
+pub fn open_versions<'a>(
+    name: &str,
+    kind: &[u8; 4],
+    versions: &[u32],
+    object: &'a [u8],
+) -> Result<(u32, &'a [u8])> {
     if object.len() < HEADER_LEN + TRAILER_LEN {
         return Err(Error::corrupt(
             name,
@@ -122,14 +134,14 @@ pub fn open<'a>(name: &str, kind: &[u8; 4], version: u32, object: &'a [u8]) -> R
         return Err(Error::corrupt(name, "checksum mismatch"));
     }
     let found = u32::from_le_bytes(le4(&object[8..12]));
-    if found != version {
+    if !versions.contains(&found) {
         return Err(Error::UnsupportedVersion {
             object: name.to_string(),
             found,
-            supported: version,
+            supported: versions.iter().copied().max().unwrap_or_default(),
         });
     }
-    Ok(&object[HEADER_LEN..body_end])
+    Ok((found, &object[HEADER_LEN..body_end]))
 }
 
 /// Copies 4 bytes of a slice known to be 4 bytes long.

@@ -163,12 +163,40 @@ pub enum Error {
         "{0}: already exists (written by another process at the same time); nothing was replaced"
     )]
     ObjectExists(String),
+    /// An encrypted object failed authentication: it was modified or
+    /// damaged, or does not belong under its name.
+    #[error(
+        "{object}: authentication failed: the object was modified or damaged, or does not belong here"
+    )]
+    Authentication {
+        /// The object.
+        object: String,
+    },
+    /// No key file of the repository opens with the password given.
+    #[error("{0}: wrong password or no key file matches")]
+    WrongPassword(String),
+    /// An encrypted repository was opened without a way to get its password.
+    #[error("{0}: the repository is encrypted: a password is needed")]
+    PasswordRequired(String),
+    /// The password could not be obtained (a file, command or prompt failed).
+    #[error("getting the password: {0}")]
+    Credentials(String),
+    /// The last key file of a repository cannot be removed.
+    #[error("keys/{0}: the last key of the repository cannot be removed")]
+    LastKey(String),
     /// A pipeline stage ended unexpectedly (a worker thread failed).
     #[error("internal pipeline failure: {0}")]
     Pipeline(String),
 }
 
 impl Error {
+    /// Whether this error says an object's bytes are damaged: a failed
+    /// checksum or format check, or (encrypted repositories) a failed
+    /// authentication, which is how damage shows there.
+    pub fn is_damage(&self) -> bool {
+        matches!(self, Error::Corrupt { .. } | Error::Authentication { .. })
+    }
+
     /// Wraps an I/O error with the object or operation it concerns.
     pub fn io(what: impl Into<String>, source: io::Error) -> Self {
         Error::Io {

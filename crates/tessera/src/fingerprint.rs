@@ -3,6 +3,8 @@
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
+use zeroize::Zeroizing;
 
 /// Width of a stored fingerprint; shorter hashes (SHA-1) are zero-padded.
 pub const FINGERPRINT_LEN: usize = 32;
@@ -108,6 +110,85 @@ impl FromStr for FingerprintAlgo {
     }
 }
 
+/// The secret key of keyed fingerprints (docs/FORMAT.md §23.5): held in
+/// memory that is zeroed when the last copy is dropped, and never shown.
+#[derive(Clone)]
+pub struct FingerprintKey(Arc<Zeroizing<[u8; 32]>>);
+
+impl FingerprintKey {
+    /// Wraps key bytes derived by the crypto layer.
+    pub(crate) fn new(bytes: Zeroizing<[u8; 32]>) -> Self {
+        FingerprintKey(Arc::new(bytes))
+    }
+}
+
+impl fmt::Debug for FingerprintKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("FingerprintKey(..)")
+    }
+}
+
+/// Computes a repository's fingerprints: its algorithm, keyed with the
+/// repository's fingerprint key in an encrypted repository (BLAKE3 keyed
+/// mode or HMAC-SHA256), plain otherwise.
+#[derive(Clone, Debug)]
+pub struct Fingerprinter {
+    algo: FingerprintAlgo,
+    key: Option<FingerprintKey>,
+}
+
+impl Fingerprinter {
+    /// Unkeyed fingerprints of `algo` (unencrypted repositories).
+    pub fn plain(algo: FingerprintAlgo) -> Self {
+        Fingerprinter { algo, key: None }
+    }
+
+    /// Fingerprints of `algo` keyed with `key`. SHA-1 is never keyed
+    /// (configuration validation refuses encrypted SHA-1 repositories); it
+    /// hashes plainly.
+    pub fn keyed(algo: FingerprintAlgo, key: FingerprintKey) -> Self {
+        Fingerprinter {
+            algo,
+            key: Some(key),
+        }
+    }
+
+    /// The algorithm.
+    pub fn algo(&self) -> FingerprintAlgo {
+        self.algo
+    }
+
+    /// Fingerprint of `data`.
+    pub fn hash(&self, data: &[u8]) -> Fingerprint {
+        let Some(key) = &self.key else {
+            return self.algo.hash(data);
+        };
+        let key: &[u8; 32] = &key.0;
+        let mut out = [0u8; FINGERPRINT_LEN];
+        match self.algo {
+            FingerprintAlgo::Blake3 => {
+                out.copy_from_slice(blake3::keyed_hash(key, data).as_bytes())
+            }
+            FingerprintAlgo::Sha256 => {
+                use hmac::{KeyInit as _, Mac as _};
+                // HMAC takes keys of every length: this cannot fail.
+                let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(key)
+                    .expect("HMAC accepts keys of any length");
+                mac.update(data);
+                out.copy_from_slice(&mac.finalize().into_bytes());
+            }
+            FingerprintAlgo::Sha1 => return self.algo.hash(data),
+        }
+        Fingerprint(out)
+    }
+}
+
+impl BatchHasher for Fingerprinter {
+    fn hash_batch(&self, chunks: &[&[u8]], out: &mut Vec<Fingerprint>) {
+        out.extend(chunks.iter().map(|c| self.hash(c)));
+    }
+}
+
 /// Fingerprints a batch of chunks: the seam where a hasher that wants large
 /// batches (a GPU, as in the lazy-dedup paper's §3.4) can be plugged into
 /// the backup pipeline, which hands it one block's chunks at a time, from
@@ -193,5 +274,19 @@ mod tests {
             assert_eq!(a.name().parse::<FingerprintAlgo>().unwrap(), a);
         }
         assert!("md5".parse::<FingerprintAlgo>().is_err());
+    }
+
+    #[test]
+    fn keyed_fingerprints_differ_from_plain_and_by_key() {
+        let key = |b: u8| FingerprintKey::new(Zeroizing::new([b; 32]));
+        for algo in [FingerprintAlgo::Blake3, FingerprintAlgo::Sha256] {
+            let plain = Fingerprinter::plain(algo).hash(b"abc");
+            let one = Fingerprinter::keyed(algo, key(1)).hash(b"abc");
+            let two = Fingerprinter::keyed(algo, key(2)).hash(b"abc");
+            assert_eq!(plain, algo.hash(b"abc"));
+            assert_ne!(one, plain);
+            assert_ne!(one, two);
+            assert_eq!(one, Fingerprinter::keyed(algo, key(1)).hash(b"abc"));
+        }
     }
 }

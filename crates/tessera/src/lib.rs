@@ -15,6 +15,7 @@ pub mod chunker;
 pub mod commit;
 pub mod config;
 pub mod container;
+pub mod crypto;
 pub mod delta;
 pub mod envelope;
 pub mod error;

@@ -2,10 +2,12 @@
 //! loading of its objects.
 
 use crate::backend::{Backend, Counting, IoStats, Local, LockGuard, LockMode};
-use crate::config::{Config, IndexKind, CONFIG_KEY};
+use crate::config::{Config, Encryption, IndexKind, Stored, CONFIG_KEY};
 use crate::container::{self, ContainerId, CONTAINER_DIR};
+use crate::crypto::{self, Credentials, Encrypting, NewKey, Unlocked};
 use crate::envelope;
 use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprinter;
 use crate::index::{
     Ddfs, DdfsParams, DedupIndex, Ehid, EhidParams, Exact, IndexStats, Lazy, LazyMode, LazyParams,
 };
@@ -65,12 +67,32 @@ pub struct Repository {
     /// The locks held: the one `mode` took, and the readers' lock a backup
     /// may add for maintenance ([`Repository::exclude_readers`]).
     locks: Mutex<Vec<LockGuard>>,
+    /// The master key and the key file it came from (encrypted repositories).
+    unlocked: Option<Unlocked>,
+    /// Computes the repository's (keyed, if encrypted) fingerprints.
+    fingerprinter: Fingerprinter,
 }
 
+/// How an opener gets the credentials of an encrypted repository: called
+/// only if the repository is encrypted.
+pub type Unlock<'a> = &'a dyn Fn() -> Result<Credentials>;
+
 impl Repository {
-    /// Creates a repository in the local directory `path` (absent or empty).
+    /// Creates an unencrypted repository in the local directory `path`
+    /// (absent or empty).
     pub fn init(path: &Path, config: Config) -> Result<Repository> {
-        config.validate_new()?;
+        Repository::init_local(path, config, None)
+    }
+
+    /// Creates an encrypted repository in the local directory `path`
+    /// (absent or empty), with one key file for `key`; `config`'s
+    /// encryption and format version are set.
+    pub fn init_encrypted(path: &Path, config: Config, key: &NewKey) -> Result<Repository> {
+        Repository::init_local(path, config, Some(key))
+    }
+
+    fn init_local(path: &Path, config: Config, key: Option<&NewKey>) -> Result<Repository> {
+        let config = prepare(config, key)?;
         if path.exists() {
             let mut entries = std::fs::read_dir(path)
                 .map_err(|e| Error::io(format!("reading directory {}", path.display()), e))?;
@@ -80,31 +102,73 @@ impl Repository {
         }
         std::fs::create_dir_all(path)
             .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
-        Repository::init_with_backend(Box::new(Local::new(path)), config)
+        Repository::create(Box::new(Local::new(path)), config, key)
     }
 
-    /// Creates a repository on `backend`, which must hold no configuration yet.
+    /// Creates an unencrypted repository on `backend`, which must hold no
+    /// configuration yet.
     pub fn init_with_backend(backend: Box<dyn Backend>, config: Config) -> Result<Repository> {
-        config.validate_new()?;
-        let backend = Arc::new(Counting::new(backend));
+        Repository::create(backend, config, None)
+    }
+
+    /// Creates a repository on `backend`: encrypted with a new master key
+    /// wrapped for `key` if given. The `config` object is written last.
+    pub fn create(
+        backend: Box<dyn Backend>,
+        config: Config,
+        key: Option<&NewKey>,
+    ) -> Result<Repository> {
+        let config = prepare(config, key)?;
         if backend.exists(CONFIG_KEY)? {
             return Err(Error::AlreadyExists(backend.location()));
         }
         // Writers are held off while the configuration is written; readers
         // cannot open a repository without one.
         let writers = backend.lock(LockMode::Backup)?;
-        backend.write_new(CONFIG_KEY, &[&config.encode()])?;
+        let (backend, unlocked, stored): (Box<dyn Backend>, _, _) = match key {
+            None => (backend, None, config.encode()),
+            Some(key) => {
+                let unlocked = crypto::create_key(backend.as_ref(), key)?;
+                let sealed = unlocked.cipher().seal(CONFIG_KEY, &[&config.encode()])?;
+                let backend = Box::new(Encrypting::new(backend, unlocked.cipher()));
+                (backend, Some(unlocked), Stored::encode_sealed(&sealed))
+            }
+        };
+        let backend = Arc::new(Counting::new(backend));
+        backend.write_new(CONFIG_KEY, &[&stored])?;
         let readers = backend.lock(LockMode::ExcludeReaders)?;
-        Ok(Repository {
+        Ok(Repository::assemble(
             backend,
             config,
-            mode: LockMode::Exclusive,
-            locks: Mutex::new(vec![writers, readers]),
-        })
+            LockMode::Exclusive,
+            vec![writers, readers],
+            unlocked,
+        ))
     }
 
-    /// Opens the repository in the local directory `path` for `mode`
-    /// (see [`LockMode`]); fails with [`Error::Locked`] at once if a
+    fn assemble(
+        backend: Arc<Counting>,
+        config: Config,
+        mode: LockMode,
+        locks: Vec<LockGuard>,
+        unlocked: Option<Unlocked>,
+    ) -> Repository {
+        let fingerprinter = match &unlocked {
+            Some(u) => Fingerprinter::keyed(config.fingerprint, u.fingerprint_key()),
+            None => Fingerprinter::plain(config.fingerprint),
+        };
+        Repository {
+            backend,
+            config,
+            mode,
+            locks: Mutex::new(locks),
+            unlocked,
+            fingerprinter,
+        }
+    }
+
+    /// Opens the unencrypted repository in the local directory `path` for
+    /// `mode` (see [`LockMode`]); fails with [`Error::Locked`] at once if a
     /// conflicting process holds it.
     pub fn open(path: &Path, mode: LockMode) -> Result<Repository> {
         Repository::open_waiting(path, mode, Duration::ZERO)
@@ -113,46 +177,84 @@ impl Repository {
     /// Like [`Repository::open`], but waits up to `wait` for a conflicting
     /// holder to release the repository.
     pub fn open_waiting(path: &Path, mode: LockMode, wait: Duration) -> Result<Repository> {
+        let location = path.display().to_string();
+        Repository::open_unlocking(path, mode, wait, &|| {
+            Err(Error::PasswordRequired(location.clone()))
+        })
+    }
+
+    /// Opens the repository in the local directory `path` for `mode`,
+    /// waiting up to `wait` for the lock; if it is encrypted, with the
+    /// credentials `unlock` returns.
+    pub fn open_unlocking(
+        path: &Path,
+        mode: LockMode,
+        wait: Duration,
+        unlock: Unlock,
+    ) -> Result<Repository> {
         if !path.join(CONFIG_KEY).is_file() {
             return Err(Error::NotARepository(path.display().to_string()));
         }
-        Repository::open_backend_waiting(Box::new(Local::new(path)), mode, wait)
+        Repository::open_backend_unlocking(Box::new(Local::new(path)), mode, wait, unlock)
     }
 
-    /// Opens the repository on `backend` for `mode`, without waiting.
+    /// Opens the unencrypted repository on `backend` for `mode`, without waiting.
     pub fn open_with_backend(backend: Box<dyn Backend>, mode: LockMode) -> Result<Repository> {
         Repository::open_backend_waiting(backend, mode, Duration::ZERO)
     }
 
-    /// Opens the repository on `backend` for `mode`, waiting up to `wait`
-    /// for the lock.
+    /// Opens the unencrypted repository on `backend` for `mode`, waiting up
+    /// to `wait` for the lock.
     pub fn open_backend_waiting(
         backend: Box<dyn Backend>,
         mode: LockMode,
         wait: Duration,
     ) -> Result<Repository> {
-        let backend = Arc::new(Counting::new(backend));
+        let location = backend.location();
+        Repository::open_backend_unlocking(backend, mode, wait, &|| {
+            Err(Error::PasswordRequired(location.clone()))
+        })
+    }
+
+    /// Opens the repository on `backend` for `mode`, waiting up to `wait`
+    /// for the lock; if it is encrypted, with the credentials `unlock`
+    /// returns (a wrong password fails with [`Error::WrongPassword`]).
+    pub fn open_backend_unlocking(
+        backend: Box<dyn Backend>,
+        mode: LockMode,
+        wait: Duration,
+        unlock: Unlock,
+    ) -> Result<Repository> {
         let bytes = match backend.read(CONFIG_KEY) {
             Ok(b) => b,
             Err(Error::NotFound(_)) => return Err(Error::NotARepository(backend.location())),
             Err(e) => return Err(e),
         };
-        let config = match Config::decode(&bytes) {
-            Err(Error::Corrupt { detail, .. }) => {
-                return Err(Error::DamagedConfig {
-                    location: backend.location(),
-                    cause: detail,
-                })
-            }
-            decoded => decoded?,
-        };
+        let (backend, config, unlocked): (Box<dyn Backend>, _, _) =
+            match decode_stored(backend.location(), &bytes)? {
+                Stored::Plain(config) => (backend, config, None),
+                Stored::Sealed(sealed) => {
+                    let unlocked = crypto::unlock(backend.as_ref(), &unlock()?)?;
+                    let config = Config::decode(&unlocked.cipher().open(CONFIG_KEY, &sealed)?)?;
+                    if config.encryption == Encryption::None {
+                        return Err(Error::corrupt(
+                            CONFIG_KEY,
+                            "sealed configuration says unencrypted",
+                        ));
+                    }
+                    let backend = Box::new(Encrypting::new(backend, unlocked.cipher()));
+                    (backend, config, Some(unlocked))
+                }
+            };
+        let backend = Arc::new(Counting::new(backend));
         let lock = lock_waiting(backend.as_ref(), mode, wait)?;
-        Ok(Repository {
+        Ok(Repository::assemble(
             backend,
             config,
             mode,
-            locks: Mutex::new(vec![lock]),
-        })
+            vec![lock],
+            unlocked,
+        ))
     }
 
     /// What this handle was opened for.
@@ -205,6 +307,22 @@ impl Repository {
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// Whether the repository is encrypted.
+    pub fn is_encrypted(&self) -> bool {
+        self.unlocked.is_some()
+    }
+
+    /// The master key and key file this handle was opened with (encrypted
+    /// repositories only).
+    pub(crate) fn unlocked(&self) -> Option<&Unlocked> {
+        self.unlocked.as_ref()
+    }
+
+    /// Computes this repository's fingerprints (keyed if it is encrypted).
+    pub fn fingerprinter(&self) -> &Fingerprinter {
+        &self.fingerprinter
     }
 
     /// The counting backend.
@@ -371,7 +489,7 @@ impl Repository {
             match self.backend.read(key).and_then(|b| decode_state(key, &b)) {
                 Ok(s) => found = Some(found.map_or(s, |f| f.max(s))),
                 Err(Error::NotFound(_)) => {}
-                Err(Error::Corrupt { .. }) => damaged = true,
+                Err(e) if e.is_damage() => damaged = true,
                 Err(e) => return Err(e),
             }
         }
@@ -592,6 +710,29 @@ fn salvage_state(bytes: &[u8]) -> Option<State> {
         .into_iter::<State>()
         .next()?
         .ok()
+}
+
+/// The `config` object as stored; an undecodable one is reported as a
+/// damaged configuration, which stops every command.
+fn decode_stored(location: String, bytes: &[u8]) -> Result<Stored> {
+    match Stored::decode(bytes) {
+        Err(Error::Corrupt { detail, .. }) => Err(Error::DamagedConfig {
+            location,
+            cause: detail,
+        }),
+        decoded => decoded,
+    }
+}
+
+/// `config` with the encryption (and format version) that `key` implies, validated.
+fn prepare(mut config: Config, key: Option<&NewKey>) -> Result<Config> {
+    config.encryption = match key {
+        Some(_) => Encryption::XChaCha20Poly1305,
+        None => Encryption::None,
+    };
+    config.version = config.encryption.format_version();
+    config.validate_new()?;
+    Ok(config)
 }
 
 /// Takes `backend`'s lock in `mode`, retrying for up to `wait` while

@@ -18,7 +18,7 @@ use crate::config::Layout;
 use crate::container::{self, Container, ContainerId};
 use crate::delta;
 use crate::error::{Error, Result};
-use crate::fingerprint::FingerprintAlgo;
+use crate::fingerprint::Fingerprinter;
 use crate::lifecycle::{self, LifecycleRestoreOptions};
 use crate::repo::Repository;
 pub use crate::restore_output::ExistingFile;
@@ -297,7 +297,7 @@ fn execute(
     out: &mut dyn Write,
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
-    let algo = repo.config().fingerprint;
+    let algo = repo.fingerprinter();
     let backend = repo.shared_backend();
     let loads = plan.reads();
     // Each load gets a one-slot channel for its result; the slots travel to
@@ -547,7 +547,7 @@ impl Piece {
 /// What assembling a backup needs besides the plan.
 struct Assembly<'a, 'b> {
     id: BackupId,
-    algo: FingerprintAlgo,
+    algo: &'a Fingerprinter,
     loaded: &'a mut Loaded,
     bases: &'a mut Bases<'b>,
     out: &'a mut dyn Write,
@@ -720,7 +720,7 @@ impl Assembly<'_, '_> {
 /// then copies them to their `offsets` in the assembly `area`.
 fn place(
     pieces: &[(Piece, &ChunkRef, usize)],
-    algo: FingerprintAlgo,
+    algo: &Fingerprinter,
     offsets: &[usize],
     area: &mut [u8],
 ) -> Result<()> {
@@ -735,7 +735,7 @@ fn place(
 }
 
 /// Checks that `bytes` are the chunk `c` names.
-fn verify(algo: FingerprintAlgo, bytes: &[u8], c: &ChunkRef) -> Result<()> {
+fn verify(algo: &Fingerprinter, bytes: &[u8], c: &ChunkRef) -> Result<()> {
     let actual = algo.hash(bytes);
     if actual != c.fp || bytes.len() != c.len as usize {
         return Err(Error::ChunkMismatch {
@@ -750,7 +750,7 @@ fn verify(algo: FingerprintAlgo, bytes: &[u8], c: &ChunkRef) -> Result<()> {
 /// Verifies every chunk of the window (in parallel), then writes them in order.
 fn flush_window(
     window: &mut Vec<(Piece, &ChunkRef)>,
-    algo: FingerprintAlgo,
+    algo: &Fingerprinter,
     out: &mut dyn Write,
     stats: &mut RestoreStats,
 ) -> Result<()> {

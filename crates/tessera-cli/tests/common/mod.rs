@@ -24,8 +24,17 @@ where
 {
     let mut c = Command::new(bin());
     c.args(args);
+    // Repositories are encrypted by default: every command gets the test
+    // password, and new keys cheap key derivation so that tests stay fast.
+    c.env("TESSERA_PASSWORD", TEST_PASSWORD)
+        .env("TESSERA_KDF_MEMORY", "64")
+        .env("TESSERA_KDF_ITERATIONS", "1")
+        .env_remove("TESSERA_NEW_PASSWORD");
     c
 }
+
+/// The password every command of the tests gets (`TESSERA_PASSWORD`).
+pub const TEST_PASSWORD: &str = "correct horse battery staple";
 
 /// Runs `tessera` with `args` and returns its output.
 pub fn run<I, S>(args: I) -> Output
@@ -116,9 +125,21 @@ pub fn assert_no_panic(out: &Output) {
     }
 }
 
-/// `tessera init` of `path` with default options.
+/// `tessera init` of `path` with default options (encrypted, with
+/// [`TEST_PASSWORD`]).
 pub fn init(path: &Path) {
     ok(["init".as_ref(), path.as_os_str()]);
+}
+
+/// `tessera init --encryption none` of `path`: for tests of the unencrypted
+/// format's own checksums.
+pub fn init_plain(path: &Path) {
+    ok([
+        "init".as_ref(),
+        path.as_os_str(),
+        "--encryption".as_ref(),
+        "none".as_ref(),
+    ]);
 }
 
 /// `tessera backup --json REPO INPUT`, parsed.

@@ -121,7 +121,7 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         return crate::lifecycle::check(repo, options);
     }
     let mut report = CheckReport::default();
-    let algo = repo.config().fingerprint;
+    let algo = repo.fingerprinter();
     let mut stored = ChunkSet::default();
     // Damaged containers: id → (object, detail); chunk-level damage: (fp, container) → detail.
     let mut bad_containers: BTreeMap<ContainerId, String> = BTreeMap::new();
@@ -200,7 +200,7 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             Err(Error::Corrupt { detail, .. }) => {
                 bad_containers.insert(cid, detail);
             }
-            Err(e @ Error::UnsupportedVersion { .. }) => {
+            Err(e @ (Error::UnsupportedVersion { .. } | Error::Authentication { .. })) => {
                 bad_containers.insert(cid, e.to_string());
             }
             Err(e) => return Err(e),
@@ -315,7 +315,7 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
 /// Base containers are read once each.
 fn check_deltas(
     repo: &Repository,
-    algo: crate::fingerprint::FingerprintAlgo,
+    algo: &crate::fingerprint::Fingerprinter,
     mut deltas: Vec<(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)>,
     stored: &ChunkSet,
     bad_containers: &BTreeMap<ContainerId, String>,

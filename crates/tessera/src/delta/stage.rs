@@ -17,7 +17,7 @@ use crate::backend::Backend;
 use crate::container::{self, BaseRef, Builder, Container, ContainerId};
 use crate::envelope;
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, FingerprintAlgo};
+use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::restore::BASE_CONTAINERS;
 use crate::rewrite::RewriteKind;
 use serde::{Deserialize, Serialize};
@@ -222,8 +222,8 @@ pub struct Compressed {
 /// The delta stage of one backup.
 pub struct DeltaStage {
     params: DeltaParams,
-    /// The repository's fingerprint, which verifies every base before use.
-    algo: FingerprintAlgo,
+    /// The repository's fingerprints, which verify every base before use.
+    algo: Fingerprinter,
     backend: Arc<dyn Backend>,
     cache: BaseCache,
     pfc: Option<PfcTracker>,
@@ -250,7 +250,7 @@ impl DeltaStage {
     pub fn open(
         backend: Arc<dyn Backend>,
         params: DeltaParams,
-        algo: FingerprintAlgo,
+        algo: Fingerprinter,
         rewrite: RewriteKind,
         source: &str,
     ) -> Result<Option<Self>> {
@@ -555,7 +555,11 @@ impl Greedy {
                         stats.base_read_bytes += bytes.len() as u64;
                         match Container::parse(e.container, bytes) {
                             Ok(c) => cache.insert(Arc::new(c)),
-                            Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => {}
+                            Err(
+                                Error::Corrupt { .. }
+                                | Error::Authentication { .. }
+                                | Error::UnsupportedVersion { .. },
+                            ) => {}
                             Err(err) => return Err(err),
                         }
                     }
@@ -594,6 +598,7 @@ impl Greedy {
 mod tests {
     use super::*;
     use crate::backend::Local;
+    use crate::fingerprint::FingerprintAlgo;
 
     /// A PFC stage whose base cache holds container 1 with `chunks`,
     /// parsed without its data check (as prefetched), after `damage`.
@@ -647,7 +652,7 @@ mod tests {
         DeltaStage::open(
             backend,
             params,
-            FingerprintAlgo::Blake3,
+            Fingerprinter::plain(FingerprintAlgo::Blake3),
             RewriteKind::Cbr,
             "s",
         )

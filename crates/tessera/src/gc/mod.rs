@@ -289,7 +289,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     // Sweep: copy live chunks forward, a segment of containers at a time, in
     // the order the defragmentation policy plans.
     let trace = repo.config().trace;
-    let algo = repo.config().fingerprint;
+    let algo = repo.fingerprinter();
     let deltas = repo.config().delta.kind != crate::delta::DeltaKind::None;
     let mut writer = Forward {
         backend,
@@ -502,7 +502,9 @@ fn readable_meta(
 ) -> Result<Option<(container::Header, Vec<container::ChunkMeta>)>> {
     match container::read_meta(backend, cid) {
         Ok(v) => Ok(Some(v)),
-        Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => Ok(None),
+        Err(
+            Error::Corrupt { .. } | Error::Authentication { .. } | Error::UnsupportedVersion { .. },
+        ) => Ok(None),
         Err(e) => Err(e),
     }
 }

@@ -635,7 +635,11 @@ impl Ddfs {
                 Ok(())
             }
             // The table is right that the chunk is there; only its neighbours go uncached.
-            Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => Ok(()),
+            Err(
+                Error::Corrupt { .. }
+                | Error::Authentication { .. }
+                | Error::UnsupportedVersion { .. },
+            ) => Ok(()),
             Err(e) => Err(e),
         }
     }

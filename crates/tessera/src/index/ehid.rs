@@ -296,9 +296,12 @@ impl Ehid {
         }
         match container::read_meta(self.backend.as_ref(), c) {
             Ok((_, metas)) => Ok(Some(metas.len() as u32)),
-            Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. } | Error::NotFound(_)) => {
-                Ok(None)
-            }
+            Err(
+                Error::Corrupt { .. }
+                | Error::Authentication { .. }
+                | Error::UnsupportedVersion { .. }
+                | Error::NotFound(_),
+            ) => Ok(None),
             Err(e) => Err(e),
         }
     }

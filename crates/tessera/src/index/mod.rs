@@ -145,7 +145,11 @@ pub(crate) fn scan_containers(
     for &id in containers {
         match container::read_meta(backend, id) {
             Ok((_, metas)) => f(id, &metas),
-            Err(Error::Corrupt { .. } | Error::UnsupportedVersion { .. }) => {}
+            Err(
+                Error::Corrupt { .. }
+                | Error::Authentication { .. }
+                | Error::UnsupportedVersion { .. },
+            ) => {}
             Err(e) => return Err(e),
         }
     }
@@ -156,7 +160,10 @@ pub(crate) fn scan_containers(
 pub(crate) fn unusable(e: &Error) -> bool {
     matches!(
         e,
-        Error::Corrupt { .. } | Error::UnsupportedVersion { .. } | Error::NotFound(_)
+        Error::Corrupt { .. }
+            | Error::Authentication { .. }
+            | Error::UnsupportedVersion { .. }
+            | Error::NotFound(_)
     )
 }
 

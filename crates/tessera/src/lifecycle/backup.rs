@@ -61,7 +61,7 @@ pub(crate) fn load_table(repo: &Repository, lineage: &Lineage, v: u64) -> Result
     let key = ndf_key(&lineage.name, v);
     let stored = match repo.backend().read(&key) {
         Ok(b) => format::decode_ndf(&key, &b).ok(),
-        Err(Error::NotFound(_)) => None,
+        Err(e) if matches!(e, Error::NotFound(_)) || e.is_damage() => None,
         Err(e) => return Err(e),
     };
     if let Some(fps) = stored {

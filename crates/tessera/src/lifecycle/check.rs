@@ -32,7 +32,7 @@ fn check_object(
     report: &mut CheckReport,
 ) -> Result<()> {
     let backend = repo.backend().as_ref();
-    let algo = repo.config().fingerprint;
+    let algo = repo.fingerprinter();
     let mut log = ReadLog::default();
     let header = format::read_header(backend, key, &mut log)?;
     let size = backend.size(key)?;

@@ -8,7 +8,7 @@
 use super::format::{self, ReadLog, VolumeHeader};
 use super::{require_layout, Lineage, Required};
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, FingerprintAlgo, FingerprintMap};
+use crate::fingerprint::{Fingerprint, FingerprintMap, Fingerprinter};
 use crate::repo::Repository;
 use crate::snapshot::{BackupId, Recipe};
 use rayon::prelude::*;
@@ -127,7 +127,7 @@ fn hash_table(recipe: &Recipe) -> (FingerprintMap<(u32, Vec<u64>)>, u64) {
     (table, off)
 }
 
-fn verify(algo: FingerprintAlgo, key: &str, fp: &Fingerprint, bytes: &[u8]) -> Result<()> {
+fn verify(algo: &Fingerprinter, key: &str, fp: &Fingerprint, bytes: &[u8]) -> Result<()> {
     let actual = algo.hash(bytes);
     if actual != *fp {
         return Err(Error::ObjectChunkMismatch {
@@ -193,7 +193,7 @@ fn restore_in_one_pass(
     options: &LifecycleRestoreOptions,
     mut place: impl FnMut(&[u8], u64) -> Result<()>,
 ) -> Result<(LifecycleRestoreStats, ReadLog)> {
-    let algo = repo.config().fingerprint;
+    let algo = repo.fingerprinter();
     let backend = repo.backend().as_ref();
     let (mut table, _) = hash_table(recipe);
     let mut stats = LifecycleRestoreStats {
@@ -405,7 +405,7 @@ pub fn restore_to_writer(
         stats.finish(&log, started);
         return Ok(stats);
     }
-    let algo = repo.config().fingerprint;
+    let algo = repo.fingerprinter();
     let backend = repo.backend().as_ref();
     let mut stats = LifecycleRestoreStats {
         id,

@@ -1,0 +1,266 @@
+//! Passwords and keys of encrypted repositories: where a password comes
+//! from (file, command, `TESSERA_PASSWORD`, terminal prompt), opening a
+//! repository with it, and the `tessera key` commands.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tessera::backend::LockMode;
+use tessera::crypto::{self, Credentials, KdfParams, NewKey};
+use tessera::Repository;
+use zeroize::Zeroizing;
+
+/// Environment variable holding the password (as restic users expect).
+const PASSWORD_ENV: &str = "TESSERA_PASSWORD";
+/// Environment variable holding the new password of `key add|passwd`.
+const NEW_PASSWORD_ENV: &str = "TESSERA_NEW_PASSWORD";
+
+/// How a command gets the password of an encrypted repository, in this
+/// order: `--password-file`, `--password-command`, `TESSERA_PASSWORD`, a
+/// prompt on the terminal.
+#[derive(Args, Clone, Default)]
+pub struct PasswordArgs {
+    /// Read the repository password from the first line of FILE.
+    #[arg(long, global = true, value_name = "FILE")]
+    password_file: Option<PathBuf>,
+    /// Run CMD with the shell and use the first line it prints as the password.
+    #[arg(
+        long,
+        global = true,
+        value_name = "CMD",
+        conflicts_with = "password_file"
+    )]
+    password_command: Option<String>,
+    /// Try only key file ID (faster with many keys; see `tessera key list`).
+    #[arg(long, global = true, value_name = "ID")]
+    key_id: Option<String>,
+}
+
+/// Argon2id cost of a new key file.
+#[derive(Args, Clone, Copy)]
+pub struct KdfArgs {
+    /// Argon2id memory of the new key, in KiB (default: about half a second of work).
+    #[arg(long, value_name = "KIB", env = "TESSERA_KDF_MEMORY",
+          default_value_t = KdfParams::default().memory_kib)]
+    kdf_memory: u32,
+    /// Argon2id passes of the new key.
+    #[arg(long, value_name = "N", env = "TESSERA_KDF_ITERATIONS",
+          default_value_t = KdfParams::default().iterations)]
+    kdf_iterations: u32,
+}
+
+impl KdfArgs {
+    fn params(self) -> KdfParams {
+        KdfParams {
+            memory_kib: self.kdf_memory,
+            iterations: self.kdf_iterations,
+            ..KdfParams::default()
+        }
+    }
+}
+
+/// What opening a repository needs besides its path and mode.
+pub struct Access {
+    /// How long to wait for a conflicting lock holder.
+    pub wait: Duration,
+    /// Where the password comes from, if the repository is encrypted.
+    pub password: PasswordArgs,
+}
+
+/// Opens the repository at `path` for `mode`; asks for the password only
+/// if it is encrypted.
+pub fn open_repo(path: &Path, mode: LockMode, access: &Access) -> tessera::Result<Repository> {
+    let unlock = || {
+        let password = read_password(&access.password, "repository password", false)
+            .map_err(|e| tessera::Error::Credentials(format!("{e:#}")))?;
+        Ok(Credentials::new(password, access.password.key_id.clone()))
+    };
+    Repository::open_unlocking(path, mode, access.wait, &unlock)
+}
+
+/// The password of a new repository (`init`): asked twice on a terminal.
+pub fn new_repo_key(args: &PasswordArgs, kdf: KdfArgs) -> Result<NewKey> {
+    let password = read_password(args, "password for the new repository", true)?;
+    new_key(password, kdf)
+}
+
+fn new_key(password: Zeroizing<String>, kdf: KdfArgs) -> Result<NewKey> {
+    if password.is_empty() {
+        bail!("an empty password is refused");
+    }
+    Ok(NewKey {
+        password,
+        kdf: kdf.params(),
+    })
+}
+
+/// The password from the first source `args` name.
+fn read_password(args: &PasswordArgs, what: &str, confirm: bool) -> Result<Zeroizing<String>> {
+    if let Some(file) = &args.password_file {
+        let text = std::fs::read_to_string(file)
+            .with_context(|| format!("reading the password file {}", file.display()))?;
+        return Ok(first_line(text));
+    }
+    if let Some(command) = &args.password_command {
+        return run_password_command(command);
+    }
+    if let Ok(password) = std::env::var(PASSWORD_ENV) {
+        return Ok(Zeroizing::new(password));
+    }
+    prompt(what, confirm, PASSWORD_ENV)
+}
+
+/// The first line of `text` (without its line end), the rest zeroed.
+fn first_line(text: String) -> Zeroizing<String> {
+    let text = Zeroizing::new(text);
+    Zeroizing::new(text.lines().next().unwrap_or_default().to_string())
+}
+
+fn run_password_command(command: &str) -> Result<Zeroizing<String>> {
+    let out = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(command)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .with_context(|| format!("running the password command {command:?}"))?;
+    if !out.status.success() {
+        bail!("the password command {command:?} failed ({})", out.status);
+    }
+    let text = String::from_utf8(out.stdout)
+        .with_context(|| format!("the password command {command:?} printed no UTF-8"))?;
+    Ok(first_line(text))
+}
+
+/// Asks on the terminal (twice if `confirm`).
+fn prompt(what: &str, confirm: bool, env: &str) -> Result<Zeroizing<String>> {
+    if !std::io::stdin().is_terminal() {
+        bail!(
+            "no {what}: not on a terminal; pass --password-file FILE or --password-command CMD, \
+             or set {env}"
+        );
+    }
+    let first = Zeroizing::new(rpassword::prompt_password(format!("enter {what}: "))?);
+    if confirm {
+        let again = Zeroizing::new(rpassword::prompt_password(format!("enter {what} again: "))?);
+        if first != again {
+            bail!("the passwords do not match");
+        }
+    }
+    Ok(first)
+}
+
+/// `tessera key …`: the key files of an encrypted repository.
+#[derive(Subcommand)]
+pub enum KeyCommand {
+    /// List the key files (the one used to open the repository marked `*`).
+    List {
+        /// The repository.
+        repo: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Add a key file for a new password.
+    Add {
+        /// The repository.
+        repo: PathBuf,
+        #[command(flatten)]
+        new: NewPasswordArgs,
+    },
+    /// Remove a key file (never the last one).
+    Remove {
+        /// The repository.
+        repo: PathBuf,
+        /// The key's id (see `tessera key list`).
+        id: String,
+    },
+    /// Change the password of the key file used to open the repository.
+    Passwd {
+        /// The repository.
+        repo: PathBuf,
+        #[command(flatten)]
+        new: NewPasswordArgs,
+    },
+}
+
+/// Where the new password of `key add|passwd` comes from:
+/// `--new-password-file`, `TESSERA_NEW_PASSWORD`, or a prompt (twice).
+#[derive(Args)]
+pub struct NewPasswordArgs {
+    /// Read the new password from the first line of FILE.
+    #[arg(long, value_name = "FILE")]
+    new_password_file: Option<PathBuf>,
+    #[command(flatten)]
+    kdf: KdfArgs,
+}
+
+impl NewPasswordArgs {
+    fn key(&self) -> Result<NewKey> {
+        let password = match (&self.new_password_file, std::env::var(NEW_PASSWORD_ENV)) {
+            (Some(file), _) => first_line(
+                std::fs::read_to_string(file)
+                    .with_context(|| format!("reading the password file {}", file.display()))?,
+            ),
+            (None, Ok(password)) => Zeroizing::new(password),
+            (None, Err(_)) => prompt("new password", true, NEW_PASSWORD_ENV)?,
+        };
+        new_key(password, self.kdf)
+    }
+}
+
+/// Runs a `tessera key` command.
+pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
+    match command {
+        KeyCommand::List { repo, json } => {
+            let r = open_repo(&repo, LockMode::Read, access)?;
+            let keys = crypto::list_keys(&r)?;
+            let current = crypto::current_key(&r);
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({ "keys": keys, "current": current })
+                );
+            } else {
+                println!(
+                    " {:<16} {:>12} {:>6}  created",
+                    "id", "memory KiB", "passes"
+                );
+                for k in keys {
+                    let mark = if Some(k.id.as_str()) == current {
+                        '*'
+                    } else {
+                        ' '
+                    };
+                    println!(
+                        "{mark}{:<16} {:>12} {:>6}  {}",
+                        k.id,
+                        k.kdf.memory_kib,
+                        k.kdf.iterations,
+                        humantime::format_rfc3339_seconds(
+                            std::time::UNIX_EPOCH + Duration::from_secs(k.created)
+                        )
+                    );
+                }
+            }
+        }
+        KeyCommand::Add { repo, new } => {
+            let r = open_repo(&repo, LockMode::Backup, access)?;
+            let id = crypto::add_key(&r, &new.key()?)?;
+            println!("added key {id}");
+        }
+        KeyCommand::Remove { repo, id } => {
+            let r = open_repo(&repo, LockMode::Backup, access)?;
+            crypto::remove_key(&r, &id)?;
+            println!("removed key {id}");
+        }
+        KeyCommand::Passwd { repo, new } => {
+            let r = open_repo(&repo, LockMode::Backup, access)?;
+            let id = crypto::change_password(&r, &new.key()?)?;
+            println!("password changed: key {id} replaces the key used to open the repository");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! Encrypted repositories through the command line: where the password
+//! comes from, wrong passwords, `tessera key`, and what `stats` says.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Stdio;
+
+/// Runs `tessera` with `args` and the environment changed by `env`.
+fn run_with(args: &[&str], env: &[(&str, Option<&str>)]) -> std::process::Output {
+    let mut c = cmd(args);
+    for (k, v) in env {
+        match v {
+            Some(v) => c.env(k, v),
+            None => c.env_remove(k),
+        };
+    }
+    c.stdin(Stdio::null()).output().unwrap()
+}
+
+fn repo_with_backup(dir: &Path) -> String {
+    let repo = dir.join("repo");
+    init(&repo);
+    let input = dir.join("input");
+    std::fs::write(&input, random_bytes(5, 300_000)).unwrap();
+    backup_json(&repo, &input);
+    repo.to_str().unwrap().to_string()
+}
+
+#[test]
+fn password_from_file_command_and_environment() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = repo_with_backup(tmp.path());
+    let file = tmp.path().join("pw");
+    std::fs::write(&file, format!("{TEST_PASSWORD}\n")).unwrap();
+    let no_env = [("TESSERA_PASSWORD", None)];
+    let f = file.to_str().unwrap();
+    let by_file = run_with(&["list", &r, "--password-file", f], &no_env);
+    assert!(by_file.status.success(), "{by_file:?}");
+    let by_command = run_with(
+        &["list", &r, "--password-command", &format!("cat {f}")],
+        &no_env,
+    );
+    assert!(by_command.status.success(), "{by_command:?}");
+    assert!(ok(["list", &r]).contains('1'), "environment");
+    // Without any source and without a terminal: a clear one-line error.
+    let args: Vec<String> = ["list", &r].map(String::from).to_vec();
+    let none = run_with(&["list", &r], &no_env);
+    let line = assert_one_line_error(&args, &none);
+    assert!(line.contains("TESSERA_PASSWORD"), "{line}");
+    let failing = run_with(&["list", &r, "--password-command", "false"], &no_env);
+    assert!(assert_one_line_error(&args, &failing).contains("password command"));
+}
+
+#[test]
+fn wrong_password_fails_cleanly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = repo_with_backup(tmp.path());
+    for command in [
+        vec!["list", &r],
+        vec!["restore", &r, "1", "-"],
+        vec!["check", &r],
+    ] {
+        let args: Vec<String> = command.iter().map(|s| s.to_string()).collect();
+        let out = run_with(&command, &[("TESSERA_PASSWORD", Some("wrong"))]);
+        let line = assert_one_line_error(&args, &out);
+        assert!(
+            line.contains("wrong password or no key file matches"),
+            "{line}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+}
+
+#[test]
+fn key_add_passwd_remove_round_trip() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = repo_with_backup(tmp.path());
+    let keys = |password: &str| -> serde_json::Value {
+        let out = run_with(
+            &["key", "list", &r, "--json"],
+            &[("TESSERA_PASSWORD", Some(password))],
+        );
+        assert!(out.status.success(), "{out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let first = keys(TEST_PASSWORD)["current"].as_str().unwrap().to_string();
+    let added = run_with(
+        &["key", "add", &r],
+        &[("TESSERA_NEW_PASSWORD", Some("second"))],
+    );
+    assert!(added.status.success(), "{added:?}");
+    let listed = keys("second");
+    assert_eq!(listed["keys"].as_array().unwrap().len(), 2);
+    let second = listed["current"].as_str().unwrap().to_string();
+    assert_ne!(first, second);
+    // passwd replaces the key used to open.
+    let pw = tmp.path().join("new");
+    std::fs::write(&pw, "third\n").unwrap();
+    let changed = run_with(
+        &[
+            "key",
+            "passwd",
+            &r,
+            "--new-password-file",
+            pw.to_str().unwrap(),
+        ],
+        &[("TESSERA_PASSWORD", Some("second"))],
+    );
+    assert!(changed.status.success(), "{changed:?}");
+    let after = run_with(&["list", &r], &[("TESSERA_PASSWORD", Some("second"))]);
+    assert!(!after.status.success());
+    assert_eq!(keys("third")["keys"].as_array().unwrap().len(), 2);
+    // Remove the first key; then the last one is refused.
+    ok(["key", "remove", &r, &first]);
+    let third = keys("third")["current"].as_str().unwrap().to_string();
+    let last = run_with(
+        &["key", "remove", &r, &third],
+        &[("TESSERA_PASSWORD", Some("third"))],
+    );
+    let args: Vec<String> = ["key", "remove", &r, &third].map(String::from).to_vec();
+    assert!(assert_one_line_error(&args, &last).contains("last key"));
+    let out = run_with(
+        &["restore", &r, "1", "-"],
+        &[("TESSERA_PASSWORD", Some("third"))],
+    );
+    assert!(out.status.success());
+}
+
+#[test]
+fn stats_says_whether_encrypted_and_unencryptable_options_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = repo_with_backup(tmp.path());
+    assert!(ok(["stats", &r]).contains("encryption xchacha20poly1305"));
+    let plain = tmp.path().join("plain");
+    init_plain(&plain);
+    let plain_stats = run_with(
+        &["stats", plain.to_str().unwrap()],
+        &[("TESSERA_PASSWORD", None)],
+    );
+    assert!(String::from_utf8_lossy(&plain_stats.stdout).contains("encryption none"));
+    let t = tmp.path().join("t");
+    let t = t.to_str().unwrap();
+    for extra in [["--trace"], ["--fingerprint=sha1"]] {
+        let mut args = vec!["init", t, "--encryption", "xchacha20poly1305"];
+        args.extend(extra);
+        let out = run_with(&args, &[]);
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        assert!(assert_one_line_error(&args, &out).contains("--encryption none"));
+    }
+    // Without --encryption, trace repositories are created unencrypted.
+    ok(["init", t, "--trace"]);
+}

@@ -1,0 +1,214 @@
+//! The encrypting storage layer: every object but the key files and the
+//! `config` header is sealed on write and authenticated on read, by
+//! segments, so that a ranged read decrypts only what it touches.
+
+use super::object::{self, auth_failed, ObjectCipher, HEADER_LEN};
+use super::KEYS_DIR;
+use crate::backend::{Backend, LockGuard, LockMode, CONFIG_KEY};
+use crate::error::Result;
+
+/// A backend whose objects are encrypted in `inner` (docs/FORMAT.md §23.3).
+/// Keys, sizes and ranges are those of the plaintext objects.
+pub struct Encrypting {
+    inner: Box<dyn Backend>,
+    cipher: ObjectCipher,
+}
+
+impl Encrypting {
+    /// Encrypts the objects of `inner` with `cipher`.
+    pub(crate) fn new(inner: Box<dyn Backend>, cipher: ObjectCipher) -> Self {
+        Encrypting { inner, cipher }
+    }
+}
+
+/// The objects stored unencrypted: the `config` header and the key files.
+fn is_plain(key: &str) -> bool {
+    key == CONFIG_KEY
+        || key
+            .strip_prefix(KEYS_DIR)
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+impl Backend for Encrypting {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+
+    fn read(&self, key: &str) -> Result<Vec<u8>> {
+        let stored = self.inner.read(key)?;
+        match is_plain(key) {
+            true => Ok(stored),
+            false => self.cipher.open(key, &stored),
+        }
+    }
+
+    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if is_plain(key) {
+            return self.inner.read_range(key, offset, len);
+        }
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let (first, start, span) = object::sealed_span(offset, len);
+        let (header, sealed) = if first == 0 {
+            let mut stored = self.inner.read_range(key, 0, start + span)?;
+            if stored.len() < HEADER_LEN {
+                return Err(auth_failed(key));
+            }
+            let sealed = stored.split_off(HEADER_LEN);
+            (stored, sealed)
+        } else {
+            let header = self.inner.read_range(key, 0, HEADER_LEN as u64)?;
+            (header, self.inner.read_range(key, start, span)?)
+        };
+        if sealed.is_empty() {
+            // The range starts at or beyond the end: nothing to return
+            // (a shorter read than asked is how callers see truncation).
+            return Ok(Vec::new());
+        }
+        // The extra byte read past the last needed segment is there iff
+        // that segment is not the object's last.
+        let needed = (span - 1) as usize;
+        let to_end = sealed.len() <= needed;
+        let sealed = &sealed[..sealed.len().min(needed)];
+        let plain = self
+            .cipher
+            .open_segments(key, &header, first, sealed, to_end)?;
+        let skip = (offset - first * object::SEGMENT) as usize;
+        let end = skip.saturating_add(len as usize).min(plain.len());
+        Ok(plain.get(skip..end).unwrap_or_default().to_vec())
+    }
+
+    fn size(&self, key: &str) -> Result<u64> {
+        let stored = self.inner.size(key)?;
+        match is_plain(key) {
+            true => Ok(stored),
+            false => object::plaintext_len(stored).ok_or_else(|| auth_failed(key)),
+        }
+    }
+
+    fn write(&self, key: &str, data: &[u8]) -> Result<()> {
+        self.write_parts(key, &[data])
+    }
+
+    fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        match is_plain(key) {
+            true => self.inner.write_parts(key, parts),
+            false => self.inner.write(key, &self.cipher.seal(key, parts)?),
+        }
+    }
+
+    fn write_new(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        match is_plain(key) {
+            true => self.inner.write_new(key, parts),
+            false => self.inner.write_new(key, &[&self.cipher.seal(key, parts)?]),
+        }
+    }
+
+    fn will_read(&self, keys: &[String]) {
+        self.inner.will_read(keys);
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        self.inner.delete(key)
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        self.inner.list(dir)
+    }
+
+    fn exists(&self, key: &str) -> Result<bool> {
+        self.inner.exists(key)
+    }
+
+    fn lock(&self, mode: LockMode) -> Result<LockGuard> {
+        self.inner.lock(mode)
+    }
+
+    fn remove_temporaries(&self) -> Result<u64> {
+        self.inner.remove_temporaries()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Local;
+    use crate::error::Error;
+    use zeroize::Zeroizing;
+
+    fn setup() -> (tempfile::TempDir, Encrypting) {
+        let dir = tempfile::tempdir().unwrap();
+        let cipher = ObjectCipher::new(&Zeroizing::new([3; 32]));
+        let enc = Encrypting::new(Box::new(Local::new(dir.path())), cipher);
+        (dir, enc)
+    }
+
+    #[test]
+    fn ranges_match_the_plaintext() {
+        let (_dir, enc) = setup();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        enc.write_new("containers/x", &[&data[..1000], &data[1000..]])
+            .unwrap();
+        assert_eq!(enc.size("containers/x").unwrap(), data.len() as u64);
+        assert_eq!(enc.read("containers/x").unwrap(), data);
+        let seg = object::SEGMENT;
+        for (off, len) in [
+            (0, 1),
+            (0, 64),
+            (5, seg),
+            (seg - 1, 2),
+            (seg, seg),
+            (2 * seg + 7, 100_000),
+            (299_990, 100),
+            (300_000, 5),
+            (400_000, 5),
+        ] {
+            let got = enc.read_range("containers/x", off, len).unwrap();
+            let from = (off as usize).min(data.len());
+            let to = (off + len).min(data.len() as u64) as usize;
+            assert_eq!(got, &data[from..to], "range {off}+{len}");
+        }
+    }
+
+    #[test]
+    fn damage_and_swaps_fail_authentication() {
+        let (dir, enc) = setup();
+        enc.write("recipes/a", b"recipe a").unwrap();
+        enc.write("recipes/b", b"recipe b").unwrap();
+        std::fs::copy(dir.path().join("recipes/a"), dir.path().join("recipes/b")).unwrap();
+        assert!(matches!(
+            enc.read("recipes/b"),
+            Err(Error::Authentication { object }) if object == "recipes/b"
+        ));
+        let big = vec![1u8; 200_000];
+        enc.write("state", &big).unwrap();
+        let path = dir.path().join("state");
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[100_000] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(enc.read_range("state", 0, 10).is_ok());
+        assert!(matches!(
+            enc.read_range("state", 70_000, 10),
+            Err(Error::Authentication { .. })
+        ));
+        // Truncated to whole segments: the new last segment is not flagged last.
+        bytes[100_000] ^= 1;
+        bytes.truncate(HEADER_LEN + 2 * 65552);
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(enc.read_range("state", 0, 10).is_ok());
+        assert!(enc.read_range("state", 70_000, 10).is_err());
+        assert!(enc.read("state").is_err());
+    }
+
+    #[test]
+    fn config_and_key_files_stay_plain() {
+        let (dir, enc) = setup();
+        enc.write("keys/0123456789abcdef", b"plain").unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("keys/0123456789abcdef")).unwrap(),
+            b"plain"
+        );
+        assert!(is_plain("config") && !is_plain("keysx/a") && !is_plain("index/exact"));
+    }
+}

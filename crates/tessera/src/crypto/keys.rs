@@ -1,0 +1,58 @@
+//! Managing the key files of an open encrypted repository: list, add,
+//! remove, change the password (`tessera key …`).
+
+use super::{keyfile, KeyInfo, NewKey};
+use crate::backend::{Backend, LockMode};
+use crate::error::{Error, Result};
+use crate::repo::Repository;
+
+/// The unlocked master key of `repo`, or an error if it is not encrypted.
+fn unlocked(repo: &Repository) -> Result<&super::Unlocked> {
+    repo.unlocked().ok_or_else(|| {
+        Error::InvalidConfig(format!(
+            "{}: the repository is not encrypted: it has no keys",
+            repo.backend().location()
+        ))
+    })
+}
+
+/// The key files of `repo`.
+pub fn list_keys(repo: &Repository) -> Result<Vec<KeyInfo>> {
+    unlocked(repo)?;
+    keyfile::list(repo.backend().as_ref())
+}
+
+/// The id of the key file `repo` was opened with.
+pub fn current_key(repo: &Repository) -> Option<&str> {
+    repo.unlocked().map(|u| u.key_id.as_str())
+}
+
+/// Adds a key file for `key` to `repo` (opened for a backup or more, so
+/// that key changes do not race); returns its id.
+pub fn add_key(repo: &Repository, key: &NewKey) -> Result<String> {
+    repo.require(LockMode::Backup, "adding a key")?;
+    let u = unlocked(repo)?;
+    keyfile::add(
+        repo.backend().as_ref(),
+        &u.master,
+        key.password.as_bytes(),
+        key.kdf,
+    )
+}
+
+/// Removes key file `id` of `repo`; the last key is never removed.
+pub fn remove_key(repo: &Repository, id: &str) -> Result<()> {
+    repo.require(LockMode::Backup, "removing a key")?;
+    unlocked(repo)?;
+    keyfile::remove(repo.backend().as_ref(), id)
+}
+
+/// Replaces the key file `repo` was opened with by one for `key`: the new
+/// file is written before the old one is removed. Returns the new id.
+pub fn change_password(repo: &Repository, key: &NewKey) -> Result<String> {
+    let old = unlocked(repo)?.key_id.clone();
+    let new = add_key(repo, key)?;
+    repo.backend()
+        .delete(&format!("{}/{old}", keyfile::KEYS_DIR))?;
+    Ok(new)
+}

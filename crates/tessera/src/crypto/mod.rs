@@ -1,0 +1,128 @@
+//! Encryption of repositories (docs/FORMAT.md §23, docs/SECURITY.md).
+//!
+//! One layer, [`Encrypting`], sits between the repository and its storage
+//! backend and encrypts every object except the key files and the `config`
+//! header; no other module sees a key. The master key lives in
+//! [`MasterKey`], wrapped on disk by password key files ([`keyfile`]); the
+//! object encryption key and the fingerprint key are derived from it.
+
+mod backend;
+pub mod keyfile;
+mod keys;
+mod object;
+
+pub use backend::Encrypting;
+pub use keyfile::{KdfParams, KeyInfo, KEYS_DIR};
+pub use keys::{add_key, change_password, current_key, list_keys, remove_key};
+pub(crate) use object::ObjectCipher;
+
+use crate::error::{Error, Result};
+use crate::fingerprint::FingerprintKey;
+use zeroize::Zeroizing;
+
+/// BLAKE3 key-derivation context of the object encryption key.
+const OBJECT_KEY_CONTEXT: &str = "tessera 2025-07 object encryption key v1";
+/// BLAKE3 key-derivation context of the fingerprint key.
+const FINGERPRINT_KEY_CONTEXT: &str = "tessera 2025-07 chunk fingerprint key v1";
+
+/// A repository's master key: 32 random bytes, zeroed when dropped.
+pub struct MasterKey(Zeroizing<[u8; 32]>);
+
+impl MasterKey {
+    /// A new random master key.
+    pub(crate) fn generate() -> Result<Self> {
+        let mut key = Zeroizing::new([0u8; 32]);
+        random_bytes(key.as_mut())?;
+        Ok(MasterKey(key))
+    }
+
+    /// A master key from exactly 32 bytes.
+    fn from_slice(bytes: &[u8]) -> Option<Self> {
+        let array: [u8; 32] = bytes.try_into().ok()?;
+        Some(MasterKey(Zeroizing::new(array)))
+    }
+
+    fn bytes(&self) -> &[u8] {
+        self.0.as_slice()
+    }
+
+    fn derive(&self, context: &str) -> Zeroizing<[u8; 32]> {
+        Zeroizing::new(blake3::derive_key(context, self.0.as_slice()))
+    }
+
+    /// The cipher of the repository's objects.
+    pub(crate) fn object_cipher(&self) -> ObjectCipher {
+        ObjectCipher::new(&self.derive(OBJECT_KEY_CONTEXT))
+    }
+
+    /// The key of the repository's fingerprints.
+    pub(crate) fn fingerprint_key(&self) -> FingerprintKey {
+        FingerprintKey::new(self.derive(FINGERPRINT_KEY_CONTEXT))
+    }
+}
+
+/// What opens an encrypted repository: a password, and optionally the id of
+/// the one key file to try.
+pub struct Credentials {
+    password: Zeroizing<String>,
+    key_id: Option<String>,
+}
+
+impl Credentials {
+    /// `password`, tried on every key file, or on key file `key_id` only.
+    pub fn new(password: Zeroizing<String>, key_id: Option<String>) -> Self {
+        Credentials { password, key_id }
+    }
+}
+
+/// A new key file: its password and key derivation parameters.
+pub struct NewKey {
+    /// The password.
+    pub password: Zeroizing<String>,
+    /// Argon2id parameters.
+    pub kdf: KdfParams,
+}
+
+/// The master key of an open repository and the key file it came from.
+pub(crate) struct Unlocked {
+    master: MasterKey,
+    key_id: String,
+}
+
+impl Unlocked {
+    /// The cipher of the repository's objects.
+    pub(crate) fn cipher(&self) -> ObjectCipher {
+        self.master.object_cipher()
+    }
+
+    /// The key of the repository's fingerprints.
+    pub(crate) fn fingerprint_key(&self) -> FingerprintKey {
+        self.master.fingerprint_key()
+    }
+}
+
+/// A new master key and its first key file on `backend`.
+pub(crate) fn create_key(backend: &dyn crate::backend::Backend, key: &NewKey) -> Result<Unlocked> {
+    let master = MasterKey::generate()?;
+    let key_id = keyfile::add(backend, &master, key.password.as_bytes(), key.kdf)?;
+    Ok(Unlocked { master, key_id })
+}
+
+/// The master key that `credentials` unwrap from a key file of `backend`.
+pub(crate) fn unlock(
+    backend: &dyn crate::backend::Backend,
+    credentials: &Credentials,
+) -> Result<Unlocked> {
+    let (master, key_id) = keyfile::unlock(
+        backend,
+        credentials.password.as_bytes(),
+        credentials.key_id.as_deref(),
+    )?;
+    Ok(Unlocked { master, key_id })
+}
+
+/// Fills `buf` from the operating system's random generator.
+pub(crate) fn random_bytes(buf: &mut [u8]) -> Result<()> {
+    getrandom::fill(buf)
+        .map_err(|e| Error::io("drawing random bytes", std::io::Error::other(e.to_string())))
+}

@@ -1,0 +1,216 @@
+//! Encrypted objects (docs/FORMAT.md §23.3): a 32-byte header and the
+//! plaintext in 64 KiB segments, each sealed with XChaCha20-Poly1305 under a
+//! nonce made of the object's random prefix, the segment number and a
+//! last-segment flag (the STREAM construction), the header and the object's
+//! key as associated data.
+
+use crate::error::{Error, Result};
+use chacha20poly1305::aead::{AeadInOut, KeyInit};
+use chacha20poly1305::{Key, Tag, XChaCha20Poly1305, XNonce};
+use zeroize::Zeroizing;
+
+/// Bytes of the header.
+pub(crate) const HEADER_LEN: usize = 32;
+/// Plaintext bytes of every segment but the last.
+pub(crate) const SEGMENT: u64 = 64 * 1024;
+/// Bytes of an authentication tag.
+const TAG_LEN: usize = 16;
+/// Stored bytes of a full segment.
+const SEALED_SEGMENT: u64 = SEGMENT + TAG_LEN as u64;
+const MAGIC: &[u8; 4] = b"TSEC";
+const VERSION: u32 = 1;
+/// Bytes of the random nonce prefix.
+const PREFIX_LEN: usize = 19;
+
+/// Seals and opens objects with one key.
+pub(crate) struct ObjectCipher {
+    aead: XChaCha20Poly1305,
+}
+
+/// The error of an object that fails authentication.
+pub(crate) fn auth_failed(key: &str) -> Error {
+    Error::Authentication {
+        object: key.to_string(),
+    }
+}
+
+impl ObjectCipher {
+    /// A cipher with the 32-byte `key`.
+    pub(crate) fn new(key: &Zeroizing<[u8; 32]>) -> Self {
+        ObjectCipher {
+            aead: XChaCha20Poly1305::new(&Key::from(**key)),
+        }
+    }
+
+    /// The concatenation of `parts` as the encrypted object `key`.
+    pub(crate) fn seal(&self, key: &str, parts: &[&[u8]]) -> Result<Vec<u8>> {
+        let mut header = [0u8; HEADER_LEN];
+        header[..4].copy_from_slice(MAGIC);
+        header[4..8].copy_from_slice(&VERSION.to_le_bytes());
+        crate::crypto::random_bytes(&mut header[8..8 + PREFIX_LEN])?;
+        let plain_len: usize = parts.iter().map(|p| p.len()).sum();
+        let segments = segment_count(plain_len as u64);
+        let mut out = Vec::with_capacity(HEADER_LEN + plain_len + TAG_LEN * segments as usize);
+        out.extend_from_slice(&header);
+        let aad = associated_data(&header, key);
+        let mut bytes = parts.iter().flat_map(|p| p.iter().copied());
+        for i in 0..segments {
+            let start = out.len();
+            out.extend(bytes.by_ref().take(SEGMENT as usize));
+            let nonce = nonce(&header, i, i + 1 == segments);
+            let tag = self
+                .aead
+                .encrypt_inout_detached(&nonce, &aad, (&mut out[start..]).into())
+                .map_err(|_| Error::Pipeline(format!("{key}: encryption failed")))?;
+            out.extend_from_slice(&tag);
+        }
+        Ok(out)
+    }
+
+    /// The plaintext of the whole encrypted object `key`.
+    pub(crate) fn open(&self, key: &str, object: &[u8]) -> Result<Vec<u8>> {
+        if object.len() < HEADER_LEN {
+            return Err(auth_failed(key));
+        }
+        let (header, body) = object.split_at(HEADER_LEN);
+        self.open_segments(key, header, 0, body, true)
+    }
+
+    /// Opens the consecutive sealed segments `sealed`, the first of which is
+    /// segment `first`, of object `key` with `header`. `to_end`: the last
+    /// of them is the object's last segment.
+    pub(crate) fn open_segments(
+        &self,
+        key: &str,
+        header: &[u8],
+        first: u64,
+        sealed: &[u8],
+        to_end: bool,
+    ) -> Result<Vec<u8>> {
+        let header: &[u8; HEADER_LEN] = header.try_into().map_err(|_| auth_failed(key))?;
+        if &header[..4] != MAGIC {
+            return Err(Error::corrupt(key, "not an encrypted Tessera object"));
+        }
+        let version = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+        if version != VERSION {
+            return Err(Error::UnsupportedVersion {
+                object: key.to_string(),
+                found: version,
+                supported: VERSION,
+            });
+        }
+        let aad = associated_data(header, key);
+        let pieces: Vec<&[u8]> = sealed.chunks(SEALED_SEGMENT as usize).collect();
+        if to_end && pieces.is_empty() {
+            return Err(auth_failed(key));
+        }
+        let mut out = Vec::with_capacity(sealed.len());
+        for (n, piece) in pieces.iter().enumerate() {
+            if piece.len() < TAG_LEN {
+                return Err(auth_failed(key));
+            }
+            let last = to_end && n + 1 == pieces.len();
+            let (text, tag) = piece.split_at(piece.len() - TAG_LEN);
+            let start = out.len();
+            out.extend_from_slice(text);
+            let nonce = nonce(header, first + n as u64, last);
+            let tag = Tag::try_from(tag).map_err(|_| auth_failed(key))?;
+            self.aead
+                .decrypt_inout_detached(&nonce, &aad, (&mut out[start..]).into(), &tag)
+                .map_err(|_| auth_failed(key))?;
+        }
+        Ok(out)
+    }
+}
+
+/// Number of segments of a plaintext of `len` bytes (an empty one has one).
+fn segment_count(len: u64) -> u64 {
+    len.div_ceil(SEGMENT).max(1)
+}
+
+/// Size of the plaintext of an encrypted object of `stored` bytes; `None`
+/// if no encrypted object has that size.
+pub(crate) fn plaintext_len(stored: u64) -> Option<u64> {
+    let body = stored.checked_sub(HEADER_LEN as u64)?;
+    let segments = body.div_ceil(SEALED_SEGMENT);
+    let last = body - (segments.checked_sub(1)?) * SEALED_SEGMENT;
+    (last >= TAG_LEN as u64).then(|| body - segments * TAG_LEN as u64)
+}
+
+/// The stored bytes holding plaintext `offset .. offset + len` (`len` > 0):
+/// the first segment's number, and the stored offset and length to read,
+/// one byte beyond the last segment needed, which tells whether that
+/// segment is the object's last.
+pub(crate) fn sealed_span(offset: u64, len: u64) -> (u64, u64, u64) {
+    let first = offset / SEGMENT;
+    let last = (offset.saturating_add(len) - 1) / SEGMENT;
+    let start = HEADER_LEN as u64 + first * SEALED_SEGMENT;
+    (first, start, (last - first + 1) * SEALED_SEGMENT + 1)
+}
+
+fn associated_data(header: &[u8; HEADER_LEN], key: &str) -> Vec<u8> {
+    [header.as_slice(), key.as_bytes()].concat()
+}
+
+fn nonce(header: &[u8; HEADER_LEN], segment: u64, last: bool) -> XNonce {
+    let mut n = [0u8; 24];
+    n[..PREFIX_LEN].copy_from_slice(&header[8..8 + PREFIX_LEN]);
+    // Segment numbers fit in 32 bits: objects are far below 256 TiB.
+    n[PREFIX_LEN..PREFIX_LEN + 4].copy_from_slice(&(segment as u32).to_be_bytes());
+    n[23] = u8::from(last);
+    XNonce::from(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cipher() -> ObjectCipher {
+        ObjectCipher::new(&Zeroizing::new([7; 32]))
+    }
+
+    #[test]
+    fn round_trips_and_sizes() {
+        let c = cipher();
+        for len in [0usize, 1, 65535, 65536, 65537, 200_000] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 31) as u8).collect();
+            let (a, b) = data.split_at(len / 3);
+            let sealed = c.seal("k/x", &[a, b]).unwrap();
+            assert_eq!(plaintext_len(sealed.len() as u64), Some(len as u64));
+            assert_eq!(c.open("k/x", &sealed).unwrap(), data);
+            assert!(matches!(
+                c.open("k/y", &sealed),
+                Err(Error::Authentication { object }) if object == "k/y"
+            ));
+        }
+        assert_eq!(plaintext_len(40), None);
+        assert_eq!(plaintext_len(32 + 65552 + 3), None);
+    }
+
+    #[test]
+    fn every_flip_and_truncation_fails() {
+        let c = cipher();
+        let data = vec![5u8; 70_000];
+        let sealed = c.seal("o", &[&data]).unwrap();
+        for i in (0..sealed.len())
+            .step_by(997)
+            .chain([0, 9, 31, sealed.len() - 1])
+        {
+            let mut bad = sealed.clone();
+            bad[i] ^= 0x20;
+            assert!(c.open("o", &bad).is_err(), "flip at {i}");
+        }
+        // Cut after the first segment: the remaining one is not flagged last.
+        let cut = HEADER_LEN + SEALED_SEGMENT as usize;
+        assert!(c.open("o", &sealed[..cut]).is_err());
+    }
+
+    #[test]
+    fn two_seals_differ() {
+        let c = cipher();
+        assert_ne!(
+            c.seal("o", &[b"same"]).unwrap(),
+            c.seal("o", &[b"same"]).unwrap()
+        );
+    }
+}
