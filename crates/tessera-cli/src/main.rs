@@ -26,6 +26,7 @@ use tessera::restore::{restore, restore_to_path, RestoreOptions, DEFAULT_CACHE_C
 use tessera::restore_plan::CachePolicy;
 use tessera::rewrite::{RewriteKind, RewriteParams};
 use tessera::snapshot::BackupId;
+use tessera::tree::{backup_tree, TreeBackupOptions};
 use tessera::units::{parse_size, parse_size_u32};
 use tessera::Repository;
 use tessera_lab::analyze::{analyze_paths, Input, VersionRow};
@@ -50,23 +51,32 @@ struct Cli {
 enum Command {
     /// Create a repository in a local directory (absent or empty).
     Init(InitArgs),
-    /// Back up a file or standard input (`-`) as a new backup, or replay a
-    /// fingerprint trace (--trace) into a trace repository.
+    /// Back up directory trees, a file or standard input (`-`) as a new
+    /// backup, or replay a fingerprint trace (--trace) into a trace repository.
     Backup {
         /// The repository.
         repo: PathBuf,
-        /// The file to back up, or `-` for standard input.
+        /// Directories (or files and symbolic links) to back up as a tree;
+        /// one regular file, or `-` for standard input, is backed up as a stream.
         #[arg(required_unless_present = "trace", conflicts_with = "trace")]
-        input: Option<String>,
+        inputs: Vec<String>,
+        /// Tree backups: leave out paths matching this gitignore-style
+        /// pattern (repeatable; a leading `/` anchors at the file-system root).
+        #[arg(long, value_name = "PATTERN")]
+        exclude: Vec<String>,
+        /// Tree backups: do not descend into other file systems.
+        #[arg(long)]
+        one_file_system: bool,
         /// A fingerprint trace (Destor text or FSL hashfile) to replay instead of data.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
         /// A label stored with the backup.
         #[arg(long, default_value = "")]
         label: String,
-        /// The source lineage the backup belongs to.
-        #[arg(long, default_value = "default")]
-        source: String,
+        /// The source lineage the backup belongs to (default: `default`;
+        /// for a tree, the host name and the absolute paths).
+        #[arg(long)]
+        source: Option<String>,
         /// Print the result as one JSON object.
         #[arg(long)]
         json: bool,
@@ -480,20 +490,29 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
         Command::Init(args) => init(args)?,
         Command::Backup {
             repo,
-            input,
+            inputs,
+            exclude,
+            one_file_system,
             trace,
             label,
             source,
             json,
-        } => backup_cmd(
-            &repo,
-            input.as_deref(),
-            trace.as_deref(),
-            label,
-            source,
-            json,
-            wait,
-        )?,
+        } => {
+            let tree = TreeBackupOptions {
+                excludes: exclude,
+                one_file_system,
+            };
+            return backup_cmd(
+                &repo,
+                &inputs,
+                &tree,
+                trace.as_deref(),
+                label,
+                source,
+                json,
+                wait,
+            );
+        }
         Command::Restore {
             repo,
             id,
@@ -809,22 +828,47 @@ fn progress_bar(total: Option<u64>) -> ProgressBar {
     }
 }
 
+/// Exit status of a backup that committed but left out objects it could not read.
+const EXIT_INCOMPLETE: u8 = 3;
+
+/// Whether `inputs` name a tree backup rather than one stream (`-` or one
+/// regular file, as before trees existed).
+fn is_tree(inputs: &[String]) -> bool {
+    match inputs {
+        [one] => one != "-" && std::fs::metadata(one).is_ok_and(|m| !m.is_file()),
+        _ => inputs.len() > 1,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn backup_cmd(
     repo: &Path,
-    input: Option<&str>,
+    inputs: &[String],
+    tree_options: &TreeBackupOptions,
     trace: Option<&Path>,
     label: String,
-    source: String,
+    source: Option<String>,
     json: bool,
     wait: Duration,
-) -> Result<()> {
+) -> Result<ExitCode> {
+    let tree = trace.is_none() && is_tree(inputs);
+    if !tree && (!tree_options.excludes.is_empty() || tree_options.one_file_system) {
+        bail!("--exclude and --one-file-system apply to directory backups only");
+    }
+    let paths: Vec<PathBuf> = inputs.iter().map(PathBuf::from).collect();
+    let source = match source {
+        Some(s) => s,
+        None if tree => tessera::tree::default_source(&paths)?,
+        None => "default".into(),
+    };
     let r = open(repo, LockMode::Backup, wait)?;
     let options_for = |progress| BackupOptions {
         label: label.clone(),
         source: source.clone(),
         progress,
     };
-    let outcome = match (input, trace) {
+    let mut warnings = Vec::new();
+    let outcome = match (inputs, trace) {
         (_, Some(path)) => {
             let mut reader = TraceFile::open(path)?;
             let mut failure = None;
@@ -846,7 +890,21 @@ fn backup_cmd(
                 (done, None) => done?,
             }
         }
-        (Some(input), None) => {
+        (_, None) if tree => {
+            let bar = progress_bar(None);
+            let on_progress = |n: u64| bar.set_position(n);
+            let done = backup_tree(&r, &paths, tree_options, &options_for(Some(&on_progress)))?;
+            bar.finish_and_clear();
+            for note in &done.notes {
+                eprintln!("tessera: note: {note}");
+            }
+            for warning in &done.warnings {
+                eprintln!("tessera: warning: {warning}");
+            }
+            warnings = done.warnings;
+            done.outcome
+        }
+        ([input], None) => {
             let (mut reader, name, total): (Box<dyn Read + Send>, String, Option<u64>) =
                 if input == "-" {
                     (Box::new(io::stdin()), "stdin".into(), None)
@@ -868,7 +926,9 @@ fn backup_cmd(
             bar.finish_and_clear();
             done
         }
-        (None, None) => bail!("give a file to back up, `-` for standard input, or --trace FILE"),
+        _ => {
+            bail!("give directories or a file to back up, `-` for standard input, or --trace FILE")
+        }
     };
     let snap = &outcome.snapshot;
     let s = &snap.stats;
@@ -883,6 +943,10 @@ fn backup_cmd(
         }
         if outcome.arrange_deferred {
             v["arrange_deferred"] = true.into();
+        }
+        if let Some(t) = &snap.tree {
+            v["tree"] = serde_json::to_value(t)?;
+            v["warnings"] = serde_json::to_value(&warnings)?;
         }
         println!("{v}");
     } else {
@@ -923,8 +987,27 @@ fn backup_cmd(
         if outcome.arrange_deferred {
             println!("arranging deferred while other processes read the repository: it runs with the next backup or `tessera arrange`");
         }
+        if let Some(t) = &snap.tree {
+            println!(
+                "tree: {} entries, {} files ({}), catalog {}, {} skipped",
+                t.entries,
+                t.files,
+                human(t.catalog_offset),
+                human(t.catalog_bytes),
+                t.skipped
+            );
+        }
     }
-    Ok(())
+    if warnings.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "tessera: backup {} is incomplete: {} object(s) could not be read",
+            snap.id,
+            warnings.len()
+        );
+        Ok(ExitCode::from(EXIT_INCOMPLETE))
+    }
 }
 
 fn restore_cmd(

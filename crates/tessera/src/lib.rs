@@ -26,6 +26,7 @@ pub mod restore;
 pub mod restore_plan;
 pub mod rewrite;
 pub mod snapshot;
+pub mod tree;
 pub mod units;
 
 pub use error::{Error, Result};

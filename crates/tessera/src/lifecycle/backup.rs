@@ -11,7 +11,9 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::index::{Chunk, IndexStats};
 use crate::repo::Repository;
-use crate::snapshot::{self, BackupStats, ChunkRef, ClassCount, Recipe, Snapshot, StageSeconds};
+use crate::snapshot::{
+    self, BackupStats, ChunkRef, ClassCount, Recipe, Snapshot, StageSeconds, TreeRef,
+};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// A set of fingerprints (one NDF table in memory).
@@ -80,6 +82,17 @@ pub fn backup(
     repo: &Repository,
     batches: impl Iterator<Item = Result<Vec<Chunk>>>,
     options: &LifecycleBackupOptions,
+) -> Result<BackupOutcome> {
+    backup_stream(repo, batches, options, None)
+}
+
+/// [`backup`] of a stream that may be a tree backup: its snapshot records
+/// the catalog `tree` holds once `batches` ended.
+pub(crate) fn backup_stream(
+    repo: &Repository,
+    batches: impl Iterator<Item = Result<Vec<Chunk>>>,
+    options: &LifecycleBackupOptions,
+    tree: Option<&std::sync::OnceLock<TreeRef>>,
 ) -> Result<BackupOutcome> {
     require_layout(repo)?;
     let started = Instant::now();
@@ -177,6 +190,14 @@ pub fn backup(
     backend.write(&ndf_key(&lineage.name, v), &format::encode_ndf(&mut fps))?;
     drop(fps);
     let recipe = Recipe { backup: id, chunks };
+    let tree = match tree.and_then(|t| t.get()) {
+        Some(t) => {
+            let mut t = t.clone();
+            t.locate(&recipe.chunks)?;
+            Some(t)
+        }
+        None => None,
+    };
     backend.write_new(&snapshot::recipe_key(id), &[&recipe.encode()?])?;
     lineage.state.versions.push(super::format::Version {
         version: v,
@@ -213,6 +234,7 @@ pub fn backup(
         source: options.source.clone(),
         logical_bytes: logical,
         stats,
+        tree,
     };
     let snapshot_len = snap.encode()?.len() as u64;
     snap.stats.stage_seconds.commit = commit_started.elapsed().as_secs_f64();

@@ -31,6 +31,7 @@ mod manage;
 mod restore;
 
 pub use arrange::{arrange, arrange_rounds, ArrangeStats};
+pub(crate) use backup::backup_stream;
 pub use backup::{backup, BackupOutcome, LifecycleBackupOptions};
 pub use check::check;
 pub use manage::{
