@@ -26,7 +26,9 @@ use tessera::restore::{restore, restore_to_path, RestoreOptions, DEFAULT_CACHE_C
 use tessera::restore_plan::CachePolicy;
 use tessera::rewrite::{RewriteKind, RewriteParams};
 use tessera::snapshot::BackupId;
-use tessera::tree::{backup_tree, TreeBackupOptions};
+use tessera::tree::catalog::{Entry, Kind};
+use tessera::tree::select::Selection;
+use tessera::tree::{backup_tree, list_tree, restore_tree, TreeBackupOptions, TreeRestoreOptions};
 use tessera::units::{parse_size, parse_size_u32};
 use tessera::Repository;
 use tessera_lab::analyze::{analyze_paths, Input, VersionRow};
@@ -81,14 +83,27 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Restore a backup into a file, or to standard output (`-`).
+    /// Restore a backup into a file, or to standard output (`-`); a tree
+    /// backup into a directory.
     Restore {
         /// The repository.
         repo: PathBuf,
         /// The backup id (or `latest`).
         id: String,
-        /// The output file, or `-` for standard output.
+        /// The output file, or `-` for standard output; for a tree backup,
+        /// the directory to restore into (created if missing).
         output: String,
+        /// Tree backups: restore only paths matching this glob (or inside a
+        /// directory matching it), as `ls` shows them (repeatable).
+        #[arg(long, value_name = "PATTERN")]
+        include: Vec<String>,
+        /// Tree backups: leave out paths matching this glob (repeatable).
+        #[arg(long, value_name = "PATTERN")]
+        exclude: Vec<String>,
+        /// Tree backups: restore into a directory that is not empty,
+        /// replacing files and links of the same names.
+        #[arg(long)]
+        overwrite: bool,
         /// Restore cache policy: lru, opt (Belady, using the recipe) or faa
         /// (forward assembly area of --cache-size containers).
         #[arg(long, default_value = "lru")]
@@ -97,6 +112,25 @@ enum Command {
         #[arg(long, default_value_t = DEFAULT_CACHE_CONTAINERS)]
         cache_size: usize,
         /// Print the metrics as one JSON object (to stderr when restoring to stdout).
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the entries of a tree backup.
+    Ls {
+        /// The repository.
+        repo: PathBuf,
+        /// The backup id (or `latest`).
+        id: String,
+        /// A path in the backup (absolute, as given to the backup): a
+        /// directory's entries, or one entry (default: the paths backed up).
+        path: Option<PathBuf>,
+        /// Show mode, owner, size and modification time.
+        #[arg(short, long)]
+        long: bool,
+        /// List everything below the path.
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        /// Print a JSON array of entries.
         #[arg(long)]
         json: bool,
     },
@@ -517,10 +551,40 @@ fn run(command: Command, wait: Duration) -> Result<ExitCode> {
             repo,
             id,
             output,
+            include,
+            exclude,
+            overwrite,
             cache,
             cache_size,
             json,
-        } => restore_cmd(&repo, &id, &output, cache, cache_size, json, wait)?,
+        } => {
+            let r = open(&repo, LockMode::Read, wait)?;
+            let id = backup_id(&r, &id)?;
+            if r.snapshot(id)?.tree.is_some() {
+                let selection = Selection::new(&include, &exclude)?;
+                tree_restore_cmd(
+                    &r, id, &output, selection, overwrite, cache, cache_size, json,
+                )?
+            } else if !include.is_empty() || !exclude.is_empty() || overwrite {
+                bail!(
+                    "backup {id}: --include, --exclude and --overwrite apply to tree backups only"
+                );
+            } else {
+                restore_cmd(&r, id, &output, cache, cache_size, json)?
+            }
+        }
+        Command::Ls {
+            repo,
+            id,
+            path,
+            long,
+            recursive,
+            json,
+        } => {
+            let r = open(&repo, LockMode::Read, wait)?;
+            let id = backup_id(&r, &id)?;
+            ls_cmd(&r, id, path.as_deref(), long, recursive, json)?
+        }
         Command::Arrange { repo, json } => {
             let r = open(&repo, LockMode::Exclusive, wait)?;
             let s = tessera::lifecycle::arrange(&r)?;
@@ -1011,19 +1075,16 @@ fn backup_cmd(
 }
 
 fn restore_cmd(
-    repo: &Path,
-    id: &str,
+    r: &Repository,
+    id: BackupId,
     output: &str,
     policy: CachePolicy,
     cache: usize,
     json: bool,
-    wait: Duration,
 ) -> Result<()> {
     if cache == 0 {
         bail!("--cache-size must be at least 1 container");
     }
-    let r = open(repo, LockMode::Read, wait)?;
-    let id = backup_id(&r, id)?;
     let total = r.snapshot(id)?.logical_bytes;
     let bar = progress_bar(Some(total));
     let on_progress = |n: u64| bar.set_position(n);
@@ -1034,15 +1095,15 @@ fn restore_cmd(
     };
     let stats = if r.config().trace {
         // A trace repository holds no data: plan the restore, write nothing.
-        restore(&r, id, &mut io::sink(), &options)
+        restore(r, id, &mut io::sink(), &options)
             .with_context(|| format!("planning the restore of backup {id}"))?
     } else if output == "-" {
         let stdout = io::stdout();
         let mut lock = io::BufWriter::with_capacity(1 << 20, stdout.lock());
-        restore(&r, id, &mut lock, &options)
+        restore(r, id, &mut lock, &options)
             .with_context(|| format!("restoring backup {id} to stdout"))?
     } else {
-        restore_to_path(&r, id, Path::new(output), &options)
+        restore_to_path(r, id, Path::new(output), &options)
             .with_context(|| format!("restoring backup {id} to {output}"))?
     };
     bar.finish_and_clear();
@@ -1293,4 +1354,165 @@ fn human(n: u64) -> String {
 
 fn ratio_text(r: Option<f64>) -> String {
     r.map_or_else(|| "n/a (nothing stored)".into(), |r| format!("{r:.2}x"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn tree_restore_cmd(
+    r: &Repository,
+    id: BackupId,
+    target: &str,
+    selection: Selection,
+    overwrite: bool,
+    policy: CachePolicy,
+    cache: usize,
+    json: bool,
+) -> Result<()> {
+    if cache == 0 {
+        bail!("--cache-size must be at least 1 container");
+    }
+    if target == "-" {
+        bail!("backup {id} is a tree backup: give a directory to restore it into");
+    }
+    let bar = progress_bar(None);
+    let on_progress = |n: u64| bar.set_position(n);
+    let options = TreeRestoreOptions {
+        selection,
+        overwrite,
+        restore: RestoreOptions {
+            cache_containers: cache,
+            policy,
+            progress: Some(&on_progress),
+        },
+    };
+    let stats = restore_tree(r, id, Path::new(target), &options)
+        .with_context(|| format!("restoring backup {id} into {target}"))?;
+    bar.finish_and_clear();
+    if json {
+        println!("{}", serde_json::to_string(&stats)?);
+    } else {
+        println!(
+            "restored backup {} into {target}: {} files ({}), {} directories, {} symbolic links, {} containers read ({} for the catalog), {} read, {:.2} s",
+            stats.id,
+            stats.files,
+            human(stats.bytes_restored),
+            stats.dirs,
+            stats.symlinks,
+            stats.containers_read,
+            stats.catalog_containers_read,
+            human(stats.bytes_read),
+            stats.seconds
+        );
+    }
+    Ok(())
+}
+
+fn ls_cmd(
+    r: &Repository,
+    id: BackupId,
+    path: Option<&Path>,
+    long: bool,
+    recursive: bool,
+    json: bool,
+) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let mut first = true;
+    if json {
+        write!(out, "[")?;
+    }
+    let wanted = path.map(|p| p.as_os_str().as_bytes());
+    list_tree(r, id, wanted, recursive, |e| {
+        let line = if json {
+            let sep = if first { "" } else { "," };
+            format!("{sep}{}", entry_json(e))
+        } else if long {
+            format!("{}\n", entry_long(e))
+        } else {
+            format!("/{}\n", String::from_utf8_lossy(&e.path))
+        };
+        first = false;
+        out.write_all(line.as_bytes())
+            .map_err(|err| tessera::Error::Output {
+                what: "stdout".into(),
+                source: err,
+            })
+    })
+    .with_context(|| format!("listing backup {id}"))?;
+    if json {
+        writeln!(out, "]")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Dir => "dir",
+        Kind::File => "file",
+        Kind::Symlink => "symlink",
+        Kind::Gap => "gap",
+    }
+}
+
+/// One entry as a JSON object (a path that is not UTF-8 also as hex).
+fn entry_json(e: &Entry) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "path": format!("/{}", String::from_utf8_lossy(&e.path)),
+        "kind": kind_name(e.kind),
+        "mode": e.mode,
+        "uid": e.uid,
+        "gid": e.gid,
+        "size": e.size,
+        "mtime": e.mtime,
+        "mtime_ns": e.mtime_ns,
+    });
+    if std::str::from_utf8(&e.path).is_err() {
+        v["path_hex"] = e
+            .path
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+            .into();
+    }
+    if e.kind == Kind::Symlink {
+        v["target"] = String::from_utf8_lossy(&e.target).into_owned().into();
+    }
+    v
+}
+
+/// One entry as `ls -l` shows it.
+fn entry_long(e: &Entry) -> String {
+    let kind = match e.kind {
+        Kind::Dir => 'd',
+        Kind::Symlink => 'l',
+        _ => '-',
+    };
+    let mut mode = String::with_capacity(10);
+    mode.push(kind);
+    for shift in [6, 3, 0] {
+        let bits = (e.mode >> shift) & 7;
+        mode.push(if bits & 4 != 0 { 'r' } else { '-' });
+        mode.push(if bits & 2 != 0 { 'w' } else { '-' });
+        mode.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    let time = u64::try_from(e.mtime)
+        .ok()
+        .and_then(|s| {
+            std::time::UNIX_EPOCH.checked_add(Duration::new(s, e.mtime_ns.min(999_999_999)))
+        })
+        .map(|t| humantime::format_rfc3339_seconds(t).to_string())
+        .unwrap_or_else(|| format!("{}s", e.mtime));
+    let mut line = format!(
+        "{mode} {:>5} {:>5} {:>12} {time} /{}",
+        e.uid,
+        e.gid,
+        e.size,
+        String::from_utf8_lossy(&e.path)
+    );
+    if e.kind == Kind::Symlink {
+        line.push_str(" -> ");
+        line.push_str(&String::from_utf8_lossy(&e.target));
+    }
+    line
 }

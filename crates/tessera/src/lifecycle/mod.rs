@@ -38,8 +38,8 @@ pub use manage::{
     delete_backups, forget_keep_last, reclaim, space, totals, trend, DeleteStats, VersionSpace,
 };
 pub use restore::{
-    plan_restore, restore_to_file, restore_to_writer, LifecycleRestoreOptions,
-    LifecycleRestoreStats, DEFAULT_WINDOW_BYTES,
+    plan_restore, restore_selection_to_writer, restore_to_file, restore_to_writer,
+    LifecycleRestoreOptions, LifecycleRestoreStats, DEFAULT_WINDOW_BYTES,
 };
 
 use crate::backend::Backend;
