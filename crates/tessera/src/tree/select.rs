@@ -15,8 +15,8 @@ pub struct Selection {
 impl Selection {
     /// A selection of the paths matching (or inside a directory matching)
     /// one of `include` (every path when empty) and none of `exclude`.
-    /// Patterns are globs over paths as listed (`home/ann/*.txt`); a
-    /// leading `/` is ignored.
+    /// Patterns are globs over paths as listed (`home/ann/*.txt`; a
+    /// leading `/` is ignored); one without `/` matches a name at any depth.
     pub fn new(include: &[String], exclude: &[String]) -> Result<Self> {
         Ok(Selection {
             include: set(include)?,
@@ -45,8 +45,13 @@ fn set(patterns: &[String]) -> Result<Option<GlobSet>> {
     let mut b = GlobSetBuilder::new();
     for p in patterns {
         let trimmed = p.trim_start_matches('/').trim_end_matches('/');
+        // A pattern without `/` matches a name at any depth.
+        let pattern = match trimmed.contains('/') {
+            true => trimmed.to_string(),
+            false => format!("**/{trimmed}"),
+        };
         let glob =
-            Glob::new(trimmed).map_err(|e| Error::InvalidConfig(format!("pattern {p:?}: {e}")))?;
+            Glob::new(&pattern).map_err(|e| Error::InvalidConfig(format!("pattern {p:?}: {e}")))?;
         b.add(glob);
     }
     b.build()
@@ -69,6 +74,12 @@ mod tests {
         let all = Selection::new(&[], &["home/ann/cache".into()]).unwrap();
         assert!(all.matches(b"home/\xffname"));
         assert!(!all.matches(b"home/ann/cache/x"));
+        let names = Selection::new(&[], &["*.o".into()]).unwrap();
+        assert!(!names.matches(b"src/x/a.o"));
+        assert!(names.matches(b"src/x/a.c"));
+        let plain = Selection::new(&[], &["big[0-2]".into()]).unwrap();
+        assert!(!plain.matches(b"tmp/.t/src/big1"));
+        assert!(plain.matches(b"tmp/.t/src/big3"));
         assert!(Selection::new(&["a[".into()], &[]).is_err());
     }
 }
