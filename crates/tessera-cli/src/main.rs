@@ -28,6 +28,9 @@ use tessera::restore::{
 use tessera::restore_plan::CachePolicy;
 use tessera::rewrite::{RewriteKind, RewriteParams};
 use tessera::snapshot::BackupId;
+use tessera::tree::catalog::{Entry, Kind};
+use tessera::tree::select::Selection;
+use tessera::tree::{backup_tree, list_tree, restore_tree, TreeBackupOptions, TreeRestoreOptions};
 use tessera::units::{parse_size, parse_size_u32};
 use tessera::Repository;
 use tessera_lab::analyze::{analyze_paths, Input, VersionRow};
@@ -57,37 +60,57 @@ struct Cli {
 enum Command {
     /// Create a repository in a local directory (absent or empty).
     Init(InitArgs),
-    /// Back up a file or standard input (`-`) as a new backup, or replay a
-    /// fingerprint trace (--trace) into a trace repository.
+    /// Back up directory trees, a file or standard input (`-`) as a new
+    /// backup, or replay a fingerprint trace (--trace) into a trace repository.
     Backup {
         /// The repository.
         repo: PathBuf,
-        /// The file to back up, or `-` for standard input.
+        /// Directories (or files and symbolic links) to back up as a tree;
+        /// one regular file, or `-` for standard input, is backed up as a stream.
         #[arg(required_unless_present = "trace", conflicts_with = "trace")]
-        input: Option<String>,
+        inputs: Vec<String>,
+        /// Tree backups: leave out paths matching this gitignore-style
+        /// pattern (repeatable; a leading `/` anchors at the file-system root).
+        #[arg(long, value_name = "PATTERN")]
+        exclude: Vec<String>,
+        /// Tree backups: do not descend into other file systems.
+        #[arg(long)]
+        one_file_system: bool,
         /// A fingerprint trace (Destor text or FSL hashfile) to replay instead of data.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
         /// A label stored with the backup.
         #[arg(long, default_value = "")]
         label: String,
-        /// The source lineage the backup belongs to.
-        #[arg(long, default_value = "default")]
-        source: String,
+        /// The source lineage the backup belongs to (default: `default`;
+        /// for a tree, the host name and the absolute paths).
+        #[arg(long)]
+        source: Option<String>,
         /// Print the result as one JSON object.
         #[arg(long)]
         json: bool,
     },
-    /// Restore a backup into a file, a device or FIFO, or to standard output (`-`).
+    /// Restore a backup into a file, a device or FIFO, or to standard
+    /// output (`-`); a tree backup into a directory.
     Restore {
         /// The repository.
         repo: PathBuf,
         /// The backup id (or `latest`).
         id: String,
         /// The output: a new file (appears only when complete), a device or
-        /// FIFO (written in place), or `-` for standard output.
+        /// FIFO (written in place), or `-` for standard output; for a tree
+        /// backup, the directory to restore into (created if missing).
         output: String,
-        /// Replace an existing regular file (only once the whole backup restored).
+        /// Tree backups: restore only paths matching this glob (or inside a
+        /// directory matching it), as `ls` shows them (repeatable).
+        #[arg(long, value_name = "PATTERN")]
+        include: Vec<String>,
+        /// Tree backups: leave out paths matching this glob (repeatable).
+        #[arg(long, value_name = "PATTERN")]
+        exclude: Vec<String>,
+        /// Replace an existing regular file (only once the whole backup
+        /// restored); tree backups: restore into a directory that is not
+        /// empty, replacing files and links of the same names.
         #[arg(long)]
         overwrite: bool,
         /// Restore cache policy: lru, opt (Belady, using the recipe) or faa
@@ -99,6 +122,25 @@ enum Command {
         #[arg(long, default_value_t = DEFAULT_CACHE_CONTAINERS)]
         cache_size: usize,
         /// Print the metrics as one JSON object (to stderr when restoring to stdout).
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the entries of a tree backup.
+    Ls {
+        /// The repository.
+        repo: PathBuf,
+        /// The backup id (or `latest`).
+        id: String,
+        /// A path in the backup (absolute, as given to the backup): a
+        /// directory's entries, or one entry (default: the paths backed up).
+        path: Option<PathBuf>,
+        /// Show mode, owner, size and modification time.
+        #[arg(short, long)]
+        long: bool,
+        /// List everything below the path.
+        #[arg(short = 'R', long)]
+        recursive: bool,
+        /// Print a JSON array of entries.
         #[arg(long)]
         json: bool,
     },
@@ -536,36 +578,69 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
         Command::Init(args) => init(args, &access.password)?,
         Command::Backup {
             repo,
-            input,
+            inputs,
+            exclude,
+            one_file_system,
             trace,
             label,
             source,
             json,
-        } => backup_cmd(
-            &repo,
-            input.as_deref(),
-            trace.as_deref(),
-            label,
-            source,
-            json,
-            access,
-        )?,
+        } => {
+            let tree = TreeBackupOptions {
+                excludes: exclude,
+                one_file_system,
+            };
+            return backup_cmd(
+                &repo,
+                &inputs,
+                &tree,
+                trace.as_deref(),
+                label,
+                source,
+                json,
+                access,
+            );
+        }
         Command::Restore {
             repo,
             id,
             output,
+            include,
+            exclude,
             overwrite,
             cache,
             cache_size,
             json,
         } => {
-            let existing = if overwrite {
-                ExistingFile::Replace
-            } else {
-                ExistingFile::Refuse
-            };
             let r = open(&repo, LockMode::Read, access)?;
-            restore_cmd(&r, &id, &output, existing, cache, cache_size, json)?
+            let id = backup_id(&r, &id)?;
+            if r.snapshot(id)?.tree.is_some() {
+                let selection = Selection::new(&include, &exclude)?;
+                tree_restore_cmd(
+                    &r, id, &output, selection, overwrite, cache, cache_size, json,
+                )?
+            } else if !include.is_empty() || !exclude.is_empty() {
+                bail!("backup {id}: --include and --exclude apply to tree backups only");
+            } else {
+                let existing = if overwrite {
+                    ExistingFile::Replace
+                } else {
+                    ExistingFile::Refuse
+                };
+                restore_cmd(&r, id, &output, existing, cache, cache_size, json)?
+            }
+        }
+        Command::Ls {
+            repo,
+            id,
+            path,
+            long,
+            recursive,
+            json,
+        } => {
+            let r = open(&repo, LockMode::Read, access)?;
+            let id = backup_id(&r, &id)?;
+            ls_cmd(&r, id, path.as_deref(), long, recursive, json)?
         }
         Command::Arrange { repo, json } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
@@ -892,22 +967,47 @@ fn progress_bar(total: Option<u64>) -> ProgressBar {
     }
 }
 
+/// Exit status of a backup that committed but left out objects it could not read.
+const EXIT_INCOMPLETE: u8 = 3;
+
+/// Whether `inputs` name a tree backup rather than one stream (`-` or one
+/// regular file, as before trees existed).
+fn is_tree(inputs: &[String]) -> bool {
+    match inputs {
+        [one] => one != "-" && std::fs::metadata(one).is_ok_and(|m| !m.is_file()),
+        _ => inputs.len() > 1,
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn backup_cmd(
     repo: &Path,
-    input: Option<&str>,
+    inputs: &[String],
+    tree_options: &TreeBackupOptions,
     trace: Option<&Path>,
     label: String,
-    source: String,
+    source: Option<String>,
     json: bool,
     access: &Access,
-) -> Result<()> {
+) -> Result<ExitCode> {
+    let tree = trace.is_none() && is_tree(inputs);
+    if !tree && (!tree_options.excludes.is_empty() || tree_options.one_file_system) {
+        bail!("--exclude and --one-file-system apply to directory backups only");
+    }
+    let paths: Vec<PathBuf> = inputs.iter().map(PathBuf::from).collect();
+    let source = match source {
+        Some(s) => s,
+        None if tree => tessera::tree::default_source(&paths)?,
+        None => "default".into(),
+    };
     let r = open(repo, LockMode::Backup, access)?;
     let options_for = |progress| BackupOptions {
         label: label.clone(),
         source: source.clone(),
         progress,
     };
-    let outcome = match (input, trace) {
+    let mut warnings = Vec::new();
+    let outcome = match (inputs, trace) {
         (_, Some(path)) => {
             let mut reader = TraceFile::open(path)?;
             let mut failure = None;
@@ -929,7 +1029,21 @@ fn backup_cmd(
                 (done, None) => done?,
             }
         }
-        (Some(input), None) => {
+        (_, None) if tree => {
+            let bar = progress_bar(None);
+            let on_progress = |n: u64| bar.set_position(n);
+            let done = backup_tree(&r, &paths, tree_options, &options_for(Some(&on_progress)))?;
+            bar.finish_and_clear();
+            for note in &done.notes {
+                eprintln!("tessera: note: {note}");
+            }
+            for warning in &done.warnings {
+                eprintln!("tessera: warning: {warning}");
+            }
+            warnings = done.warnings;
+            done.outcome
+        }
+        ([input], None) => {
             let (mut reader, name, total): (Box<dyn Read + Send>, String, Option<u64>) =
                 if input == "-" {
                     (Box::new(io::stdin()), "stdin".into(), None)
@@ -951,7 +1065,9 @@ fn backup_cmd(
             bar.finish_and_clear();
             done
         }
-        (None, None) => bail!("give a file to back up, `-` for standard input, or --trace FILE"),
+        _ => {
+            bail!("give directories or a file to back up, `-` for standard input, or --trace FILE")
+        }
     };
     let snap = &outcome.snapshot;
     let s = &snap.stats;
@@ -966,6 +1082,10 @@ fn backup_cmd(
         }
         if outcome.arrange_deferred {
             v["arrange_deferred"] = true.into();
+        }
+        if let Some(t) = &snap.tree {
+            v["tree"] = serde_json::to_value(t)?;
+            v["warnings"] = serde_json::to_value(&warnings)?;
         }
         println!("{v}");
     } else {
@@ -1006,20 +1126,38 @@ fn backup_cmd(
         if outcome.arrange_deferred {
             println!("arranging deferred while other processes read the repository: it runs with the next backup or `tessera arrange`");
         }
+        if let Some(t) = &snap.tree {
+            println!(
+                "tree: {} entries, {} files ({}), catalog {}, {} skipped",
+                t.entries,
+                t.files,
+                human(t.catalog_offset),
+                human(t.catalog_bytes),
+                t.skipped
+            );
+        }
     }
-    Ok(())
+    if warnings.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "tessera: backup {} is incomplete: {} object(s) could not be read",
+            snap.id,
+            warnings.len()
+        );
+        Ok(ExitCode::from(EXIT_INCOMPLETE))
+    }
 }
 
 fn restore_cmd(
     r: &Repository,
-    id: &str,
+    id: BackupId,
     output: &str,
     existing: ExistingFile,
     policy: CachePolicy,
     cache: usize,
     json: bool,
 ) -> Result<()> {
-    let id = backup_id(r, id)?;
     let total = r.snapshot(id)?.logical_bytes;
     let bar = progress_bar(Some(total));
     let on_progress = |n: u64| bar.set_position(n);
@@ -1300,4 +1438,165 @@ fn human(n: u64) -> String {
 
 fn ratio_text(r: Option<f64>) -> String {
     r.map_or_else(|| "n/a (nothing stored)".into(), |r| format!("{r:.2}x"))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn tree_restore_cmd(
+    r: &Repository,
+    id: BackupId,
+    target: &str,
+    selection: Selection,
+    overwrite: bool,
+    policy: CachePolicy,
+    cache: usize,
+    json: bool,
+) -> Result<()> {
+    if cache == 0 {
+        bail!("--cache-size must be at least 1 container");
+    }
+    if target == "-" {
+        bail!("backup {id} is a tree backup: give a directory to restore it into");
+    }
+    let bar = progress_bar(None);
+    let on_progress = |n: u64| bar.set_position(n);
+    let options = TreeRestoreOptions {
+        selection,
+        overwrite,
+        restore: RestoreOptions {
+            cache_containers: cache,
+            policy,
+            progress: Some(&on_progress),
+        },
+    };
+    let stats = restore_tree(r, id, Path::new(target), &options)
+        .with_context(|| format!("restoring backup {id} into {target}"))?;
+    bar.finish_and_clear();
+    if json {
+        println!("{}", serde_json::to_string(&stats)?);
+    } else {
+        println!(
+            "restored backup {} into {target}: {} files ({}), {} directories, {} symbolic links, {} containers read ({} for the catalog), {} read, {:.2} s",
+            stats.id,
+            stats.files,
+            human(stats.bytes_restored),
+            stats.dirs,
+            stats.symlinks,
+            stats.containers_read,
+            stats.catalog_containers_read,
+            human(stats.bytes_read),
+            stats.seconds
+        );
+    }
+    Ok(())
+}
+
+fn ls_cmd(
+    r: &Repository,
+    id: BackupId,
+    path: Option<&Path>,
+    long: bool,
+    recursive: bool,
+    json: bool,
+) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let mut first = true;
+    if json {
+        write!(out, "[")?;
+    }
+    let wanted = path.map(|p| p.as_os_str().as_bytes());
+    list_tree(r, id, wanted, recursive, |e| {
+        let line = if json {
+            let sep = if first { "" } else { "," };
+            format!("{sep}{}", entry_json(e))
+        } else if long {
+            format!("{}\n", entry_long(e))
+        } else {
+            format!("/{}\n", String::from_utf8_lossy(&e.path))
+        };
+        first = false;
+        out.write_all(line.as_bytes())
+            .map_err(|err| tessera::Error::Output {
+                what: "stdout".into(),
+                source: err,
+            })
+    })
+    .with_context(|| format!("listing backup {id}"))?;
+    if json {
+        writeln!(out, "]")?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn kind_name(k: Kind) -> &'static str {
+    match k {
+        Kind::Dir => "dir",
+        Kind::File => "file",
+        Kind::Symlink => "symlink",
+        Kind::Gap => "gap",
+    }
+}
+
+/// One entry as a JSON object (a path that is not UTF-8 also as hex).
+fn entry_json(e: &Entry) -> serde_json::Value {
+    let mut v = serde_json::json!({
+        "path": format!("/{}", String::from_utf8_lossy(&e.path)),
+        "kind": kind_name(e.kind),
+        "mode": e.mode,
+        "uid": e.uid,
+        "gid": e.gid,
+        "size": e.size,
+        "mtime": e.mtime,
+        "mtime_ns": e.mtime_ns,
+    });
+    if std::str::from_utf8(&e.path).is_err() {
+        v["path_hex"] = e
+            .path
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+            .into();
+    }
+    if e.kind == Kind::Symlink {
+        v["target"] = String::from_utf8_lossy(&e.target).into_owned().into();
+    }
+    v
+}
+
+/// One entry as `ls -l` shows it.
+fn entry_long(e: &Entry) -> String {
+    let kind = match e.kind {
+        Kind::Dir => 'd',
+        Kind::Symlink => 'l',
+        _ => '-',
+    };
+    let mut mode = String::with_capacity(10);
+    mode.push(kind);
+    for shift in [6, 3, 0] {
+        let bits = (e.mode >> shift) & 7;
+        mode.push(if bits & 4 != 0 { 'r' } else { '-' });
+        mode.push(if bits & 2 != 0 { 'w' } else { '-' });
+        mode.push(if bits & 1 != 0 { 'x' } else { '-' });
+    }
+    let time = u64::try_from(e.mtime)
+        .ok()
+        .and_then(|s| {
+            std::time::UNIX_EPOCH.checked_add(Duration::new(s, e.mtime_ns.min(999_999_999)))
+        })
+        .map(|t| humantime::format_rfc3339_seconds(t).to_string())
+        .unwrap_or_else(|| format!("{}s", e.mtime));
+    let mut line = format!(
+        "{mode} {:>5} {:>5} {:>12} {time} /{}",
+        e.uid,
+        e.gid,
+        e.size,
+        String::from_utf8_lossy(&e.path)
+    );
+    if e.kind == Kind::Symlink {
+        line.push_str(" -> ");
+        line.push_str(&String::from_utf8_lossy(&e.target));
+    }
+    line
 }

@@ -24,13 +24,16 @@ use crate::index::{table, Chunk, Decision, DedupIndex, Reorder};
 use crate::lifecycle::{self, ArrangeStats, LifecycleBackupOptions};
 use crate::repo::Repository;
 use crate::rewrite::{RewriteFilter, Verdict};
-use crate::snapshot::{BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds};
+use crate::snapshot::{
+    BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds, TreeRef,
+};
 use crate::spill::SpillMap;
 use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Select, Sender};
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Bytes read from the input per block (at least four maximum-size chunks).
@@ -79,6 +82,9 @@ struct RawBlock {
     buf: Vec<u8>,
     len: usize,
     eof: bool,
+    /// Ends of segments within the block (offsets into its input bytes):
+    /// the chunker cuts at each (segmented sources only).
+    ends: Vec<usize>,
 }
 
 /// Where input bytes go in a pooled block buffer.
@@ -177,6 +183,30 @@ pub enum Source<'a> {
     },
     /// A fingerprint trace: fingerprint and length per chunk, no data (trace repositories).
     Trace(&'a mut (dyn Iterator<Item = Result<(Fingerprint, u32)>> + Send)),
+    /// A stream of segments, each chunked on its own: the chunker restarts
+    /// at every segment and a segment's last chunk ends at its end (a
+    /// directory tree: its files, then its catalog).
+    Segments(&'a mut dyn Segments),
+}
+
+/// What [`Segments::read`] delivered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentRead {
+    /// This many bytes (at least one) of the current segment.
+    Data(usize),
+    /// The current segment ended; the next read starts the next one.
+    SegmentEnd,
+    /// The stream ended (after its last segment's end).
+    End,
+}
+
+/// A stream of segments (see [`Source::Segments`]).
+pub trait Segments: Send {
+    /// Reads the next bytes of the stream into `buf` (never empty).
+    fn read(&mut self, buf: &mut [u8]) -> Result<SegmentRead>;
+    /// The tree the stream holds, asked once [`Segments::read`] returned
+    /// [`SegmentRead::End`]: its snapshot records it.
+    fn tree(&mut self) -> Option<TreeRef>;
 }
 
 /// A committed backup and, for the lifecycle layout, the arranging that followed it.
@@ -214,7 +244,7 @@ pub fn run(repo: &Repository, source: Source, options: &BackupOptions) -> Result
     repo.write_missing_commit_marks()?;
     let config = repo.config();
     match (&source, config.trace) {
-        (Source::Data { .. }, true) => {
+        (Source::Data { .. } | Source::Segments(_), true) => {
             return Err(Error::InvalidConfig(format!(
                 "{}: a trace repository takes fingerprint traces, not data",
                 repo.backend().location()
@@ -252,30 +282,39 @@ fn spawn_front_end<'scope, 'env, 'src: 'scope>(
     chunker: &'scope dyn Chunker,
     hasher: &'scope Fingerprinter,
     pool: &'scope BufferPool,
+    tree: &'scope OnceLock<TreeRef>,
     tx: Sender<Vec<Chunk>>,
 ) -> FrontEnd<'scope> {
-    match source {
-        Source::Data { input, name } => {
-            let layout = pool.layout;
-            let (raw_tx, raw_rx) = bounded::<RawBlock>(QUEUE_DEPTH);
-            let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
-            vec![
-                (
-                    "input reader",
-                    s.spawn(move || read_blocks(input, name, pool, layout, raw_tx)),
-                ),
-                (
-                    "chunking",
-                    s.spawn(move || cut_blocks(chunker, pool, layout, raw_rx, block_tx)),
-                ),
-                (
-                    "fingerprinting",
-                    s.spawn(move || fingerprint(hasher, block_rx, tx)),
-                ),
-            ]
+    let layout = pool.layout;
+    let (raw_tx, raw_rx) = bounded::<RawBlock>(QUEUE_DEPTH);
+    let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
+    let reader = match source {
+        Source::Trace(chunks) => {
+            return vec![("trace reader", s.spawn(move || read_trace(chunks, tx)))]
         }
-        Source::Trace(chunks) => vec![("trace reader", s.spawn(move || read_trace(chunks, tx)))],
-    }
+        Source::Data { input, name } => {
+            s.spawn(move || read_blocks(input, name, pool, layout, raw_tx))
+        }
+        Source::Segments(input) => s.spawn(move || {
+            let busy = read_segments(input, pool, layout, raw_tx)?;
+            if let Some(t) = input.tree() {
+                // Set once: this thread is the only writer.
+                let _ = tree.set(t);
+            }
+            Ok(busy)
+        }),
+    };
+    vec![
+        ("input reader", reader),
+        (
+            "chunking",
+            s.spawn(move || cut_blocks(chunker, pool, layout, raw_rx, block_tx)),
+        ),
+        (
+            "fingerprinting",
+            s.spawn(move || fingerprint(hasher, block_rx, tx)),
+        ),
+    ]
 }
 
 /// Joins the front end; returns (reading and chunking, fingerprinting) time
@@ -343,9 +382,23 @@ fn backup_lifecycle(repo: &Repository, source: Source, options: &BackupOptions) 
         source: options.source.clone(),
         progress: options.progress,
     };
+    let tree = OnceLock::new();
     std::thread::scope(|s| {
-        let front = spawn_front_end(s, source, chunker.as_ref(), repo.fingerprinter(), &pool, tx);
-        let done = lifecycle::backup(repo, rx.into_iter().map(Ok), &lifecycle_options);
+        let front = spawn_front_end(
+            s,
+            source,
+            chunker.as_ref(),
+            repo.fingerprinter(),
+            &pool,
+            &tree,
+            tx,
+        );
+        let done = lifecycle::backup_stream(
+            repo,
+            rx.into_iter().map(Ok),
+            &lifecycle_options,
+            Some(&tree),
+        );
         // An input error explains a backup that ended early.
         join_front_end(front)?;
         let outcome = done?;
@@ -401,6 +454,7 @@ fn backup_containers(
     }
 
     let pool = BufferPool::new(BlockLayout::new(chunker.max_size()));
+    let tree = OnceLock::new();
     let stop = AtomicBool::new(false);
     let (chunk_tx, chunk_rx) = bounded::<Vec<Chunk>>(QUEUE_DEPTH);
     let (container_tx, container_rx) = bounded::<Builder>(CONTAINER_QUEUE_DEPTH);
@@ -421,6 +475,7 @@ fn backup_containers(
             chunker.as_ref(),
             repo.fingerprinter(),
             &pool,
+            &tree,
             chunk_tx,
         );
         let writers: Vec<_> = (0..WRITERS)
@@ -473,6 +528,13 @@ fn backup_containers(
     let commit_started = Instant::now();
     index.finish(&mut Vec::new())?;
     let logical_bytes = recipe.logical_bytes();
+    let tree = match tree.into_inner() {
+        Some(mut t) => {
+            t.locate(recipe.refs()?)?;
+            Some(t)
+        }
+        None => None,
+    };
     let container_bytes = if filter.needs_container_sizes() {
         container_sizes(repo.backend().as_ref(), &mut recipe)?
     } else {
@@ -552,6 +614,7 @@ fn backup_containers(
         source: options.source.clone(),
         logical_bytes,
         stats,
+        tree,
     };
     snap.stats.stage_seconds.commit = commit_started.elapsed().as_secs_f64();
     snap.stats.seconds = started.elapsed().as_secs_f64();
@@ -622,7 +685,53 @@ fn read_blocks(
         })?;
         busy += t.elapsed();
         // A closed queue means the consumer stopped: its error is reported, not ours.
-        if tx.send(RawBlock { buf, len, eof }).is_err() || eof {
+        let block = RawBlock {
+            buf,
+            len,
+            eof,
+            ends: Vec::new(),
+        };
+        if tx.send(block).is_err() || eof {
+            return Ok(busy);
+        }
+    }
+}
+
+/// Stage 1a of a segmented source: fills pooled buffers with the stream's
+/// bytes, noting where each segment ends.
+fn read_segments(
+    input: &mut dyn Segments,
+    pool: &BufferPool,
+    layout: BlockLayout,
+    tx: Sender<RawBlock>,
+) -> Result<Duration> {
+    let mut busy = Duration::ZERO;
+    loop {
+        let mut buf = pool.take();
+        let t = Instant::now();
+        let target = &mut buf[layout.headroom..layout.headroom + layout.read_len];
+        let mut len = 0;
+        let mut ends = Vec::new();
+        let mut eof = false;
+        while len < target.len() {
+            match input.read(&mut target[len..])? {
+                SegmentRead::Data(n) => len += n,
+                SegmentRead::SegmentEnd => ends.push(len),
+                SegmentRead::End => {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        busy += t.elapsed();
+        let block = RawBlock {
+            buf,
+            len,
+            eof,
+            ends,
+        };
+        // A closed queue means the consumer stopped: its error is reported, not ours.
+        if tx.send(block).is_err() || eof {
             return Ok(busy);
         }
     }
@@ -656,14 +765,31 @@ fn cut_blocks(
     // The uncut tail of the previous block, still in that block's buffer.
     let mut carry = Bytes::new();
     let mut seq = 0u64;
-    for RawBlock { mut buf, len, eof } in rx {
+    for RawBlock {
+        mut buf,
+        len,
+        eof,
+        ends,
+    } in rx
+    {
         let t = Instant::now();
         // `cut_block` leaves fewer than `max_size` (= headroom) bytes uncut.
         let start = layout.headroom - carry.len();
         let end = layout.headroom + len;
         buf[start..layout.headroom].copy_from_slice(&carry);
         let mut lengths = Vec::with_capacity((end - start) / 4096 + 1);
-        let used = cut_block(chunker, &buf[start..end], eof, &mut lengths);
+        // Each segment ending in the block is cut to its end; the chunker
+        // restarts after it.
+        let mut used = 0;
+        for segment_end in ends.into_iter().map(|e| carry.len() + e) {
+            used += cut_block(
+                chunker,
+                &buf[start + used..start + segment_end],
+                true,
+                &mut lengths,
+            );
+        }
+        used += cut_block(chunker, &buf[start + used..end], eof, &mut lengths);
         let data = pool.share(buf, start..end);
         carry = data.slice(used..);
         busy += t.elapsed();
@@ -1189,6 +1315,86 @@ mod tests {
         // Zeros have no content-defined cut point: maximum-size chunks.
         data[3 << 20..9 << 20].fill(0);
         round_trip(params, &data, 1 << 20);
+    }
+
+    /// Segments fed in pieces of at most `piece` bytes.
+    struct Pieces {
+        segments: Vec<Vec<u8>>,
+        at: (usize, usize),
+        piece: usize,
+    }
+
+    impl Segments for Pieces {
+        fn read(&mut self, buf: &mut [u8]) -> Result<SegmentRead> {
+            let (s, o) = self.at;
+            let Some(seg) = self.segments.get(s) else {
+                return Ok(SegmentRead::End);
+            };
+            if o == seg.len() {
+                self.at = (s + 1, 0);
+                return Ok(SegmentRead::SegmentEnd);
+            }
+            let n = self.piece.min(buf.len()).min(seg.len() - o);
+            buf[..n].copy_from_slice(&seg[o..o + n]);
+            self.at.1 += n;
+            Ok(SegmentRead::Data(n))
+        }
+
+        fn tree(&mut self) -> Option<TreeRef> {
+            None
+        }
+    }
+
+    #[test]
+    fn segments_are_cut_on_their_own() {
+        let params = ChunkerParams::default();
+        let read_len = BlockLayout::new(params.max_size as usize).read_len;
+        let data = pseudo_random(3 * read_len, 17);
+        let sizes = [
+            0,
+            1,
+            5000,
+            read_len - 3,
+            0,
+            params.max_size as usize,
+            70_000,
+        ];
+        let mut segments = Vec::new();
+        let mut at = 0;
+        for n in sizes {
+            segments.push(data[at..at + n].to_vec());
+            at += n;
+        }
+        let chunker = params.build().unwrap();
+        let mut expected = Vec::new();
+        for seg in &segments {
+            cut_all(chunker.as_ref(), seg, true, &mut expected);
+        }
+        for piece in [1 << 20, 3000] {
+            let dir = tempfile::tempdir().unwrap();
+            let repo = Repository::init(&dir.path().join("repo"), Config::new("t".into())).unwrap();
+            let mut feed = Pieces {
+                segments: segments.clone(),
+                at: (0, 0),
+                piece,
+            };
+            let snap = run(
+                &repo,
+                Source::Segments(&mut feed),
+                &BackupOptions::default(),
+            )
+            .unwrap()
+            .snapshot;
+            let lengths: Vec<u32> = repo
+                .recipe(snap.id)
+                .unwrap()
+                .chunks
+                .iter()
+                .map(|c| c.len)
+                .collect();
+            assert_eq!(lengths, expected, "pieces of {piece}");
+            assert_eq!(snap.logical_bytes, at as u64);
+        }
     }
 
     #[test]

@@ -107,6 +107,10 @@ pub enum Error {
         /// What is wrong with `config`.
         cause: String,
     },
+    /// A tree operation (listing, restoring into a directory) was asked of
+    /// a backup of a single stream.
+    #[error("backup {0}: not a tree backup (it holds one stream: restore it to a file)")]
+    NotATree(u64),
     /// No backup with this id exists.
     #[error("backup {0}: no such backup in the repository")]
     NoSuchBackup(u64),

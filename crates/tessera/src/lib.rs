@@ -30,6 +30,7 @@ pub mod restore_plan;
 pub mod rewrite;
 pub mod snapshot;
 pub(crate) mod spill;
+pub mod tree;
 pub mod units;
 
 pub use error::{Error, Result};

@@ -24,13 +24,14 @@ use crate::repo::Repository;
 pub use crate::restore_output::ExistingFile;
 use crate::restore_output::{self, Target};
 use crate::restore_plan::{self, CachePolicy, Plan, Step};
-use crate::snapshot::{BackupId, ChunkRef};
+use crate::snapshot::{self, BackupId, ChunkRef, Recipe};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::fs::{self, File};
 use std::io::{BufWriter, Write};
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -116,8 +117,7 @@ pub fn restore(
     out: &mut dyn Write,
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
-    check_options(repo, options)?;
-    run(repo, id, out, options)
+    restore_chunks(repo, id, None, out, options)
 }
 
 /// Checks restore options against the repository and the machine: the
@@ -166,32 +166,71 @@ fn mem_total(meminfo: &str) -> Option<u64> {
     kib.checked_mul(1024)
 }
 
-/// [`restore`] with checked options.
-fn run(
+/// Restores the chunks `select` picks of backup `id` — ranges of recipe
+/// positions, in order — into `out`, one after the other: planned, read and
+/// verified as [`restore`] does, reading only what those chunks need.
+pub fn restore_selection(
     repo: &Repository,
     id: BackupId,
+    select: &[Range<usize>],
     out: &mut dyn Write,
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
+    restore_chunks(repo, id, Some(select), out, options)
+}
+
+/// The chunks of `recipe` that `select` picks (all when `None`).
+pub(crate) fn selected(recipe: &Recipe, select: Option<&[Range<usize>]>) -> Result<Vec<ChunkRef>> {
+    let Some(select) = select else {
+        return Ok(recipe.chunks.clone());
+    };
+    let mut chunks = Vec::new();
+    for r in select {
+        let part = recipe.chunks.get(r.clone()).ok_or_else(|| {
+            Error::corrupt(
+                snapshot::recipe_key(recipe.backup),
+                format!(
+                    "chunks {}..{} asked for, the recipe has {}",
+                    r.start,
+                    r.end,
+                    recipe.chunks.len()
+                ),
+            )
+        })?;
+        chunks.extend_from_slice(part);
+    }
+    Ok(chunks)
+}
+
+/// [`restore`] or [`restore_selection`]: checks the options, then restores.
+fn restore_chunks(
+    repo: &Repository,
+    id: BackupId,
+    select: Option<&[Range<usize>]>,
+    out: &mut dyn Write,
+    options: &RestoreOptions,
+) -> Result<RestoreStats> {
+    check_options(repo, options)?;
     if repo.config().layout == Layout::Lifecycle {
-        return restore_lifecycle(repo, id, out, options);
+        return restore_lifecycle(repo, id, select, out, options);
     }
     let started = Instant::now();
     repo.snapshot(id)?;
     let recipe = repo.recipe(id)?;
+    let chunks = selected(&recipe, select)?;
     // Bytes read count container reads only, not the recipe.
     let io_before = repo.io_stats();
     let capacity = options.cache_containers;
     let plan = restore_plan::plan(
-        &recipe.chunks,
+        &chunks,
         options.policy,
         capacity,
         u64::from(repo.config().container_size),
     );
     let mut stats = if repo.config().trace {
-        planned_stats(repo, &recipe.chunks, &plan)?
+        planned_stats(repo, &chunks, &plan)?
     } else {
-        let mut stats = execute(repo, id, &recipe.chunks, &plan, out, options)?;
+        let mut stats = execute(repo, id, &chunks, &plan, out, options)?;
         out.flush().map_err(|e| Error::Output {
             what: "output".into(),
             source: e,
@@ -258,6 +297,7 @@ fn planned_stats(repo: &Repository, chunks: &[ChunkRef], plan: &Plan) -> Result<
 fn restore_lifecycle(
     repo: &Repository,
     id: BackupId,
+    select: Option<&[Range<usize>]>,
     out: &mut dyn Write,
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
@@ -269,7 +309,7 @@ fn restore_lifecycle(
             progress: options.progress,
             ..LifecycleRestoreOptions::default()
         };
-        lifecycle::restore_to_writer(repo, id, out, &opts)?
+        lifecycle::restore_selection_to_writer(repo, id, select, out, &opts)?
     };
     let mut stats = RestoreStats {
         id,
@@ -408,7 +448,7 @@ pub fn restore_to_path(
         Target::Stream => {
             let file = restore_output::open_stream(path)?;
             let mut writer = BufWriter::with_capacity(1 << 20, file);
-            let stats = run(repo, id, &mut writer, options)?;
+            let stats = restore_chunks(repo, id, None, &mut writer, options)?;
             writer
                 .flush()
                 .map_err(|e| restore_output::output_error(path, e))?;
@@ -438,7 +478,7 @@ fn restore_to_new_file(
     let out_err = |e| restore_output::output_error(path, e);
     let file = File::create(&tmp).map_err(out_err)?;
     let mut writer = BufWriter::with_capacity(1 << 20, file);
-    let result = run(repo, id, &mut writer, options).and_then(|stats| {
+    let result = restore_chunks(repo, id, None, &mut writer, options).and_then(|stats| {
         let file = writer.into_inner().map_err(|e| out_err(e.into_error()))?;
         file.sync_all().map_err(out_err)?;
         fs::rename(&tmp, path).map_err(out_err)?;

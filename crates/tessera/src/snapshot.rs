@@ -300,6 +300,61 @@ pub struct Snapshot {
     pub logical_bytes: u64,
     /// Statistics of the run that made it.
     pub stats: BackupStats,
+    /// Present when the backup is a directory tree: where its catalog is
+    /// in the stream (docs/FORMAT.md, "Trees and catalogs"). Absent in
+    /// backups of a single stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<TreeRef>,
+}
+
+/// Format version of tree catalogs this build writes and reads.
+pub const CATALOG_VERSION: u32 = 1;
+
+/// Where a tree backup's catalog is in its stream, and what the tree holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TreeRef {
+    /// Format version of the catalog.
+    pub catalog_version: u32,
+    /// Index in the recipe of the catalog's first chunk.
+    pub catalog_chunk: u64,
+    /// Byte offset of the catalog in the stream (= the files' bytes).
+    pub catalog_offset: u64,
+    /// Length of the catalog in bytes (it ends the stream).
+    pub catalog_bytes: u64,
+    /// Catalog entries (directories, files, symbolic links).
+    pub entries: u64,
+    /// Regular files among them.
+    pub files: u64,
+    /// Objects that could not be read and are missing from the backup.
+    pub skipped: u64,
+    /// The paths given to the backup, as absolute paths.
+    pub paths: Vec<String>,
+}
+
+impl TreeRef {
+    /// Sets `catalog_chunk` from the recipe's `chunks`, in order: the
+    /// catalog must start at a chunk boundary (the chunker restarts at
+    /// every file end).
+    pub fn locate(&mut self, chunks: impl Iterator<Item = Result<ChunkRef>>) -> Result<()> {
+        let mut offset = 0u64;
+        let mut count = 0u64;
+        for c in chunks {
+            if offset == self.catalog_offset {
+                self.catalog_chunk = count;
+                return Ok(());
+            }
+            offset += u64::from(c?.len);
+            count += 1;
+        }
+        if offset == self.catalog_offset && self.catalog_bytes == 0 {
+            self.catalog_chunk = count;
+            return Ok(());
+        }
+        Err(Error::Pipeline(format!(
+            "the tree catalog at byte {} does not start at a chunk boundary",
+            self.catalog_offset
+        )))
+    }
 }
 
 impl Snapshot {
@@ -382,7 +437,11 @@ mod tests {
             source: "s".into(),
             logical_bytes: 5,
             stats: BackupStats::default(),
+            tree: None,
         };
+        let encoded = s.encode().unwrap();
+        // A plain stream's snapshot has no `tree` field at all.
+        assert!(!String::from_utf8_lossy(&encoded).contains("tree"));
         assert_eq!(Snapshot::decode(9, &s.encode().unwrap()).unwrap(), s);
     }
 }

@@ -678,6 +678,7 @@ mod tests {
                 source: String::new(),
                 logical_bytes: 0,
                 stats: Default::default(),
+                tree: None,
             })
             .collect();
         assert_eq!(forget_candidates(&snaps, 2), vec![1, 2]);

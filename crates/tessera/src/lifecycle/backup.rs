@@ -11,7 +11,9 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::index::{Chunk, IndexStats};
 use crate::repo::Repository;
-use crate::snapshot::{BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds};
+use crate::snapshot::{
+    BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds, TreeRef,
+};
 use crate::spill::{byte_order, SpillMap};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -96,6 +98,17 @@ pub fn backup(
     repo: &Repository,
     batches: impl Iterator<Item = Result<Vec<Chunk>>>,
     options: &LifecycleBackupOptions,
+) -> Result<BackupOutcome> {
+    backup_stream(repo, batches, options, None)
+}
+
+/// [`backup`] of a stream that may be a tree backup: its snapshot records
+/// the catalog `tree` holds once `batches` ended.
+pub(crate) fn backup_stream(
+    repo: &Repository,
+    batches: impl Iterator<Item = Result<Vec<Chunk>>>,
+    options: &LifecycleBackupOptions,
+    tree: Option<&std::sync::OnceLock<TreeRef>>,
 ) -> Result<BackupOutcome> {
     require_layout(repo)?;
     let started = Instant::now();
@@ -195,6 +208,14 @@ pub fn backup(
     let commit_started = Instant::now();
     format::write_ndf(backend, &ndf_key(&lineage.name, v), &mut cur, distinct)?;
     drop(cur);
+    let tree = match tree.and_then(|t| t.get()) {
+        Some(t) => {
+            let mut t = t.clone();
+            t.locate(recipe.refs()?)?;
+            Some(t)
+        }
+        None => None,
+    };
     recipe.store(backend)?;
     lineage.state.versions.push(super::format::Version {
         version: v,
@@ -231,6 +252,7 @@ pub fn backup(
         source: options.source.clone(),
         logical_bytes: logical,
         stats,
+        tree,
     };
     let snapshot_len = snap.encode()?.len() as u64;
     snap.stats.stage_seconds.commit = commit_started.elapsed().as_secs_f64();

@@ -31,14 +31,15 @@ mod manage;
 mod restore;
 
 pub use arrange::{arrange, arrange_rounds, ArrangeStats};
+pub(crate) use backup::backup_stream;
 pub use backup::{backup, BackupOutcome, LifecycleBackupOptions};
 pub use check::check;
 pub use manage::{
     delete_backups, forget_keep_last, reclaim, space, totals, trend, DeleteStats, VersionSpace,
 };
 pub use restore::{
-    plan_restore, restore_to_file, restore_to_writer, LifecycleRestoreOptions,
-    LifecycleRestoreStats, DEFAULT_WINDOW_BYTES,
+    plan_restore, restore_selection_to_writer, restore_to_file, restore_to_writer,
+    LifecycleRestoreOptions, LifecycleRestoreStats, DEFAULT_WINDOW_BYTES,
 };
 
 use crate::backend::Backend;

@@ -375,16 +375,32 @@ pub fn restore_to_writer(
     out: &mut dyn Write,
     options: &LifecycleRestoreOptions,
 ) -> Result<LifecycleRestoreStats> {
+    restore_selection_to_writer(repo, id, None, out, options)
+}
+
+/// [`restore_to_writer`] of the chunks `select` picks (ranges of recipe
+/// positions, in order; all when `None`). A selection reads the chunk
+/// metadata of the required categories, then only the selected chunks.
+pub fn restore_selection_to_writer(
+    repo: &Repository,
+    id: BackupId,
+    select: Option<&[std::ops::Range<usize>]>,
+    out: &mut dyn Write,
+    options: &LifecycleRestoreOptions,
+) -> Result<LifecycleRestoreStats> {
     let started = Instant::now();
     no_trace(repo)?;
     let (lineage, k, required) = locate(repo, id)?;
-    let recipe = repo.recipe(id)?;
+    let mut recipe = repo.recipe(id)?;
+    if select.is_some() {
+        recipe.chunks = crate::restore::selected(&recipe, select)?;
+    }
     let total: u64 = recipe.chunks.iter().map(|c| u64::from(c.len)).sum();
     let out_err = |e| Error::Output {
         what: "output".into(),
         source: e,
     };
-    if total <= options.window_bytes {
+    if select.is_none() && total <= options.window_bytes {
         // The whole backup is one window: assemble it in memory reading each
         // required category once, sequentially, as a restore to a file does.
         let mut buf = vec![0u8; total as usize];

@@ -1,0 +1,429 @@
+//! Tree backups end to end: `backup` of directories, `restore` into a
+//! directory (metadata-exact), `ls`, selections and incomplete backups.
+
+mod common;
+
+use common::{fail, init, ok, random_bytes, run};
+use std::ffi::OsStr;
+use std::fs::{self, File, FileTimes};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+fn at(secs: u64, nanos: u32) -> SystemTime {
+    UNIX_EPOCH + Duration::new(secs, nanos)
+}
+
+fn set_mtime(path: &Path, t: SystemTime) {
+    File::open(path)
+        .unwrap()
+        .set_times(FileTimes::new().set_modified(t).set_accessed(t))
+        .unwrap();
+}
+
+fn write(path: &Path, data: &[u8], mode: u32, mtime: SystemTime) {
+    fs::write(path, data).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    set_mtime(path, mtime);
+}
+
+/// A tree with nested and empty directories of odd modes and old times,
+/// symbolic links (one dangling), a file whose name is not UTF-8, and files
+/// of 0 bytes and of exactly the maximum chunk size (64 KiB).
+fn make_tree(root: &Path) {
+    fs::create_dir_all(root.join("a/b/c")).unwrap();
+    write(
+        &root.join("a/b/c/deep.bin"),
+        &random_bytes(1, 300_000),
+        0o640,
+        at(1_000_000_000, 123_456_789),
+    );
+    write(
+        &root.join("a/max"),
+        &random_bytes(2, 65536),
+        0o755,
+        at(1_600_000_000, 1),
+    );
+    write(&root.join("a/zero"), b"", 0o600, at(86_400, 999_999_999));
+    let odd = root.join(OsStr::from_bytes(b"caf\xe9 \xff.txt"));
+    write(&odd, b"latin-1 name", 0o644, at(1_234_567_890, 42));
+    symlink("b/c/deep.bin", root.join("a/link")).unwrap();
+    symlink("../nowhere", root.join("a/dangling")).unwrap();
+    let empty = root.join("empty");
+    fs::create_dir(&empty).unwrap();
+    fs::create_dir(root.join("a/b/locked")).unwrap();
+    write(&root.join("a/b/locked/inside"), b"x", 0o444, at(5, 5));
+    for (dir, mode, t) in [
+        ("empty", 0o705, at(315_532_800, 7)),
+        ("a/b/locked", 0o500, at(100, 100)),
+        ("a/b/c", 0o2775, at(1_000_000_001, 0)),
+        ("a/b", 0o711, at(1_100_000_000, 5)),
+        ("a", 0o755, at(1_200_000_000, 6)),
+    ] {
+        set_mtime(&root.join(dir), t);
+        fs::set_permissions(root.join(dir), fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+/// Asserts that `restored` is `original`: the same names, kinds, modes,
+/// owners, modification times (ns), link targets and contents.
+fn assert_same_tree(original: &Path, restored: &Path) {
+    let a = fs::symlink_metadata(original).unwrap();
+    let b =
+        fs::symlink_metadata(restored).unwrap_or_else(|e| panic!("{}: {e}", restored.display()));
+    let what = restored.display();
+    assert_eq!(a.file_type(), b.file_type(), "{what}");
+    assert_eq!(
+        (a.mtime(), a.mtime_nsec()),
+        (b.mtime(), b.mtime_nsec()),
+        "mtime of {what}"
+    );
+    assert_eq!((a.uid(), a.gid()), (b.uid(), b.gid()), "owner of {what}");
+    if a.file_type().is_symlink() {
+        assert_eq!(
+            fs::read_link(original).unwrap(),
+            fs::read_link(restored).unwrap(),
+            "{what}"
+        );
+        return;
+    }
+    assert_eq!(a.mode() & 0o7777, b.mode() & 0o7777, "mode of {what}");
+    if a.is_file() {
+        assert!(
+            fs::read(original).unwrap() == fs::read(restored).unwrap(),
+            "contents of {what}"
+        );
+        return;
+    }
+    let names = |d: &Path| {
+        let mut n: Vec<_> = fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        n.sort();
+        n
+    };
+    let (na, nb) = (names(original), names(restored));
+    assert_eq!(na, nb, "entries of {what}");
+    for n in na {
+        assert_same_tree(&original.join(&n), &restored.join(&n));
+    }
+}
+
+/// Where a backed-up path is restored below `target`.
+fn restored(target: &Path, original: &Path) -> PathBuf {
+    target.join(original.strip_prefix("/").unwrap())
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out.trim()).expect("JSON output")
+}
+
+#[test]
+fn tree_round_trip_is_metadata_exact_in_both_layouts() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    make_tree(&src);
+    for layout in ["container", "lifecycle"] {
+        let repo = dir.path().join(format!("repo-{layout}"));
+        ok([
+            "init".as_ref(),
+            repo.as_os_str(),
+            "--layout".as_ref(),
+            layout.as_ref(),
+        ]);
+        let b = json(&ok([
+            "backup".as_ref(),
+            "--json".as_ref(),
+            repo.as_os_str(),
+            src.as_os_str(),
+        ]));
+        assert_eq!(b["tree"]["files"], 5, "{b}");
+        assert_eq!(b["tree"]["skipped"], 0, "{b}");
+        let host_source = b["source"].as_str().unwrap();
+        assert!(
+            host_source.ends_with(&format!(":{}", src.display())),
+            "{host_source}"
+        );
+        let target = dir.path().join(format!("out-{layout}"));
+        let r = json(&ok([
+            "restore".as_ref(),
+            "--json".as_ref(),
+            repo.as_os_str(),
+            "1".as_ref(),
+            target.as_os_str(),
+        ]));
+        assert_eq!(r["files"], 5, "{r}");
+        assert_same_tree(&src, &restored(&target, &src));
+        // An unchanged tree backed up again stores no file bytes.
+        let again = json(&ok([
+            "backup".as_ref(),
+            "--json".as_ref(),
+            repo.as_os_str(),
+            src.as_os_str(),
+        ]));
+        // (Only the catalog may change: it records the parent directories,
+        // which the restore's target was just created in.)
+        assert!(
+            again["unique"]["bytes"].as_u64() <= again["tree"]["catalog_bytes"].as_u64(),
+            "{again}"
+        );
+        // The target is no longer empty: refused, unless --overwrite.
+        let err = fail([
+            "restore".as_ref(),
+            repo.as_os_str(),
+            "2".as_ref(),
+            target.as_os_str(),
+        ]);
+        assert!(
+            err.contains("not empty") && err.contains(&*target.to_string_lossy()),
+            "{err}"
+        );
+        ok([
+            "restore".as_ref(),
+            "--overwrite".as_ref(),
+            repo.as_os_str(),
+            "2".as_ref(),
+            target.as_os_str(),
+        ]);
+        assert_same_tree(&src, &restored(&target, &src));
+    }
+}
+
+#[test]
+fn a_single_file_and_stdin_are_still_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    init(&repo);
+    let file = dir.path().join("f");
+    fs::write(&file, random_bytes(3, 10_000)).unwrap();
+    let b = json(&ok([
+        "backup".as_ref(),
+        "--json".as_ref(),
+        repo.as_os_str(),
+        file.as_os_str(),
+    ]));
+    assert!(b.get("tree").is_none(), "{b}");
+    assert_eq!(b["source"], "default");
+    let err = fail(["ls".as_ref(), repo.as_os_str(), "1".as_ref()]);
+    assert!(err.contains("not a tree backup"), "{err}");
+    let missing = dir.path().join("missing");
+    let err = fail([
+        "backup".as_ref(),
+        repo.as_os_str(),
+        dir.path().as_os_str(),
+        missing.as_os_str(),
+    ]);
+    assert!(err.contains(&*missing.to_string_lossy()), "{err}");
+}
+
+#[test]
+fn ls_lists_the_catalog() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    make_tree(&src);
+    let repo = dir.path().join("repo");
+    init(&repo);
+    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    let top = ok(["ls".as_ref(), repo.as_os_str(), "1".as_ref()]);
+    assert_eq!(top.trim(), src.display().to_string());
+    let children = ok([
+        "ls".as_ref(),
+        repo.as_os_str(),
+        "latest".as_ref(),
+        src.as_os_str(),
+    ]);
+    let names: Vec<&str> = children.lines().collect();
+    let s = src.display();
+    assert_eq!(
+        names,
+        [
+            format!("{s}/a"),
+            format!("{s}/caf\u{fffd} \u{fffd}.txt"),
+            format!("{s}/empty")
+        ]
+    );
+    let long = ok([
+        "ls".as_ref(),
+        "-l".as_ref(),
+        repo.as_os_str(),
+        "1".as_ref(),
+        src.join("a").as_os_str(),
+    ]);
+    assert!(
+        long.lines()
+            .any(|l| l.starts_with("lrwxrwxrwx") && l.ends_with("a/dangling -> ../nowhere")),
+        "{long}"
+    );
+    assert!(
+        long.lines()
+            .any(|l| l.starts_with("-rwxr-xr-x") && l.contains(" 65536 2020-09-13T12:26:40Z ")),
+        "{long}"
+    );
+    let all = json(&ok([
+        "ls".as_ref(),
+        "-R".as_ref(),
+        "--json".as_ref(),
+        repo.as_os_str(),
+        "1".as_ref(),
+        src.as_os_str(),
+    ]));
+    let all = all.as_array().unwrap();
+    assert_eq!(all.len(), 12, "{all:?}");
+    let odd = all.iter().find(|e| e.get("path_hex").is_some()).unwrap();
+    assert!(odd["path_hex"].as_str().unwrap().ends_with(
+        &"caf\u{e9} \u{ff}.txt"
+            .chars()
+            .map(|c| format!("{:02x}", c as u32))
+            .collect::<String>()
+    ));
+    assert_eq!(odd["size"], 12);
+}
+
+#[test]
+fn restoring_one_file_reads_only_its_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    for i in 0..4 {
+        fs::write(src.join(format!("big{i}")), random_bytes(10 + i, 3 << 20)).unwrap();
+    }
+    fs::write(src.join("small"), b"just this").unwrap();
+    for layout in ["container", "lifecycle"] {
+        let repo = dir.path().join(format!("repo-{layout}"));
+        ok([
+            "init".as_ref(),
+            repo.as_os_str(),
+            "--layout".as_ref(),
+            layout.as_ref(),
+            "--container-size".as_ref(),
+            "1MiB".as_ref(),
+        ]);
+        ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+        let full = json(&ok([
+            "restore".as_ref(),
+            "--json".as_ref(),
+            repo.as_os_str(),
+            "1".as_ref(),
+            dir.path().join(format!("full-{layout}")).as_os_str(),
+        ]));
+        let one_dir = dir.path().join(format!("one-{layout}"));
+        let one = json(&ok([
+            "restore".as_ref(),
+            "--json".as_ref(),
+            repo.as_os_str(),
+            "1".as_ref(),
+            one_dir.as_os_str(),
+            "--include".as_ref(),
+            src.join("small").as_os_str(),
+        ]));
+        assert_eq!(one["files"], 1, "{one}");
+        assert_eq!(
+            fs::read(restored(&one_dir, &src.join("small"))).unwrap(),
+            b"just this"
+        );
+        assert!(!restored(&one_dir, &src.join("big0")).exists());
+        assert!(
+            one["bytes_read"].as_u64() < full["bytes_read"].as_u64(),
+            "{one} vs {full}"
+        );
+        if layout == "container" {
+            assert!(
+                one["containers_read"].as_u64() < full["containers_read"].as_u64(),
+                "{one} vs {full}"
+            );
+        }
+        // --exclude leaves the big files out.
+        let some_dir = dir.path().join(format!("some-{layout}"));
+        let some = json(&ok([
+            "restore".as_ref(),
+            "--json".as_ref(),
+            repo.as_os_str(),
+            "1".as_ref(),
+            some_dir.as_os_str(),
+            "--exclude".as_ref(),
+            "big[0-2]".as_ref(),
+        ]));
+        assert_eq!(some["files"], 2, "{some}");
+        assert!(restored(&some_dir, &src.join("big3")).exists());
+    }
+}
+
+#[test]
+fn backup_excludes_patterns() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir_all(src.join("cache/deep")).unwrap();
+    fs::write(src.join("cache/deep/x"), b"x").unwrap();
+    fs::write(src.join("keep.txt"), b"k").unwrap();
+    fs::write(src.join("drop.tmp"), b"d").unwrap();
+    let repo = dir.path().join("repo");
+    init(&repo);
+    ok([
+        "backup".as_ref(),
+        repo.as_os_str(),
+        src.as_os_str(),
+        "--exclude".as_ref(),
+        "*.tmp".as_ref(),
+        "--exclude".as_ref(),
+        "cache/".as_ref(),
+        "--one-file-system".as_ref(),
+    ]);
+    let all = ok([
+        "ls".as_ref(),
+        "-R".as_ref(),
+        repo.as_os_str(),
+        "1".as_ref(),
+        src.as_os_str(),
+    ]);
+    assert_eq!(all.trim(), src.join("keep.txt").display().to_string());
+}
+
+/// An unreadable file (mode 000, backed up by an unprivileged user: as
+/// root the test runs the backup as `nobody`) is skipped with a warning;
+/// the backup commits and exits with status 3.
+#[test]
+fn an_unreadable_file_makes_an_incomplete_backup() {
+    let dir = tempfile::tempdir().unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("fine"), b"fine").unwrap();
+    let secret = src.join("secret");
+    fs::write(&secret, b"secret").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o000)).unwrap();
+    let repo = dir.path().join("repo");
+    let as_user = |args: &[&OsStr]| {
+        let mut c = common::cmd(args);
+        // Root reads any file: back up as `nobody`.
+        if fs::metadata("/proc/self").map(|m| m.uid()).unwrap_or(1) == 0 {
+            c.uid(65534).gid(65534);
+        }
+        c.output().unwrap()
+    };
+    let init = as_user(&["init".as_ref(), repo.as_os_str()]);
+    assert!(init.status.success(), "{init:?}");
+    let out = as_user(&["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("tessera: warning: ") && l.contains(&*secret.to_string_lossy())),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 skipped"));
+    let listed = run([
+        "ls".as_ref(),
+        "-R".as_ref(),
+        repo.as_os_str(),
+        "1".as_ref(),
+        src.as_os_str(),
+    ]);
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert_eq!(listed.trim(), src.join("fine").display().to_string());
+}

@@ -1,0 +1,52 @@
+//! Listing a tree backup's catalog (`tessera ls`).
+
+use super::catalog::{Entry, Kind};
+use super::stream::{for_each_entry, tree_of};
+use crate::error::Result;
+use crate::repo::Repository;
+use crate::snapshot::BackupId;
+
+/// Calls `f` with the catalog entries of tree backup `id` that a listing of
+/// `path` shows, in catalog order: with a `path`, the entry itself if it is
+/// not a directory, else its children (all its descendants when
+/// `recursive`); without, the paths given to the backup (everything when
+/// `recursive`). Returns how many entries were shown.
+pub fn list_tree(
+    repo: &Repository,
+    id: BackupId,
+    path: Option<&[u8]>,
+    recursive: bool,
+    mut f: impl FnMut(&Entry) -> Result<()>,
+) -> Result<u64> {
+    let tree = tree_of(repo, id)?;
+    let chunks = repo.recipe(id)?.chunks.len();
+    let path = path.map(|p| {
+        let p = p.strip_prefix(b"/").unwrap_or(p);
+        p.strip_suffix(b"/").unwrap_or(p).to_vec()
+    });
+    let roots: Vec<Vec<u8>> = tree
+        .paths
+        .iter()
+        .map(|p| p.trim_start_matches('/').as_bytes().to_vec())
+        .collect();
+    let mut shown = 0u64;
+    for_each_entry(repo, id, &tree, chunks, |e| {
+        let show = match &path {
+            None => recursive || roots.contains(&e.path),
+            Some(p) if e.path == *p => e.kind != Kind::Dir,
+            Some(p) => match e.path.strip_prefix(p.as_slice()) {
+                Some(rest) if rest.first() == Some(&b'/') || p.is_empty() => {
+                    let rest = rest.strip_prefix(b"/").unwrap_or(rest);
+                    recursive || !rest.contains(&b'/')
+                }
+                _ => false,
+            },
+        };
+        if show && e.kind != Kind::Gap {
+            shown += 1;
+            f(&e)?;
+        }
+        Ok(true)
+    })?;
+    Ok(shown)
+}

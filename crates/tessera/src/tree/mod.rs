@@ -1,0 +1,32 @@
+//! Directory trees: backing up, listing and restoring real file systems.
+//!
+//! A tree backup is one chunk stream — the bytes of its regular files, each
+//! chunked on its own, then its [`catalog`] — so every layout and policy
+//! handles it like any other backup (docs/FORMAT.md §24). The snapshot's
+//! [`crate::snapshot::TreeRef`] says where the catalog starts.
+
+pub mod backup;
+pub mod catalog;
+pub mod list;
+pub mod restore;
+pub mod select;
+pub mod stream;
+
+pub use backup::{backup_tree, default_source, TreeBackupOptions, TreeOutcome};
+pub use list::list_tree;
+pub use restore::{restore_tree, TreeRestoreOptions, TreeRestoreStats};
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// The catalog path of an absolute `path`: its bytes without the leading `/`.
+pub(crate) fn catalog_path(path: &Path) -> Vec<u8> {
+    let bytes = path.as_os_str().as_bytes();
+    bytes.strip_prefix(b"/").unwrap_or(bytes).to_vec()
+}
+
+/// A catalog path as a relative path of the file system.
+pub fn relative_path(path: &[u8]) -> &Path {
+    Path::new(OsStr::from_bytes(path))
+}
