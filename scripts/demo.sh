@@ -23,7 +23,11 @@ echo "== generating 8 versions (~32 MiB each) of a file tree aged by edits, pack
 "$T" gen "$W/data" --versions 8 --size 32MiB --change-rate 0.1
 for v in 1 2 3 4 5 6 7 8; do mv "$W/data/v000$v.tar" "$W/data/v$v"; done
 
-echo "== tessera init $REPO"
+# The repository is encrypted (the default); a real user types the password
+# at the prompt or keeps it in a file (--password-file). The demo sets it in
+# the environment, as a cron job might.
+export TESSERA_PASSWORD=${TESSERA_PASSWORD:-demo-password}
+echo "== tessera init $REPO (encrypted; password from TESSERA_PASSWORD)"
 "$T" init "$REPO"
 for v in 1 2 3 4 5 6 7 8; do
   "$T" backup "$REPO" "$W/data/v$v" --label "v$v"

@@ -131,7 +131,7 @@ EOF
     rm -rf "$repo"
     : >"$log"
     t0=$(now)
-    "$T" init "$repo" >/dev/null
+    "$T" init "$repo" --encryption none >/dev/null
     t1=$(now)
     cli_s=$(awk -v a="$t0" -v b="$t1" -v c="$cli_s" 'BEGIN { printf "%.6f", c + b - a }')
     for f in $(ls "$ds"/v*.tar | sort); do

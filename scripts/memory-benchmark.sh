@@ -37,8 +37,8 @@ generate() {
 
 init_args() {
     case $1 in
-        lifecycle) echo "--layout lifecycle" ;;
-        *) echo "--index $1" ;;
+        lifecycle) echo "--encryption none --layout lifecycle" ;;
+        *) echo "--encryption none --index $1" ;;
     esac
 }
 
