@@ -121,6 +121,11 @@ enum Command {
         /// many as the machine's memory holds).
         #[arg(long, default_value_t = DEFAULT_CACHE_CONTAINERS)]
         cache_size: usize,
+        /// Salvage a damaged backup: write every chunk that verifies, zeros
+        /// in place of missing or damaged chunks, list the lost byte ranges
+        /// and exit with status 3 when any were lost.
+        #[arg(long)]
+        skip_damaged: bool,
         /// Print the metrics as one JSON object (to stderr when restoring to stdout).
         #[arg(long)]
         json: bool,
@@ -610,11 +615,15 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             overwrite,
             cache,
             cache_size,
+            skip_damaged,
             json,
         } => {
             let r = open(&repo, LockMode::Read, access)?;
             let id = backup_id(&r, &id)?;
             if r.snapshot(id)?.tree.is_some() {
+                if skip_damaged {
+                    bail!("backup {id}: --skip-damaged does not apply to tree backups yet");
+                }
                 let selection = Selection::new(&include, &exclude)?;
                 tree_restore_cmd(
                     &r, id, &output, selection, overwrite, cache, cache_size, json,
@@ -627,7 +636,13 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 } else {
                     ExistingFile::Refuse
                 };
-                restore_cmd(&r, id, &output, existing, cache, cache_size, json)?
+                let options = RestoreOptions {
+                    cache_containers: cache_size,
+                    policy: cache,
+                    progress: None,
+                    skip_damaged,
+                };
+                return restore_cmd(&r, id, &output, existing, options, json);
             }
         }
         Command::Ls {
@@ -1154,17 +1169,15 @@ fn restore_cmd(
     id: BackupId,
     output: &str,
     existing: ExistingFile,
-    policy: CachePolicy,
-    cache: usize,
+    options: RestoreOptions,
     json: bool,
-) -> Result<()> {
+) -> Result<ExitCode> {
     let total = r.snapshot(id)?.logical_bytes;
     let bar = progress_bar(Some(total));
     let on_progress = |n: u64| bar.set_position(n);
     let options = RestoreOptions {
-        cache_containers: cache,
-        policy,
         progress: Some(&on_progress),
+        ..options
     };
     let stats = if r.config().trace {
         // A trace repository holds no data: plan the restore, write nothing.
@@ -1206,12 +1219,36 @@ fn restore_cmd(
             stats.speed_factor
         )
     };
-    if output == "-" {
-        eprintln!("{text}");
-    } else {
-        println!("{text}");
+    let mut lines = vec![text];
+    if !json {
+        for l in &stats.lost {
+            lines.push(format!(
+                "lost: bytes {}..{} ({} bytes, {}): {}",
+                l.offset,
+                l.offset + l.len,
+                l.len,
+                l.reason,
+                l.detail
+            ));
+        }
     }
-    Ok(())
+    for text in &lines {
+        if output == "-" {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+    if stats.lost.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        let bytes: u64 = stats.lost.iter().map(|l| l.len).sum();
+        eprintln!(
+            "tessera: restore of backup {id} is incomplete: {bytes} bytes in {} range(s) were lost and written as zeros",
+            stats.lost.len()
+        );
+        Ok(ExitCode::from(EXIT_INCOMPLETE))
+    }
 }
 
 fn list(repo: &Path, json: bool, access: &Access) -> Result<()> {
@@ -1466,6 +1503,7 @@ fn tree_restore_cmd(
             cache_containers: cache,
             policy,
             progress: Some(&on_progress),
+            skip_damaged: false,
         },
     };
     let stats = restore_tree(r, id, Path::new(target), &options)

@@ -28,6 +28,7 @@ pub mod restore;
 pub mod restore_output;
 pub mod restore_plan;
 pub mod rewrite;
+pub mod salvage;
 pub mod snapshot;
 pub(crate) mod spill;
 pub mod tree;
