@@ -22,6 +22,7 @@ use tessera::delta::{DeltaKind, DeltaParams};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
+use tessera::repair::{repair, RepairOptions};
 use tessera::restore::{
     restore, restore_to_path, ExistingFile, RestoreOptions, DEFAULT_CACHE_CONTAINERS,
 };
@@ -217,6 +218,25 @@ enum Command {
         /// Also read all data and re-hash every chunk.
         #[arg(long)]
         read_data: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Repair what can be proven: rewrite damaged derived state, recover
+    /// lost snapshots from commit marks and recipes, re-point references to
+    /// damaged chunks to intact copies, rebuild the index without damaged
+    /// chunks (docs/RECOVERY.md). Exit status 3 when backups with
+    /// unrecoverable chunks remain.
+    Repair {
+        /// The repository.
+        repo: PathBuf,
+        /// Report what would be done without changing anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// Delete backups that still have unrecoverable chunks (by default
+        /// they are kept and listed; restore them with --skip-damaged).
+        #[arg(long)]
+        forget_damaged: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -731,6 +751,18 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             read_data,
             json,
         } => return check_cmd(&repo, read_data, json, access),
+        Command::Repair {
+            repo,
+            dry_run,
+            forget_damaged,
+            json,
+        } => {
+            let options = RepairOptions {
+                dry_run,
+                forget_damaged,
+            };
+            return repair_cmd(&repo, options, json, access);
+        }
         Command::Forget {
             repo,
             keep_last,
@@ -1337,6 +1369,39 @@ fn stats(repo: &Path, id: Option<&str>, json: bool, access: &Access) -> Result<(
         );
     }
     Ok(())
+}
+
+fn repair_cmd(
+    repo: &Path,
+    options: RepairOptions,
+    json: bool,
+    access: &Access,
+) -> Result<ExitCode> {
+    let r = open(repo, LockMode::Exclusive, access)?;
+    let report = repair(&r, options).context("repairing the repository")?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        let verb = if report.dry_run { "would do" } else { "did" };
+        for a in &report.actions {
+            println!("{} ({verb}): {}: {}", a.kind, a.object, a.detail);
+        }
+        for u in &report.unrepaired {
+            let state = if u.forgotten { "forgotten" } else { "kept" };
+            println!("unrepaired: backup {} ({state}): {}", u.backup, u.reason);
+        }
+        if report.actions.is_empty() && report.unrepaired.is_empty() {
+            println!("nothing to repair");
+        }
+    }
+    if report.unrepaired.iter().any(|u| !u.forgotten) {
+        eprintln!(
+            "tessera: {} backup(s) still have unrecoverable damage",
+            report.unrepaired.iter().filter(|u| !u.forgotten).count()
+        );
+        return Ok(ExitCode::from(EXIT_INCOMPLETE));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn check_cmd(repo: &Path, read_data: bool, json: bool, access: &Access) -> Result<ExitCode> {

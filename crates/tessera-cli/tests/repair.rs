@@ -180,3 +180,128 @@ fn salvage_of_a_missing_container_reports_it_missing() {
     assert_eq!((code, lost.len()), (0, 0));
     let _ = snapshot_dir(&repo);
 }
+
+/// `repair --json REPO [extra]`: exit code and report.
+fn repair(repo: &Path, extra: &[&str]) -> (i32, serde_json::Value) {
+    let mut args = vec!["repair", repo.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let o = run(&args);
+    assert_no_panic(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&o.stderr)));
+    (o.status.code().unwrap(), v)
+}
+
+fn action_kinds(report: &serde_json::Value) -> Vec<String> {
+    report["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Restores backup `id` (plainly) and returns its bytes.
+fn restored(repo: &Path, id: u64, dir: &Path) -> Vec<u8> {
+    std::fs::read(restore_to_file(repo, id, dir)).unwrap()
+}
+
+#[test]
+fn repair_recovers_a_deleted_snapshot() {
+    for layout in ["container", "lifecycle"] {
+        let (tmp, repo, input, data) = setup(layout);
+        let mut second = data.clone();
+        second[..1000].fill(9);
+        std::fs::write(&input, &second).unwrap();
+        backup_json(&repo, &input);
+        let ids = list_ids(&repo);
+        let snap = repo.join(format!("snapshots/{:016x}", ids[0]));
+        assert!(snap.exists(), "{}", snap.display());
+        std::fs::remove_file(&snap).unwrap();
+        let (code, report) = repair(&repo, &[]);
+        assert_eq!(code, 0, "{layout}: {report}");
+        assert_eq!(action_kinds(&report), ["snapshot_recovered"], "{report}");
+        assert_eq!(report["actions"][0]["backups"][0], ids[0]);
+        // list shows it again, undamaged, and it restores.
+        let out = ok(["list", "--json", repo.to_str().unwrap()]);
+        let listed: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(listed.as_array().unwrap().len(), 2);
+        assert!(!out.contains("damaged"), "{out}");
+        let dir = tmp.path().join("r");
+        std::fs::create_dir(&dir).unwrap();
+        assert!(restored(&repo, ids[0], &dir) == data, "{layout}");
+        // A second repair finds nothing to do.
+        let (code, report) = repair(&repo, &[]);
+        assert_eq!((code, action_kinds(&report).len()), (0, 0), "{report}");
+    }
+}
+
+/// The largest container of `repo`.
+fn largest_container(repo: &Path) -> PathBuf {
+    files(&repo.join("containers"))
+        .into_iter()
+        .max_by_key(|p| std::fs::metadata(p).unwrap().len())
+        .unwrap()
+}
+
+#[test]
+fn repair_repoints_a_damaged_chunk_to_a_copy_a_later_backup_stored() {
+    let (tmp, repo, input, data) = setup("container");
+    let id = list_ids(&repo)[0];
+    flip(&largest_container(&repo));
+    // Nothing to re-point to yet: the backup is listed as unrepaired, and
+    // the index forgets the damaged chunks.
+    let (code, report) = repair(&repo, &[]);
+    assert_eq!(code, 3, "{report}");
+    assert_eq!(action_kinds(&report), ["index_rebuilt"], "{report}");
+    assert_eq!(report["unrepaired"][0]["backup"], id);
+    assert!(num(&report["unrepaired"][0], "lost_chunks") > 0);
+    // The next backup of the same data stores the damaged chunks again.
+    let b = backup_json(&repo, &input);
+    assert!(num(&b, "unique_chunks") > 0, "{b}");
+    let (code, report) = repair(&repo, &[]);
+    assert_eq!(code, 0, "{report}");
+    assert!(action_kinds(&report).contains(&"recipe_repointed".to_string()));
+    assert_eq!(report["unrepaired"].as_array().unwrap().len(), 0);
+    let dir = tmp.path().join("r");
+    std::fs::create_dir(&dir).unwrap();
+    assert!(restored(&repo, id, &dir) == data);
+    let o = run(["check", repo.to_str().unwrap(), "--read-data", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    // Only the damaged container itself remains a problem (its chunks are
+    // no longer needed by any backup's recipe).
+    for p in v["problems"].as_array().unwrap() {
+        assert_eq!(p["affected_backups"].as_array().unwrap().len(), 0, "{p}");
+    }
+}
+
+#[test]
+fn repair_dry_run_changes_nothing() {
+    let (tmp, repo, input, _) = setup("container");
+    let mut second = random_bytes(8, 500_000);
+    second.extend_from_slice(&std::fs::read(&input).unwrap()[..300_000]);
+    std::fs::write(&input, &second).unwrap();
+    backup_json(&repo, &input);
+    let ids = list_ids(&repo);
+    std::fs::remove_file(repo.join(format!("snapshots/{:016x}", ids[1]))).unwrap();
+    flip(&largest_container(&repo));
+    std::fs::remove_file(repo.join("state-copy")).ok();
+    let before = snapshot_dir(&repo);
+    let (code, report) = repair(&repo, &["--dry-run"]);
+    assert_eq!(code, 3, "{report}");
+    assert_eq!(report["dry_run"], true);
+    let kinds = action_kinds(&report);
+    assert!(
+        kinds.contains(&"snapshot_recovered".to_string()),
+        "{report}"
+    );
+    assert!(kinds.contains(&"index_rebuilt".to_string()), "{report}");
+    let after = snapshot_dir(&repo);
+    let names = |v: &[(PathBuf, Vec<u8>)]| v.iter().map(|(p, _)| p.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&before), names(&after));
+    assert!(before == after, "a dry run changed bytes");
+    // The real run does what the dry run said.
+    let (_, real) = repair(&repo, &[]);
+    assert_eq!(action_kinds(&real), kinds);
+    let _ = tmp;
+}
