@@ -305,3 +305,35 @@ fn repair_dry_run_changes_nothing() {
     assert_eq!(action_kinds(&real), kinds);
     let _ = tmp;
 }
+
+#[test]
+fn repair_recovers_the_snapshot_of_a_tree_backup_in_an_encrypted_repository() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    init(&repo);
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(src.join("d")).unwrap();
+    std::fs::write(src.join("a"), random_bytes(3, 300_000)).unwrap();
+    std::fs::write(src.join("d/b"), b"hello").unwrap();
+    backup_json(&repo, &src);
+    let id = list_ids(&repo)[0];
+    std::fs::remove_file(repo.join(format!("snapshots/{id:016x}"))).unwrap();
+    let (code, report) = repair(&repo, &[]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(action_kinds(&report), ["snapshot_recovered"], "{report}");
+    let out = tmp.path().join("out");
+    ok([
+        "restore",
+        repo.to_str().unwrap(),
+        &id.to_string(),
+        out.to_str().unwrap(),
+    ]);
+    let found: Vec<PathBuf> = files(&out);
+    let a = found.iter().find(|p| p.ends_with("a")).expect("a restored");
+    assert_eq!(std::fs::read(a).unwrap(), random_bytes(3, 300_000));
+    let b = found
+        .iter()
+        .find(|p| p.ends_with("d/b"))
+        .expect("d/b restored");
+    assert_eq!(std::fs::read(b).unwrap(), b"hello");
+}

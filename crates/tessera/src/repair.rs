@@ -6,8 +6,8 @@
 //!    (one intact copy is rewritten to both);
 //! 2. snapshots: a backup whose snapshot is missing or damaged but whose
 //!    commit mark and recipe are intact gets its snapshot back from the
-//!    mark (id, time, label, source, logical bytes; statistics are not
-//!    recorded there and come back as zeros); a damaged commit mark of an
+//!    mark (id, time, label, source, logical bytes, a tree backup's tree
+//!    record; statistics are not recorded there and come back as zeros); a damaged commit mark of an
 //!    intact snapshot is rewritten;
 //! 3. container layout: every container is read and every chunk verified;
 //!    each recipe reference to a chunk that is missing or damaged is
@@ -248,7 +248,7 @@ fn recover_snapshots(repo: &Repository, dry: bool, report: &mut RepairReport) ->
                     source: mark.source.clone(),
                     logical_bytes: mark.logical_bytes,
                     stats: Default::default(),
-                    tree: None,
+                    tree: mark.tree.clone(),
                 };
                 if !dry {
                     // Atomic replacement of a damaged snapshot, or a new one.
