@@ -253,9 +253,15 @@ fn repair_repoints_a_damaged_chunk_to_a_copy_a_later_backup_stored() {
     // the index forgets the damaged chunks.
     let (code, report) = repair(&repo, &[]);
     assert_eq!(code, 3, "{report}");
-    assert_eq!(action_kinds(&report), ["index_rebuilt"], "{report}");
+    assert_eq!(
+        action_kinds(&report),
+        ["chunks_quarantined", "index_rebuilt"],
+        "{report}"
+    );
     assert_eq!(report["unrepaired"][0]["backup"], id);
     assert!(num(&report["unrepaired"][0], "lost_chunks") > 0);
+    // The quarantine outlives an index rebuild from the containers.
+    ok(["index", "rebuild", repo.to_str().unwrap()]);
     // The next backup of the same data stores the damaged chunks again.
     let b = backup_json(&repo, &input);
     assert!(num(&b, "unique_chunks") > 0, "{b}");

@@ -23,6 +23,7 @@ pub mod fingerprint;
 pub mod gc;
 pub mod index;
 pub mod lifecycle;
+pub mod quarantine;
 pub mod repair;
 pub mod repo;
 pub mod restore;

@@ -35,7 +35,7 @@ use crate::repo::Repository;
 use crate::snapshot::{self, BackupId, Snapshot};
 use lru::LruCache;
 use serde::Serialize;
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 
@@ -288,8 +288,6 @@ struct Scan {
     damaged: HashSet<(ContainerId, Fingerprint)>,
     /// Containers with any damage (unreadable, or a damaged chunk).
     damaged_containers: BTreeSet<ContainerId>,
-    /// Intact chunks of damaged containers (kept in the index).
-    intact_in_damaged: HashMap<ContainerId, Vec<Fingerprint>>,
 }
 
 impl Scan {
@@ -321,9 +319,12 @@ fn scan(repo: &Repository) -> Result<Scan> {
     for id in repo.containers()? {
         let Some(ct) = load(id)? else {
             out.damaged_containers.insert(id);
+            // Unreadable as a whole: every chunk its metadata names is damaged.
+            if let Ok((_, metas)) = container::read_meta(backend, id) {
+                out.damaged.extend(metas.iter().map(|m| (id, m.fp)));
+            }
             continue;
         };
-        let mut good = Vec::new();
         for (i, m) in ct.metas.iter().enumerate() {
             let ok = match ct.base(i) {
                 None => algo.hash(ct.chunk(i)) == m.fp,
@@ -347,15 +348,11 @@ fn scan(repo: &Repository) -> Result<Scan> {
                 }
             };
             if ok {
-                good.push(m.fp);
                 out.intact.entry(m.fp).or_default().push(id);
             } else {
                 out.damaged.insert((id, m.fp));
                 out.damaged_containers.insert(id);
             }
-        }
-        if out.damaged_containers.contains(&id) {
-            out.intact_in_damaged.insert(id, good);
         }
     }
     Ok(out)
@@ -435,35 +432,48 @@ fn repoint(repo: &Repository, dry: bool, report: &mut RepairReport) -> Result<()
         }
     }
     if !scan.damaged_containers.is_empty() {
-        if !dry {
-            repo.rebuild_index()?;
-            // Forget the damaged chunks (the intact ones of the same
-            // containers stay where they are).
-            let mut index = repo.open_index()?;
-            let mut keep: crate::index::Relocations = Default::default();
-            for (&cid, fps) in &scan.intact_in_damaged {
-                for fp in fps {
-                    keep.insert((cid, *fp), cid);
-                }
-            }
-            index.relocate(&scan.damaged_containers, &keep)?;
-            index.commit(repo.next_container_id()?)?;
+        // Quarantine the damaged chunks (persistently: every later index
+        // rebuild leaves them out), then rebuild the index without them.
+        let mut by_container: BTreeMap<ContainerId, Vec<Fingerprint>> = BTreeMap::new();
+        for (c, fp) in &scan.damaged {
+            by_container.entry(*c).or_default().push(*fp);
         }
-        let list: Vec<String> = scan
-            .damaged_containers
-            .iter()
-            .map(|c| format!("{c:016x}"))
-            .collect();
-        report.act(
-            "index_rebuilt",
-            "index".into(),
-            format!(
-                "index rebuilt without the {} damaged chunk(s) of container(s) {}: the next backup of that data stores it again, and a later repair re-points older backups to it",
-                scan.damaged.len(),
-                list.join(", ")
-            ),
-            vec![],
-        );
+        let mut recorded = 0;
+        for (c, fps) in &by_container {
+            let known = crate::quarantine::load(backend)?;
+            let new = fps
+                .iter()
+                .any(|fp| !known.get(c).is_some_and(|q| q.contains(fp)));
+            if new {
+                if !dry {
+                    crate::quarantine::record(backend, *c, fps.iter().copied())?;
+                }
+                recorded += 1;
+                report.act(
+                    "chunks_quarantined",
+                    crate::quarantine::key(*c),
+                    format!(
+                        "{} damaged chunk(s) of container {c:016x} quarantined: indexes leave them out, the next backup of their data stores them again",
+                        fps.len()
+                    ),
+                    vec![],
+                );
+            }
+        }
+        if recorded > 0 {
+            if !dry {
+                repo.rebuild_index()?;
+            }
+            report.act(
+                "index_rebuilt",
+                "index".into(),
+                format!(
+                    "index rebuilt without the {} quarantined chunk(s): a later repair re-points older backups to the copies the next backups store",
+                    scan.damaged.len()
+                ),
+                vec![],
+            );
+        }
     }
     Ok(())
 }
