@@ -343,3 +343,18 @@ fn repair_recovers_the_snapshot_of_a_tree_backup_in_an_encrypted_repository() {
         .expect("d/b restored");
     assert_eq!(std::fs::read(b).unwrap(), b"hello");
 }
+
+#[test]
+fn repair_forget_damaged_deletes_only_backups_with_unrecoverable_chunks() {
+    let (_tmp, repo, input, _) = setup("container");
+    std::fs::write(&input, random_bytes(11, 100_000)).unwrap();
+    backup_json(&repo, &input);
+    let ids = list_ids(&repo);
+    flip(&largest_container(&repo));
+    let (code, report) = repair(&repo, &["--forget-damaged"]);
+    assert_eq!(code, 0, "{report}");
+    assert!(action_kinds(&report).contains(&"backup_forgotten".to_string()));
+    assert_eq!(report["unrepaired"][0]["backup"], ids[0]);
+    assert_eq!(report["unrepaired"][0]["forgotten"], true);
+    assert_eq!(list_ids(&repo), [ids[1]]);
+}

@@ -133,7 +133,8 @@ pub fn repair(repo: &Repository, options: RepairOptions) -> Result<RepairReport>
     }
     if options.forget_damaged {
         for u in &mut report.unrepaired {
-            if repo.backups()?.contains(&u.backup) {
+            // Only a backup whose snapshot reads (delete needs it); others stay listed.
+            if repo.snapshot(u.backup).is_ok() {
                 if !dry {
                     repo.delete_backup(u.backup)?;
                 }
