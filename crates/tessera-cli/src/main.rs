@@ -22,6 +22,7 @@ use tessera::delta::{DeltaKind, DeltaParams};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
+use tessera::repair::{repair, RepairOptions};
 use tessera::restore::{
     restore, restore_to_path, ExistingFile, RestoreOptions, DEFAULT_CACHE_CONTAINERS,
 };
@@ -121,6 +122,11 @@ enum Command {
         /// many as the machine's memory holds).
         #[arg(long, default_value_t = DEFAULT_CACHE_CONTAINERS)]
         cache_size: usize,
+        /// Salvage a damaged backup: write every chunk that verifies, zeros
+        /// in place of missing or damaged chunks, list the lost byte ranges
+        /// and exit with status 3 when any were lost.
+        #[arg(long)]
+        skip_damaged: bool,
         /// Print the metrics as one JSON object (to stderr when restoring to stdout).
         #[arg(long)]
         json: bool,
@@ -212,6 +218,25 @@ enum Command {
         /// Also read all data and re-hash every chunk.
         #[arg(long)]
         read_data: bool,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Repair what can be proven: rewrite damaged derived state, recover
+    /// lost snapshots from commit marks and recipes, re-point references to
+    /// damaged chunks to intact copies, rebuild the index without damaged
+    /// chunks (docs/RECOVERY.md). Exit status 3 when backups with
+    /// unrecoverable chunks remain.
+    Repair {
+        /// The repository.
+        repo: PathBuf,
+        /// Report what would be done without changing anything.
+        #[arg(long)]
+        dry_run: bool,
+        /// Delete backups that still have unrecoverable chunks (by default
+        /// they are kept and listed; restore them with --skip-damaged).
+        #[arg(long)]
+        forget_damaged: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -610,11 +635,15 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             overwrite,
             cache,
             cache_size,
+            skip_damaged,
             json,
         } => {
             let r = open(&repo, LockMode::Read, access)?;
             let id = backup_id(&r, &id)?;
             if r.snapshot(id)?.tree.is_some() {
+                if skip_damaged {
+                    bail!("backup {id}: --skip-damaged does not apply to tree backups yet");
+                }
                 let selection = Selection::new(&include, &exclude)?;
                 tree_restore_cmd(
                     &r, id, &output, selection, overwrite, cache, cache_size, json,
@@ -627,7 +656,13 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 } else {
                     ExistingFile::Refuse
                 };
-                restore_cmd(&r, id, &output, existing, cache, cache_size, json)?
+                let options = RestoreOptions {
+                    cache_containers: cache_size,
+                    policy: cache,
+                    progress: None,
+                    skip_damaged,
+                };
+                return restore_cmd(&r, id, &output, existing, options, json);
             }
         }
         Command::Ls {
@@ -716,6 +751,18 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             read_data,
             json,
         } => return check_cmd(&repo, read_data, json, access),
+        Command::Repair {
+            repo,
+            dry_run,
+            forget_damaged,
+            json,
+        } => {
+            let options = RepairOptions {
+                dry_run,
+                forget_damaged,
+            };
+            return repair_cmd(&repo, options, json, access);
+        }
         Command::Forget {
             repo,
             keep_last,
@@ -1154,17 +1201,15 @@ fn restore_cmd(
     id: BackupId,
     output: &str,
     existing: ExistingFile,
-    policy: CachePolicy,
-    cache: usize,
+    options: RestoreOptions,
     json: bool,
-) -> Result<()> {
+) -> Result<ExitCode> {
     let total = r.snapshot(id)?.logical_bytes;
     let bar = progress_bar(Some(total));
     let on_progress = |n: u64| bar.set_position(n);
     let options = RestoreOptions {
-        cache_containers: cache,
-        policy,
         progress: Some(&on_progress),
+        ..options
     };
     let stats = if r.config().trace {
         // A trace repository holds no data: plan the restore, write nothing.
@@ -1206,12 +1251,36 @@ fn restore_cmd(
             stats.speed_factor
         )
     };
-    if output == "-" {
-        eprintln!("{text}");
-    } else {
-        println!("{text}");
+    let mut lines = vec![text];
+    if !json {
+        for l in &stats.lost {
+            lines.push(format!(
+                "lost: bytes {}..{} ({} bytes, {}): {}",
+                l.offset,
+                l.offset + l.len,
+                l.len,
+                l.reason,
+                l.detail
+            ));
+        }
     }
-    Ok(())
+    for text in &lines {
+        if output == "-" {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    }
+    if stats.lost.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        let bytes: u64 = stats.lost.iter().map(|l| l.len).sum();
+        eprintln!(
+            "tessera: restore of backup {id} is incomplete: {bytes} bytes in {} range(s) were lost and written as zeros",
+            stats.lost.len()
+        );
+        Ok(ExitCode::from(EXIT_INCOMPLETE))
+    }
 }
 
 fn list(repo: &Path, json: bool, access: &Access) -> Result<()> {
@@ -1300,6 +1369,39 @@ fn stats(repo: &Path, id: Option<&str>, json: bool, access: &Access) -> Result<(
         );
     }
     Ok(())
+}
+
+fn repair_cmd(
+    repo: &Path,
+    options: RepairOptions,
+    json: bool,
+    access: &Access,
+) -> Result<ExitCode> {
+    let r = open(repo, LockMode::Exclusive, access)?;
+    let report = repair(&r, options).context("repairing the repository")?;
+    if json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        let verb = if report.dry_run { "would do" } else { "did" };
+        for a in &report.actions {
+            println!("{} ({verb}): {}: {}", a.kind, a.object, a.detail);
+        }
+        for u in &report.unrepaired {
+            let state = if u.forgotten { "forgotten" } else { "kept" };
+            println!("unrepaired: backup {} ({state}): {}", u.backup, u.reason);
+        }
+        if report.actions.is_empty() && report.unrepaired.is_empty() {
+            println!("nothing to repair");
+        }
+    }
+    if report.unrepaired.iter().any(|u| !u.forgotten) {
+        eprintln!(
+            "tessera: {} backup(s) still have unrecoverable damage",
+            report.unrepaired.iter().filter(|u| !u.forgotten).count()
+        );
+        return Ok(ExitCode::from(EXIT_INCOMPLETE));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn check_cmd(repo: &Path, read_data: bool, json: bool, access: &Access) -> Result<ExitCode> {
@@ -1466,6 +1568,7 @@ fn tree_restore_cmd(
             cache_containers: cache,
             policy,
             progress: Some(&on_progress),
+            skip_damaged: false,
         },
     };
     let stats = restore_tree(r, id, Path::new(target), &options)

@@ -1066,6 +1066,7 @@ fn restore_one(
         cache_containers: system.cache_size,
         policy,
         progress: None,
+        skip_damaged: false,
     };
     let stats = restore(repo, id, &mut io::sink(), &options)?;
     Ok(RestoreRecord {

@@ -394,6 +394,7 @@ fn check_case(case: &Case, paths: &[PathBuf]) -> usize {
                     cache_containers: case.cache,
                     policy,
                     progress: None,
+                    skip_damaged: false,
                 };
                 let rd = restore(&data_repo, id, &mut io::sink(), &options).unwrap();
                 let rt = restore(&trace_repo, id, &mut io::sink(), &options).unwrap();

@@ -37,6 +37,11 @@ pub struct CommitMark {
     pub source: String,
     /// Bytes of the backed-up stream.
     pub logical_bytes: u64,
+    /// Tree backups: the snapshot's tree record (where the catalog is), so
+    /// that a lost snapshot of a tree backup is recovered as a tree. Absent
+    /// for stream backups and in marks written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tree: Option<snapshot::TreeRef>,
 }
 
 impl CommitMark {
@@ -48,6 +53,7 @@ impl CommitMark {
             label: snap.label.clone(),
             source: snap.source.clone(),
             logical_bytes: snap.logical_bytes,
+            tree: snap.tree.clone(),
         }
     }
 

@@ -519,6 +519,36 @@ impl Repository {
         }
     }
 
+    /// Repair: when one copy of `state` is damaged or missing while the
+    /// other exists (or both are damaged), rewrites both from the
+    /// counters known (the larger of the readable copy, the recomputation
+    /// and the listings). Returns whether it did (or, `dry_run`, would).
+    pub(crate) fn repair_state(&self, dry_run: bool) -> Result<bool> {
+        let mut good = 0;
+        let mut bad = 0;
+        for key in [STATE_KEY, STATE_COPY_KEY] {
+            match self.backend.read(key).and_then(|b| decode_state(key, &b)) {
+                Ok(_) => good += 1,
+                Err(Error::NotFound(_)) => {}
+                Err(e) if e.is_damage() => bad += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        if bad == 0 && good != 1 {
+            return Ok(false);
+        }
+        if !dry_run {
+            let state = self.state()?;
+            let last = self.next_backup_id()? - 1;
+            let next = self.next_container_id()?;
+            self.save_state(State {
+                last_backup_id: state.last_backup_id.max(last),
+                next_container: state.next_container.max(next),
+            })?;
+        }
+        Ok(true)
+    }
+
     /// Writes both copies of `state`.
     fn save_state(&self, state: State) -> Result<()> {
         let json = serde_json::to_vec(&state).unwrap_or_default();

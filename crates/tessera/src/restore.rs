@@ -57,6 +57,9 @@ pub struct RestoreOptions<'a> {
     pub policy: CachePolicy,
     /// Called with the number of bytes restored so far.
     pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
+    /// Salvage: write zeros for the bytes of chunks that are missing or
+    /// damaged (listed in [`RestoreStats::lost`]) instead of failing.
+    pub skip_damaged: bool,
 }
 
 impl Default for RestoreOptions<'_> {
@@ -65,6 +68,7 @@ impl Default for RestoreOptions<'_> {
             cache_containers: DEFAULT_CACHE_CONTAINERS,
             policy: CachePolicy::Lru,
             progress: None,
+            skip_damaged: false,
         }
     }
 }
@@ -101,6 +105,9 @@ pub struct RestoreStats {
     pub policy: String,
     /// Computed from metadata only (trace repositories): nothing was restored.
     pub plan_only: bool,
+    /// Salvage restores: the output ranges written as zeros because their
+    /// chunks are missing or damaged (empty: the restore is complete).
+    pub lost: Vec<crate::salvage::LostRange>,
 }
 
 /// Restores backup `id` of `repo` into `out` and returns the metrics.
@@ -211,6 +218,9 @@ fn restore_chunks(
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
     check_options(repo, options)?;
+    if options.skip_damaged && !repo.config().trace {
+        return salvage(repo, id, select, out, options);
+    }
     if repo.config().layout == Layout::Lifecycle {
         return restore_lifecycle(repo, id, select, out, options);
     }
@@ -243,6 +253,52 @@ fn restore_chunks(
     stats.policy = options.policy.name().into();
     stats.containers_read = plan.reads().len() as u64 + stats.base_reads;
     stats.extents = stats.containers_read;
+    finish_stats(&mut stats, started);
+    Ok(stats)
+}
+
+/// A salvage restore (`skip_damaged`), either layout: see [`crate::salvage`].
+fn salvage(
+    repo: &Repository,
+    id: BackupId,
+    select: Option<&[Range<usize>]>,
+    out: &mut dyn Write,
+    options: &RestoreOptions,
+) -> Result<RestoreStats> {
+    let started = Instant::now();
+    repo.snapshot(id)?;
+    let recipe = repo.recipe(id)?;
+    let chunks = selected(&recipe, select)?;
+    let io_before = repo.io_stats();
+    let lifecycle = repo.config().layout == Layout::Lifecycle;
+    let (whole, reads, lost) = if lifecycle {
+        crate::salvage::salvage_lifecycle(repo, id, &chunks, out, options.progress)?
+    } else {
+        crate::salvage::salvage_containers(
+            repo,
+            id,
+            &chunks,
+            out,
+            options.cache_containers,
+            options.progress,
+        )?
+    };
+    out.flush().map_err(|e| Error::Output {
+        what: "output".into(),
+        source: e,
+    })?;
+    let mut stats = RestoreStats {
+        id,
+        bytes_restored: chunks.iter().map(|c| u64::from(c.len)).sum(),
+        chunks: whole,
+        bytes_read: repo.io_stats().since(&io_before).read_bytes,
+        containers_read: reads,
+        extents: reads,
+        cache_containers: options.cache_containers,
+        policy: if lifecycle { "lifecycle" } else { "salvage" }.into(),
+        lost,
+        ..RestoreStats::default()
+    };
     finish_stats(&mut stats, started);
     Ok(stats)
 }
@@ -850,6 +906,7 @@ mod tests {
                     cache_containers,
                     policy,
                     progress: None,
+                    skip_damaged: false,
                 };
                 let stats = restore(&repo, id, &mut out, &options).unwrap();
                 assert!(out == data, "{policy:?}, cache {cache_containers}");
@@ -888,6 +945,7 @@ mod tests {
                 cache_containers: 2,
                 policy,
                 progress: None,
+                skip_damaged: false,
             };
             let real = restore(&repo, id, &mut std::io::sink(), &options).unwrap();
             let planned = restore(&trace, snap.id, &mut std::io::sink(), &options).unwrap();

@@ -96,6 +96,7 @@ fn verify(repo: &Repository, originals: &BTreeMap<u64, Vec<u8>>) {
                 cache_containers: 3,
                 policy,
                 progress: None,
+                skip_damaged: false,
             };
             restore(repo, id, &mut out, &options).unwrap();
             assert!(

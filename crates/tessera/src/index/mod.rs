@@ -135,16 +135,24 @@ pub struct IndexStats {
 }
 
 /// Calls `f` with the metadata of each of `containers` in order; containers
-/// whose metadata is damaged or of an unknown version are skipped (their
-/// chunks will be stored again). Every index rebuilds itself from this.
+/// whose metadata is damaged or of an unknown version are skipped, and
+/// quarantined chunks left out (their chunks will be stored again). Every index rebuilds itself from this.
 pub(crate) fn scan_containers(
     backend: &dyn Backend,
     containers: &[ContainerId],
     mut f: impl FnMut(ContainerId, &[container::ChunkMeta]),
 ) -> Result<()> {
+    // Quarantined chunks (known damaged) are left out: stored again.
+    let quarantined = crate::quarantine::load(backend)?;
     for &id in containers {
         match container::read_meta(backend, id) {
-            Ok((_, metas)) => f(id, &metas),
+            Ok((_, metas)) => match quarantined.get(&id) {
+                None => f(id, &metas),
+                Some(q) => {
+                    let kept: Vec<_> = metas.into_iter().filter(|m| !q.contains(&m.fp)).collect();
+                    f(id, &kept)
+                }
+            },
             Err(
                 Error::Corrupt { .. }
                 | Error::Authentication { .. }

@@ -37,6 +37,7 @@ pub use check::check;
 pub use manage::{
     delete_backups, forget_keep_last, reclaim, space, totals, trend, DeleteStats, VersionSpace,
 };
+pub(crate) use restore::locate;
 pub use restore::{
     plan_restore, restore_selection_to_writer, restore_to_file, restore_to_writer,
     LifecycleRestoreOptions, LifecycleRestoreStats, DEFAULT_WINDOW_BYTES,

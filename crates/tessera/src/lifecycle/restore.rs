@@ -95,7 +95,7 @@ impl LifecycleRestoreStats {
 }
 
 /// The lineage and version of backup `id` and the objects restoring it reads.
-fn locate(repo: &Repository, id: BackupId) -> Result<(Lineage, u64, Vec<Required>)> {
+pub(crate) fn locate(repo: &Repository, id: BackupId) -> Result<(Lineage, u64, Vec<Required>)> {
     require_layout(repo)?;
     let snap = repo.snapshot(id)?;
     let backend = repo.backend().as_ref();

@@ -1,0 +1,99 @@
+//! Quarantine (issue 20 point 3): chunks known to be damaged, recorded per
+//! container as `quarantine/<container>` (envelope kind `QRNT`, version 1,
+//! payload a JSON array of fingerprints in hex). Every index rebuild leaves
+//! quarantined chunks out, so the next backup of their data stores them
+//! again instead of deduplicating against the damaged copy. Written by
+//! `tessera repair` (which verifies every chunk); a damaged quarantine
+//! object quarantines its whole container.
+
+use crate::backend::Backend;
+use crate::container::{self, ContainerId};
+use crate::envelope;
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use std::collections::{BTreeSet, HashMap, HashSet};
+
+/// Directory of quarantine records.
+pub const QUARANTINE_DIR: &str = "quarantine";
+const KIND: &[u8; 4] = b"QRNT";
+const VERSION: u32 = 1;
+
+/// Key of container `c`'s quarantine record.
+pub fn key(c: ContainerId) -> String {
+    format!("{QUARANTINE_DIR}/{c:016x}")
+}
+
+/// What is quarantined in one container.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Quarantined {
+    /// These chunks (fingerprints in hex).
+    Chunks(HashSet<String>),
+    /// The record is damaged: every chunk of the container.
+    All,
+}
+
+impl Quarantined {
+    /// Whether the chunk `fp` is quarantined.
+    pub fn contains(&self, fp: &Fingerprint) -> bool {
+        match self {
+            Quarantined::All => true,
+            Quarantined::Chunks(s) => s.contains(&fp.to_string()),
+        }
+    }
+}
+
+/// Every quarantine record, by container.
+pub fn load(backend: &dyn Backend) -> Result<HashMap<ContainerId, Quarantined>> {
+    let mut out = HashMap::new();
+    for name in backend.list(QUARANTINE_DIR)? {
+        let Some(c) = container::parse_key_name(&name) else {
+            continue;
+        };
+        let k = key(c);
+        let q = match backend.read(&k) {
+            Ok(bytes) => match decode(&k, &bytes) {
+                Ok(s) => Quarantined::Chunks(s),
+                Err(e) if e.is_damage() || matches!(e, Error::UnsupportedVersion { .. }) => {
+                    Quarantined::All
+                }
+                Err(e) => return Err(e),
+            },
+            Err(Error::NotFound(_)) => continue,
+            Err(e) if e.is_damage() => Quarantined::All,
+            Err(e) => return Err(e),
+        };
+        out.insert(c, q);
+    }
+    Ok(out)
+}
+
+fn decode(key: &str, bytes: &[u8]) -> Result<HashSet<String>> {
+    let payload = envelope::open(key, KIND, VERSION, bytes)?;
+    serde_json::from_slice(payload)
+        .map_err(|e| Error::corrupt(key, format!("undecodable quarantine record: {e}")))
+}
+
+/// Adds `fps` to container `c`'s record (replaced atomically). Returns
+/// whether anything was new.
+pub fn record(
+    backend: &dyn Backend,
+    c: ContainerId,
+    fps: impl IntoIterator<Item = Fingerprint>,
+) -> Result<bool> {
+    let k = key(c);
+    let mut set: BTreeSet<String> = match backend.read(&k).and_then(|b| decode(&k, &b)) {
+        Ok(s) => s.into_iter().collect(),
+        Err(Error::NotFound(_)) => BTreeSet::new(),
+        Err(e) if e.is_damage() => BTreeSet::new(),
+        Err(e) => return Err(e),
+    };
+    let before = set.len();
+    set.extend(fps.into_iter().map(|fp| fp.to_string()));
+    if set.len() == before && before > 0 {
+        return Ok(false);
+    }
+    let payload =
+        serde_json::to_vec(&set).map_err(|e| Error::Pipeline(format!("encoding {k}: {e}")))?;
+    backend.write(&k, &envelope::seal(KIND, VERSION, &payload))?;
+    Ok(true)
+}

@@ -1,0 +1,480 @@
+//! `tessera repair` (issue 20, docs/RECOVERY.md): puts back what can be
+//! proven, never deletes primary data it cannot prove dead.
+//!
+//! In order:
+//! 1. derived state: the `state` copies and lifecycle lineage state copies
+//!    (one intact copy is rewritten to both);
+//! 2. snapshots: a backup whose snapshot is missing or damaged but whose
+//!    commit mark and recipe are intact gets its snapshot back from the
+//!    mark (id, time, label, source, logical bytes, a tree backup's tree
+//!    record; statistics are not recorded there and come back as zeros); a damaged commit mark of an
+//!    intact snapshot is rewritten;
+//! 3. container layout: every container is read and every chunk verified;
+//!    each recipe reference to a chunk that is missing or damaged is
+//!    re-pointed to an intact copy of the same fingerprint in another
+//!    container (stored again by a later backup), the recipe rewritten
+//!    atomically as garbage collection rewrites recipes; the index is
+//!    rebuilt and forgets every damaged chunk, so that the next backup
+//!    stores it again;
+//! 4. with `forget_damaged`, backups still holding unrecoverable chunks are
+//!    deleted (their snapshots; space goes with the next `gc`); otherwise
+//!    they are kept and listed.
+//!
+//! Every action writes a complete new object or replaces one atomically
+//! (write-then-rename): an interrupted repair leaves the repository as
+//! good as before or better, and running it again finishes the job.
+
+use crate::backend::Backend;
+use crate::backend::LockMode;
+use crate::commit::{self, CommitMark};
+use crate::config::Layout;
+use crate::container::{self, Container, ContainerId};
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FingerprintMap};
+use crate::repo::Repository;
+use crate::snapshot::{self, BackupId, Snapshot};
+use lru::LruCache;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+
+/// Options of a repair.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RepairOptions {
+    /// Report what would be done, change nothing.
+    pub dry_run: bool,
+    /// Delete backups that still have unrecoverable chunks after repair.
+    pub forget_damaged: bool,
+}
+
+/// One thing repair did (or, in a dry run, would do).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct RepairAction {
+    /// `state_rewritten`, `lineage_state_rewritten`, `snapshot_recovered`,
+    /// `commit_mark_rewritten`, `recipe_repointed`, `index_rebuilt`,
+    /// `backup_forgotten`.
+    pub kind: String,
+    /// The object written (or deleted).
+    pub object: String,
+    /// What was done.
+    pub detail: String,
+    /// The backups it concerns.
+    pub backups: Vec<BackupId>,
+}
+
+/// A backup that still cannot be restored completely.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Unrepaired {
+    /// The backup.
+    pub backup: BackupId,
+    /// Why.
+    pub reason: String,
+    /// Chunks without an intact copy (container layout; 0 when unknown).
+    pub lost_chunks: u64,
+    /// Their bytes.
+    pub lost_bytes: u64,
+    /// Whether `forget_damaged` deleted it.
+    pub forgotten: bool,
+}
+
+/// What a repair did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RepairReport {
+    /// Nothing was changed.
+    pub dry_run: bool,
+    /// Actions, in the order taken.
+    pub actions: Vec<RepairAction>,
+    /// Backups that still have holes (restore them with `--skip-damaged`).
+    pub unrepaired: Vec<Unrepaired>,
+}
+
+impl RepairReport {
+    fn act(&mut self, kind: &str, object: String, detail: String, backups: Vec<BackupId>) {
+        self.actions.push(RepairAction {
+            kind: kind.into(),
+            object,
+            detail,
+            backups,
+        });
+    }
+}
+
+/// Repairs `repo`, which must be open with [`LockMode::Exclusive`].
+pub fn repair(repo: &Repository, options: RepairOptions) -> Result<RepairReport> {
+    repo.require(LockMode::Exclusive, "repairing the repository")?;
+    let dry = options.dry_run;
+    let backend = repo.backend().as_ref();
+    let mut report = RepairReport {
+        dry_run: dry,
+        ..RepairReport::default()
+    };
+    if repo.repair_state(dry)? {
+        report.act(
+            "state_rewritten",
+            "state".into(),
+            "a copy of the id counters was damaged or missing: both copies rewritten".into(),
+            vec![],
+        );
+    }
+    for name in crate::lifecycle::lineage_names(backend)? {
+        if repair_lineage_state(backend, &name, dry)? {
+            report.act(
+                "lineage_state_rewritten",
+                crate::lifecycle::state_key(&name),
+                "one copy of the lineage state was damaged or missing: both rewritten from the intact one".into(),
+                vec![],
+            );
+        }
+    }
+    recover_snapshots(repo, dry, &mut report)?;
+    if repo.config().layout == Layout::Container && !repo.config().trace {
+        repoint(repo, dry, &mut report)?;
+    }
+    if options.forget_damaged {
+        for u in &mut report.unrepaired {
+            // Only a backup whose snapshot reads (delete needs it); others stay listed.
+            if repo.snapshot(u.backup).is_ok() {
+                if !dry {
+                    repo.delete_backup(u.backup)?;
+                }
+                u.forgotten = true;
+                report.actions.push(RepairAction {
+                    kind: "backup_forgotten".into(),
+                    object: snapshot::snapshot_key(u.backup),
+                    detail: format!(
+                        "backup {} still had {} unrecoverable chunk(s): deleted (--forget-damaged)",
+                        u.backup, u.lost_chunks
+                    ),
+                    backups: vec![u.backup],
+                });
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Rewrites both copies of lineage `name`'s state when exactly one is
+/// intact (both damaged: nothing to rewrite from).
+fn repair_lineage_state(backend: &dyn Backend, name: &str, dry: bool) -> Result<bool> {
+    use crate::lifecycle::{read_state_copy, state_copy_key, state_key, Lineage};
+    let primary = read_state_copy(backend, &state_key(name));
+    let copy = read_state_copy(backend, &state_copy_key(name));
+    let one_bad = |r: &Result<Option<_>>| match r {
+        Ok(None) => Ok(true),
+        Ok(Some(_)) => Ok(false),
+        Err(e) if e.is_damage() || matches!(e, Error::UnsupportedVersion { .. }) => Ok(true),
+        Err(e) => Err(Error::Pipeline(e.to_string())),
+    };
+    let bad = (one_bad(&primary)?, one_bad(&copy)?);
+    if bad.0 == bad.1 {
+        return Ok(false);
+    }
+    if !dry {
+        if let Some(lineage) = Lineage::load(backend, name)? {
+            lineage.save(backend)?;
+        }
+    }
+    Ok(true)
+}
+
+/// Recovers missing or damaged snapshots from commit marks and recipes;
+/// rewrites damaged commit marks of intact snapshots.
+fn recover_snapshots(repo: &Repository, dry: bool, report: &mut RepairReport) -> Result<()> {
+    let backend = repo.backend().as_ref();
+    let snapshots: BTreeSet<BackupId> = repo.backups()?.into_iter().collect();
+    let marks: BTreeSet<BackupId> = repo.commit_marks()?.into_iter().collect();
+    for &id in snapshots.union(&marks) {
+        let snap = match repo.snapshot(id) {
+            Ok(s) => Some(s),
+            Err(Error::NoSuchBackup(_)) => None,
+            Err(e) if e.is_damage() || matches!(e, Error::UnsupportedVersion { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        let mark = if marks.contains(&id) {
+            match backend.read(&commit::mark_key(id)) {
+                Ok(b) => CommitMark::decode(id, &b).ok(),
+                Err(Error::NotFound(_)) => None,
+                Err(e) if e.is_damage() => None,
+                Err(e) => return Err(e),
+            }
+        } else {
+            None
+        };
+        match (snap, mark) {
+            (Some(snap), None) if marks.contains(&id) => {
+                if !dry {
+                    backend.write(&commit::mark_key(id), &CommitMark::of(&snap).encode()?)?;
+                }
+                report.act(
+                    "commit_mark_rewritten",
+                    commit::mark_key(id),
+                    format!("damaged commit mark of backup {id} rewritten from its snapshot"),
+                    vec![id],
+                );
+            }
+            (Some(_), _) => {}
+            (None, Some(mark)) => {
+                let recipe = match repo.recipe(id) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        report.unrepaired.push(Unrepaired {
+                            backup: id,
+                            reason: format!("snapshot and recipe lost: {e}"),
+                            lost_chunks: 0,
+                            lost_bytes: mark.logical_bytes,
+                            forgotten: false,
+                        });
+                        continue;
+                    }
+                };
+                if recipe.logical_bytes() != mark.logical_bytes {
+                    report.unrepaired.push(Unrepaired {
+                        backup: id,
+                        reason: format!(
+                            "snapshot lost; its recipe holds {} bytes, its commit mark says {}: not recovered",
+                            recipe.logical_bytes(),
+                            mark.logical_bytes
+                        ),
+                        lost_chunks: 0,
+                        lost_bytes: mark.logical_bytes,
+                        forgotten: false,
+                    });
+                    continue;
+                }
+                let snap = Snapshot {
+                    id,
+                    time: mark.time,
+                    label: mark.label.clone(),
+                    source: mark.source.clone(),
+                    logical_bytes: mark.logical_bytes,
+                    stats: Default::default(),
+                    tree: mark.tree.clone(),
+                };
+                if !dry {
+                    // Atomic replacement of a damaged snapshot, or a new one.
+                    backend.write(&snapshot::snapshot_key(id), &snap.encode()?)?;
+                }
+                report.act(
+                    "snapshot_recovered",
+                    snapshot::snapshot_key(id),
+                    format!(
+                        "snapshot of backup {id} ({} bytes, label {:?}, source {:?}) rewritten from its commit mark and recipe (run statistics are not recorded there)",
+                        mark.logical_bytes, mark.label, mark.source
+                    ),
+                    vec![id],
+                );
+            }
+            (None, None) => {
+                report.unrepaired.push(Unrepaired {
+                    backup: id,
+                    reason: "snapshot damaged and no readable commit mark to rebuild it from"
+                        .into(),
+                    lost_chunks: 0,
+                    lost_bytes: 0,
+                    forgotten: false,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the scan of every container found.
+#[derive(Default)]
+struct Scan {
+    /// Containers holding an intact copy of each fingerprint, ascending.
+    intact: FingerprintMap<Vec<ContainerId>>,
+    /// Chunks (container, fingerprint) stored but damaged.
+    damaged: HashSet<(ContainerId, Fingerprint)>,
+    /// Containers with any damage (unreadable, or a damaged chunk).
+    damaged_containers: BTreeSet<ContainerId>,
+}
+
+impl Scan {
+    fn is_intact(&self, c: ContainerId, fp: &Fingerprint) -> bool {
+        self.intact
+            .get(fp)
+            .is_some_and(|v| v.binary_search(&c).is_ok())
+    }
+}
+
+/// Reads every container and verifies every chunk (deltas decoded against
+/// their bases).
+fn scan(repo: &Repository) -> Result<Scan> {
+    let backend = repo.backend().as_ref();
+    let algo = repo.fingerprinter();
+    let mut out = Scan::default();
+    let mut bases: LruCache<ContainerId, Option<Arc<Container>>> =
+        LruCache::new(NonZeroUsize::new(8).unwrap_or(NonZeroUsize::MIN));
+    let load = |id: ContainerId| -> Result<Option<Arc<Container>>> {
+        match backend
+            .read(&container::key(id))
+            .and_then(|b| Container::parse(id, b))
+        {
+            Ok(c) => Ok(Some(Arc::new(c))),
+            Err(e) if crate::salvage::lost_reason(&e).is_some() => Ok(None),
+            Err(e) => Err(e),
+        }
+    };
+    for id in repo.containers()? {
+        let Some(ct) = load(id)? else {
+            out.damaged_containers.insert(id);
+            // Unreadable as a whole: every chunk its metadata names is damaged.
+            if let Ok((_, metas)) = container::read_meta(backend, id) {
+                out.damaged.extend(metas.iter().map(|m| (id, m.fp)));
+            }
+            continue;
+        };
+        for (i, m) in ct.metas.iter().enumerate() {
+            let ok = match ct.base(i) {
+                None => algo.hash(ct.chunk(i)) == m.fp,
+                Some(base) => {
+                    if bases.get(&base.container).is_none() {
+                        let b = if base.container == id {
+                            Some(ct.clone())
+                        } else {
+                            load(base.container)?
+                        };
+                        bases.put(base.container, b);
+                    }
+                    match bases.get(&base.container).cloned().flatten() {
+                        Some(bc) => bc
+                            .find(&base.fp)
+                            .filter(|&j| bc.base(j).is_none())
+                            .and_then(|j| crate::delta::decode(bc.chunk(j), ct.chunk(i)).ok())
+                            .is_some_and(|d| algo.hash(&d) == m.fp),
+                        None => false,
+                    }
+                }
+            };
+            if ok {
+                out.intact.entry(m.fp).or_default().push(id);
+            } else {
+                out.damaged.insert((id, m.fp));
+                out.damaged_containers.insert(id);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Re-points recipe references to damaged or missing chunks to intact
+/// copies; lists the backups left with holes; rebuilds the index without
+/// the damaged chunks.
+fn repoint(repo: &Repository, dry: bool, report: &mut RepairReport) -> Result<()> {
+    let backend = repo.backend().as_ref();
+    let scan = scan(repo)?;
+    let already: BTreeSet<BackupId> = report.unrepaired.iter().map(|u| u.backup).collect();
+    for id in repo.retained_backups()? {
+        if already.contains(&id) {
+            continue;
+        }
+        let mut recipe = match repo.recipe(id) {
+            Ok(r) => r,
+            Err(e) if crate::salvage::lost_reason(&e).is_some() => {
+                report.unrepaired.push(Unrepaired {
+                    backup: id,
+                    reason: format!("recipe unreadable: {e}"),
+                    lost_chunks: 0,
+                    lost_bytes: 0,
+                    forgotten: false,
+                });
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        let mut moved: BTreeMap<ContainerId, u64> = BTreeMap::new();
+        let (mut repointed, mut lost, mut lost_bytes) = (0u64, 0u64, 0u64);
+        let mut lost_fps: HashSet<Fingerprint> = HashSet::new();
+        for c in &mut recipe.chunks {
+            if scan.is_intact(c.container, &c.fp) {
+                continue;
+            }
+            match scan.intact.get(&c.fp).and_then(|v| v.last()) {
+                Some(&to) => {
+                    *moved.entry(c.container).or_default() += 1;
+                    c.container = to;
+                    repointed += 1;
+                }
+                None => {
+                    lost += 1;
+                    lost_bytes += u64::from(c.len);
+                    lost_fps.insert(c.fp);
+                }
+            }
+        }
+        if repointed > 0 {
+            if !dry {
+                backend.write(&snapshot::recipe_key(id), &recipe.encode()?)?;
+            }
+            let from: Vec<String> = moved.keys().map(|c| format!("{c:016x}")).collect();
+            report.act(
+                "recipe_repointed",
+                snapshot::recipe_key(id),
+                format!(
+                    "{repointed} reference(s) to damaged or missing chunks (in container(s) {}) re-pointed to intact copies",
+                    from.join(", ")
+                ),
+                vec![id],
+            );
+        }
+        if lost > 0 {
+            report.unrepaired.push(Unrepaired {
+                backup: id,
+                reason: format!(
+                    "{} distinct chunk(s) are damaged or missing and no intact copy exists: restore with --skip-damaged",
+                    lost_fps.len()
+                ),
+                lost_chunks: lost,
+                lost_bytes,
+                forgotten: false,
+            });
+        }
+    }
+    if !scan.damaged_containers.is_empty() {
+        // Quarantine the damaged chunks (persistently: every later index
+        // rebuild leaves them out), then rebuild the index without them.
+        let mut by_container: BTreeMap<ContainerId, Vec<Fingerprint>> = BTreeMap::new();
+        for (c, fp) in &scan.damaged {
+            by_container.entry(*c).or_default().push(*fp);
+        }
+        let mut recorded = 0;
+        for (c, fps) in &by_container {
+            let known = crate::quarantine::load(backend)?;
+            let new = fps
+                .iter()
+                .any(|fp| !known.get(c).is_some_and(|q| q.contains(fp)));
+            if new {
+                if !dry {
+                    crate::quarantine::record(backend, *c, fps.iter().copied())?;
+                }
+                recorded += 1;
+                report.act(
+                    "chunks_quarantined",
+                    crate::quarantine::key(*c),
+                    format!(
+                        "{} damaged chunk(s) of container {c:016x} quarantined: indexes leave them out, the next backup of their data stores them again",
+                        fps.len()
+                    ),
+                    vec![],
+                );
+            }
+        }
+        if recorded > 0 {
+            if !dry {
+                repo.rebuild_index()?;
+            }
+            report.act(
+                "index_rebuilt",
+                "index".into(),
+                format!(
+                    "index rebuilt without the {} quarantined chunk(s): a later repair re-points older backups to the copies the next backups store",
+                    scan.damaged.len()
+                ),
+                vec![],
+            );
+        }
+    }
+    Ok(())
+}
