@@ -35,10 +35,12 @@ generate() {
         head -c "$(($1 << 30))"
 }
 
+# Unencrypted repositories (as measured before encryption existed; init
+# would otherwise ask for a password).
 init_args() {
     case $1 in
-        lifecycle) echo "--layout lifecycle" ;;
-        *) echo "--index $1" ;;
+        lifecycle) echo "--encryption none --layout lifecycle" ;;
+        *) echo "--encryption none --index $1" ;;
     esac
 }
 
