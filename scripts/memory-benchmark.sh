@@ -35,6 +35,8 @@ generate() {
         head -c "$(($1 << 30))"
 }
 
+# Unencrypted repositories (as measured before encryption existed; init
+# would otherwise ask for a password).
 init_args() {
     case $1 in
         lifecycle) echo "--encryption none --layout lifecycle" ;;

@@ -8,7 +8,9 @@
 //!   every backup, unique or duplicate, in arrival order, with its container;
 //! - in memory: a Bloom filter over the table, an LRU cache of fingerprints
 //!   filled by prefetching runs of the metadata log, and this backup's new
-//!   fingerprints.
+//!   fingerprints up to a budget (the rest spills to temporary files,
+//!   [`crate::spill`]); the log entries a commit appends are spilled as they
+//!   are decided and appended a segment at a time.
 //!
 //! The on-disk table is read a *hash slot* at a time: the key space is cut
 //! into `n` slots (the paper's `n` hash buckets, `n = buffer budget /
@@ -58,8 +60,11 @@ use crate::container::{self, ContainerId};
 use crate::envelope::{self, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder, FingerprintMap, FINGERPRINT_LEN};
+use crate::spill::{self, spill_io, SpillMap};
 use fastbloom::BloomFilter;
 use std::collections::{BTreeSet, VecDeque};
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -81,6 +86,39 @@ pub const MAX_WAITING_CHUNKS: u64 = 1 << 16;
 const CACHE_ENTRY_BYTES: u64 = 96;
 /// The smallest Bloom filter.
 const MIN_BLOOM_BITS: u64 = 8192;
+/// In-memory budget of the map of new fingerprints (spilled past it); the
+/// map of their log positions gets half of it, the set of stored
+/// duplicates an eighth.
+const NEW_BUDGET: u64 = 8 << 20;
+/// Log entries held in memory while their chunks wait for a decision or a
+/// container, past which decided ones are spilled unresolved (and resolved
+/// at commit).
+const MAX_TAIL: usize = 2 * MAX_WAITING_CHUNKS as usize;
+
+/// How much of a backup's new-fingerprint state stays in memory.
+#[derive(Clone, Copy, Debug)]
+struct SpillLimits {
+    budget: u64,
+    max_tail: usize,
+}
+
+impl SpillLimits {
+    fn get() -> SpillLimits {
+        #[cfg(test)]
+        if let Some(l) = tests::SPILL_LIMITS.with(std::cell::Cell::get) {
+            return l;
+        }
+        SpillLimits {
+            budget: NEW_BUDGET,
+            max_tail: MAX_TAIL,
+        }
+    }
+
+    /// Empty `new`, `fresh` and `late` maps.
+    fn maps(&self) -> [SpillMap; 3] {
+        [1, 2, 8].map(|div| SpillMap::with_budget(self.budget / div, order_key))
+    }
+}
 
 /// Which lookup method the index uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,14 +299,26 @@ pub struct Lazy {
     log: MetaLog,
     bloom: BloomFilter,
     cache: lru::LruCache<Fingerprint, ContainerId, FingerprintHashBuilder>,
-    /// This backup's new fingerprints (`PENDING` until placed) and those of
-    /// containers newer than the index.
-    new: FingerprintMap<ContainerId>,
-    /// Log entries of the containers newer than the index.
-    scanned: Vec<Entry>,
-    /// This backup's chunks in stream order with their containers
-    /// (`PENDING` for chunks stored by this backup).
-    stream: Vec<Entry>,
+    /// This backup's new fingerprints (`PENDING` until placed), those of
+    /// containers newer than the index and the stored duplicates (spilled
+    /// to temporary files past `limits.budget`).
+    new: SpillMap,
+    /// Entries of `new` that are placed (not `PENDING`).
+    placed_new: u64,
+    /// The fingerprints of `new` with the position of their first entry in
+    /// `appends` (those of `late` get theirs at commit).
+    fresh: SpillMap,
+    /// Entries of `fresh`.
+    fresh_len: u64,
+    /// Stored duplicates (a rewriting policy's copies) that `new` did not
+    /// hold: their first log position is found at commit.
+    late: SpillMap,
+    late_len: u64,
+    /// The log entries to append: those of the containers newer than the
+    /// index, then this backup's chunks in stream order with their
+    /// containers (`PENDING` for chunks stored by this backup).
+    appends: Appends,
+    limits: SpillLimits,
     buffer: FingerprintMap<Buffered>,
     buckets: Vec<Vec<Fingerprint>>,
     cycles: hashbrown::HashMap<u64, Vec<Fingerprint>>,
@@ -322,13 +372,21 @@ impl Lazy {
             .range(index.manifest.next_container..)
             .copied()
             .collect();
-        let (new, scanned) = (&mut index.new, &mut index.scanned);
+        let (new, fresh, appends) = (&mut index.new, &mut index.fresh, &mut index.appends);
+        let (mut added, mut failed) = (0, Ok(()));
         super::scan_containers(index.backend.as_ref(), &newer, |id, metas| {
             for m in metas {
-                new.entry(m.fp).or_insert(id);
-                scanned.push((m.fp, id));
+                if failed.is_ok() {
+                    failed = scan_entry(new, fresh, appends, (m.fp, id)).map(|first| {
+                        added += u64::from(first);
+                    });
+                }
             }
         })?;
+        failed?;
+        index.appends.scanned = index.appends.written;
+        index.placed_new = added;
+        index.fresh_len = added;
         index.stats.containers_scanned = newer.len() as u64;
         index.note_memory();
         Ok(index)
@@ -361,6 +419,8 @@ impl Lazy {
         };
         let cache_entries = std::num::NonZeroUsize::new(params.cache_entries())
             .unwrap_or(std::num::NonZeroUsize::MIN);
+        let limits = SpillLimits::get();
+        let [new, fresh, late] = limits.maps();
         Lazy {
             table: Table::new(LAZY_PREFIX, manifest.table),
             log: MetaLog::new(LAZY_PREFIX, manifest.log_generation, manifest.log_len),
@@ -374,9 +434,14 @@ impl Lazy {
             manifest,
             bloom,
             cache: lru::LruCache::with_hasher(cache_entries, FingerprintHashBuilder),
-            new: FingerprintMap::default(),
-            scanned: Vec::new(),
-            stream: Vec::new(),
+            new,
+            placed_new: 0,
+            fresh,
+            fresh_len: 0,
+            late,
+            late_len: 0,
+            appends: Appends::default(),
+            limits,
             buffer: FingerprintMap::default(),
             buckets: vec![Vec::new(); params.slots()],
             cycles: hashbrown::HashMap::new(),
@@ -393,10 +458,24 @@ impl Lazy {
     }
 
     /// Records `chunks`' decision (the first gets `first`, repeats follow it).
-    fn emit(&mut self, chunks: Vec<Chunk>, first: Decision, decided: &mut Vec<(Chunk, Decision)>) {
+    fn emit(
+        &mut self,
+        chunks: Vec<Chunk>,
+        first: Decision,
+        decided: &mut Vec<(Chunk, Decision)>,
+    ) -> Result<()> {
         if first == Decision::Unique {
             if let Some(c) = chunks.first() {
-                self.new.insert(c.fp, PENDING);
+                self.new.insert(c.fp, PENDING)?;
+                // Its first log position (the earliest, should it come again).
+                let pos = self.appends.scanned + c.seq;
+                match self.fresh.insert(c.fp, pos)? {
+                    None => self.fresh_len += 1,
+                    Some(old) if old < pos => {
+                        self.fresh.insert(c.fp, old)?;
+                    }
+                    Some(_) => {}
+                }
             }
         }
         let oldest = self.oldest_undecided().map(|(seq, _)| seq);
@@ -410,12 +489,12 @@ impl Lazy {
                 self.waiting.insert(chunk.seq, chunk.len);
                 self.waiting_bytes += u64::from(chunk.len);
             }
-            if let (Decision::Duplicate(c), Some(e)) = (d, self.stream.get_mut(chunk.seq as usize))
-            {
+            if let (Decision::Duplicate(c), Some(e)) = (d, self.appends.entry_mut(chunk.seq)) {
                 e.1 = c;
             }
             decided.push((chunk, d));
         }
+        Ok(())
     }
 
     /// Algorithm 1 for a chunk the Bloom filter calls new.
@@ -430,14 +509,14 @@ impl Lazy {
 
     /// Decides one chunk as it arrives (or buffers it).
     fn offer(&mut self, chunk: Chunk, decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
-        if self.stream.len() as u64 != chunk.seq {
+        if self.appends.stream_len() != chunk.seq {
             return Err(Error::Pipeline(format!(
                 "chunk {} offered out of order (expected {})",
                 chunk.seq,
-                self.stream.len()
+                self.appends.stream_len()
             )));
         }
-        self.stream.push((chunk.fp, PENDING));
+        self.appends.tail.push_back((chunk.fp, PENDING));
         self.stats.lookups += 1;
         let fp = chunk.fp;
         if let Some(b) = self.buffer.get_mut(&fp) {
@@ -446,13 +525,13 @@ impl Lazy {
             self.uniques = 0;
             return Ok(());
         }
-        match self.new.get(&fp) {
-            Some(&PENDING) => {
+        match self.new.get(&fp)? {
+            Some(PENDING) => {
                 decided.push((chunk, Decision::InternalDuplicate));
                 return Ok(());
             }
-            Some(&c) => {
-                self.emit(vec![chunk], Decision::Duplicate(c), decided);
+            Some(c) => {
+                self.emit(vec![chunk], Decision::Duplicate(c), decided)?;
                 return Ok(());
             }
             None => {}
@@ -460,7 +539,7 @@ impl Lazy {
         if !self.bloom.contains_hash(bloom_hash(&fp)) {
             self.stats.bloom_negatives += 1;
             self.count_unique();
-            self.emit(vec![chunk], Decision::Unique, decided);
+            self.emit(vec![chunk], Decision::Unique, decided)?;
             return Ok(());
         }
         self.rank += self.uniques;
@@ -470,13 +549,13 @@ impl Lazy {
             self.stats.prelookup_hits += 1;
             self.stats.cache_hits += 1;
             self.rank += 1;
-            self.emit(vec![chunk], Decision::Duplicate(c), decided);
+            self.emit(vec![chunk], Decision::Duplicate(c), decided)?;
             return Ok(());
         }
         match self.params.mode {
             Mode::Eager => {
                 let d = self.lookup_one(&fp)?;
-                self.emit(vec![chunk], d, decided);
+                self.emit(vec![chunk], d, decided)?;
             }
             Mode::Lazy => {
                 if self.rank >= self.params.prefetch {
@@ -509,7 +588,7 @@ impl Lazy {
         let limit = self.params.buffer_bytes();
         while let Some((seq, bucket)) = self.oldest_undecided() {
             let held = self.buffered_bytes + self.waiting_bytes;
-            let behind = self.stream.len() as u64 - seq;
+            let behind = self.appends.stream_len() - seq;
             if held <= limit && behind <= MAX_WAITING_CHUNKS {
                 self.stats.buffer_peak_bytes = self.stats.buffer_peak_bytes.max(held);
                 break;
@@ -676,7 +755,7 @@ impl Lazy {
             };
             let Some(&pos) = found.get(&fp) else {
                 self.stats.bloom_false_positives += 1;
-                self.emit(b.chunks, Decision::Unique, decided);
+                self.emit(b.chunks, Decision::Unique, decided)?;
                 continue;
             };
             // An earlier prefetch of this flush may have brought it in.
@@ -684,7 +763,7 @@ impl Lazy {
             if let Some(&c) = self.cache.get(&fp) {
                 self.stats.postlookup_hits += 1;
                 self.stats.cache_hits += 1;
-                self.emit(b.chunks, Decision::Duplicate(c), decided);
+                self.emit(b.chunks, Decision::Duplicate(c), decided)?;
                 continue;
             }
             let rank = b.cycle.map(|_| b.rank);
@@ -692,9 +771,9 @@ impl Lazy {
                 Some(c) => Decision::Duplicate(c),
                 None => Decision::Unique,
             };
-            self.emit(b.chunks, decision, decided);
+            self.emit(b.chunks, decision, decided)?;
             if let Some(cycle) = b.cycle {
-                self.postlookup(cycle, decided);
+                self.postlookup(cycle, decided)?;
             }
         }
         Ok(())
@@ -710,9 +789,9 @@ impl Lazy {
     }
 
     /// Looks the buffered fingerprints of `cycle` up in the cache after a prefetch.
-    fn postlookup(&mut self, cycle: u64, decided: &mut Vec<(Chunk, Decision)>) {
+    fn postlookup(&mut self, cycle: u64, decided: &mut Vec<(Chunk, Decision)>) -> Result<()> {
         let Some(members) = self.cycles.remove(&cycle) else {
-            return;
+            return Ok(());
         };
         let mut keep = Vec::new();
         for fp in members {
@@ -728,7 +807,7 @@ impl Lazy {
                 self.stats.cache_hits += 1;
                 if let Some(b) = self.take_buffered(&fp) {
                     self.buckets[b.bucket].retain(|f| *f != fp);
-                    self.emit(b.chunks, Decision::Duplicate(c), decided);
+                    self.emit(b.chunks, Decision::Duplicate(c), decided)?;
                 }
                 continue;
             }
@@ -742,42 +821,85 @@ impl Lazy {
         if !keep.is_empty() {
             self.cycles.entry(cycle).or_default().extend(keep);
         }
+        Ok(())
+    }
+
+    /// The stream position of the oldest undecided chunk (without
+    /// forgetting anything, unlike [`Lazy::oldest_undecided`]).
+    fn oldest_seq(&self) -> Option<u64> {
+        self.oldest
+            .iter()
+            .find_map(|&(seq, fp)| match self.buffer.get(&fp) {
+                Some(b) if b.seq == seq => Some(seq),
+                _ => None,
+            })
+    }
+
+    /// Writes the decided log entries before the oldest undecided chunk to
+    /// the spill file, with the containers of the chunks stored by this
+    /// backup once placed (all of them, resolved, at `commit`).
+    fn drain_decided(&mut self, commit: bool) -> Result<()> {
+        let limit = match commit {
+            true => u64::MAX,
+            false => self.oldest_seq().unwrap_or(u64::MAX),
+        };
+        while let Some(&(fp, c)) = self.appends.tail.front() {
+            if self.appends.tail_start() >= limit {
+                break;
+            }
+            let c = match c {
+                PENDING => match self.new.get(&fp)? {
+                    Some(c) if c != PENDING => c,
+                    _ if commit => return Err(never_stored(&fp)),
+                    _ if self.appends.tail.len() > self.limits.max_tail => PENDING,
+                    _ => break,
+                },
+                c => c,
+            };
+            self.appends.tail.pop_front();
+            self.appends.write((fp, c))?;
+        }
+        Ok(())
     }
 
     /// Appends this backup's log entries, merges its new fingerprints into
     /// a new table generation and switches the manifest to it.
     fn append_and_merge(&mut self, next_container: ContainerId) -> Result<()> {
-        let mut append = std::mem::take(&mut self.scanned);
-        append.reserve(self.stream.len());
-        for (fp, c) in std::mem::take(&mut self.stream) {
-            let c = if c == PENDING {
-                match self.new.get(&fp) {
-                    Some(&c) if c != PENDING => c,
-                    _ => {
-                        return Err(Error::Pipeline(format!(
-                            "chunk {fp} was decided new but never stored"
-                        )))
-                    }
-                }
-            } else {
-                c
-            };
-            append.push((fp, c));
-        }
+        self.drain_decided(true)?;
         let base = self.log.len();
-        let mut fresh: FingerprintMap<u64> = FingerprintMap::default();
-        for (i, (fp, _)) in append.iter().enumerate() {
-            if self.new.contains_key(fp) {
-                fresh.entry(*fp).or_insert(base + i as u64);
-            }
-        }
-        let mut fresh: Vec<(Fingerprint, u64)> = fresh.into_iter().collect();
-        fresh.sort_unstable_by_key(|e| order_key(&e.0));
         let mut referenced: BTreeSet<ContainerId> =
             self.manifest.referenced.iter().copied().collect();
-        referenced.extend(append.iter().map(|e| e.1));
-        self.log.append(self.backend.as_ref(), &append)?;
-        let (table, bloom) = self.merge(&fresh)?;
+        let count = self.appends.written;
+        let file = self.appends.take_file()?;
+        let mut appender = self.log.appender(self.backend.as_ref())?;
+        if let Some(file) = &file {
+            let mut r = spill::reader(file)?;
+            for i in 0..count {
+                let mut buf = [0u8; APPEND_RECORD];
+                r.read_exact(&mut buf).map_err(spill_io)?;
+                let mut fp = Fingerprint([0; FINGERPRINT_LEN]);
+                fp.0.copy_from_slice(&buf[..FINGERPRINT_LEN]);
+                let c = u64::from_le_bytes(le8(&buf[FINGERPRINT_LEN..]));
+                let c = match c {
+                    PENDING => match self.new.get(&fp)? {
+                        Some(c) if c != PENDING => c,
+                        _ => return Err(never_stored(&fp)),
+                    },
+                    c => c,
+                };
+                if self.late_len > 0
+                    && self.late.get(&fp)?.is_some()
+                    && self.fresh.get(&fp)?.is_none()
+                {
+                    self.fresh.insert(fp, i)?;
+                    self.fresh_len += 1;
+                }
+                referenced.insert(c);
+                appender.push((fp, c))?;
+            }
+        }
+        appender.finish()?;
+        let (table, bloom) = self.merge(base)?;
         let manifest = Manifest {
             next_container,
             table: *table.meta(),
@@ -793,9 +915,10 @@ impl Lazy {
         Ok(())
     }
 
-    /// The old table merged with `fresh` (sorted in table order; an old entry wins).
-    fn merge(&self, fresh: &[(Fingerprint, u64)]) -> Result<(Table, BloomFilter)> {
-        let upper = self.manifest.table.entries + fresh.len() as u64;
+    /// The old table merged with `fresh` (its positions relative to `base`;
+    /// an old entry wins).
+    fn merge(&mut self, base: u64) -> Result<(Table, BloomFilter)> {
+        let upper = self.manifest.table.entries + self.fresh_len;
         let generation = self.manifest.table.generation + 1;
         let p = &self.params;
         let mut buckets = table::buckets_for(upper, p.bucket_bytes);
@@ -814,21 +937,23 @@ impl Lazy {
                 bloom: p.new_bloom(upper),
                 overflow: false,
             };
-            let mut next = fresh.iter().peekable();
+            let mut next = self.fresh.sorted()?;
             self.table.scan(backend, |fp, pos| {
                 let key = order_key(&fp);
-                while let Some(&&(nfp, npos)) = next.peek() {
+                while let Some((nfp, npos)) = next.peek()? {
                     if order_key(&nfp) >= key {
                         break;
                     }
-                    out.emit(nfp, npos)?;
-                    next.next();
+                    out.emit(nfp, base + npos)?;
+                    next.next()?;
                 }
-                next.next_if(|n| n.0 == fp);
+                if next.peek()?.is_some_and(|n| n.0 == fp) {
+                    next.next()?;
+                }
                 out.emit(fp, pos)
             })?;
-            for &(fp, pos) in next {
-                out.emit(fp, pos)?;
+            while let Some((fp, pos)) = next.next()? {
+                out.emit(fp, base + pos)?;
             }
             if out.overflow {
                 buckets = table::grow(buckets, doublings)?;
@@ -842,13 +967,98 @@ impl Lazy {
     fn note_memory(&mut self) {
         let bloom = (self.bloom.num_bits() / 8) as u64;
         let cache = self.cache.len() as u64 * CACHE_ENTRY_BYTES;
-        let now = bloom + cache + self.stats.buffer_peak_bytes + self.new.allocation_size() as u64;
+        let new = self.new.memory() + self.fresh.memory() + self.late.memory();
+        let tail = (self.appends.tail.capacity() * APPEND_RECORD) as u64;
+        let now = bloom + cache + self.stats.buffer_peak_bytes + new + tail;
         self.stats.memory_bytes = self.stats.memory_bytes.max(now);
         self.stats.bloom_bytes = bloom;
-        self.stats.entries = self.manifest.table.entries
-            + self.new.values().filter(|&&c| c != PENDING).count() as u64;
+        self.stats.entries = self.manifest.table.entries + self.placed_new;
         self.stats.table_bytes = self.manifest.table.total_bytes();
     }
+}
+
+/// Bytes of one log entry in the spill file of [`Appends`].
+const APPEND_RECORD: usize = FINGERPRINT_LEN + 8;
+
+/// The log entries a commit appends, spilled to an unnamed temporary file
+/// as they are decided: the entries of the containers newer than the index
+/// (`scanned`), then this backup's chunks in stream order. The `tail`, this
+/// backup's chunks from stream position `written - scanned` on, stays in
+/// memory while a decision or a container may still change it.
+#[derive(Default)]
+struct Appends {
+    file: Option<BufWriter<File>>,
+    /// Entries in the file.
+    written: u64,
+    /// Entries of the containers newer than the index (the file's first).
+    scanned: u64,
+    tail: VecDeque<Entry>,
+}
+
+impl Appends {
+    fn len(&self) -> u64 {
+        self.written + self.tail.len() as u64
+    }
+
+    /// Chunks of this backup offered so far.
+    fn stream_len(&self) -> u64 {
+        self.len() - self.scanned
+    }
+
+    /// The stream position of the tail's first entry.
+    fn tail_start(&self) -> u64 {
+        self.written - self.scanned
+    }
+
+    /// The entry of stream position `seq`, if still in memory.
+    fn entry_mut(&mut self, seq: u64) -> Option<&mut Entry> {
+        let i = seq.checked_sub(self.tail_start())?;
+        self.tail.get_mut(usize::try_from(i).ok()?)
+    }
+
+    /// Appends an entry to the file.
+    fn write(&mut self, (fp, c): Entry) -> Result<()> {
+        let w = match &mut self.file {
+            Some(w) => w,
+            None => self
+                .file
+                .insert(BufWriter::with_capacity(1 << 16, spill::temp_file()?)),
+        };
+        w.write_all(&fp.0).map_err(spill_io)?;
+        w.write_all(&c.to_le_bytes()).map_err(spill_io)?;
+        self.written += 1;
+        Ok(())
+    }
+
+    /// The file, flushed (`None` if nothing was written).
+    fn take_file(&mut self) -> Result<Option<File>> {
+        self.file
+            .take()
+            .map(|w| w.into_inner().map_err(|e| spill_io(e.into_error())))
+            .transpose()
+    }
+}
+
+/// Adds a log entry of a container newer than the index: its fingerprint
+/// joins `new` and `fresh` unless an earlier entry brought it (returns
+/// whether it did).
+fn scan_entry(
+    new: &mut SpillMap,
+    fresh: &mut SpillMap,
+    appends: &mut Appends,
+    (fp, id): Entry,
+) -> Result<bool> {
+    let first = new.get(&fp)?.is_none();
+    if first {
+        new.insert(fp, id)?;
+        fresh.insert(fp, appends.written)?;
+    }
+    appends.write((fp, id))?;
+    Ok(first)
+}
+
+fn never_stored(fp: &Fingerprint) -> Error {
+    Error::Pipeline(format!("chunk {fp} was decided new but never stored"))
 }
 
 /// The table buckets of hash slot `slot` of `slots`: those holding the keys
@@ -962,6 +1172,7 @@ impl DedupIndex for Lazy {
         for chunk in batch {
             self.offer(chunk, decided)?;
         }
+        self.drain_decided(false)?;
         self.note_memory();
         Ok(())
     }
@@ -975,10 +1186,18 @@ impl DedupIndex for Lazy {
     }
 
     fn placed(&mut self, stored: &[(Fingerprint, ContainerId)]) -> Result<()> {
-        for (fp, c) in stored {
-            self.new.insert(*fp, *c);
+        for &(fp, c) in stored {
+            match self.new.insert(fp, c)? {
+                Some(PENDING) => self.placed_new += 1,
+                Some(_) => {}
+                None => {
+                    self.placed_new += 1;
+                    self.late.insert(fp, 0)?;
+                    self.late_len += 1;
+                }
+            }
         }
-        Ok(())
+        self.drain_decided(false)
     }
 
     fn relocate(&mut self, _removed: &BTreeSet<ContainerId>, _moved: &Relocations) -> Result<()> {
@@ -1006,15 +1225,15 @@ impl DedupIndex for Lazy {
             self.manifest = manifest;
             self.bloom = bloom;
             self.stats.rebuilt = true;
-        } else if !self.stream.is_empty() || !self.scanned.is_empty() {
+        } else if self.appends.len() > 0 {
             self.append_and_merge(next_container)?;
         } else if next_container > self.manifest.next_container {
             self.manifest.next_container = next_container;
             self.backend.write(MANIFEST_KEY, &self.manifest.encode())?;
         }
-        self.new.clear();
-        self.stream.clear();
-        self.scanned.clear();
+        [self.new, self.fresh, self.late] = self.limits.maps();
+        (self.placed_new, self.fresh_len, self.late_len) = (0, 0, 0);
+        self.appends = Appends::default();
         self.stale = false;
         self.note_memory();
         Ok(())

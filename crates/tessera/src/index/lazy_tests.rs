@@ -366,3 +366,123 @@ proptest! {
         }
     }
 }
+
+thread_local! {
+    /// Spill limits of the indexes this thread opens (`None`: the defaults).
+    pub(super) static SPILL_LIMITS: std::cell::Cell<Option<SpillLimits>> =
+        const { std::cell::Cell::new(None) };
+}
+
+/// What a run of [`spill_run`] observed: each backup's decisions and
+/// statistics (without timings and memory) and the index objects at the end.
+type SpillRun = (Vec<Vec<Decision>>, Vec<String>, Vec<(String, Vec<u8>)>);
+
+/// Backs up [`versions`] with `mode` and the spill `limits`: each backup
+/// places its unique chunks and, as a rewriting policy would, every 40th
+/// duplicate; a container written behind the index's back before the third
+/// backup makes its open scan it.
+fn spill_run(mode: Mode, limits: Option<SpillLimits>) -> SpillRun {
+    SPILL_LIMITS.with(|l| l.set(limits));
+    let backend = mem();
+    let mut sim = Sim::new(backend.clone(), 64, CHUNK_LEN);
+    let p = LazyParams {
+        memory_bytes: 200 << 10,
+        bft: 8,
+        prefetch: 64,
+        part_buckets: 4096,
+        ..params(mode)
+    };
+    let (mut decisions, mut stats) = (Vec::new(), Vec::new());
+    for (n, stream) in versions(4).into_iter().enumerate() {
+        if n == 2 {
+            let fps: Vec<Fingerprint> = (0..100).chain(50_000..51_000).map(fp).collect();
+            sim.write(sim.next, &fps);
+            sim.next += 1;
+        }
+        let ids = sim.ids();
+        let mut index = Lazy::open(backend.clone(), &ids, p).unwrap();
+        let mut filling = sim.filling();
+        let mut reorder = Reorder::default();
+        let mut out = Vec::new();
+        let chunks: Vec<Chunk> = (stream.iter().enumerate())
+            .map(|(seq, &i)| Chunk {
+                seq: seq as u64,
+                fp: fp(i),
+                len: CHUNK_LEN,
+                data: None,
+            })
+            .collect();
+        let mut parts = chunks.chunks(300);
+        loop {
+            let mut decided = Vec::new();
+            let last = match parts.next() {
+                Some(part) => {
+                    index.submit(part.to_vec(), &mut decided).unwrap();
+                    false
+                }
+                None => {
+                    index.finish(&mut decided).unwrap();
+                    true
+                }
+            };
+            let mut ready = Vec::new();
+            reorder.push(decided, &mut ready);
+            let mut placed = Vec::new();
+            for (c, d) in ready {
+                let rewrite = matches!(d, Decision::Duplicate(_)) && c.seq % 40 == 0;
+                if d == Decision::Unique || rewrite {
+                    placed.push((c.fp, filling.place(c.fp)));
+                }
+                out.push(d);
+            }
+            index.placed(&placed).unwrap();
+            if last {
+                break;
+            }
+        }
+        sim.finish(filling);
+        index.commit(sim.next).unwrap();
+        let s = IndexStats {
+            memory_bytes: 0,
+            disk_seconds: 0.0,
+            prefetch_seconds: 0.0,
+            ..index.stats()
+        };
+        stats.push(format!("{s:?}"));
+        decisions.push(out);
+    }
+    SPILL_LIMITS.with(|l| l.set(None));
+    let objects = backend
+        .list(LAZY_PREFIX)
+        .unwrap()
+        .into_iter()
+        .map(|name| {
+            let key = format!("{LAZY_PREFIX}/{name}");
+            let bytes = backend.read(&key).unwrap();
+            (key, bytes)
+        })
+        .collect();
+    (decisions, stats, objects)
+}
+
+#[test]
+fn spilling_changes_no_decision_lookup_or_object() {
+    for mode in [Mode::Lazy, Mode::Eager] {
+        let (d, s, o) = spill_run(mode, None);
+        // Tiny maps (~900 entries each in memory) and no tail: the new
+        // fingerprints, their log positions, the rewritten duplicates and
+        // unplaced log entries all spill.
+        let tiny = SpillLimits {
+            budget: 0,
+            max_tail: 0,
+        };
+        let (td, ts, to) = spill_run(mode, Some(tiny));
+        assert_eq!(d, td, "{mode:?} decisions");
+        assert_eq!(s, ts, "{mode:?} statistics");
+        assert_eq!(o.len(), to.len());
+        for ((k, b), (tk, tb)) in o.iter().zip(&to) {
+            assert_eq!(k, tk);
+            assert!(b == tb, "{mode:?}: {k} differs");
+        }
+    }
+}

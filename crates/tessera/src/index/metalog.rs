@@ -13,7 +13,8 @@
 //! the log (u64) and the page's bytes `0..PAGE_BYTES-4`. Every page but the
 //! last of the log is full. Only positions below the length recorded in the
 //! index manifest are valid; appending rewrites the last, partly filled
-//! segment whole (objects are written atomically).
+//! segment whole (objects are written atomically), streamed a segment at a
+//! time ([`Appender`]).
 
 use crate::backend::Backend;
 use crate::container::ContainerId;
@@ -168,29 +169,83 @@ impl MetaLog {
         if entries.is_empty() {
             return Ok(());
         }
-        let first_segment = self.len / SEGMENT_ENTRIES;
-        let segment_start = first_segment * SEGMENT_ENTRIES;
-        let (mut pending, _) = self.read(backend, segment_start, self.len - segment_start)?;
-        pending.extend_from_slice(entries);
-        for (i, run) in pending.chunks(SEGMENT_ENTRIES as usize).enumerate() {
-            let segment = first_segment + i as u64;
-            let mut bytes =
-                Vec::with_capacity(run.len().div_ceil(PAGE_ENTRIES as usize) * PAGE_BYTES);
-            for (j, page_entries) in run.chunks(PAGE_ENTRIES as usize).enumerate() {
-                let index = segment * SEGMENT_PAGES + j as u64;
-                let start = bytes.len();
-                bytes.extend_from_slice(&(page_entries.len() as u32).to_le_bytes());
-                for (fp, c) in page_entries {
-                    bytes.extend_from_slice(&fp.0);
-                    bytes.extend_from_slice(&c.to_le_bytes());
-                }
-                bytes.resize(start + PAGE_BYTES - 4, 0);
-                let crc = page_crc(self.generation, index, &bytes[start..]);
-                bytes.extend_from_slice(&crc.to_le_bytes());
-            }
-            backend.write(&segment_key(&self.prefix, self.generation, segment), &bytes)?;
+        let mut appender = self.appender(backend)?;
+        for &e in entries {
+            appender.push(e)?;
         }
-        self.len += entries.len() as u64;
+        appender.finish()
+    }
+
+    /// A streamed append: entries pushed to it are written a segment at a
+    /// time (the same objects [`MetaLog::append`] writes), so that only one
+    /// segment's entries are held in memory.
+    pub fn appender<'a>(&'a mut self, backend: &'a dyn Backend) -> Result<Appender<'a>> {
+        let segment = self.len / SEGMENT_ENTRIES;
+        let segment_start = segment * SEGMENT_ENTRIES;
+        let (pending, _) = self.read(backend, segment_start, self.len - segment_start)?;
+        Ok(Appender {
+            log: self,
+            backend,
+            segment,
+            pending,
+            pushed: 0,
+        })
+    }
+
+    fn write_segment(&self, backend: &dyn Backend, segment: u64, run: &[Entry]) -> Result<()> {
+        let mut bytes = Vec::with_capacity(run.len().div_ceil(PAGE_ENTRIES as usize) * PAGE_BYTES);
+        for (j, page_entries) in run.chunks(PAGE_ENTRIES as usize).enumerate() {
+            let index = segment * SEGMENT_PAGES + j as u64;
+            let start = bytes.len();
+            bytes.extend_from_slice(&(page_entries.len() as u32).to_le_bytes());
+            for (fp, c) in page_entries {
+                bytes.extend_from_slice(&fp.0);
+                bytes.extend_from_slice(&c.to_le_bytes());
+            }
+            bytes.resize(start + PAGE_BYTES - 4, 0);
+            let crc = page_crc(self.generation, index, &bytes[start..]);
+            bytes.extend_from_slice(&crc.to_le_bytes());
+        }
+        backend.write(&segment_key(&self.prefix, self.generation, segment), &bytes)
+    }
+}
+
+/// A streamed append to a [`MetaLog`] ([`MetaLog::appender`]).
+pub struct Appender<'a> {
+    log: &'a mut MetaLog,
+    backend: &'a dyn Backend,
+    /// The segment `pending` fills.
+    segment: u64,
+    /// Entries of that segment (its old entries first).
+    pending: Vec<Entry>,
+    pushed: u64,
+}
+
+impl Appender<'_> {
+    /// Appends one entry; writes its segment once full.
+    pub fn push(&mut self, entry: Entry) -> Result<()> {
+        self.pending.push(entry);
+        self.pushed += 1;
+        if self.pending.len() as u64 == SEGMENT_ENTRIES {
+            self.log
+                .write_segment(self.backend, self.segment, &self.pending)?;
+            self.segment += 1;
+            self.pending.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes the last, partly filled segment; the log's length then counts
+    /// the pushed entries.
+    pub fn finish(self) -> Result<()> {
+        if self.pushed == 0 {
+            return Ok(());
+        }
+        if !self.pending.is_empty() {
+            self.log
+                .write_segment(self.backend, self.segment, &self.pending)?;
+        }
+        self.log.len += self.pushed;
         Ok(())
     }
 }
