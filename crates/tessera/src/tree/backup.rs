@@ -569,6 +569,9 @@ impl TreeFeed<'_> {
                     .push(format!("{}: {what} not backed up", path.display()));
             }
         }
+        // The walk is done: stop reading the parent's catalog (before the
+        // back end commits, and in the lifecycle layout arranges).
+        self.parent = None;
         self.tree.catalog_offset = self.offset;
         self.tree.files = self.files;
         self.tree.entries = self.catalog.count();
