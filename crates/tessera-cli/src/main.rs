@@ -77,6 +77,13 @@ enum Command {
         /// Tree backups: do not descend into other file systems.
         #[arg(long)]
         one_file_system: bool,
+        /// Tree backups: reuse the unchanged files of this backup (default:
+        /// the latest tree backup of the same source).
+        #[arg(long, value_name = "ID", conflicts_with = "force")]
+        parent: Option<u64>,
+        /// Tree backups: read every file, even those unchanged since the parent.
+        #[arg(long)]
+        force: bool,
         /// A fingerprint trace (Destor text or FSL hashfile) to replay instead of data.
         #[arg(long, value_name = "FILE")]
         trace: Option<PathBuf>,
@@ -606,6 +613,8 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             inputs,
             exclude,
             one_file_system,
+            parent,
+            force,
             trace,
             label,
             source,
@@ -614,6 +623,8 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             let tree = TreeBackupOptions {
                 excludes: exclude,
                 one_file_system,
+                parent,
+                force,
             };
             return backup_cmd(
                 &repo,
@@ -1038,8 +1049,13 @@ fn backup_cmd(
     access: &Access,
 ) -> Result<ExitCode> {
     let tree = trace.is_none() && is_tree(inputs);
-    if !tree && (!tree_options.excludes.is_empty() || tree_options.one_file_system) {
-        bail!("--exclude and --one-file-system apply to directory backups only");
+    if !tree
+        && (!tree_options.excludes.is_empty()
+            || tree_options.one_file_system
+            || tree_options.parent.is_some()
+            || tree_options.force)
+    {
+        bail!("--exclude, --one-file-system, --parent and --force apply to directory backups only");
     }
     let paths: Vec<PathBuf> = inputs.iter().map(PathBuf::from).collect();
     let source = match source {
@@ -1181,6 +1197,18 @@ fn backup_cmd(
                 human(t.catalog_offset),
                 human(t.catalog_bytes),
                 t.skipped
+            );
+            let parent = match t.parent {
+                Some(p) => format!("parent backup {p}"),
+                None => "no parent".into(),
+            };
+            println!(
+                "files: {} new, {} changed, {} unmodified ({parent}); {} read, {} reused unread",
+                t.files_new,
+                t.files_changed,
+                t.files_unmodified,
+                human(t.bytes_read),
+                human(t.bytes_reused)
             );
         }
     }

@@ -427,3 +427,143 @@ fn an_unreadable_file_makes_an_incomplete_backup() {
     let listed = String::from_utf8_lossy(&listed.stdout);
     assert_eq!(listed.trim(), src.join("fine").display().to_string());
 }
+
+/// `backup --json` of `src` (with `extra` arguments) into `repo`.
+fn backup_json(repo: &Path, src: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args: Vec<&OsStr> = vec!["backup".as_ref(), "--json".as_ref()];
+    args.extend(extra.iter().map(|a| OsStr::new(*a)));
+    args.extend([repo.as_os_str(), src.as_os_str()]);
+    json(&ok(args))
+}
+
+/// Restores backup `id` of `repo` into a fresh directory and compares it
+/// with `src` (metadata-exact).
+fn assert_restores(dir: &Path, repo: &Path, id: u64, src: &Path) {
+    let target = dir.join(format!(
+        "out-{}-{id}",
+        repo.file_name().unwrap().to_string_lossy()
+    ));
+    ok([
+        "restore".as_ref(),
+        repo.as_os_str(),
+        id.to_string().as_ref(),
+        target.as_os_str(),
+    ]);
+    assert_same_tree(src, &restored(&target, src));
+}
+
+/// New, changed and unmodified files and the bytes read of a tree backup.
+fn file_counts(b: &serde_json::Value) -> (u64, u64, u64, u64) {
+    let t = &b["tree"];
+    let n = |k: &str| t[k].as_u64().unwrap_or_else(|| panic!("{k} missing: {b}"));
+    (
+        n("files_new"),
+        n("files_changed"),
+        n("files_unmodified"),
+        n("bytes_read"),
+    )
+}
+
+#[test]
+fn unchanged_files_are_not_read_in_both_layouts() {
+    let dir = tempfile::tempdir().unwrap();
+    for (layout, extra) in [
+        ("container", &[][..]),
+        ("lifecycle", &[][..]),
+        // Rewriting stores duplicates again: reused chunks get their bytes
+        // from the repository.
+        (
+            "container",
+            &[
+                "--rewrite",
+                "capping",
+                "--capping-level",
+                "1",
+                "--segment-size",
+                "64KiB",
+            ][..],
+        ),
+    ] {
+        let repo = dir.path().join(format!("repo-{layout}-{}", extra.len()));
+        // A tree of its own: the steps below change it.
+        let src = dir.path().join(format!("src-{layout}-{}", extra.len()));
+        fs::create_dir(&src).unwrap();
+        make_tree(&src);
+        let total = 300_000 + 65536 + 12 + 1;
+        let mut args: Vec<&OsStr> = vec![
+            "init".as_ref(),
+            repo.as_os_str(),
+            "--layout".as_ref(),
+            layout.as_ref(),
+            "--container-size".as_ref(),
+            "128KiB".as_ref(),
+        ];
+        args.extend(extra.iter().map(|a| OsStr::new(*a)));
+        ok(args);
+        let first = backup_json(&repo, &src, &[]);
+        assert_eq!(file_counts(&first), (5, 0, 0, total), "{first}");
+        assert!(first["tree"].get("parent").is_none(), "{first}");
+
+        // Unchanged: nothing is read, the parent's chunks are reused.
+        let again = backup_json(&repo, &src, &[]);
+        assert_eq!(file_counts(&again), (0, 0, 5, 0), "{again}");
+        assert_eq!(again["tree"]["parent"], 1, "{again}");
+        assert_eq!(again["tree"]["bytes_reused"], total, "{again}");
+        assert_eq!(again["tree"]["catalog_offset"], total, "{again}");
+        assert_eq!(again["chunks"], first["chunks"], "{again}");
+        if !extra.is_empty() {
+            // Capping rewrote some reused chunks: their bytes were fetched back.
+            assert!(again["rewritten"]["chunks"].as_u64() > Some(0), "{again}");
+        }
+        assert_restores(dir.path(), &repo, 2, &src);
+
+        // One file changed (content and mtime): only it is read.
+        let changed = random_bytes(7, 70_000);
+        write(&src.join("a/max"), &changed, 0o755, at(1_700_000_000, 3));
+        let third = backup_json(&repo, &src, &[]);
+        assert_eq!(file_counts(&third), (0, 1, 4, 70_000), "{third}");
+        assert_eq!(third["tree"]["parent"], 2, "{third}");
+        assert_restores(dir.path(), &repo, 3, &src);
+
+        // Same size, new contents and mtime: read again.
+        let deep = src.join("a/b/c/deep.bin");
+        write(
+            &deep,
+            &random_bytes(8, 300_000),
+            0o640,
+            at(1_000_000_002, 0),
+        );
+        let fourth = backup_json(&repo, &src, &[]);
+        assert_eq!(file_counts(&fourth), (0, 1, 4, 300_000), "{fourth}");
+        assert_restores(dir.path(), &repo, 4, &src);
+
+        // Only the mtime changed: read again too.
+        set_mtime(&deep, at(1_000_000_003, 0));
+        let fifth = backup_json(&repo, &src, &[]);
+        assert_eq!(file_counts(&fifth), (0, 1, 4, 300_000), "{fifth}");
+
+        // --force reads everything.
+        let total = 300_000 + 70_000 + 12 + 1;
+        let forced = backup_json(&repo, &src, &["--force"]);
+        assert_eq!(file_counts(&forced), (5, 0, 0, total), "{forced}");
+        assert!(forced["tree"].get("parent").is_none(), "{forced}");
+        assert_eq!(forced["chunks"], fifth["chunks"], "{forced}");
+        assert_restores(dir.path(), &repo, 6, &src);
+
+        // --parent: an older backup; in another lineage (lifecycle: none of
+        // the reused chunks is in its previous version, all are fetched back).
+        let older = backup_json(&repo, &src, &["--parent", "2", "--source", "elsewhere"]);
+        assert_eq!(file_counts(&older), (0, 2, 3, 370_000), "{older}");
+        assert_eq!(older["tree"]["parent"], 2, "{older}");
+        if layout == "lifecycle" {
+            // A new lineage stores every chunk, reused ones fetched back.
+            assert_eq!(older["unique"]["bytes"], older["logical_bytes"], "{older}");
+        }
+        assert_restores(dir.path(), &repo, 7, &src);
+        let human = ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+        assert!(
+            human.contains("files: 0 new, 0 changed, 5 unmodified (parent backup 6); 0 B read"),
+            "{human}"
+        );
+    }
+}

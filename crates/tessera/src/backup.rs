@@ -82,10 +82,23 @@ struct RawBlock {
     buf: Vec<u8>,
     len: usize,
     eof: bool,
-    /// Ends of segments within the block (offsets into its input bytes):
-    /// the chunker cuts at each (segmented sources only).
-    ends: Vec<usize>,
+    /// Segment ends and reused chunks within the block, in stream order
+    /// (segmented sources only).
+    marks: Vec<Mark>,
 }
+
+/// A point of a segmented block.
+enum Mark {
+    /// A segment ends at this offset of the block's input bytes: the chunker cuts there.
+    End(usize),
+    /// Chunks given whole (fingerprint and length, no bytes) follow at this
+    /// offset, which is a segment boundary.
+    Reused(usize, Vec<(Fingerprint, u32)>),
+}
+
+/// Reused chunks gathered in one block at most (they carry no bytes, so a
+/// block of unchanged files would otherwise never fill).
+const REUSED_PER_BLOCK: usize = 4096;
 
 /// Where input bytes go in a pooled block buffer.
 #[derive(Clone, Copy)]
@@ -170,6 +183,8 @@ struct Block {
     data: Bytes,
     lengths: Vec<u32>,
     first_seq: u64,
+    /// Chunks without bytes, each group inserted before `lengths[at]`.
+    reused: Vec<(usize, Vec<(Fingerprint, u32)>)>,
 }
 
 /// Where a backup's chunks come from.
@@ -196,6 +211,10 @@ pub enum SegmentRead {
     Data(usize),
     /// The current segment ended; the next read starts the next one.
     SegmentEnd,
+    /// The next segment is given whole as chunks, without its bytes
+    /// ([`Segments::take_reused`]; an unchanged file of a tree backup). It
+    /// comes at a segment boundary and needs no `SegmentEnd`.
+    Reused,
     /// The stream ended (after its last segment's end).
     End,
 }
@@ -204,9 +223,39 @@ pub enum SegmentRead {
 pub trait Segments: Send {
     /// Reads the next bytes of the stream into `buf` (never empty).
     fn read(&mut self, buf: &mut [u8]) -> Result<SegmentRead>;
+    /// The chunks of the segment announced by [`SegmentRead::Reused`]: the
+    /// fingerprints and lengths a read of its bytes would produce.
+    fn take_reused(&mut self) -> Vec<(Fingerprint, u32)> {
+        Vec::new()
+    }
     /// The tree the stream holds, asked once [`Segments::read`] returned
     /// [`SegmentRead::End`]: its snapshot records it.
     fn tree(&mut self) -> Option<TreeRef>;
+}
+
+/// The bytes of chunks a source gave without them ([`SegmentRead::Reused`]),
+/// for a back end that must store them (an index that did not find them, a
+/// rewriting policy, delta compression).
+pub trait Refetch: Sync {
+    /// The bytes of the chunk at byte `offset` of the stream, checked to
+    /// have fingerprint `fp` and length `len`.
+    fn bytes(&self, offset: u64, fp: &Fingerprint, len: u32) -> Result<Vec<u8>>;
+}
+
+/// The bytes of a data-less chunk of a data repository, from `refetch`.
+pub(crate) fn refetch_bytes(
+    refetch: Option<&dyn Refetch>,
+    offset: u64,
+    fp: &Fingerprint,
+    len: u32,
+    seq: u64,
+) -> Result<Vec<u8>> {
+    let refetch = refetch.ok_or_else(|| {
+        Error::Pipeline(format!(
+            "chunk {seq} has no data in a data repository and no way to fetch it"
+        ))
+    })?;
+    refetch.bytes(offset, fp, len)
 }
 
 /// A committed backup and, for the lifecycle layout, the arranging that followed it.
@@ -240,6 +289,18 @@ pub fn backup(
 /// Backs up the chunks of `source` into `repo` (opened for a backup), in the
 /// repository's layout: the general entry point behind [`backup`].
 pub fn run(repo: &Repository, source: Source, options: &BackupOptions) -> Result<Outcome> {
+    run_with(repo, source, options, None)
+}
+
+/// [`run`] of a source that may give chunks without their bytes
+/// ([`SegmentRead::Reused`]): `refetch` supplies them when a back end must
+/// store them.
+pub fn run_with(
+    repo: &Repository,
+    source: Source,
+    options: &BackupOptions,
+    refetch: Option<&dyn Refetch>,
+) -> Result<Outcome> {
     repo.require(LockMode::Backup, "a backup")?;
     repo.write_missing_commit_marks()?;
     let config = repo.config();
@@ -259,12 +320,14 @@ pub fn run(repo: &Repository, source: Source, options: &BackupOptions) -> Result
         _ => {}
     }
     match config.layout {
-        Layout::Container => backup_containers(repo, source, options).map(|snapshot| Outcome {
-            snapshot,
-            arrange: None,
-            arrange_deferred: false,
-        }),
-        Layout::Lifecycle => backup_lifecycle(repo, source, options),
+        Layout::Container => {
+            backup_containers(repo, source, options, refetch).map(|snapshot| Outcome {
+                snapshot,
+                arrange: None,
+                arrange_deferred: false,
+            })
+        }
+        Layout::Lifecycle => backup_lifecycle(repo, source, options, refetch),
     }
 }
 
@@ -372,7 +435,12 @@ fn read_trace(
 
 /// The lifecycle layout (MFDedup): the same front end, then NDF deduplication
 /// into categories and, unless configured otherwise, arranging.
-fn backup_lifecycle(repo: &Repository, source: Source, options: &BackupOptions) -> Result<Outcome> {
+fn backup_lifecycle(
+    repo: &Repository,
+    source: Source,
+    options: &BackupOptions,
+    refetch: Option<&dyn Refetch>,
+) -> Result<Outcome> {
     let config = repo.config();
     let chunker = config.chunker.build()?;
     let pool = BufferPool::new(BlockLayout::new(chunker.max_size()));
@@ -398,6 +466,7 @@ fn backup_lifecycle(repo: &Repository, source: Source, options: &BackupOptions) 
             rx.into_iter().map(Ok),
             &lifecycle_options,
             Some(&tree),
+            refetch,
         );
         // An input error explains a backup that ended early.
         join_front_end(front)?;
@@ -415,6 +484,7 @@ fn backup_containers(
     repo: &Repository,
     source: Source,
     options: &BackupOptions,
+    refetch: Option<&dyn Refetch>,
 ) -> Result<Snapshot> {
     let started = Instant::now();
     let io_before = repo.io_stats();
@@ -493,6 +563,7 @@ fn backup_containers(
             container_tx,
             spare_rx,
             delta,
+            refetch,
         );
         let stored = store_chunks(
             index.as_mut(),
@@ -689,7 +760,7 @@ fn read_blocks(
             buf,
             len,
             eof,
-            ends: Vec::new(),
+            marks: Vec::new(),
         };
         if tx.send(block).is_err() || eof {
             return Ok(busy);
@@ -711,12 +782,20 @@ fn read_segments(
         let t = Instant::now();
         let target = &mut buf[layout.headroom..layout.headroom + layout.read_len];
         let mut len = 0;
-        let mut ends = Vec::new();
+        let mut marks = Vec::new();
+        let mut reused = 0;
         let mut eof = false;
-        while len < target.len() {
+        while len < target.len() && reused < REUSED_PER_BLOCK {
             match input.read(&mut target[len..])? {
                 SegmentRead::Data(n) => len += n,
-                SegmentRead::SegmentEnd => ends.push(len),
+                SegmentRead::SegmentEnd => marks.push(Mark::End(len)),
+                SegmentRead::Reused => {
+                    let chunks = input.take_reused();
+                    if !chunks.is_empty() {
+                        reused += chunks.len();
+                        marks.push(Mark::Reused(len, chunks));
+                    }
+                }
                 SegmentRead::End => {
                     eof = true;
                     break;
@@ -728,7 +807,7 @@ fn read_segments(
             buf,
             len,
             eof,
-            ends,
+            marks,
         };
         // A closed queue means the consumer stopped: its error is reported, not ours.
         if tx.send(block).is_err() || eof {
@@ -769,7 +848,7 @@ fn cut_blocks(
         mut buf,
         len,
         eof,
-        ends,
+        marks,
     } in rx
     {
         let t = Instant::now();
@@ -781,24 +860,42 @@ fn cut_blocks(
         // Each segment ending in the block is cut to its end; the chunker
         // restarts after it.
         let mut used = 0;
-        for segment_end in ends.into_iter().map(|e| carry.len() + e) {
-            used += cut_block(
-                chunker,
-                &buf[start + used..start + segment_end],
-                true,
-                &mut lengths,
-            );
+        let mut reused = Vec::new();
+        let mut reused_count = 0;
+        for mark in marks {
+            match mark {
+                Mark::End(e) => {
+                    let segment_end = carry.len() + e;
+                    used += cut_block(
+                        chunker,
+                        &buf[start + used..start + segment_end],
+                        true,
+                        &mut lengths,
+                    );
+                }
+                Mark::Reused(at, chunks) => {
+                    // Every byte before them is cut: they start a segment.
+                    if used != carry.len() + at {
+                        return Err(Error::Pipeline(
+                            "reused chunks do not start at a segment boundary".into(),
+                        ));
+                    }
+                    reused_count += chunks.len();
+                    reused.push((lengths.len(), chunks));
+                }
+            }
         }
         used += cut_block(chunker, &buf[start + used..end], eof, &mut lengths);
         let data = pool.share(buf, start..end);
         carry = data.slice(used..);
         busy += t.elapsed();
-        let n = lengths.len() as u64;
+        let n = (lengths.len() + reused_count) as u64;
         if n > 0 {
             let block = Block {
                 data: data.slice(..used),
                 lengths,
                 first_seq: seq,
+                reused,
             };
             if tx.send(block).is_err() {
                 // The consumer stopped: its error is reported, not ours.
@@ -915,16 +1012,41 @@ fn hash_block(hasher: &dyn BatchHasher, block: Block) -> Vec<Chunk> {
     let slices: Vec<&[u8]> = datas.iter().map(|d| d.as_ref()).collect();
     let mut fps = Vec::with_capacity(slices.len());
     hasher.hash_batch(&slices, &mut fps);
-    datas
+    let hashed = datas
         .into_iter()
         .zip(fps)
         .zip(&block.lengths)
+        .map(|((data, fp), &len)| (fp, len, Some(data)));
+    if block.reused.is_empty() {
+        return hashed
+            .enumerate()
+            .map(|(i, (fp, len, data))| Chunk {
+                seq: block.first_seq + i as u64,
+                fp,
+                len,
+                data,
+            })
+            .collect();
+    }
+    // Reused chunks (no bytes) go between the hashed ones where they were given.
+    let mut hashed = hashed.peekable();
+    let mut all = Vec::with_capacity(block.lengths.len());
+    let mut next = 0;
+    for (at, group) in block.reused {
+        while next < at {
+            all.extend(hashed.next());
+            next += 1;
+        }
+        all.extend(group.into_iter().map(|(fp, len)| (fp, len, None)));
+    }
+    all.extend(hashed);
+    all.into_iter()
         .enumerate()
-        .map(|(i, ((data, fp), &len))| Chunk {
+        .map(|(i, (fp, len, data))| Chunk {
             seq: block.first_seq + i as u64,
             fp,
             len,
-            data: Some(data),
+            data,
         })
         .collect()
 }
@@ -1015,8 +1137,9 @@ fn store_chunks(
         }
         let placed_before = store.placed.len();
         for v in verdicts.drain(..) {
+            let offset = done_bytes;
             done_bytes += u64::from(v.chunk.len);
-            recipe.push(&store.put(v)?)?;
+            recipe.push(&store.put(v, offset)?)?;
         }
         store.totals.store_time += t.elapsed();
         let t = Instant::now();
@@ -1041,7 +1164,7 @@ fn store_chunks(
 
 /// Fills containers with the chunks to store and remembers where this
 /// backup's chunks went (for internal duplicates and rewritten chunks).
-struct Store {
+struct Store<'a> {
     open: Option<Builder>,
     next_container: ContainerId,
     capacity: usize,
@@ -1053,6 +1176,8 @@ struct Store {
     placed: Vec<(Fingerprint, ContainerId)>,
     /// Delta compression of the chunks stored (when configured).
     delta: Option<DeltaStage>,
+    /// The bytes of reused chunks (given without them) that must be stored.
+    refetch: Option<&'a dyn Refetch>,
     totals: StoreTotals,
 }
 
@@ -1074,7 +1199,7 @@ struct StoreTotals {
     delta: Option<DeltaStage>,
 }
 
-impl Store {
+impl<'a> Store<'a> {
     fn new(
         next_container: ContainerId,
         capacity: usize,
@@ -1082,6 +1207,7 @@ impl Store {
         tx: Sender<Builder>,
         spare: Receiver<AlignedBuf>,
         delta: Option<DeltaStage>,
+        refetch: Option<&'a dyn Refetch>,
     ) -> Self {
         Store {
             open: None,
@@ -1093,12 +1219,14 @@ impl Store {
             here: SpillMap::with_budget(HERE_BUDGET, table::order_key),
             placed: Vec::new(),
             delta,
+            refetch,
             totals: StoreTotals::default(),
         }
     }
 
     /// Records one chunk with its verdict, storing it if it is unique or rewritten.
-    fn put(&mut self, v: Verdict) -> Result<ChunkRef> {
+    /// `offset`: where the chunk starts in the stream.
+    fn put(&mut self, v: Verdict, offset: u64) -> Result<ChunkRef> {
         let Verdict {
             chunk,
             decision,
@@ -1116,7 +1244,7 @@ impl Store {
             }
             (Decision::Duplicate(found_in), None) if rewrite => {
                 self.totals.rewritten.add(chunk.len);
-                let stored_in = self.store(&chunk, Some(found_in))?;
+                let stored_in = self.store(chunk.clone(), Some(found_in), offset)?;
                 if let Some(d) = &mut self.delta {
                     d.fragmented(found_in, stored_in);
                 }
@@ -1137,7 +1265,7 @@ impl Store {
             }
             (Decision::Unique, _) => {
                 self.totals.unique.add(chunk.len);
-                self.store(&chunk, None)?
+                self.store(chunk.clone(), None, offset)?
             }
         };
         Ok(ChunkRef {
@@ -1150,7 +1278,18 @@ impl Store {
     /// Appends a chunk to the open container (lengths only in trace
     /// repositories), as a delta when the delta stage finds a good base.
     /// `old_copy`: the container of the copy a rewritten chunk duplicates.
-    fn store(&mut self, chunk: &Chunk, old_copy: Option<ContainerId>) -> Result<ContainerId> {
+    fn store(
+        &mut self,
+        mut chunk: Chunk,
+        old_copy: Option<ContainerId>,
+        offset: u64,
+    ) -> Result<ContainerId> {
+        if chunk.data.is_none() && !self.trace {
+            // A reused chunk that must be stored after all: fetch its bytes.
+            let bytes = refetch_bytes(self.refetch, offset, &chunk.fp, chunk.len, chunk.seq)?;
+            chunk.data = Some(Bytes::from(bytes));
+        }
+        let chunk = &chunk;
         let data = match (&chunk.data, self.trace) {
             (Some(d), false) => Some(d.as_ref()),
             (None, true) => None,
@@ -1394,6 +1533,123 @@ mod tests {
                 .collect();
             assert_eq!(lengths, expected, "pieces of {piece}");
             assert_eq!(snap.logical_bytes, at as u64);
+        }
+    }
+
+    /// Segments of which those with chunks in `reused` are given as chunks.
+    struct Reusing {
+        pieces: Pieces,
+        reused: Vec<Option<Vec<(Fingerprint, u32)>>>,
+        taken: Vec<(Fingerprint, u32)>,
+    }
+
+    impl Segments for Reusing {
+        fn read(&mut self, buf: &mut [u8]) -> Result<SegmentRead> {
+            let (s, o) = self.pieces.at;
+            if o == 0 {
+                if let Some(Some(chunks)) = self.reused.get_mut(s) {
+                    self.taken = std::mem::take(chunks);
+                    self.reused[s] = None;
+                    self.pieces.at = (s + 1, 0);
+                    return Ok(SegmentRead::Reused);
+                }
+            }
+            self.pieces.read(buf)
+        }
+
+        fn take_reused(&mut self) -> Vec<(Fingerprint, u32)> {
+            std::mem::take(&mut self.taken)
+        }
+
+        fn tree(&mut self) -> Option<TreeRef> {
+            None
+        }
+    }
+
+    /// Reused chunks (no bytes) between read segments, several per block and
+    /// more than a block takes, make the recipe a re-read makes; in the
+    /// lifecycle layout too, where a new lineage fetches their bytes back.
+    #[test]
+    fn reused_segments_are_the_chunks_a_read_makes() {
+        /// The bytes of the stream (the segments' concatenation).
+        struct Stream<'a>(&'a [u8], &'a Fingerprinter);
+        impl Refetch for Stream<'_> {
+            fn bytes(&self, offset: u64, fp: &Fingerprint, len: u32) -> Result<Vec<u8>> {
+                let bytes = self.0[offset as usize..][..len as usize].to_vec();
+                assert_eq!(self.1.hash(&bytes), *fp);
+                Ok(bytes)
+            }
+        }
+        let params = ChunkerParams {
+            kind: ChunkerKind::Fastcdc,
+            min_size: 64,
+            avg_size: 256,
+            max_size: 1024,
+        };
+        let data = pseudo_random(4 << 20, 23);
+        // Small segments around a large one of more than REUSED_PER_BLOCK chunks.
+        let sizes = [5000, 0, 300, 1 << 20, 7, 12_345, 2 << 20, 999];
+        let mut segments = Vec::new();
+        let mut at = 0;
+        for n in sizes {
+            segments.push(data[at..at + n].to_vec());
+            at += n;
+        }
+        for layout in [Layout::Container, Layout::Lifecycle] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut config = Config::new("t".into());
+            config.chunker = params;
+            config.layout = layout;
+            let repo = Repository::init(&dir.path().join("repo"), config).unwrap();
+            let feed = |reused| Pieces {
+                segments: segments.clone(),
+                at: (0, 0),
+                piece: if reused { 3000 } else { 1 << 20 },
+            };
+            let first = run(
+                &repo,
+                Source::Segments(&mut feed(false)),
+                &BackupOptions::default(),
+            )
+            .unwrap()
+            .snapshot;
+            let chunks = repo.recipe(first.id).unwrap().chunks;
+            let chunker = params.build().unwrap();
+            let mut reused = Vec::new();
+            let mut next = 0;
+            for (i, seg) in segments.iter().enumerate() {
+                let mut lengths = Vec::new();
+                cut_all(chunker.as_ref(), seg, true, &mut lengths);
+                let mine: Vec<_> = chunks[next..next + lengths.len()]
+                    .iter()
+                    .map(|c| (c.fp, c.len))
+                    .collect();
+                next += lengths.len();
+                reused.push((i % 2 == 0).then_some(mine));
+            }
+            assert!(reused[6].as_ref().unwrap().len() > REUSED_PER_BLOCK);
+            let refetch = Stream(&data[..at], repo.fingerprinter());
+            for source in ["", "other lineage"] {
+                let mut feed = Reusing {
+                    pieces: feed(true),
+                    reused: reused.clone(),
+                    taken: Vec::new(),
+                };
+                let options = BackupOptions {
+                    source: source.into(),
+                    ..BackupOptions::default()
+                };
+                let snap = run_with(&repo, Source::Segments(&mut feed), &options, Some(&refetch))
+                    .unwrap()
+                    .snapshot;
+                assert_eq!(repo.recipe(snap.id).unwrap().chunks.len(), chunks.len());
+                let again: Vec<_> = repo.recipe(snap.id).unwrap().chunks;
+                let pairs = |c: &[ChunkRef]| c.iter().map(|c| (c.fp, c.len)).collect::<Vec<_>>();
+                assert_eq!(pairs(&again), pairs(&chunks), "{layout:?} {source:?}");
+                let mut out = Vec::new();
+                restore(&repo, snap.id, &mut out, &RestoreOptions::default()).unwrap();
+                assert!(out == data[..at], "{layout:?} {source:?}");
+            }
         }
     }
 

@@ -329,6 +329,24 @@ pub struct TreeRef {
     pub skipped: u64,
     /// The paths given to the backup, as absolute paths.
     pub paths: Vec<String>,
+    /// The parent backup whose unchanged files were reused, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<BackupId>,
+    /// Regular files not in the parent (all of them without a parent).
+    #[serde(default)]
+    pub files_new: u64,
+    /// Regular files in the parent but changed (size, times, device or inode): read again.
+    #[serde(default)]
+    pub files_changed: u64,
+    /// Regular files unchanged since the parent: their chunks reused, not read.
+    #[serde(default)]
+    pub files_unmodified: u64,
+    /// Bytes read from files.
+    #[serde(default)]
+    pub bytes_read: u64,
+    /// Bytes of unchanged files represented by reused chunks (not read).
+    #[serde(default)]
+    pub bytes_reused: u64,
 }
 
 impl TreeRef {

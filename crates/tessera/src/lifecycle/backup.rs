@@ -99,16 +99,18 @@ pub fn backup(
     batches: impl Iterator<Item = Result<Vec<Chunk>>>,
     options: &LifecycleBackupOptions,
 ) -> Result<BackupOutcome> {
-    backup_stream(repo, batches, options, None)
+    backup_stream(repo, batches, options, None, None)
 }
 
 /// [`backup`] of a stream that may be a tree backup: its snapshot records
-/// the catalog `tree` holds once `batches` ended.
+/// the catalog `tree` holds once `batches` ended. Chunks without bytes
+/// (reused ones) get them from `refetch` when they must be stored.
 pub(crate) fn backup_stream(
     repo: &Repository,
     batches: impl Iterator<Item = Result<Vec<Chunk>>>,
     options: &LifecycleBackupOptions,
     tree: Option<&std::sync::OnceLock<TreeRef>>,
+    refetch: Option<&dyn crate::backup::Refetch>,
 ) -> Result<BackupOutcome> {
     require_layout(repo)?;
     let started = Instant::now();
@@ -153,6 +155,8 @@ pub(crate) fn backup_stream(
             let bytes = match (&c.data, has_data) {
                 (Some(b), true) if b.len() == c.len as usize => Some(&b[..]),
                 (_, false) => None,
+                // Reused: fetched below if it must be stored.
+                (None, true) if refetch.is_some() => None,
                 _ => {
                     return Err(Error::Pipeline(format!(
                         "chunk {} has no bytes or a wrong length for a repository that stores data",
@@ -160,6 +164,7 @@ pub(crate) fn backup_stream(
                     )))
                 }
             };
+            let offset = logical;
             logical += u64::from(c.len);
             recipe.push(&ChunkRef {
                 fp: c.fp,
@@ -178,6 +183,13 @@ pub(crate) fn backup_stream(
             } else {
                 let t = Instant::now();
                 unique.add(c.len);
+                let fetched = match (bytes, has_data) {
+                    (None, true) => Some(crate::backup::refetch_bytes(
+                        refetch, offset, &c.fp, c.len, c.seq,
+                    )?),
+                    _ => None,
+                };
+                let bytes = fetched.as_deref().or(bytes);
                 new_cat.push(v, &c.fp, c.len, bytes)?;
                 store_time += t.elapsed();
             }

@@ -2,17 +2,22 @@
 //! bytes, then the catalog, to the backup pipeline as one segmented stream.
 
 use super::catalog::{CatalogWriter, Entry, Kind};
-use super::catalog_path;
-use crate::backup::{self, BackupOptions, Outcome, SegmentRead, Segments, Source};
+use super::stream::{for_each_entry, tree_of};
+use super::{catalog_path, relative_path};
+use crate::backup::{self, BackupOptions, Outcome, Refetch, SegmentRead, Segments, Source};
 use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
 use crate::repo::Repository;
-use crate::snapshot::{TreeRef, CATALOG_VERSION};
+use crate::restore::{restore_selection, RestoreOptions};
+use crate::snapshot::{BackupId, ChunkRef, TreeRef, CATALOG_VERSION};
+use crossbeam_channel::{bounded, Receiver};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::fs::{self, File, Metadata};
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// What to back up of the given paths.
 #[derive(Clone, Debug, Default)]
@@ -22,6 +27,11 @@ pub struct TreeBackupOptions {
     pub excludes: Vec<String>,
     /// Do not descend into directories on other file systems.
     pub one_file_system: bool,
+    /// The backup whose unchanged files are reused (default: the latest
+    /// tree backup of the same source).
+    pub parent: Option<BackupId>,
+    /// Read every file, reusing nothing.
+    pub force: bool,
 }
 
 /// A committed tree backup and what it left out.
@@ -67,6 +77,15 @@ pub fn backup_tree(
     let excludes = excludes
         .build()
         .map_err(|e| Error::InvalidConfig(format!("exclude patterns: {e}")))?;
+    let parent = match (tree_options.force, tree_options.parent) {
+        (true, _) => None,
+        (false, Some(id)) => Some(id),
+        (false, None) => latest_tree(repo, &options.source)?,
+    };
+    let parent = match parent {
+        Some(id) => Some((id, tree_of(repo, id)?, repo.recipe(id)?.chunks)),
+        None => None,
+    };
     let mut feed = TreeFeed {
         roots: roots.clone().into_iter(),
         excludes,
@@ -82,15 +101,242 @@ pub fn backup_tree(
         tree: TreeRef {
             catalog_version: CATALOG_VERSION,
             paths: roots.iter().map(|p| p.display().to_string()).collect(),
+            parent: parent.as_ref().map(|p| p.0),
             ..TreeRef::default()
         },
+        parent: None,
+        reused: Vec::new(),
     };
-    let outcome = backup::run(repo, Source::Segments(&mut feed), options)?;
-    Ok(TreeOutcome {
-        outcome,
-        warnings: feed.warnings,
-        notes: feed.notes,
+    let Some((id, tree, chunks)) = parent else {
+        let outcome = backup::run(repo, Source::Segments(&mut feed), options)?;
+        return Ok(feed.outcome(outcome));
+    };
+    // The parent's catalog is read alongside the walk (both are in the same
+    // order), on a thread of its own, entry by entry.
+    let chunks = std::sync::Arc::new(chunks);
+    let refetch = ParentChunks {
+        repo,
+        parent: id,
+        chunks: chunks.clone(),
+        files: Mutex::new(VecDeque::new()),
+        ahead: Mutex::new((0, Vec::new())),
+    };
+    std::thread::scope(|s| {
+        let (tx, rx) = bounded::<Entry>(256);
+        let count = chunks.len();
+        let reader =
+            s.spawn(move || for_each_entry(repo, id, &tree, count, |e| Ok(tx.send(e).is_ok())));
+        feed.parent = Some(ParentWalk {
+            rx,
+            next: None,
+            offset: 0,
+            chunks,
+            chunk: 0,
+            chunk_offset: 0,
+            refetch: &refetch,
+        });
+        let outcome = backup::run_with(repo, Source::Segments(&mut feed), options, Some(&refetch));
+        // Stops the reader if the walk ended first.
+        feed.parent = None;
+        let read = reader
+            .join()
+            .map_err(|_| Error::Pipeline("parent catalog reader panicked".into()))?;
+        let outcome = outcome?;
+        if let Err(e) = read {
+            // Files after the damage were read again: the backup is whole.
+            feed.notes.push(format!(
+                "catalog of parent backup {id} unreadable ({e}): unchanged files after it were read"
+            ));
+        }
+        Ok(feed.outcome(outcome))
     })
+}
+
+/// The latest tree backup of `source`, if any.
+fn latest_tree(repo: &Repository, source: &str) -> Result<Option<BackupId>> {
+    let mut latest = None;
+    for id in repo.backups()?.into_iter().rev() {
+        let snap = repo.snapshot(id)?;
+        if snap.source == source && snap.tree.is_some() {
+            latest = Some(id);
+            break;
+        }
+    }
+    Ok(latest)
+}
+
+/// The chunks of the parent backup's unchanged files, and their bytes when
+/// a back end must store them after all: restored from the repository
+/// (verified against their fingerprints), not read from the files.
+struct ParentChunks<'r> {
+    repo: &'r Repository,
+    parent: BackupId,
+    chunks: std::sync::Arc<Vec<ChunkRef>>,
+    /// Reused files in stream order: (offset in this stream, first chunk in
+    /// the parent's recipe, chunks), dropped once the back end passed them.
+    files: Mutex<VecDeque<(u64, usize, usize)>>,
+    /// Chunks restored ahead: the first one's recipe position and each one's bytes.
+    ahead: Mutex<(usize, Vec<Vec<u8>>)>,
+}
+
+/// Bytes of reused chunks restored at once when a back end needs them (the
+/// rest of the file, up to this much): one restore per run, not per chunk.
+const FETCH_AHEAD: u64 = 8 << 20;
+
+impl Refetch for ParentChunks<'_> {
+    fn bytes(&self, offset: u64, fp: &Fingerprint, len: u32) -> Result<Vec<u8>> {
+        let at = {
+            let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+            let mut found = None;
+            while let Some(&(start, first, count)) = files.front() {
+                let mut o = start;
+                let mut hit = None;
+                for i in first..first + count {
+                    if o == offset {
+                        hit = Some((i, first + count));
+                        break;
+                    }
+                    o += u64::from(self.chunks[i].len);
+                }
+                if hit.is_some() {
+                    found = hit;
+                    break;
+                }
+                if o > offset {
+                    break;
+                }
+                // The back end asks in stream order: this file is done.
+                files.pop_front();
+            }
+            found
+        };
+        let not_reused = || {
+            Error::Pipeline(format!(
+                "no reused chunk at byte {offset} of the stream (parent backup {})",
+                self.parent
+            ))
+        };
+        let (i, file_end) = at.ok_or_else(not_reused)?;
+        let c = &self.chunks[i];
+        if c.fp != *fp || c.len != len {
+            return Err(not_reused());
+        }
+        let mut ahead = self.ahead.lock().unwrap_or_else(|e| e.into_inner());
+        let (first, fetched) = &mut *ahead;
+        if i < *first || i >= *first + fetched.len() {
+            // The chunks from `i` on to the file's end, within FETCH_AHEAD.
+            let mut end = i + 1;
+            let mut bytes = u64::from(len);
+            while end < file_end && bytes + u64::from(self.chunks[end].len) <= FETCH_AHEAD {
+                bytes += u64::from(self.chunks[end].len);
+                end += 1;
+            }
+            let mut out = Vec::with_capacity(bytes as usize);
+            // Restoring verifies every chunk against its fingerprint.
+            restore_selection(
+                self.repo,
+                self.parent,
+                std::slice::from_ref(&(i..end)),
+                &mut out,
+                &RestoreOptions::default(),
+            )?;
+            if out.len() as u64 != bytes {
+                return Err(not_reused());
+            }
+            let mut rest = &out[..];
+            fetched.clear();
+            for c in &self.chunks[i..end] {
+                let (one, more) = rest.split_at(c.len as usize);
+                fetched.push(one.to_vec());
+                rest = more;
+            }
+            *first = i;
+        }
+        Ok(std::mem::take(&mut fetched[i - *first]))
+    }
+}
+
+/// The parent's catalog, walked in step with the file system.
+struct ParentWalk<'a> {
+    rx: Receiver<Entry>,
+    /// The next entry not yet passed.
+    next: Option<Entry>,
+    /// Offset of `next` in the parent's stream.
+    offset: u64,
+    chunks: std::sync::Arc<Vec<ChunkRef>>,
+    /// The first chunk at or after `offset` and where it starts.
+    chunk: usize,
+    chunk_offset: u64,
+    refetch: &'a ParentChunks<'a>,
+}
+
+impl ParentWalk<'_> {
+    /// The parent's entry of `path` (entries before it are passed), if any.
+    fn find(&mut self, path: &[u8]) -> Option<Entry> {
+        loop {
+            if self.next.is_none() {
+                self.next = Some(self.rx.recv().ok()?);
+            }
+            let next = self.next.as_ref()?;
+            match relative_path(&next.path).cmp(relative_path(path)) {
+                std::cmp::Ordering::Less => self.pass(),
+                std::cmp::Ordering::Equal => {
+                    let e = self.next.clone();
+                    self.pass();
+                    return e;
+                }
+                std::cmp::Ordering::Greater => return None,
+            }
+        }
+    }
+
+    fn pass(&mut self) {
+        if let Some(e) = self.next.take() {
+            if e.has_bytes() {
+                self.offset += e.size;
+            }
+        }
+    }
+
+    /// The parent's chunks of the file of `size` bytes at `offset` of its
+    /// stream (which must start and end at chunk boundaries, as files are
+    /// cut at their ends), noted for refetching at `stream_offset`.
+    fn chunks_of(
+        &mut self,
+        offset: u64,
+        size: u64,
+        stream_offset: u64,
+    ) -> Option<Vec<(Fingerprint, u32)>> {
+        while self.chunk_offset < offset {
+            let c = self.chunks.get(self.chunk)?;
+            self.chunk_offset += u64::from(c.len);
+            self.chunk += 1;
+        }
+        if self.chunk_offset != offset {
+            return None;
+        }
+        let first = self.chunk;
+        let mut out = Vec::new();
+        let mut end = offset;
+        while end < offset + size {
+            let c = self.chunks.get(self.chunk)?;
+            out.push((c.fp, c.len));
+            end += u64::from(c.len);
+            self.chunk += 1;
+            self.chunk_offset = end;
+        }
+        if end != offset + size {
+            return None;
+        }
+        if !out.is_empty() {
+            self.refetch
+                .files
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back((stream_offset, first, out.len()));
+        }
+        Some(out)
+    }
 }
 
 /// The given paths made absolute (their parent directories resolved, the
@@ -135,6 +381,10 @@ enum State {
         entry: Entry,
         path: PathBuf,
     },
+    /// An unchanged file: its chunks are the parent's.
+    Reused {
+        chunks: Vec<(Fingerprint, u32)>,
+    },
     /// Feeding the catalog from `at`.
     Catalog {
         bytes: Vec<u8>,
@@ -144,7 +394,7 @@ enum State {
 }
 
 /// The segmented stream of a tree backup.
-struct TreeFeed {
+struct TreeFeed<'a> {
     roots: std::vec::IntoIter<PathBuf>,
     excludes: Gitignore,
     one_file_system: bool,
@@ -159,9 +409,51 @@ struct TreeFeed {
     warnings: Vec<String>,
     notes: Vec<String>,
     tree: TreeRef,
+    /// The parent's catalog (none with `--force` or without a parent).
+    parent: Option<ParentWalk<'a>>,
+    /// Chunks of the unchanged file just announced.
+    reused: Vec<(Fingerprint, u32)>,
 }
 
-impl TreeFeed {
+impl TreeFeed<'_> {
+    fn outcome(self, outcome: Outcome) -> TreeOutcome {
+        TreeOutcome {
+            outcome,
+            warnings: self.warnings,
+            notes: self.notes,
+        }
+    }
+
+    /// The parent's chunks of the file at `path` if it is unchanged (same
+    /// size, modification and status-change times, device and inode);
+    /// counts it as new, changed or unmodified.
+    fn unchanged(&mut self, entry: &Entry, meta: &Metadata) -> Option<Vec<(Fingerprint, u32)>> {
+        let stream_offset = self.offset;
+        let Some(parent) = &mut self.parent else {
+            self.tree.files_new += 1;
+            return None;
+        };
+        let Some(old) = parent.find(&entry.path) else {
+            self.tree.files_new += 1;
+            return None;
+        };
+        let parent_offset = parent.offset - old.size;
+        let same = old.kind == Kind::File
+            && old.size == meta.len()
+            && (old.mtime, old.mtime_ns, old.ctime, old.ctime_ns)
+                == (entry.mtime, entry.mtime_ns, entry.ctime, entry.ctime_ns)
+            && (old.dev, old.ino) == (entry.dev, entry.ino);
+        let chunks = same
+            .then(|| parent.chunks_of(parent_offset, old.size, stream_offset))
+            .flatten();
+        if chunks.is_some() {
+            self.tree.files_unmodified += 1;
+        } else {
+            self.tree.files_changed += 1;
+        }
+        chunks
+    }
+
     /// The next object of the walk, or `None` when every root is done.
     fn next_path(&mut self) -> Result<Option<std::result::Result<PathBuf, ignore::Error>>> {
         loop {
@@ -248,9 +540,18 @@ impl TreeFeed {
                     Err(e) => self.warn(&path, &e),
                 }
             } else if t.is_file() {
+                let mut entry = entry_of(&path, &meta, Kind::File, Vec::new());
+                if let Some(chunks) = self.unchanged(&entry, &meta) {
+                    entry.size = meta.len();
+                    self.offset += entry.size;
+                    self.tree.bytes_reused += entry.size;
+                    self.files += 1;
+                    self.catalog.push(&entry)?;
+                    self.state = State::Reused { chunks };
+                    return Ok(());
+                }
                 match File::open(&path) {
                     Ok(file) => {
-                        let entry = entry_of(&path, &meta, Kind::File, Vec::new());
                         self.state = State::Reading { file, entry, path };
                         return Ok(());
                     }
@@ -268,6 +569,9 @@ impl TreeFeed {
                     .push(format!("{}: {what} not backed up", path.display()));
             }
         }
+        // The walk is done: stop reading the parent's catalog (before the
+        // back end commits, and in the lifecycle layout arranges).
+        self.parent = None;
         self.tree.catalog_offset = self.offset;
         self.tree.files = self.files;
         self.tree.entries = self.catalog.count();
@@ -278,11 +582,16 @@ impl TreeFeed {
     }
 }
 
-impl Segments for TreeFeed {
+impl Segments for TreeFeed<'_> {
     fn read(&mut self, buf: &mut [u8]) -> Result<SegmentRead> {
         loop {
             match &mut self.state {
                 State::Walking => self.advance()?,
+                State::Reused { chunks } => {
+                    self.reused = std::mem::take(chunks);
+                    self.state = State::Walking;
+                    return Ok(SegmentRead::Reused);
+                }
                 State::Reading { file, entry, path } => match file.read(buf) {
                     Ok(0) => {
                         let entry = entry.clone();
@@ -294,6 +603,7 @@ impl Segments for TreeFeed {
                     Ok(n) => {
                         entry.size += n as u64;
                         self.offset += n as u64;
+                        self.tree.bytes_read += n as u64;
                         return Ok(SegmentRead::Data(n));
                     }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -324,6 +634,10 @@ impl Segments for TreeFeed {
                 State::Done => return Ok(SegmentRead::End),
             }
         }
+    }
+
+    fn take_reused(&mut self) -> Vec<(Fingerprint, u32)> {
+        std::mem::take(&mut self.reused)
     }
 
     fn tree(&mut self) -> Option<TreeRef> {
