@@ -29,7 +29,7 @@ use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
-use std::fs::{self, File};
+use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::ops::Range;
 use std::path::Path;
@@ -510,16 +510,21 @@ pub fn restore_to_path(
                 .map_err(|e| restore_output::output_error(path, e))?;
             Ok(stats)
         }
-        Target::File(file) => restore_to_new_file(repo, id, &file, options),
+        Target::File(file) => restore_to_new_file(repo, id, &file, existing, options),
     }
 }
 
 /// Restores into a temporary file beside `path`, synced and renamed over
 /// `path` when complete; removed on failure.
+/// Restores into a temporary file beside `path` (created, never reused),
+/// synced, then moved to `path`: renamed over the old file when `existing`
+/// allows replacing it, else linked, which fails rather than replace a file
+/// that appeared at `path` meanwhile. The directory is synced last.
 fn restore_to_new_file(
     repo: &Repository,
     id: BackupId,
     path: &Path,
+    existing: ExistingFile,
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
     let name = path
@@ -532,12 +537,33 @@ fn restore_to_new_file(
     };
     let tmp = dir.join(format!(".{name}.tessera-partial.{}", std::process::id()));
     let out_err = |e| restore_output::output_error(path, e);
-    let file = File::create(&tmp).map_err(out_err)?;
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(out_err)?;
     let mut writer = BufWriter::with_capacity(1 << 20, file);
     let result = restore_chunks(repo, id, None, &mut writer, options).and_then(|stats| {
         let file = writer.into_inner().map_err(|e| out_err(e.into_error()))?;
         file.sync_all().map_err(out_err)?;
-        fs::rename(&tmp, path).map_err(out_err)?;
+        drop(file);
+        match existing {
+            ExistingFile::Replace => fs::rename(&tmp, path).map_err(out_err)?,
+            ExistingFile::Refuse => {
+                fs::hard_link(&tmp, path).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::AlreadyExists => Error::OutputRefused {
+                        path: path.display().to_string(),
+                        reason: "appeared during the restore: pass --overwrite to replace it"
+                            .into(),
+                    },
+                    _ => out_err(e),
+                })?;
+                fs::remove_file(&tmp).map_err(out_err)?;
+            }
+        }
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(out_err)?;
         Ok(stats)
     });
     if result.is_err() {
