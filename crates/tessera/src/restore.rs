@@ -857,7 +857,7 @@ fn place(
 }
 
 /// Checks that `bytes` are the chunk `c` names.
-fn verify(algo: &Fingerprinter, bytes: &[u8], c: &ChunkRef) -> Result<()> {
+pub(crate) fn verify(algo: &Fingerprinter, bytes: &[u8], c: &ChunkRef) -> Result<()> {
     let actual = algo.hash(bytes);
     if actual != c.fp || bytes.len() != c.len as usize {
         return Err(Error::ChunkMismatch {

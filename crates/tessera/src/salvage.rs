@@ -12,9 +12,10 @@ use crate::backend::Backend;
 use crate::container::{self, Container, ContainerId};
 use crate::delta;
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, FingerprintMap, Fingerprinter};
+use crate::fingerprint::{Fingerprint, FingerprintMap};
 use crate::lifecycle::format::{self, ReadLog};
 use crate::repo::Repository;
+use crate::restore::verify;
 use crate::snapshot::{BackupId, ChunkRef};
 use lru::LruCache;
 use serde::Serialize;
@@ -95,19 +96,6 @@ impl Sink<'_> {
         }
         Ok(())
     }
-}
-
-/// Checks that `bytes` are the chunk `c` names.
-fn verify(algo: &Fingerprinter, bytes: &[u8], c: &ChunkRef) -> Result<()> {
-    let actual = algo.hash(bytes);
-    if actual != c.fp || bytes.len() != c.len as usize {
-        return Err(Error::ChunkMismatch {
-            container: c.container,
-            fingerprint: c.fp.to_string(),
-            actual: actual.to_string(),
-        });
-    }
-    Ok(())
 }
 
 /// Salvages `chunks` of backup `id` (container layout) into `out`. Returns

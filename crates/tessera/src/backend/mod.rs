@@ -239,6 +239,11 @@ impl Counting {
         }
     }
 
+    fn count_write(&self, bytes: u64) {
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        self.write_bytes.fetch_add(bytes, Ordering::Relaxed);
+    }
+
     fn count_read(&self, bytes: usize) {
         self.reads.fetch_add(1, Ordering::Relaxed);
         self.read_bytes.fetch_add(bytes as u64, Ordering::Relaxed);
@@ -269,23 +274,17 @@ impl Backend for Counting {
     }
     fn write(&self, key: &str, data: &[u8]) -> Result<()> {
         self.inner.write(key, data)?;
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.write_bytes
-            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.count_write(data.len() as u64);
         Ok(())
     }
     fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         self.inner.write_parts(key, parts)?;
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        self.write_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        self.count_write(parts.iter().map(|p| p.len() as u64).sum());
         Ok(())
     }
     fn write_new(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         self.inner.write_new(key, parts)?;
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        self.write_bytes.fetch_add(len as u64, Ordering::Relaxed);
+        self.count_write(parts.iter().map(|p| p.len() as u64).sum());
         Ok(())
     }
     fn write_streamed(
@@ -295,8 +294,7 @@ impl Backend for Counting {
         produce: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
     ) -> Result<u64> {
         let len = self.inner.write_streamed(key, mode, produce)?;
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        self.write_bytes.fetch_add(len, Ordering::Relaxed);
+        self.count_write(len);
         Ok(len)
     }
     fn will_read(&self, keys: &[String]) {
