@@ -21,12 +21,14 @@ use tessera::delta::stage::{BasePrefetch, BaseScope};
 use tessera::delta::{DeltaKind, DeltaParams};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
-use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
+use tessera::forget::{forget, parse_group_by, ForgetOptions, ForgetReport};
+use tessera::gc::{gc, Defrag, GcOptions};
 use tessera::repair::{repair, RepairOptions};
 use tessera::restore::{
     restore, restore_to_path, ExistingFile, RestoreOptions, DEFAULT_CACHE_CONTAINERS,
 };
 use tessera::restore_plan::CachePolicy;
+use tessera::retention::{Count, Period, Policy};
 use tessera::rewrite::{RewriteKind, RewriteParams};
 use tessera::snapshot::BackupId;
 use tessera::tree::catalog::{Entry, Kind};
@@ -182,20 +184,11 @@ enum Command {
         /// The backup id.
         id: String,
     },
-    /// Delete all but the newest backups (space is reclaimed by `gc`).
-    Forget {
-        /// The repository.
-        repo: PathBuf,
-        /// How many of the newest backups to keep.
-        #[arg(long)]
-        keep_last: usize,
-        /// Only print what would be deleted.
-        #[arg(long)]
-        dry_run: bool,
-        /// Print the deleted ids as JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    /// Delete the backups a retention policy does not keep, group by group
+    /// (the newest backup of every group is always kept unless
+    /// `--keep-last 0`); space is reclaimed by `gc` (container layout) or at
+    /// once (lifecycle layout).
+    Forget(ForgetArgs),
     /// Reclaim the space of deleted backups (mark, select, copy forward, sweep).
     Gc {
         /// The repository.
@@ -544,6 +537,15 @@ fn parse_bloom_size(s: &str) -> Result<u64, String> {
 }
 
 fn main() -> ExitCode {
+    // Output piped into a reader that stops early (`tessera ls … | head`)
+    // ends the command quietly, as for other Unix tools, instead of
+    // panicking on the broken pipe.
+    #[cfg(unix)]
+    // SAFETY: restoring the default action of SIGPIPE before any thread
+    // starts; no handler is installed.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // Help and version go to stdout as clap prints them.
@@ -774,31 +776,31 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             };
             return repair_cmd(&repo, options, json, access);
         }
-        Command::Forget {
-            repo,
-            keep_last,
-            dry_run,
-            json,
-        } => {
-            let r = open(
-                &repo,
-                if dry_run {
-                    LockMode::Read
-                } else {
-                    LockMode::Exclusive
-                },
-                access,
-            )?;
-            let ids = forget_keep_last(&r, keep_last, dry_run)?;
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({ "deleted": ids, "dry_run": dry_run })
-                );
+        Command::Forget(args) => {
+            let mode = if args.dry_run {
+                LockMode::Read
             } else {
-                let verb = if dry_run { "would delete" } else { "deleted" };
-                let list: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
-                println!("{verb} {} backup(s): {}", ids.len(), list.join(" "));
+                LockMode::Exclusive
+            };
+            let r = open(&args.repo, mode, access)?;
+            let report = forget(&r, &args.options()?)?;
+            let pruned = if args.prune
+                && r.config().layout == Layout::Container
+                && !report.removed.is_empty()
+            {
+                Some(gc(&r, GcOptions::default())?)
+            } else {
+                None
+            };
+            if args.json {
+                let mut v = serde_json::to_value(&report)?;
+                v["gc"] = serde_json::to_value(&pruned)?;
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print_forget(&report);
+                if let Some(s) = &pruned {
+                    print_gc(s, false)?;
+                }
             }
         }
         Command::Gc {
@@ -816,24 +818,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 segment,
                 split_threshold,
             };
-            let s = gc(&r, options)?;
-            if json {
-                println!("{}", serde_json::to_string(&s)?);
-            } else {
-                println!(
-                    "gc: {} of {} containers involved, {} reclaimed, {} produced; {} live chunks ({}) moved; {} read, {} written, {} freed; {:.2} s",
-                    s.containers_involved,
-                    s.containers_total,
-                    s.containers_reclaimed,
-                    s.containers_produced,
-                    s.chunks_moved,
-                    human(s.bytes_moved),
-                    human(s.bytes_read),
-                    human(s.bytes_written),
-                    human(s.bytes_freed.max(0) as u64),
-                    s.seconds
-                );
-            }
+            print_gc(&gc(&r, options)?, json)?;
         }
         Command::Analyze(args) => analyze(args)?,
         Command::Gen(a) => {
@@ -914,6 +899,151 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
 
 /// Opens the repository at `path` for `mode`, waiting as `access` says
 /// for a conflicting holder of its lock, with its password if encrypted.
+/// `tessera forget`: a retention policy (restic's `--keep-*` rules).
+#[derive(Args)]
+struct ForgetArgs {
+    /// The repository.
+    repo: PathBuf,
+    /// Keep the N newest backups (`unlimited` keeps all).
+    #[arg(long, value_name = "N")]
+    keep_last: Option<Count>,
+    /// Keep the newest backup of each of the N newest hours that have one.
+    #[arg(long, value_name = "N")]
+    keep_hourly: Option<Count>,
+    /// Keep the newest backup of each of the N newest days that have one.
+    #[arg(long, value_name = "N")]
+    keep_daily: Option<Count>,
+    /// Keep the newest backup of each of the N newest ISO weeks that have one.
+    #[arg(long, value_name = "N")]
+    keep_weekly: Option<Count>,
+    /// Keep the newest backup of each of the N newest months that have one.
+    #[arg(long, value_name = "N")]
+    keep_monthly: Option<Count>,
+    /// Keep the newest backup of each of the N newest years that have one.
+    #[arg(long, value_name = "N")]
+    keep_yearly: Option<Count>,
+    /// Keep every backup made within this span before the group's newest
+    /// (e.g. `30d`, `1y 6mo`, `2w`, `P1Y2M`).
+    #[arg(long, value_name = "SPAN")]
+    keep_within: Option<jiff::Span>,
+    /// Keep every backup carrying this tag (repeatable).
+    #[arg(long, value_name = "TAG")]
+    keep_tag: Vec<String>,
+    /// Group backups by these properties (comma-separated: source, paths;
+    /// empty: one group).
+    #[arg(long, value_name = "KEYS", default_value = "source")]
+    group_by: String,
+    /// Only show what would be deleted.
+    #[arg(long)]
+    dry_run: bool,
+    /// Reclaim the space afterwards (`gc` with default settings; the
+    /// lifecycle layout reclaims it anyway).
+    #[arg(long, conflicts_with = "dry_run")]
+    prune: bool,
+    /// Print the decisions as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ForgetArgs {
+    fn options(&self) -> Result<ForgetOptions> {
+        let periods = [
+            (Period::Hourly, self.keep_hourly),
+            (Period::Daily, self.keep_daily),
+            (Period::Weekly, self.keep_weekly),
+            (Period::Monthly, self.keep_monthly),
+            (Period::Yearly, self.keep_yearly),
+        ]
+        .into_iter()
+        .filter_map(|(p, c)| c.map(|c| (p, c)))
+        .collect();
+        Ok(ForgetOptions {
+            policy: Policy {
+                last: self.keep_last,
+                periods,
+                within: self.keep_within,
+                tags: self.keep_tag.clone(),
+            },
+            group_by: parse_group_by(&self.group_by)?,
+            dry_run: self.dry_run,
+            time_zone: jiff::tz::TimeZone::system(),
+        })
+    }
+}
+
+/// Prints what `gc` did.
+fn print_gc(s: &tessera::gc::GcStats, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(s)?);
+    } else {
+        println!(
+            "gc: {} of {} containers involved, {} reclaimed, {} produced; {} live chunks ({}) moved; {} read, {} written, {} freed; {:.2} s",
+            s.containers_involved,
+            s.containers_total,
+            s.containers_reclaimed,
+            s.containers_produced,
+            s.chunks_moved,
+            human(s.bytes_moved),
+            human(s.bytes_read),
+            human(s.bytes_written),
+            human(s.bytes_freed.max(0) as u64),
+            s.seconds
+        );
+    }
+    Ok(())
+}
+
+/// Prints `forget`'s decisions: per group, each backup newest first with
+/// the rules that keep it.
+fn print_forget(report: &ForgetReport) {
+    let tz = jiff::tz::TimeZone::system();
+    let mut group = None;
+    for d in &report.decisions {
+        if group != Some(&d.group) {
+            println!(
+                "group {}",
+                if d.group.is_empty() {
+                    "(all)"
+                } else {
+                    &d.group
+                }
+            );
+            group = Some(&d.group);
+        }
+        let when = jiff::Timestamp::from_second(d.time)
+            .map(|t| {
+                t.to_zoned_datetime(tz.clone())
+                    .strftime("%Y-%m-%d %H:%M:%S")
+                    .to_string()
+            })
+            .unwrap_or_else(|_| d.time.to_string());
+        let why: Vec<String> = d.reasons.iter().map(ToString::to_string).collect();
+        let verdict = if d.keep() { "keep  " } else { "remove" };
+        println!("  {:>6}  {when}  {verdict}  {}", d.id, why.join(", "));
+    }
+    for id in &report.unreadable {
+        println!(
+            "backup {id}: snapshot unreadable, left alone (see `tessera check`, `tessera repair`)"
+        );
+    }
+    let verb = if report.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    println!(
+        "{verb} {} of {} backup(s)",
+        report.removed.len(),
+        report.decisions.len()
+    );
+    if let Some(f) = &report.freed {
+        println!(
+            "freed {} at once (lifecycle layout: no gc needed)",
+            human(f.bytes_freed)
+        );
+    }
+}
+
 fn open(path: &Path, mode: LockMode, access: &Access) -> Result<Repository> {
     match open_repo(path, mode, access) {
         Err(e @ tessera::Error::Locked(_)) => {

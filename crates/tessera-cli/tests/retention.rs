@@ -1,0 +1,148 @@
+//! `forget` end to end: retention rules grouped by source, dry runs and
+//! their JSON, the lifecycle layout freeing space at once, `--prune`, and
+//! refusing a forget without rules.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+
+fn forget_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["forget", "--json"];
+    all.extend_from_slice(args);
+    serde_json::from_str(&ok(all)).expect("forget --json prints JSON")
+}
+
+fn backup_as(repo: &Path, file: &Path, source: &str) -> u64 {
+    let out = ok([
+        "backup",
+        repo.to_str().unwrap(),
+        file.to_str().unwrap(),
+        "--source",
+        source,
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    num(&v, "id")
+}
+
+#[test]
+fn keep_last_is_per_source_so_a_rare_source_keeps_its_history() {
+    for layout in ["container", "lifecycle"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        ok([
+            "init",
+            repo.to_str().unwrap(),
+            "--layout",
+            layout,
+            "--encryption",
+            "none",
+        ]);
+        let file = tmp.path().join("f");
+        // The busy source is backed up 6 times, the rare one twice, interleaved.
+        let mut rare = Vec::new();
+        let mut busy = Vec::new();
+        for round in 0..6u64 {
+            std::fs::write(&file, random_bytes(round, 50_000 + round as usize)).unwrap();
+            busy.push(backup_as(&repo, &file, "busy"));
+            if round % 3 == 0 {
+                rare.push(backup_as(&repo, &file, "rare"));
+            }
+        }
+        let r = repo.to_str().unwrap();
+        let dry = forget_json(&[r, "--keep-last", "2", "--dry-run"]);
+        assert_eq!(dry["dry_run"], true);
+        let removed: Vec<u64> = dry["removed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap())
+            .collect();
+        assert_eq!(removed, busy[..4].to_vec(), "{layout}: {dry}");
+        // Every decision names its group and, when kept, its rules.
+        for d in dry["decisions"].as_array().unwrap() {
+            let group = d["group"].as_str().unwrap();
+            assert!(group == "source=busy" || group == "source=rare", "{d}");
+            let reasons = d["reasons"].as_array().unwrap();
+            let id = d["id"].as_u64().unwrap();
+            assert_eq!(reasons.is_empty(), removed.contains(&id), "{d}");
+        }
+        // The dry run deleted nothing.
+        assert_eq!(list_ids(&repo).len(), busy.len() + rare.len());
+
+        let done = forget_json(&[r, "--keep-last", "2"]);
+        assert_eq!(done["removed"], dry["removed"]);
+        let mut left = list_ids(&repo);
+        left.sort_unstable();
+        let mut expect: Vec<u64> = busy[4..].iter().chain(&rare).copied().collect();
+        expect.sort_unstable();
+        assert_eq!(left, expect, "{layout}");
+        if layout == "lifecycle" {
+            assert!(num(&done["freed"], "bytes_freed") > 0, "{done}");
+        } else {
+            assert!(done["freed"].is_null(), "{done}");
+        }
+        for id in left {
+            let out = restore_to_file(&repo, id, tmp.path());
+            assert!(out.exists());
+            std::fs::remove_file(out).unwrap();
+        }
+        ok(["check", r, "--read-data"]);
+    }
+}
+
+#[test]
+fn the_newest_backup_of_a_group_survives_unless_keep_last_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    init(&repo);
+    let r = repo.to_str().unwrap();
+    let file = tmp.path().join("f");
+    std::fs::write(&file, random_bytes(1, 10_000)).unwrap();
+    let a = backup_as(&repo, &file, "s");
+    let b = backup_as(&repo, &file, "s");
+    // Only a tag rule no backup matches: the newest is still kept.
+    let v = forget_json(&[r, "--keep-tag", "nothing-has-this"]);
+    assert_eq!(v["removed"], serde_json::json!([a]));
+    assert_eq!(list_ids(&repo), vec![b]);
+    let v = forget_json(&[r, "--keep-last", "0", "--prune"]);
+    assert_eq!(v["removed"], serde_json::json!([b]));
+    assert!(num(&v["gc"], "containers_reclaimed") > 0, "{v}");
+    assert!(list_ids(&repo).is_empty());
+}
+
+#[test]
+fn forget_needs_a_rule_and_valid_values() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    init(&repo);
+    let r = repo.to_str().unwrap();
+    let err = fail(["forget", r]);
+    assert!(err.contains("--keep-"), "{err}");
+    let err = fail(["forget", r, "--keep-daily", "many"]);
+    assert!(err.contains("many"), "{err}");
+    let err = fail(["forget", r, "--keep-within", "soon"]);
+    assert!(err.contains("soon"), "{err}");
+    let err = fail(["forget", r, "--keep-last", "1", "--group-by", "colour"]);
+    assert!(err.contains("colour"), "{err}");
+}
+
+#[test]
+fn human_output_shows_every_decision_and_its_rule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    init(&repo);
+    let r = repo.to_str().unwrap();
+    let file = tmp.path().join("f");
+    std::fs::write(&file, random_bytes(2, 10_000)).unwrap();
+    for _ in 0..3 {
+        backup_as(&repo, &file, "s");
+    }
+    let out = ok(["forget", r, "--keep-daily", "1", "--dry-run"]);
+    assert!(out.contains("group source=s"), "{out}");
+    assert_eq!(out.matches("  remove  ").count(), 2, "{out}");
+    assert!(out.contains("newest of group, daily"), "{out}");
+    assert!(out.contains("would remove 2 of 3 backup(s)"), "{out}");
+    assert_eq!(list_ids(&repo).len(), 3);
+}
