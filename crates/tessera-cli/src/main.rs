@@ -901,6 +901,10 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
 /// for a conflicting holder of its lock, with its password if encrypted.
 /// `tessera forget`: a retention policy (restic's `--keep-*` rules).
 #[derive(Args)]
+#[command(group(clap::ArgGroup::new("rules").required(true).multiple(true).args([
+    "keep_last", "keep_hourly", "keep_daily", "keep_weekly", "keep_monthly", "keep_yearly",
+    "keep_within", "keep_tag",
+])))]
 struct ForgetArgs {
     /// The repository.
     repo: PathBuf,

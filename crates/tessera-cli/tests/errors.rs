@@ -344,7 +344,10 @@ fn usage_errors_name_what_is_missing_and_suggest() {
     let out = run(["forget", "/nonexistent-repo"]);
     assert_eq!(out.status.code(), Some(2));
     let line = assert_one_line_error(&["forget".into()], &out);
-    assert!(line.contains("not provided: --keep-last"), "{line}");
+    assert!(
+        line.contains("not provided: <--keep-last <N>|--keep-hourly"),
+        "{line}"
+    );
     let out = run(["lst"]);
     let line = assert_one_line_error(&["lst".into()], &out);
     assert!(

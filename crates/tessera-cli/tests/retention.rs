@@ -118,8 +118,13 @@ fn forget_needs_a_rule_and_valid_values() {
     let repo = tmp.path().join("repo");
     init(&repo);
     let r = repo.to_str().unwrap();
-    let err = fail(["forget", r]);
-    assert!(err.contains("--keep-"), "{err}");
+    let out = run(["forget", r]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--keep-last") && err.contains("--keep-daily"),
+        "{err}"
+    );
     let err = fail(["forget", r, "--keep-daily", "many"]);
     assert!(err.contains("many"), "{err}");
     let err = fail(["forget", r, "--keep-within", "soon"]);
