@@ -189,6 +189,19 @@ enum Command {
     /// `--keep-last 0`); space is reclaimed by `gc` (container layout) or at
     /// once (lifecycle layout).
     Forget(ForgetArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    /// to standard output, e.g. `tessera completion bash > /etc/bash_completion.d/tessera`.
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Write the manual pages (`tessera.1` and one per command, e.g.
+    /// `tessera-backup.1`) into a directory.
+    Man {
+        /// The directory (created if absent; existing pages of the same
+        /// names are replaced).
+        dir: PathBuf,
+    },
     /// Reclaim the space of deleted backups (mark, select, copy forward, sweep).
     Gc {
         /// The repository.
@@ -821,6 +834,18 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             print_gc(&gc(&r, options)?, json)?;
         }
         Command::Analyze(args) => analyze(args)?,
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "tessera", &mut io::stdout());
+        }
+        Command::Man { dir } => {
+            use clap::CommandFactory;
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("{}: cannot create the directory", dir.display()))?;
+            clap_mangen::generate_to(Cli::command(), &dir)
+                .with_context(|| format!("{}: cannot write the manual pages", dir.display()))?;
+            println!("manual pages written to {}", dir.display());
+        }
         Command::Gen(a) => {
             let opts = GenOptions {
                 versions: a.versions,
