@@ -224,6 +224,32 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Reclaim unused space with restic's knobs: `--max-unused` and
+    /// `--max-repack` choose GC's utilization threshold (container layout);
+    /// the lifecycle layout only finishes interrupted deletions.
+    Prune {
+        /// The repository.
+        repo: PathBuf,
+        /// Unused space tolerated: a percentage per container (`5%`: repack
+        /// containers more than 5% unused), a total size (`1GiB`: repack the
+        /// emptiest containers until at most that much is unused), or
+        /// `unlimited` (delete only wholly unused containers).
+        #[arg(long, value_name = "PCT|SIZE", default_value = "5%")]
+        max_unused: tessera::prune::MaxUnused,
+        /// Copy at most this many live bytes forward.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        max_repack: Option<u64>,
+        /// Order of the copied chunks: none, gccdf (defragments for the
+        /// newest backups) or random.
+        #[arg(long, default_value = "none")]
+        defrag: Defrag,
+        /// Only show the plan.
+        #[arg(long)]
+        dry_run: bool,
+        /// Print the plan and what was done as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Verify the repository's objects and references.
     Check {
         /// The repository.
@@ -833,6 +859,33 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             };
             print_gc(&gc(&r, options)?, json)?;
         }
+        Command::Prune {
+            repo,
+            max_unused,
+            max_repack,
+            defrag,
+            dry_run,
+            json,
+        } => {
+            let mode = if dry_run {
+                LockMode::Read
+            } else {
+                LockMode::Exclusive
+            };
+            let r = open(&repo, mode, access)?;
+            let options = tessera::prune::PruneOptions {
+                max_unused,
+                max_repack,
+                defrag,
+                dry_run,
+            };
+            let report = tessera::prune::prune(&r, &options)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print_prune(&report)?;
+            }
+        }
         Command::Analyze(args) => analyze(args)?,
         Command::Completion { shell } => {
             use clap::CommandFactory;
@@ -1018,6 +1071,36 @@ fn print_gc(s: &tessera::gc::GcStats, json: bool) -> Result<()> {
             human(s.bytes_freed.max(0) as u64),
             s.seconds
         );
+    }
+    Ok(())
+}
+
+/// Prints what `prune` planned and did.
+fn print_prune(report: &tessera::prune::PruneReport) -> Result<()> {
+    if let Some(p) = &report.plan {
+        println!(
+            "{} containers: {} unused, {} wholly unused (deleted), {} repacked ({} copied); {} unused afterwards (GC threshold {:.1}%)",
+            p.containers,
+            human(p.unused_before),
+            p.containers_dead,
+            p.containers_repacked,
+            human(p.bytes_repacked),
+            human(p.unused_after),
+            p.threshold_pct
+        );
+    }
+    if let Some(l) = &report.lifecycle {
+        println!(
+            "lifecycle layout: deleting a backup frees its space at once, nothing to repack; {} freed by finishing deletions",
+            human(l.bytes_freed)
+        );
+    } else if report.plan.is_none() {
+        println!("lifecycle layout: deleting a backup frees its space at once, nothing to repack");
+    }
+    if let Some(g) = &report.gc {
+        print_gc(g, false)?;
+    } else if report.dry_run {
+        println!("dry run: nothing changed");
     }
     Ok(())
 }

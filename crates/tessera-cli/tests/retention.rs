@@ -151,3 +151,69 @@ fn human_output_shows_every_decision_and_its_rule() {
     assert!(out.contains("would remove 2 of 3 backup(s)"), "{out}");
     assert_eq!(list_ids(&repo).len(), 3);
 }
+
+fn prune_json(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["prune", "--json"];
+    all.extend_from_slice(args);
+    serde_json::from_str(&ok(all)).expect("prune --json prints JSON")
+}
+
+#[test]
+fn prune_plans_then_repacks_within_its_limits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let r = repo.to_str().unwrap();
+    ok(["init", r, "--container-size", "256KiB"]);
+    let file = tmp.path().join("f");
+    // Versions sharing half their bytes: deleting the old ones leaves
+    // partly dead containers.
+    let mut data = random_bytes(7, 1 << 20);
+    let mut ids = Vec::new();
+    for v in 0..4u64 {
+        let edit = random_bytes(100 + v, 1 << 19);
+        data[(v as usize % 2) << 19..][..1 << 19].copy_from_slice(&edit);
+        std::fs::write(&file, &data).unwrap();
+        ids.push(backup_as(&repo, &file, "s"));
+    }
+    ok(["forget", r, "--keep-last", "1"]);
+    let before = containers(&repo);
+
+    let dry = prune_json(&[r, "--dry-run"]);
+    let plan = &dry["plan"];
+    assert!(num(plan, "unused_before") > 0, "{dry}");
+    assert!(dry["gc"].is_null());
+    assert_eq!(containers(&repo), before, "a dry run changes nothing");
+
+    // Only wholly unused containers: nothing is copied.
+    let v = prune_json(&[r, "--max-unused", "unlimited"]);
+    assert_eq!(num(&v["gc"], "bytes_moved"), 0, "{v}");
+    assert_eq!(num(&v["plan"], "bytes_repacked"), 0, "{v}");
+
+    // A repack limit of 0 copies nothing either; without it everything unused goes.
+    let v = prune_json(&[r, "--max-unused", "0%", "--max-repack", "0"]);
+    assert_eq!(num(&v["gc"], "bytes_moved"), 0, "{v}");
+    let v = prune_json(&[r, "--max-unused", "0%"]);
+    assert_eq!(num(&v["plan"], "unused_after"), 0, "{v}");
+    let again = prune_json(&[r, "--dry-run", "--max-unused", "0%"]);
+    assert_eq!(num(&again["plan"], "unused_before"), 0, "{again}");
+
+    let out = restore_to_file(&repo, *ids.last().unwrap(), tmp.path());
+    assert_file_eq(&out, &data);
+    ok(["check", r, "--read-data"]);
+
+    let err = fail(["prune", r, "--max-unused", "120%"]);
+    assert!(err.contains("120%"), "{err}");
+}
+
+#[test]
+fn prune_on_the_lifecycle_layout_says_nothing_needs_copying() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    let r = repo.to_str().unwrap();
+    ok(["init", r, "--layout", "lifecycle"]);
+    let file = tmp.path().join("f");
+    std::fs::write(&file, random_bytes(3, 100_000)).unwrap();
+    backup_as(&repo, &file, "s");
+    let out = ok(["prune", r]);
+    assert!(out.contains("frees its space at once"), "{out}");
+}

@@ -24,6 +24,7 @@ pub mod forget;
 pub mod gc;
 pub mod index;
 pub mod lifecycle;
+pub mod prune;
 pub mod quarantine;
 pub mod repair;
 pub mod repo;

@@ -237,20 +237,11 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
 
     // Mark.
     let t = Instant::now();
-    // Backups whose snapshot is lost but whose commit mark and recipe
-    // remain are kept too: they can still be recovered.
-    let retained = repo.retained_backups()?;
-    let mut live = LiveSet::default();
-    let mut owners = gccdf::Owners::default();
-    for &id in &retained {
-        let recipe = repo.recipe(id)?;
-        for c in &recipe.chunks {
-            live.insert((c.container, c.fp));
-        }
-        if options.defrag == Defrag::Gccdf {
-            owners.add_backup(id, &recipe.chunks);
-        }
-    }
+    let Marked {
+        retained,
+        mut live,
+        owners,
+    } = mark(repo, options.defrag == Defrag::Gccdf)?;
     let containers = repo.containers()?;
     stats.stage_seconds.mark = t.elapsed().as_secs_f64();
 
@@ -480,6 +471,81 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     stats.bytes_freed = freed as i64 - produced_bytes as i64;
     stats.seconds = started.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+/// What the mark phase found.
+struct Marked {
+    /// The backups kept: committed ones, and those whose snapshot is lost
+    /// but whose commit mark and recipe remain (they can still be recovered).
+    retained: BTreeSet<BackupId>,
+    /// Every (container, fingerprint) a retained recipe references.
+    live: LiveSet,
+    /// GCCDF: which backups own which chunks (empty unless asked for).
+    owners: gccdf::Owners,
+}
+
+/// Walks every retained recipe.
+fn mark(repo: &Repository, with_owners: bool) -> Result<Marked> {
+    let retained = repo.retained_backups()?;
+    let mut live = LiveSet::default();
+    let mut owners = gccdf::Owners::default();
+    for &id in &retained {
+        let recipe = repo.recipe(id)?;
+        for c in &recipe.chunks {
+            live.insert((c.container, c.fp));
+        }
+        if with_owners {
+            owners.add_backup(id, &recipe.chunks);
+        }
+    }
+    Ok(Marked {
+        retained,
+        live,
+        owners,
+    })
+}
+
+/// How much of one container is live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ContainerUse {
+    /// The container.
+    pub id: ContainerId,
+    /// Its stored bytes (header, metadata and chunks).
+    pub size: u64,
+    /// Bytes of its chunks.
+    pub chunk_bytes: u64,
+    /// Bytes of its chunks a retained backup references.
+    pub live_bytes: u64,
+}
+
+/// The utilization of every readable container of `repo` (container
+/// layout): what a GC would find, without changing anything. Damaged
+/// containers are left out (GC leaves them alone too).
+pub fn survey(repo: &Repository) -> Result<Vec<ContainerUse>> {
+    if repo.config().layout == crate::config::Layout::Lifecycle {
+        return Err(Error::InvalidConfig(format!(
+            "{}: the lifecycle layout frees space when backups are deleted and needs no GC",
+            repo.backend().location()
+        )));
+    }
+    let Marked { live, .. } = mark(repo, false)?;
+    let backend = repo.backend().as_ref();
+    let mut out = Vec::new();
+    for cid in repo.containers()? {
+        if let Some((header, metas)) = readable_meta(backend, cid)? {
+            out.push(ContainerUse {
+                id: cid,
+                size: header.total_len() as u64,
+                chunk_bytes: metas.iter().map(|m| u64::from(m.len)).sum(),
+                live_bytes: metas
+                    .iter()
+                    .filter(|m| live.contains(&(cid, m.fp)))
+                    .map(|m| u64::from(m.len))
+                    .sum(),
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// A live chunk held in the GC cache: its container and index there.
