@@ -55,8 +55,93 @@ struct Cli {
     /// long for it (e.g. `30s`, `5m`, `1h`) instead of failing at once.
     #[arg(long, global = true, value_name = "DURATION", value_parser = parse_wait, default_value = "0s")]
     wait: Duration,
+    /// The repository, for users who prefer an option (or the
+    /// `TESSERA_REPOSITORY` environment variable) to the REPO argument:
+    /// with it, leave REPO out of the command.
+    #[arg(
+        short = 'r',
+        long = "repo",
+        global = true,
+        value_name = "REPO",
+        env = "TESSERA_REPOSITORY"
+    )]
+    repository: Option<std::ffi::OsString>,
     #[command(flatten)]
     password: PasswordArgs,
+}
+
+/// `argv` with the repository given by `--repo`/`-r` (or, without them,
+/// `TESSERA_REPOSITORY`) put where the command expects its REPO argument:
+/// first after the (sub)command name, for every command whose first
+/// argument is the repository. Other commands are left as they are.
+fn with_repository(
+    argv: Vec<std::ffi::OsString>,
+    env: Option<std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    use clap::CommandFactory;
+    let root = Cli::command();
+    let mut repo = env.filter(|v| !v.is_empty());
+    // Options (of the root command, global ones included) that take a value.
+    let takes_value = |cmd: &clap::Command, tok: &str| {
+        cmd.get_arguments().any(|a| {
+            a.get_action().takes_values()
+                && (a.get_long().is_some_and(|l| tok == format!("--{l}"))
+                    || a.get_short().is_some_and(|c| tok == format!("-{c}")))
+        })
+    };
+    let mut out = Vec::with_capacity(argv.len() + 1);
+    let mut cmd = root.clone();
+    let mut insert_at = None;
+    let mut i = 0;
+    while i < argv.len() {
+        let tok = argv[i].to_string_lossy().into_owned();
+        // The repository option itself is consumed here (and parsed again
+        // by clap only for its help text).
+        if tok == "-r" || tok == "--repo" {
+            if let Some(v) = argv.get(i + 1) {
+                repo = Some(v.clone());
+            }
+            i += 2;
+            continue;
+        }
+        if let Some(v) = tok.strip_prefix("--repo=") {
+            repo = Some(v.into());
+            i += 1;
+            continue;
+        }
+        out.push(argv[i].clone());
+        if i == 0 || insert_at.is_some() {
+            i += 1;
+            continue;
+        }
+        if tok == "--" {
+            i += 1;
+            break;
+        }
+        if tok.starts_with('-') {
+            if !tok.contains('=') && (takes_value(&cmd, &tok) || takes_value(&root, &tok)) {
+                if let Some(v) = argv.get(i + 1) {
+                    out.push(v.clone());
+                }
+                i += 1;
+            }
+        } else if let Some(sub) = cmd.find_subcommand(&tok).cloned() {
+            let first_is_repo = sub
+                .get_positionals()
+                .next()
+                .is_some_and(|a| a.get_id() == "repo");
+            if first_is_repo {
+                insert_at = Some(out.len());
+            }
+            cmd = sub;
+        }
+        i += 1;
+    }
+    out.extend(argv.into_iter().skip(i));
+    if let (Some(at), Some(repo)) = (insert_at, repo) {
+        out.insert(at, repo);
+    }
+    out
 }
 
 #[derive(Subcommand)]
@@ -183,6 +268,9 @@ enum Command {
         repo: PathBuf,
         /// The backup id.
         id: String,
+        /// Print `{"deleted": ID}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Delete the backups a retention policy does not keep, group by group
     /// (the newest backup of every group is always kept unless
@@ -346,6 +434,9 @@ enum IndexCommand {
     Rebuild {
         /// The repository.
         repo: PathBuf,
+        /// Print the index statistics as JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -428,7 +519,7 @@ impl ChunkingArgs {
 #[derive(Args)]
 struct InitArgs {
     /// Directory of the new repository.
-    path: PathBuf,
+    repo: PathBuf,
     /// Encrypt every object (`xchacha20poly1305`, asks for a password) or
     /// not (`none`: lab and benchmark repositories). Default:
     /// xchacha20poly1305, except for --trace and --fingerprint sha1
@@ -585,7 +676,20 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = match Cli::try_parse() {
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    let parsed = Cli::try_parse_from(with_repository(
+        raw.clone(),
+        std::env::var_os("TESSERA_REPOSITORY"),
+    ));
+    // A REPO argument given although TESSERA_REPOSITORY is set: the
+    // argument wins.
+    let parsed = match parsed {
+        Err(e) if std::env::var_os("TESSERA_REPOSITORY").is_some() => {
+            Cli::try_parse_from(with_repository(raw, None)).map_err(|_| e)
+        }
+        other => other,
+    };
+    let cli = match parsed {
         Ok(cli) => cli,
         // Help and version go to stdout as clap prints them.
         Err(e) if !e.use_stderr() => e.exit(),
@@ -791,12 +895,16 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
         }
         Command::List { repo, json } => list(&repo, json, access)?,
         Command::Stats { repo, id, json } => stats(&repo, id.as_deref(), json, access)?,
-        Command::Delete { repo, id } => {
+        Command::Delete { repo, id, json } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
             let id = backup_id(&r, &id)?;
             r.delete_backup(id)
                 .with_context(|| format!("deleting backup {id}"))?;
-            println!("deleted backup {id}");
+            if json {
+                println!("{}", serde_json::json!({ "deleted": id }));
+            } else {
+                println!("deleted backup {id}");
+            }
         }
         Command::Check {
             repo,
@@ -962,21 +1070,23 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
         }
         Command::Key { command } => key_cmd(command, access)?,
         Command::Index {
-            command: IndexCommand::Rebuild { repo },
+            command: IndexCommand::Rebuild { repo, json },
         } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
             let s = r.rebuild_index().context("rebuilding the index")?;
-            println!(
-                "index rebuilt: {} entries from {} containers",
-                s.entries, s.containers_scanned
-            );
+            if json {
+                println!("{}", serde_json::to_string(&s)?);
+            } else {
+                println!(
+                    "index rebuilt: {} entries from {} containers",
+                    s.entries, s.containers_scanned
+                );
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Opens the repository at `path` for `mode`, waiting as `access` says
-/// for a conflicting holder of its lock, with its password if encrypted.
 /// `tessera forget`: a retention policy (restic's `--keep-*` rules).
 #[derive(Args)]
 #[command(group(clap::ArgGroup::new("rules").required(true).multiple(true).args([
@@ -1156,6 +1266,8 @@ fn print_forget(report: &ForgetReport) {
     }
 }
 
+/// Opens the repository at `path` for `mode`, waiting as `access` says
+/// for a conflicting holder of its lock, with its password if encrypted.
 fn open(path: &Path, mode: LockMode, access: &Access) -> Result<Repository> {
     match open_repo(path, mode, access) {
         Err(e @ tessera::Error::Locked(_)) => {
@@ -1185,7 +1297,7 @@ fn backup_id(repo: &Repository, text: &str) -> Result<BackupId> {
 }
 
 fn init(a: InitArgs, password: &PasswordArgs) -> Result<()> {
-    let mut config = Config::new(random_id(&a.path));
+    let mut config = Config::new(random_id(&a.repo));
     config.chunker = a.chunking.params();
     config.fingerprint = a.chunking.fingerprint;
     config.container_size = a.container_size;
@@ -1225,16 +1337,16 @@ fn init(a: InitArgs, password: &PasswordArgs) -> Result<()> {
     });
     match encryption {
         Encryption::None => {
-            Repository::init(&a.path, config)?;
-            println!("created unencrypted repository {}", a.path.display());
+            Repository::init(&a.repo, config)?;
+            println!("created unencrypted repository {}", a.repo.display());
         }
         Encryption::XChaCha20Poly1305 => {
             // Refuse a configuration that cannot be encrypted before asking for a password.
             config.encryption = encryption;
             config.version = encryption.format_version();
             config.validate()?;
-            Repository::init_encrypted(&a.path, config, &new_repo_key(password, a.kdf)?)?;
-            println!("created encrypted repository {}", a.path.display());
+            Repository::init_encrypted(&a.repo, config, &new_repo_key(password, a.kdf)?)?;
+            println!("created encrypted repository {}", a.repo.display());
         }
     }
     Ok(())
