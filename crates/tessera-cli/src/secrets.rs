@@ -23,7 +23,12 @@ const NEW_PASSWORD_ENV: &str = "TESSERA_NEW_PASSWORD";
 #[derive(Args, Clone, Default)]
 pub struct PasswordArgs {
     /// Read the repository password from the first line of FILE.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        env = "TESSERA_PASSWORD_FILE"
+    )]
     password_file: Option<PathBuf>,
     /// Run CMD with the shell and use the first line it prints as the password.
     #[arg(
