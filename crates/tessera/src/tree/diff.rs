@@ -9,7 +9,6 @@ use super::relative_path;
 use super::restore::Cursor;
 use super::stream::{for_each_entry, tree_of};
 use crate::error::{Error, Result};
-use crate::fingerprint::Fingerprint;
 use crate::repo::Repository;
 use crate::snapshot::{BackupId, ChunkRef};
 use crossbeam_channel::{bounded, Receiver};
@@ -119,41 +118,40 @@ struct Side<'a> {
     rx: Receiver<Entry>,
     cursor: Cursor<'a>,
     chunks: &'a [ChunkRef],
-    last: Option<Entry>,
+    /// The previous entry's path.
+    last: Option<Vec<u8>>,
 }
 
-/// An entry and, for a file, its chunks' fingerprints.
-type Item = (Entry, Vec<Fingerprint>);
+/// An entry and, for a file, its chunks in the recipe.
+type Item<'a> = (Entry, &'a [ChunkRef]);
 
-impl Side<'_> {
+impl<'a> Side<'a> {
     /// The next entry that exists (gaps are skipped), checked to come
     /// after the previous one.
-    fn next(&mut self) -> Result<Option<Item>> {
+    fn next(&mut self) -> Result<Option<Item<'a>>> {
         while let Ok(e) = self.rx.recv() {
-            let fps = match e.has_bytes() {
-                true => self.chunks[self.cursor.extent(e.size)?]
-                    .iter()
-                    .map(|c| c.fp)
-                    .collect(),
-                false => Vec::new(),
+            let chunks = self.chunks;
+            let extent = match e.has_bytes() {
+                true => &chunks[self.cursor.extent(e.size)?],
+                false => &[],
             };
             if e.kind == Kind::Gap {
                 continue;
             }
             if let Some(prev) = &self.last {
-                if relative_path(&prev.path).cmp(relative_path(&e.path)) != Ordering::Less {
+                if relative_path(prev).cmp(relative_path(&e.path)) != Ordering::Less {
                     return Err(Error::corrupt(
                         format!("catalog of backup {}", self.id),
                         format!(
                             "entries out of order: /{} after /{}",
                             String::from_utf8_lossy(&e.path),
-                            String::from_utf8_lossy(&prev.path)
+                            String::from_utf8_lossy(prev)
                         ),
                     ));
                 }
             }
-            self.last = Some(e.clone());
-            return Ok(Some((e, fps)));
+            self.last = Some(e.path.clone());
+            return Ok(Some((e, extent)));
         }
         Ok(None)
     }
@@ -162,7 +160,8 @@ impl Side<'_> {
 /// How entries `a` and `b` at the same path differ, if they do.
 fn compare(a: &Item, b: &Item) -> Option<ChangeKind> {
     let (ea, eb) = (&a.0, &b.0);
-    if ea.kind != eb.kind || ea.target != eb.target || ea.size != eb.size || a.1 != b.1 {
+    let same_chunks = || a.1.iter().map(|c| c.fp).eq(b.1.iter().map(|c| c.fp));
+    if ea.kind != eb.kind || ea.target != eb.target || ea.size != eb.size || !same_chunks() {
         return Some(ChangeKind::Changed);
     }
     let meta = (ea.mode, ea.uid, ea.gid, ea.mtime, ea.mtime_ns);
@@ -259,4 +258,81 @@ pub fn diff(
         rb?;
         Ok(stats)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fingerprint::Fingerprint;
+
+    fn entry(kind: Kind, size: u64) -> Entry {
+        Entry {
+            path: b"home/f".to_vec(),
+            kind,
+            mode: 0o644,
+            uid: 1,
+            gid: 2,
+            mtime: 3,
+            mtime_ns: 4,
+            ctime: 5,
+            ctime_ns: 6,
+            dev: 7,
+            ino: 8,
+            size,
+            target: Vec::new(),
+        }
+    }
+
+    fn chunk(b: u8) -> ChunkRef {
+        ChunkRef {
+            fp: Fingerprint([b; 32]),
+            len: 5,
+            container: u64::from(b),
+        }
+    }
+
+    #[test]
+    fn contents_are_compared_by_fingerprints_metadata_by_mode_owner_and_time() {
+        let (x, y, z) = (
+            [chunk(1), chunk(2)],
+            [chunk(1), chunk(2)],
+            [chunk(1), chunk(3)],
+        );
+        let f = entry(Kind::File, 10);
+        assert_eq!(compare(&(f.clone(), &x), &(f.clone(), &y)), None);
+        assert_eq!(
+            compare(&(f.clone(), &x), &(f.clone(), &z)),
+            Some(ChangeKind::Changed)
+        );
+        // Status-change time, device and inode change without the file changing.
+        let moved = Entry {
+            ctime: 50,
+            dev: 70,
+            ino: 80,
+            ..f.clone()
+        };
+        assert_eq!(compare(&(f.clone(), &x), &(moved, &y)), None);
+        let chmod = Entry {
+            mode: 0o600,
+            ..f.clone()
+        };
+        assert_eq!(
+            compare(&(f.clone(), &x), &(chmod, &y)),
+            Some(ChangeKind::Metadata)
+        );
+        let dir = entry(Kind::Dir, 0);
+        let empty: &[ChunkRef] = &[];
+        assert_eq!(
+            compare(&(entry(Kind::File, 0), empty), &(dir.clone(), empty)),
+            Some(ChangeKind::Changed)
+        );
+        let link = |t: &[u8]| Entry {
+            target: t.to_vec(),
+            ..entry(Kind::Symlink, 0)
+        };
+        assert_eq!(
+            compare(&(link(b"a"), empty), &(link(b"b"), empty)),
+            Some(ChangeKind::Changed)
+        );
+    }
 }
