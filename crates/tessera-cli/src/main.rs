@@ -31,9 +31,12 @@ use tessera::restore_plan::CachePolicy;
 use tessera::retention::{Count, Period, Policy};
 use tessera::rewrite::{RewriteKind, RewriteParams};
 use tessera::snapshot::BackupId;
+use tessera::tags::TagChange;
 use tessera::tree::catalog::{Entry, Kind};
 use tessera::tree::select::Selection;
-use tessera::tree::{backup_tree, list_tree, restore_tree, TreeBackupOptions, TreeRestoreOptions};
+use tessera::tree::{
+    backup_tree, list_tree, restore_tree, TarScope, TreeBackupOptions, TreeRestoreOptions,
+};
 use tessera::units::{parse_size, parse_size_u32};
 use tessera::Repository;
 use tessera_lab::analyze::{analyze_paths, Input, VersionRow};
@@ -42,7 +45,9 @@ use tessera_lab::gen::{generate_with, GenOptions};
 use tessera_lab::trace::write_data_trace;
 use tessera_lab::trace::TraceFile;
 
+mod browse;
 mod secrets;
+use browse::FilterArgs;
 use secrets::{key_cmd, new_repo_key, open_repo, Access, KdfArgs, KeyCommand, PasswordArgs};
 
 /// Tessera: a deduplicating backup store.
@@ -181,6 +186,12 @@ enum Command {
         /// for a tree, the host name and the absolute paths).
         #[arg(long)]
         source: Option<String>,
+        /// The host name recorded with the backup (default: this machine's).
+        #[arg(long)]
+        host: Option<String>,
+        /// A tag recorded with the backup (repeatable; `tessera tag` changes them).
+        #[arg(long = "tag", value_name = "TAG")]
+        tags: Vec<String>,
         /// Print the result as one JSON object.
         #[arg(long)]
         json: bool,
@@ -216,6 +227,10 @@ enum Command {
         /// many as the machine's memory holds).
         #[arg(long, default_value_t = DEFAULT_CACHE_CONTAINERS)]
         cache_size: usize,
+        /// Tree backups: write the selected entries as a tar stream to OUTPUT
+        /// (`-`: standard output; else a new file) instead of into a directory.
+        #[arg(long)]
+        tar: bool,
         /// Salvage a damaged backup: write every chunk that verifies, zeros
         /// in place of missing or damaged chunks, list the lost byte ranges
         /// and exit with status 3 when any were lost.
@@ -244,11 +259,70 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// List the backups.
+    /// List the backups: time (local), host, paths or source, tags, files and sizes.
     List {
         /// The repository.
         repo: PathBuf,
+        #[command(flatten)]
+        filter: FilterArgs,
         /// Print a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Find entries by a glob on their path in every tree backup, newest first.
+    Find {
+        /// The repository.
+        repo: PathBuf,
+        /// A glob over paths as `ls` shows them (`/home/*/docs/*.txt`); one
+        /// without `/` matches names at any depth (`*.rs`).
+        pattern: String,
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Print a JSON array of entries, each with its backup.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show what changed between two tree backups: added (+), removed (-),
+    /// changed contents (M) and metadata only (U).
+    Diff {
+        /// The repository.
+        repo: PathBuf,
+        /// The first backup (or `latest`).
+        id1: String,
+        /// The second backup (or `latest`).
+        id2: String,
+        /// Print one JSON object: the changes and the counts.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write one file of a tree backup to standard output, or a directory
+    /// as a tar stream.
+    Dump {
+        /// The repository.
+        repo: PathBuf,
+        /// The backup id (or `latest`).
+        id: String,
+        /// The path in the backup (absolute, as `ls` shows it; `/`: the whole tree).
+        path: PathBuf,
+    },
+    /// Change the tags of backups (the snapshot is replaced atomically).
+    Tag {
+        /// The repository.
+        repo: PathBuf,
+        /// Backup ids (or `latest`).
+        #[arg(required = true)]
+        ids: Vec<String>,
+        /// Add this tag (repeatable).
+        #[arg(long, value_name = "TAG")]
+        add: Vec<String>,
+        /// Remove this tag (repeatable).
+        #[arg(long, value_name = "TAG")]
+        remove: Vec<String>,
+        /// Replace all tags by these (repeatable; `--set ''` is refused:
+        /// use --remove).
+        #[arg(long, value_name = "TAG")]
+        set: Vec<String>,
+        /// Print the new tags as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -466,8 +540,12 @@ struct GenArgs {
     #[arg(long, default_value_t = 1)]
     sources: u32,
     /// Write Destor fingerprint traces of the same model instead of data.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "tree")]
     trace: bool,
+    /// Write each version as a directory tree (v0001/, …) instead of a tar
+    /// archive, for tree backups.
+    #[arg(long)]
+    tree: bool,
 }
 
 #[derive(Args)]
@@ -763,6 +841,8 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             trace,
             label,
             source,
+            host,
+            tags,
             json,
         } => {
             let tree = TreeBackupOptions {
@@ -771,13 +851,18 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 parent,
                 force,
             };
+            let naming = Naming {
+                label,
+                source,
+                host,
+                tags,
+            };
             return backup_cmd(
                 &repo,
                 &inputs,
                 &tree,
                 trace.as_deref(),
-                label,
-                source,
+                naming,
                 json,
                 access,
             );
@@ -791,6 +876,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             overwrite,
             cache,
             cache_size,
+            tar,
             skip_damaged,
             json,
         } => {
@@ -801,9 +887,29 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                     bail!("backup {id}: --skip-damaged does not apply to tree backups yet");
                 }
                 let selection = Selection::new(&include, &exclude)?;
+                if tar {
+                    let scope = TarScope {
+                        selection,
+                        under: None,
+                    };
+                    let existing = match overwrite {
+                        true => ExistingFile::Replace,
+                        false => ExistingFile::Refuse,
+                    };
+                    let options = RestoreOptions {
+                        cache_containers: cache_size,
+                        policy: cache,
+                        progress: None,
+                        skip_damaged: false,
+                    };
+                    browse::tar_restore_cmd(&r, id, &output, &scope, existing, &options, json)?;
+                    return Ok(ExitCode::SUCCESS);
+                }
                 tree_restore_cmd(
                     &r, id, &output, selection, overwrite, cache, cache_size, json,
                 )?
+            } else if tar {
+                bail!("backup {id}: --tar applies to tree backups only (restore it to `-` for its bytes)");
             } else if !include.is_empty() || !exclude.is_empty() {
                 bail!("backup {id}: --include and --exclude apply to tree backups only");
             } else {
@@ -893,7 +999,48 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 }
             }
         }
-        Command::List { repo, json } => list(&repo, json, access)?,
+        Command::List { repo, filter, json } => browse::list(&repo, json, filter, access)?,
+        Command::Find {
+            repo,
+            pattern,
+            filter,
+            json,
+        } => return browse::find_cmd(&repo, &pattern, json, filter, access),
+        Command::Diff {
+            repo,
+            id1,
+            id2,
+            json,
+        } => {
+            let r = open(&repo, LockMode::Read, access)?;
+            let (from, to) = (backup_id(&r, &id1)?, backup_id(&r, &id2)?);
+            browse::diff_cmd(&r, from, to, json)?
+        }
+        Command::Dump { repo, id, path } => {
+            let r = open(&repo, LockMode::Read, access)?;
+            let id = backup_id(&r, &id)?;
+            browse::dump_cmd(&r, id, &path, &RestoreOptions::default())?
+        }
+        Command::Tag {
+            repo,
+            ids,
+            add,
+            remove,
+            set,
+            json,
+        } => {
+            let r = open(&repo, LockMode::Backup, access)?;
+            let ids = ids
+                .iter()
+                .map(|t| backup_id(&r, t))
+                .collect::<Result<Vec<_>>>()?;
+            let change = TagChange {
+                set: (!set.is_empty()).then_some(set),
+                add,
+                remove,
+            };
+            browse::tag_cmd(&r, &ids, &change, json)?
+        }
         Command::Stats { repo, id, json } => stats(&repo, id.as_deref(), json, access)?,
         Command::Delete { repo, id, json } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
@@ -1017,6 +1164,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 seed: a.seed,
                 sources: a.sources,
                 trace: a.trace,
+                tree: a.tree,
                 ..GenOptions::default()
             };
             let total = u64::from(a.versions) * u64::from(a.sources);
@@ -1121,8 +1269,8 @@ struct ForgetArgs {
     /// Keep every backup carrying this tag (repeatable).
     #[arg(long, value_name = "TAG")]
     keep_tag: Vec<String>,
-    /// Group backups by these properties (comma-separated: source, paths;
-    /// empty: one group).
+    /// Group backups by these properties (comma-separated: source, host,
+    /// paths, tags; empty: one group).
     #[arg(long, value_name = "KEYS", default_value = "source")]
     group_by: String,
     /// Only show what would be deleted.
@@ -1391,17 +1539,31 @@ fn is_tree(inputs: &[String]) -> bool {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a backup is called: label, source lineage, host and tags.
+struct Naming {
+    label: String,
+    source: Option<String>,
+    host: Option<String>,
+    tags: Vec<String>,
+}
+
 fn backup_cmd(
     repo: &Path,
     inputs: &[String],
     tree_options: &TreeBackupOptions,
     trace: Option<&Path>,
-    label: String,
-    source: Option<String>,
+    naming: Naming,
     json: bool,
     access: &Access,
 ) -> Result<ExitCode> {
+    let Naming {
+        label,
+        source,
+        host,
+        tags,
+    } = naming;
+    let tags = tessera::tags::normalize(&tags)?;
+    let host = host.unwrap_or_else(tessera::tree::host_name);
     let tree = trace.is_none() && is_tree(inputs);
     if !tree
         && (!tree_options.excludes.is_empty()
@@ -1414,13 +1576,15 @@ fn backup_cmd(
     let paths: Vec<PathBuf> = inputs.iter().map(PathBuf::from).collect();
     let source = match source {
         Some(s) => s,
-        None if tree => tessera::tree::default_source(&paths)?,
+        None if tree => tessera::tree::default_source(&host, &paths)?,
         None => "default".into(),
     };
     let r = open(repo, LockMode::Backup, access)?;
     let options_for = |progress| BackupOptions {
         label: label.clone(),
         source: source.clone(),
+        host: host.clone(),
+        tags: tags.clone(),
         progress,
     };
     let mut warnings = Vec::new();
@@ -1494,6 +1658,8 @@ fn backup_cmd(
         v["time"] = snap.time.into();
         v["label"] = snap.label.clone().into();
         v["source"] = snap.source.clone().into();
+        v["host"] = snap.host.clone().into();
+        v["tags"] = snap.tags.clone().into();
         if let Some(a) = &outcome.arrange {
             v["arrange"] = serde_json::to_value(a)?;
         }
@@ -1663,48 +1829,6 @@ fn restore_cmd(
         );
         Ok(ExitCode::from(EXIT_INCOMPLETE))
     }
-}
-
-fn list(repo: &Path, json: bool, access: &Access) -> Result<()> {
-    let r = open(repo, LockMode::Read, access)?;
-    let listed = r.listing()?;
-    if json {
-        let arr: Vec<_> = listed
-            .iter()
-            .map(|l| match &l.snapshot {
-                Ok(s) => serde_json::json!({
-                    "id": s.id, "time": s.time, "label": s.label, "source": s.source,
-                    "logical_bytes": s.logical_bytes, "stored_bytes": s.stats.stored_bytes,
-                    "chunks": s.stats.chunks,
-                }),
-                Err(reason) => serde_json::json!({ "id": l.id, "damaged": reason }),
-            })
-            .collect();
-        println!("{}", serde_json::Value::Array(arr));
-        return Ok(());
-    }
-    let mut out = io::stdout().lock();
-    writeln!(
-        out,
-        "{:>6}  {:>10}  {:>10}  {:>10}  {:<12}  label",
-        "id", "time", "logical", "stored", "source"
-    )?;
-    for l in listed {
-        match l.snapshot {
-            Ok(s) => writeln!(
-                out,
-                "{:>6}  {:>10}  {:>10}  {:>10}  {:<12}  {}",
-                s.id,
-                s.time,
-                human(s.logical_bytes),
-                human(s.stats.stored_bytes),
-                s.source,
-                s.label
-            )?,
-            Err(reason) => writeln!(out, "{:>6}  DAMAGED: {reason}", l.id)?,
-        }
-    }
-    Ok(())
 }
 
 fn stats(repo: &Path, id: Option<&str>, json: bool, access: &Access) -> Result<()> {

@@ -217,3 +217,39 @@ fn prune_on_the_lifecycle_layout_says_nothing_needs_copying() {
     let out = ok(["prune", r]);
     assert!(out.contains("frees its space at once"), "{out}");
 }
+
+#[test]
+fn keep_tag_and_group_by_tags_use_the_backups_tags() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    init(&repo);
+    let r = repo.to_str().unwrap();
+    let file = tmp.path().join("f");
+    std::fs::write(&file, random_bytes(4, 20_000)).unwrap();
+    let f = file.to_str().unwrap();
+    let tagged = |tag: &str| -> u64 {
+        let out = ok(["backup", r, f, "--source", "s", "--tag", tag, "--json"]);
+        num(
+            &serde_json::from_str::<serde_json::Value>(&out).unwrap(),
+            "id",
+        )
+    };
+    let release = tagged("release");
+    let nightly: Vec<u64> = (0..3).map(|_| tagged("nightly")).collect();
+    // Grouped by tags, keep-last 1 keeps the newest of each tag.
+    let v = forget_json(&[r, "--keep-last", "1", "--group-by", "tags", "--dry-run"]);
+    assert_eq!(
+        v["removed"],
+        serde_json::json!([nightly[0], nightly[1]]),
+        "{v}"
+    );
+    // Grouped by source, --keep-tag release keeps the tagged one too.
+    let v = forget_json(&[r, "--keep-last", "1", "--keep-tag", "release"]);
+    assert_eq!(
+        v["removed"],
+        serde_json::json!([nightly[0], nightly[1]]),
+        "{v}"
+    );
+    let kept: Vec<u64> = list_ids(&repo);
+    assert_eq!(kept, vec![release, nightly[2]]);
+}

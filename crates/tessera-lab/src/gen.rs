@@ -1,6 +1,7 @@
 //! Deterministic versioned datasets: a synthetic file tree aged version by
-//! version, emitted as one ustar archive per version (data mode) or as one
-//! Destor fingerprint trace per version (trace mode).
+//! version, emitted as one ustar archive per version (data mode), as one
+//! directory tree per version (tree mode: `vNNNN/`, for tree backups) or as
+//! one Destor fingerprint trace per version (trace mode).
 //!
 //! The model follows the synthetic backup generator of Tarasov et al.,
 //! "Generating realistic datasets for deduplication analysis" (USENIX
@@ -73,6 +74,8 @@ pub struct GenOptions {
     pub sources: u32,
     /// Emit Destor fingerprint traces (`vNNNN.trace`) instead of archives.
     pub trace: bool,
+    /// Write each version as a directory tree (`vNNNN/`) instead of an archive.
+    pub tree: bool,
     /// Chunk sizes of trace mode.
     pub chunk: ChunkModel,
 }
@@ -88,6 +91,7 @@ impl Default for GenOptions {
             seed: 1,
             sources: 1,
             trace: false,
+            tree: false,
             chunk: ChunkModel::default(),
         }
     }
@@ -121,6 +125,9 @@ impl GenOptions {
     /// Checks that the options are in range.
     pub fn validate(&self) -> Result<(), GenError> {
         let bad = |m: String| Err(GenError::InvalidOptions(m));
+        if self.trace && self.tree {
+            return bad("trace and tree modes exclude each other".into());
+        }
         if self.versions == 0 {
             return bad("versions must be at least 1".into());
         }
@@ -164,7 +171,7 @@ impl GenOptions {
 pub struct VersionInfo {
     /// Position in the stream, from 1.
     pub index: u64,
-    /// File name: `vNNNN.tar` or `vNNNN.trace`.
+    /// File name: `vNNNN.tar`, `vNNNN.trace`, or the directory `vNNNN` of a tree.
     pub file_name: String,
     /// Name of the source lineage (`syn`, or `syn1`… with several sources).
     pub source: String,
@@ -236,12 +243,16 @@ impl Dataset {
         let li = (self.next % k) as usize;
         self.next += 1;
         let width = self.total_versions().to_string().len().max(4);
-        let ext = if self.opts.trace { "trace" } else { "tar" };
+        let ext = match (self.opts.trace, self.opts.tree) {
+            (true, _) => ".trace",
+            (false, true) => "",
+            (false, false) => ".tar",
+        };
         let lineage = self.lineages.get_mut(li)?;
         lineage.advance();
         let info = VersionInfo {
             index: self.next,
-            file_name: format!("v{:0width$}.{ext}", self.next),
+            file_name: format!("v{:0width$}{ext}", self.next),
             source: lineage.name().to_string(),
             source_version: lineage.version(),
             lineage: li,
@@ -290,9 +301,25 @@ pub fn generate_with(
     let mut ds = Dataset::new(opts)?;
     fs::create_dir_all(outdir).map_err(io_err(outdir))?;
     let manifest = outdir.join(MANIFEST);
+    // The versions an earlier run wrote here (its trees may be replaced).
+    let earlier: Vec<String> = fs::read_to_string(&manifest)
+        .map(|m| {
+            m.lines()
+                .skip(1)
+                .filter_map(|l| l.split('\t').next().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
     let mut done = Vec::new();
     while let Some((info, lineage)) = ds.next_version() {
         let path = outdir.join(&info.file_name);
+        if opts.tree {
+            let summary = write_tree_version(outdir, &earlier, info, lineage)?;
+            progress(&summary);
+            done.push(summary);
+            write_manifest(&manifest, &done)?;
+            continue;
+        }
         let tmp = outdir.join(format!("{}.tmp", info.file_name));
         let file = fs::File::create(&tmp).map_err(io_err(&tmp))?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
@@ -316,6 +343,45 @@ pub fn generate_with(
     Ok(GenSummary {
         versions: done,
         manifest,
+    })
+}
+
+/// Writes version `info` of `lineage` as the tree `outdir/vNNNN/`: built
+/// in `.vNNNN.tmp/` and renamed into place when complete. A tree of that
+/// name is replaced only when an `earlier` run of the generator wrote it.
+fn write_tree_version(
+    outdir: &Path,
+    earlier: &[String],
+    info: VersionInfo,
+    lineage: &Lineage,
+) -> Result<VersionSummary, GenError> {
+    let path = outdir.join(&info.file_name);
+    let tmp = outdir.join(format!(".{}.tmp", info.file_name));
+    if tmp.exists() {
+        fs::remove_dir_all(&tmp).map_err(io_err(&tmp))?;
+    }
+    let logical = lineage.write_tree(&tmp).map_err(io_err(&tmp))?;
+    if path.exists() {
+        let ours = earlier.contains(&info.file_name);
+        if !ours {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(GenError::Io {
+                what: path.display().to_string(),
+                source: io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "exists, and no earlier run of the generator listed it in MANIFEST.tsv: not replaced",
+                ),
+            });
+        }
+        fs::remove_dir_all(&path).map_err(io_err(&path))?;
+    }
+    fs::rename(&tmp, &path).map_err(io_err(&path))?;
+    Ok(VersionSummary {
+        info,
+        path,
+        bytes: logical,
+        logical_bytes: logical,
+        files: lineage.file_count(),
     })
 }
 

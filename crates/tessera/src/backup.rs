@@ -71,6 +71,11 @@ pub struct BackupOptions<'a> {
     pub label: String,
     /// Source lineage name.
     pub source: String,
+    /// Host name recorded in the snapshot.
+    pub host: String,
+    /// Tags recorded in the snapshot (sorted and distinct: see
+    /// [`crate::tags::normalize`]).
+    pub tags: Vec<String>,
     /// Called with the number of input bytes processed so far.
     pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
 }
@@ -448,6 +453,8 @@ fn backup_lifecycle(
     let lifecycle_options = LifecycleBackupOptions {
         label: options.label.clone(),
         source: options.source.clone(),
+        host: options.host.clone(),
+        tags: options.tags.clone(),
         progress: options.progress,
     };
     let tree = OnceLock::new();
@@ -683,6 +690,8 @@ fn backup_containers(
         time: snap_time,
         label: options.label.clone(),
         source: options.source.clone(),
+        host: options.host.clone(),
+        tags: options.tags.clone(),
         logical_bytes,
         stats,
         tree,

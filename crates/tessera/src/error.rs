@@ -111,6 +111,14 @@ pub enum Error {
     /// a backup of a single stream.
     #[error("backup {0}: not a tree backup (it holds one stream: restore it to a file)")]
     NotATree(u64),
+    /// A path asked for is not in a tree backup.
+    #[error("backup {backup}: no {path} in it")]
+    NotInBackup {
+        /// The backup.
+        backup: u64,
+        /// The path, as listed (`/home/ann`).
+        path: String,
+    },
     /// No backup with this id exists.
     #[error("backup {0}: no such backup in the repository")]
     NoSuchBackup(u64),

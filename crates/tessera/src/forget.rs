@@ -23,8 +23,12 @@ use crate::snapshot::{BackupId, Snapshot};
 pub enum GroupKey {
     /// The source (lineage) name.
     Source,
+    /// The host the backup was made on.
+    Host,
     /// The paths a tree backup was given (empty for a stream backup).
     Paths,
+    /// The backup's tags (as a set).
+    Tags,
 }
 
 impl std::str::FromStr for GroupKey {
@@ -33,9 +37,11 @@ impl std::str::FromStr for GroupKey {
     fn from_str(s: &str) -> Result<GroupKey> {
         match s {
             "source" => Ok(GroupKey::Source),
+            "host" => Ok(GroupKey::Host),
             "paths" => Ok(GroupKey::Paths),
+            "tags" => Ok(GroupKey::Tags),
             _ => Err(Error::InvalidOption(format!(
-                "--group-by {s:?}: expected source or paths (comma-separated)"
+                "--group-by {s:?}: expected source, host, paths or tags (comma-separated)"
             ))),
         }
     }
@@ -56,6 +62,13 @@ fn group_of(snapshot: &Snapshot, keys: &[GroupKey]) -> String {
     keys.iter()
         .map(|k| match k {
             GroupKey::Source => format!("source={}", snapshot.source),
+            GroupKey::Host => format!("host={}", snapshot.host),
+            GroupKey::Tags => {
+                let mut tags = snapshot.tags.clone();
+                tags.sort_unstable();
+                tags.dedup();
+                format!("tags={}", tags.join(","))
+            }
             GroupKey::Paths => format!(
                 "paths={}",
                 snapshot
@@ -116,7 +129,7 @@ pub fn forget(repo: &Repository, options: &ForgetOptions) -> Result<ForgetReport
                 id: s.id,
                 time: i64::try_from(s.time).unwrap_or(i64::MAX),
                 group: group_of(&s, &options.group_by),
-                tags: Vec::new(),
+                tags: s.tags.clone(),
             }),
             Err(_) => unreadable.push(listed.id),
         }
@@ -163,6 +176,10 @@ mod tests {
             vec![GroupKey::Source, GroupKey::Paths]
         );
         assert!(parse_group_by("").expect("parse").is_empty());
+        assert_eq!(
+            parse_group_by("host,tags").expect("parse"),
+            vec![GroupKey::Host, GroupKey::Tags]
+        );
         assert!(parse_group_by("colour").is_err());
     }
 }

@@ -10,6 +10,7 @@
 
 pub mod backend;
 pub mod backup;
+pub mod backup_filter;
 pub mod check;
 pub mod chunker;
 pub mod commit;
@@ -36,6 +37,7 @@ pub mod rewrite;
 pub mod salvage;
 pub mod snapshot;
 pub(crate) mod spill;
+pub mod tags;
 pub mod tree;
 pub mod units;
 

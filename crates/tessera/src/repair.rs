@@ -247,6 +247,8 @@ fn recover_snapshots(repo: &Repository, dry: bool, report: &mut RepairReport) ->
                     time: mark.time,
                     label: mark.label.clone(),
                     source: mark.source.clone(),
+                    host: String::new(),
+                    tags: Vec::new(),
                     logical_bytes: mark.logical_bytes,
                     stats: Default::default(),
                     tree: mark.tree.clone(),

@@ -21,16 +21,15 @@ use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprinter;
 use crate::lifecycle::{self, LifecycleRestoreOptions};
 use crate::repo::Repository;
+use crate::restore_output;
 pub use crate::restore_output::ExistingFile;
-use crate::restore_output::{self, Target};
 use crate::restore_plan::{self, CachePolicy, Plan, Step};
 use crate::snapshot::{self, BackupId, ChunkRef, Recipe};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
@@ -500,76 +499,9 @@ pub fn restore_to_path(
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
     check_options(repo, options)?;
-    match restore_output::target(path, existing)? {
-        Target::Stream => {
-            let file = restore_output::open_stream(path)?;
-            let mut writer = BufWriter::with_capacity(1 << 20, file);
-            let stats = restore_chunks(repo, id, None, &mut writer, options)?;
-            writer
-                .flush()
-                .map_err(|e| restore_output::output_error(path, e))?;
-            Ok(stats)
-        }
-        Target::File(file) => restore_to_new_file(repo, id, &file, existing, options),
-    }
-}
-
-/// Restores into a temporary file beside `path`, synced and renamed over
-/// `path` when complete; removed on failure.
-/// Restores into a temporary file beside `path` (created, never reused),
-/// synced, then moved to `path`: renamed over the old file when `existing`
-/// allows replacing it, else linked, which fails rather than replace a file
-/// that appeared at `path` meanwhile. The directory is synced last.
-fn restore_to_new_file(
-    repo: &Repository,
-    id: BackupId,
-    path: &Path,
-    existing: ExistingFile,
-    options: &RestoreOptions,
-) -> Result<RestoreStats> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "restore".into());
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => Path::new(".").to_path_buf(),
-    };
-    let tmp = dir.join(format!(".{name}.tessera-partial.{}", std::process::id()));
-    let out_err = |e| restore_output::output_error(path, e);
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .map_err(out_err)?;
-    let mut writer = BufWriter::with_capacity(1 << 20, file);
-    let result = restore_chunks(repo, id, None, &mut writer, options).and_then(|stats| {
-        let file = writer.into_inner().map_err(|e| out_err(e.into_error()))?;
-        file.sync_all().map_err(out_err)?;
-        drop(file);
-        match existing {
-            ExistingFile::Replace => fs::rename(&tmp, path).map_err(out_err)?,
-            ExistingFile::Refuse => {
-                fs::hard_link(&tmp, path).map_err(|e| match e.kind() {
-                    std::io::ErrorKind::AlreadyExists => Error::OutputRefused {
-                        path: path.display().to_string(),
-                        reason: "appeared during the restore: pass --overwrite to replace it"
-                            .into(),
-                    },
-                    _ => out_err(e),
-                })?;
-                fs::remove_file(&tmp).map_err(out_err)?;
-            }
-        }
-        File::open(&dir)
-            .and_then(|d| d.sync_all())
-            .map_err(out_err)?;
-        Ok(stats)
-    });
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    restore_output::write_to_path(path, existing, |out| {
+        restore_chunks(repo, id, None, out, options)
+    })
 }
 
 fn load_container(backend: &dyn Backend, id: ContainerId) -> Result<Arc<Container>> {
@@ -894,6 +826,7 @@ fn flush_window(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     /// Backs up 12 MiB of varied data (several containers, chunks repeated
     /// far apart) and returns the repository and its backup id.

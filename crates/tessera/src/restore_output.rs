@@ -14,7 +14,7 @@
 
 use crate::error::{Error, Result};
 use std::fs::{self, File, OpenOptions};
-use std::io;
+use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 /// What a restore may do with a regular file already at its output path.
@@ -72,6 +72,83 @@ pub(crate) fn target(path: &Path, existing: ExistingFile) -> Result<Target> {
     } else {
         Err(refuse("exists: pass --overwrite to replace it"))
     }
+}
+
+/// Runs `write` with the output at `path`, by what is there (see
+/// [`target`]): a new or (with [`ExistingFile::Replace`]) existing regular
+/// file is written to a temporary file beside it (created, never reused),
+/// synced, then moved to `path` — renamed over the old file when `existing`
+/// allows replacing it, else linked, which fails rather than replace a file
+/// that appeared at `path` meanwhile — and the directory synced; so a
+/// failed `write` leaves no partial output and the old file intact. A
+/// device, FIFO or socket is written in place; a directory, or an existing
+/// file without `Replace`, is refused before `write` runs.
+pub fn write_to_path<T>(
+    path: &Path,
+    existing: ExistingFile,
+    write: impl FnOnce(&mut dyn Write) -> Result<T>,
+) -> Result<T> {
+    match target(path, existing)? {
+        Target::Stream => {
+            let file = open_stream(path)?;
+            let mut writer = BufWriter::with_capacity(1 << 20, file);
+            let done = write(&mut writer)?;
+            writer.flush().map_err(|e| output_error(path, e))?;
+            Ok(done)
+        }
+        Target::File(file) => write_new_file(&file, existing, write),
+    }
+}
+
+/// [`write_to_path`] for a regular file.
+fn write_new_file<T>(
+    path: &Path,
+    existing: ExistingFile,
+    write: impl FnOnce(&mut dyn Write) -> Result<T>,
+) -> Result<T> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "restore".into());
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => Path::new(".").to_path_buf(),
+    };
+    let tmp = dir.join(format!(".{name}.tessera-partial.{}", std::process::id()));
+    let out_err = |e| output_error(path, e);
+    let file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(out_err)?;
+    let mut writer = BufWriter::with_capacity(1 << 20, file);
+    let result = write(&mut writer).and_then(|done| {
+        let file = writer.into_inner().map_err(|e| out_err(e.into_error()))?;
+        file.sync_all().map_err(out_err)?;
+        drop(file);
+        match existing {
+            ExistingFile::Replace => fs::rename(&tmp, path).map_err(out_err)?,
+            ExistingFile::Refuse => {
+                fs::hard_link(&tmp, path).map_err(|e| match e.kind() {
+                    std::io::ErrorKind::AlreadyExists => Error::OutputRefused {
+                        path: path.display().to_string(),
+                        reason: "appeared during the restore: pass --overwrite to replace it"
+                            .into(),
+                    },
+                    _ => out_err(e),
+                })?;
+                fs::remove_file(&tmp).map_err(out_err)?;
+            }
+        }
+        File::open(&dir)
+            .and_then(|d| d.sync_all())
+            .map_err(out_err)?;
+        Ok(done)
+    });
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// Opens a device, FIFO or socket target for writing, in place.

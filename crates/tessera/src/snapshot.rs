@@ -296,6 +296,13 @@ pub struct Snapshot {
     pub label: String,
     /// Source lineage name.
     pub source: String,
+    /// Host name of the machine that made the backup (empty in snapshots
+    /// written before hosts were recorded).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub host: String,
+    /// Tags, sorted and distinct (`backup --tag`, the `tag` command).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
     /// Bytes of the backed-up stream.
     pub logical_bytes: u64,
     /// Statistics of the run that made it.
@@ -453,6 +460,8 @@ mod tests {
             time: 1,
             label: "l".into(),
             source: "s".into(),
+            host: String::new(),
+            tags: Vec::new(),
             logical_bytes: 5,
             stats: BackupStats::default(),
             tree: None,

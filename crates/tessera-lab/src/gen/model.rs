@@ -11,7 +11,11 @@ use super::content::{fill, ChunkModel, Content, ContentKind, Piece, Units, BLOCK
 use super::rng::{hash2, mix64, Rng};
 use super::tar::{header, TarEntry, TAR_BLOCK, TAR_RECORD};
 use crate::trace::{DestorWriter, TraceChunk};
+use std::fs;
 use std::io::{self, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, UNIX_EPOCH};
 
 /// Share of the change rate that deletes files (and as many are created).
 const DELETE_SHARE: f64 = 0.1;
@@ -606,6 +610,59 @@ impl Lineage {
         let padded = end.div_ceil(TAR_RECORD) * TAR_RECORD;
         buf.resize((padded - written) as usize, 0);
         flush(&mut buf, &mut out, &mut written)?;
+        Ok(written)
+    }
+
+    /// Writes the current version as a directory tree below `root`
+    /// (created if missing): its directories and files with their contents,
+    /// permissions (0755, 0644) and modification times, as `write_tar`
+    /// packs them. Returns the bytes of file contents written.
+    ///
+    /// Fails in trace mode (there are no bytes to write) and on write errors.
+    pub fn write_tree(&self, root: &Path) -> io::Result<u64> {
+        if self.is_trace() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a trace-mode lineage has no data to write",
+            ));
+        }
+        let time = |t: u64| UNIX_EPOCH + Duration::from_secs(t);
+        let mut buf = vec![0u8; 1 << 20];
+        let mut written = 0u64;
+        let mut dirs = Vec::new();
+        for (path, e) in self.entries(true) {
+            let dest = root.join(path.trim_end_matches('/'));
+            match e {
+                Entry::Dir(d) => {
+                    fs::create_dir_all(&dest)?;
+                    fs::set_permissions(&dest, fs::Permissions::from_mode(0o755))?;
+                    dirs.push((dest, self.dirs[d].mtime));
+                }
+                Entry::File(i) => {
+                    let f = &self.files[i];
+                    if let Some(parent) = dest.parent() {
+                        fs::create_dir_all(parent)?;
+                    }
+                    let mut out = fs::File::create(&dest)?;
+                    for p in &f.content.pieces {
+                        let mut done = 0u64;
+                        while done < p.len {
+                            let n = (p.len - done).min(buf.len() as u64) as usize;
+                            fill(f.kind, p.src, p.off + done, &mut buf[..n]);
+                            out.write_all(&buf[..n])?;
+                            done += n as u64;
+                        }
+                    }
+                    out.set_permissions(fs::Permissions::from_mode(0o644))?;
+                    out.set_modified(time(f.mtime))?;
+                    written += f.content.bytes;
+                }
+            }
+        }
+        // Directories last, deepest first: writing inside one changes its mtime.
+        for (dest, mtime) in dirs.iter().rev() {
+            fs::File::open(dest)?.set_modified(time(*mtime))?;
+        }
         Ok(written)
     }
 

@@ -429,3 +429,67 @@ fn chunk_classes_look_like_backups() {
     print_classes("trace", &f);
     check_classes(&f, 0.005..0.08);
 }
+
+/// Every file and directory below `root` as (path, size, mtime, mode),
+/// directories ending in `/`, sorted.
+fn walk(root: &Path) -> Vec<(String, u64, u64, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            let rel = e.path().strip_prefix(root).unwrap().display().to_string();
+            if m.is_dir() {
+                stack.push(e.path());
+                out.push((format!("{rel}/"), 0, m.mtime() as u64, m.mode() & 0o7777));
+            } else {
+                out.push((rel, m.len(), m.mtime() as u64, m.mode() & 0o7777));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn tree_mode_writes_the_archives_files_as_directories() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = GenOptions {
+        versions: 3,
+        size: 300_000,
+        seed: 5,
+        ..GenOptions::default()
+    };
+    let tree_opts = GenOptions {
+        tree: true,
+        ..opts.clone()
+    };
+    let summary = generate(dir.path(), &tree_opts).unwrap();
+    assert_eq!(summary.versions.len(), 3);
+    for ((info, tar), v) in versions(&opts).into_iter().zip(&summary.versions) {
+        assert_eq!(info.file_name.trim_end_matches(".tar"), v.info.file_name);
+        assert!(v.path.is_dir());
+        let mut members: Vec<(String, u64, u64, u32)> = parse_tar(&tar)
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.path, e.size, e.mtime, e.mode))
+            .collect();
+        members.sort();
+        assert_eq!(walk(&v.path), members, "{}", v.info.file_name);
+        let bytes: u64 = members.iter().map(|m| m.1).sum();
+        assert_eq!(v.logical_bytes, bytes);
+    }
+    // Generating again replaces the trees it wrote; a foreign tree is kept.
+    generate(dir.path(), &tree_opts).unwrap();
+    let other = tempfile::tempdir().unwrap();
+    fs::create_dir(other.path().join("v0001")).unwrap();
+    assert!(generate(other.path(), &tree_opts).is_err());
+    assert!(GenOptions {
+        trace: true,
+        ..tree_opts
+    }
+    .validate()
+    .is_err());
+}

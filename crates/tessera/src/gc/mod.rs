@@ -742,6 +742,8 @@ mod tests {
                 time: 0,
                 label: String::new(),
                 source: String::new(),
+                host: String::new(),
+                tags: Vec::new(),
                 logical_bytes: 0,
                 stats: Default::default(),
                 tree: None,

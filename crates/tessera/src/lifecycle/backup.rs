@@ -36,6 +36,11 @@ pub struct LifecycleBackupOptions<'a> {
     pub label: String,
     /// Source lineage name.
     pub source: String,
+    /// Host name recorded in the snapshot.
+    pub host: String,
+    /// Tags recorded in the snapshot (sorted and distinct: see
+    /// [`crate::tags::normalize`]).
+    pub tags: Vec<String>,
     /// Called with the number of input bytes processed so far.
     pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
 }
@@ -262,6 +267,8 @@ pub(crate) fn backup_stream(
         time,
         label: options.label.clone(),
         source: options.source.clone(),
+        host: options.host.clone(),
+        tags: options.tags.clone(),
         logical_bytes: logical,
         stats,
         tree,

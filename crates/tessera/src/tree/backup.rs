@@ -45,12 +45,16 @@ pub struct TreeOutcome {
     pub notes: Vec<String>,
 }
 
-/// The default source lineage of a backup of `paths`: the host name and the
-/// absolute paths, e.g. `host:/home/ann,/etc`.
-pub fn default_source(paths: &[PathBuf]) -> Result<String> {
-    let host = fs::read_to_string("/proc/sys/kernel/hostname")
+/// This machine's host name (`localhost` when it cannot be read).
+pub fn host_name() -> String {
+    fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_string())
-        .unwrap_or_else(|_| "localhost".into());
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// The default source lineage of a backup of `paths` on `host`: the host
+/// name and the absolute paths, e.g. `host:/home/ann,/etc`.
+pub fn default_source(host: &str, paths: &[PathBuf]) -> Result<String> {
     let roots = roots(paths)?;
     let list: Vec<String> = roots.iter().map(|p| p.display().to_string()).collect();
     Ok(format!("{host}:{}", list.join(",")))

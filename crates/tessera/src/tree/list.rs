@@ -1,8 +1,9 @@
 //! Listing a tree backup's catalog (`tessera ls`).
 
 use super::catalog::{Entry, Kind};
+use super::dump::normalize_path;
 use super::stream::{for_each_entry, tree_of};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::repo::Repository;
 use crate::snapshot::BackupId;
 
@@ -10,7 +11,8 @@ use crate::snapshot::BackupId;
 /// `path` shows, in catalog order: with a `path`, the entry itself if it is
 /// not a directory, else its children (all its descendants when
 /// `recursive`); without, the paths given to the backup (everything when
-/// `recursive`). Returns how many entries were shown.
+/// `recursive`). Returns how many entries were shown; fails with
+/// [`Error::NotInBackup`] when `path` is not in the backup.
 pub fn list_tree(
     repo: &Repository,
     id: BackupId,
@@ -20,10 +22,9 @@ pub fn list_tree(
 ) -> Result<u64> {
     let tree = tree_of(repo, id)?;
     let chunks = repo.recipe(id)?.chunks.len();
-    let path = path.map(|p| {
-        let p = p.strip_prefix(b"/").unwrap_or(p);
-        p.strip_suffix(b"/").unwrap_or(p).to_vec()
-    });
+    let path = path.map(|p| normalize_path(p).to_vec());
+    // The root always exists; another path must be an entry.
+    let mut seen = path.as_ref().is_none_or(|p| p.is_empty());
     let roots: Vec<Vec<u8>> = tree
         .paths
         .iter()
@@ -31,6 +32,9 @@ pub fn list_tree(
         .collect();
     let mut shown = 0u64;
     for_each_entry(repo, id, &tree, chunks, |e| {
+        seen |= path
+            .as_ref()
+            .is_some_and(|p| *p == e.path && e.kind != Kind::Gap);
         let show = match &path {
             None => recursive || roots.contains(&e.path),
             Some(p) if e.path == *p => e.kind != Kind::Dir,
@@ -48,5 +52,14 @@ pub fn list_tree(
         }
         Ok(true)
     })?;
+    if !seen {
+        return Err(Error::NotInBackup {
+            backup: id,
+            path: format!(
+                "/{}",
+                String::from_utf8_lossy(path.as_deref().unwrap_or_default())
+            ),
+        });
+    }
     Ok(shown)
 }

@@ -7,14 +7,22 @@
 
 pub mod backup;
 pub mod catalog;
+pub mod diff;
+pub mod dump;
+pub mod find;
 pub mod list;
 pub mod restore;
 pub mod select;
 pub mod stream;
+pub mod tar;
 
-pub use backup::{backup_tree, default_source, TreeBackupOptions, TreeOutcome};
+pub use backup::{backup_tree, default_source, host_name, TreeBackupOptions, TreeOutcome};
+pub use diff::{diff, Change, ChangeKind, DiffStats};
+pub use dump::{dump, Dumped};
+pub use find::{find, FindStats};
 pub use list::list_tree;
 pub use restore::{restore_tree, TreeRestoreOptions, TreeRestoreStats};
+pub use tar::{write_tar, TarScope};
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

@@ -57,7 +57,8 @@ pub struct TreeRestoreStats {
 }
 
 impl TreeRestoreStats {
-    fn add_catalog(&mut self, s: &RestoreStats) {
+    /// Counts the reads of a pass over the catalog.
+    pub(super) fn add_catalog(&mut self, s: &RestoreStats) {
         self.containers_read += s.containers_read;
         self.catalog_containers_read += s.containers_read;
         self.bytes_read += s.bytes_read;
@@ -88,12 +89,7 @@ pub fn restore_tree(
 
     // Pass 1: directories, symbolic links, and the chunks of the files.
     let mut ranges: Vec<Range<usize>> = Vec::new();
-    let mut cursor = Cursor {
-        chunks: &recipe.chunks,
-        index: 0,
-        offset: 0,
-        backup: id,
-    };
+    let mut cursor = Cursor::new(&recipe.chunks, id);
     let s = for_each_entry(repo, id, &tree, n_chunks, |e| {
         let extent = if e.has_bytes() {
             Some(cursor.extent(e.size)?)
@@ -116,11 +112,8 @@ pub fn restore_tree(
             }
             Kind::File => {
                 make_parent(&dest)?;
-                if let Some(r) = extent.filter(|r| !r.is_empty()) {
-                    match ranges.last_mut() {
-                        Some(last) if last.end == r.start => last.end = r.end,
-                        _ => ranges.push(r),
-                    }
+                if let Some(r) = extent {
+                    push_range(&mut ranges, r);
                 }
             }
             Kind::Gap => {}
@@ -182,16 +175,26 @@ pub fn restore_tree(
 }
 
 /// Walks the recipe along the files' bytes: the chunks of each extent.
-struct Cursor<'a> {
+pub(super) struct Cursor<'a> {
     chunks: &'a [ChunkRef],
     index: usize,
     offset: u64,
     backup: BackupId,
 }
 
-impl Cursor<'_> {
+impl<'a> Cursor<'a> {
+    /// A cursor at the start of backup `backup`'s stream of `chunks`.
+    pub(super) fn new(chunks: &'a [ChunkRef], backup: BackupId) -> Self {
+        Cursor {
+            chunks,
+            index: 0,
+            offset: 0,
+            backup,
+        }
+    }
+
     /// The chunks of the next `size` bytes, which must start and end at chunk boundaries.
-    fn extent(&mut self, size: u64) -> Result<Range<usize>> {
+    pub(super) fn extent(&mut self, size: u64) -> Result<Range<usize>> {
         let start = self.index;
         let end_offset = self.offset + size;
         while self.offset < end_offset {
@@ -213,6 +216,17 @@ impl Cursor<'_> {
                 self.offset
             ),
         )
+    }
+}
+
+/// Adds the chunks `r` to `ranges`, merged with the last range when adjacent.
+pub(super) fn push_range(ranges: &mut Vec<Range<usize>>, r: Range<usize>) {
+    if r.is_empty() {
+        return;
+    }
+    match ranges.last_mut() {
+        Some(last) if last.end == r.start => last.end = r.end,
+        _ => ranges.push(r),
     }
 }
 

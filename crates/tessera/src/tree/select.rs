@@ -24,6 +24,13 @@ impl Selection {
         })
     }
 
+    /// Whether `path` itself matches an include pattern and no exclude
+    /// pattern (its parents are not considered): what `find` looks for.
+    pub fn matches_path(&self, path: &[u8]) -> bool {
+        let hit = |set: &GlobSet| set.is_match(relative_path(path));
+        self.include.as_ref().is_none_or(hit) && !self.exclude.as_ref().is_some_and(hit)
+    }
+
     /// Whether the entry at `path` is selected.
     pub fn matches(&self, path: &[u8]) -> bool {
         let hit = |set: &GlobSet| {

@@ -41,14 +41,7 @@ pub fn for_each_entry(
         });
         let name = format!("catalog of backup {id}");
         let parsed = (|| -> Result<()> {
-            let mut catalog = CatalogReader::new(
-                PipeReader {
-                    rx,
-                    buf: Vec::new(),
-                    at: 0,
-                },
-                &name,
-            )?;
+            let mut catalog = CatalogReader::new(PipeReader::new(rx), &name)?;
             while let Some(entry) = catalog.next_entry()? {
                 if !f(entry)? {
                     break;
@@ -69,8 +62,8 @@ pub fn for_each_entry(
     })
 }
 
-/// The writing end of an in-memory pipe.
-struct Pipe(Sender<Vec<u8>>);
+/// The writing end of an in-memory pipe: restored bytes in blocks.
+pub(super) struct Pipe(pub(super) Sender<Vec<u8>>);
 
 impl Write for Pipe {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
@@ -86,10 +79,21 @@ impl Write for Pipe {
 }
 
 /// The reading end.
-struct PipeReader {
+pub(super) struct PipeReader {
     rx: Receiver<Vec<u8>>,
     buf: Vec<u8>,
     at: usize,
+}
+
+impl PipeReader {
+    /// The reading end of the pipe whose blocks `rx` receives.
+    pub(super) fn new(rx: Receiver<Vec<u8>>) -> Self {
+        PipeReader {
+            rx,
+            buf: Vec::new(),
+            at: 0,
+        }
+    }
 }
 
 impl Read for PipeReader {

@@ -1,0 +1,364 @@
+//! Printing of the browsing commands: `list`, `find`, `diff`, `dump`,
+//! `restore --tar` and `tag` (the work is done by the library).
+
+use super::{entry_json, human, kind_name, open, Access};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use serde_json::{json, Value};
+use std::io::{self, IsTerminal, Write};
+use std::path::Path;
+use std::process::ExitCode;
+use tessera::backend::LockMode;
+use tessera::backup_filter::BackupFilter;
+use tessera::restore::{ExistingFile, RestoreOptions};
+use tessera::restore_output::write_to_path;
+use tessera::snapshot::{BackupId, Snapshot};
+use tessera::tags::{retag, TagChange};
+use tessera::tree::catalog::Entry;
+use tessera::tree::{diff, dump, find, write_tar, ChangeKind, Dumped, TarScope, TreeRestoreStats};
+use tessera::Repository;
+
+/// Which backups a command takes.
+#[derive(Args, Clone, Debug, Default)]
+pub struct FilterArgs {
+    /// Only backups made on this host (repeatable: any of them).
+    #[arg(long, value_name = "HOST")]
+    host: Vec<String>,
+    /// Only tree backups of this path, as given to the backup (absolute;
+    /// repeatable: any of them).
+    #[arg(long, value_name = "PATH")]
+    path: Vec<String>,
+    /// Only backups with this tag; `a,b` means both (repeatable: any of them).
+    #[arg(long, value_name = "TAG[,TAG...]")]
+    tag: Vec<String>,
+    /// Only backups of this source lineage (repeatable: any of them).
+    #[arg(long, value_name = "SOURCE")]
+    source: Vec<String>,
+}
+
+impl FilterArgs {
+    fn filter(self) -> BackupFilter {
+        BackupFilter {
+            hosts: self.host,
+            paths: self.path,
+            tags: self.tag,
+            sources: self.source,
+        }
+    }
+}
+
+/// `time` (seconds since the epoch) in the local time zone: ISO 8601 with
+/// the offset (`2026-11-25T23:04:05+01:00`) when `iso`, else
+/// `2026-11-25 23:04:05`.
+pub fn local_time(time: i64, iso: bool) -> String {
+    let format = if iso {
+        "%Y-%m-%dT%H:%M:%S%:z"
+    } else {
+        "%Y-%m-%d %H:%M:%S"
+    };
+    match jiff::Timestamp::from_second(time) {
+        Ok(t) => t
+            .to_zoned_datetime(jiff::tz::TimeZone::system())
+            .strftime(format)
+            .to_string(),
+        Err(_) => format!("{time}s"),
+    }
+}
+
+fn snapshot_time(s: &Snapshot, iso: bool) -> String {
+    local_time(i64::try_from(s.time).unwrap_or(i64::MAX), iso)
+}
+
+fn paths_text(s: &Snapshot) -> String {
+    s.tree
+        .as_ref()
+        .map(|t| t.paths.join(","))
+        .unwrap_or_else(|| "-".into())
+}
+
+/// `tessera list`.
+pub fn list(repo: &Path, json: bool, filter: FilterArgs, access: &Access) -> Result<()> {
+    let r = open(repo, LockMode::Read, access)?;
+    let filter = filter.filter();
+    let listed = r.listing()?;
+    let filtering = !(filter.hosts.is_empty()
+        && filter.paths.is_empty()
+        && filter.tags.is_empty()
+        && filter.sources.is_empty());
+    // A damaged backup is shown unless filtering (it cannot be matched).
+    let shown = listed.into_iter().filter(|l| match &l.snapshot {
+        Ok(s) => filter.matches(s),
+        Err(_) => !filtering,
+    });
+    if json {
+        let arr: Vec<Value> = shown
+            .map(|l| match &l.snapshot {
+                Ok(s) => {
+                    let mut v = json!({
+                        "id": s.id, "time": s.time, "local_time": snapshot_time(s, true),
+                        "label": s.label, "source": s.source, "host": s.host, "tags": s.tags,
+                        "logical_bytes": s.logical_bytes, "stored_bytes": s.stats.stored_bytes,
+                        "chunks": s.stats.chunks,
+                    });
+                    if let Some(t) = &s.tree {
+                        v["paths"] = json!(t.paths);
+                        v["files"] = t.files.into();
+                        v["entries"] = t.entries.into();
+                        v["file_bytes"] = t.catalog_offset.into();
+                    }
+                    v
+                }
+                Err(reason) => json!({ "id": l.id, "damaged": reason }),
+            })
+            .collect();
+        println!("{}", Value::Array(arr));
+        return Ok(());
+    }
+    let mut out = io::stdout().lock();
+    writeln!(
+        out,
+        "{:>6}  {:<19}  {:<12}  {:>8}  {:>10}  {:>10}  {:<20}  {:<12}  label",
+        "id", "time", "host", "files", "size", "stored", "paths", "tags"
+    )?;
+    for l in shown {
+        match l.snapshot {
+            Ok(s) => writeln!(
+                out,
+                "{:>6}  {:<19}  {:<12}  {:>8}  {:>10}  {:>10}  {:<20}  {:<12}  {}",
+                s.id,
+                snapshot_time(&s, false),
+                if s.host.is_empty() { "-" } else { &s.host },
+                s.tree
+                    .as_ref()
+                    .map_or_else(|| "-".into(), |t| t.files.to_string()),
+                human(
+                    s.tree
+                        .as_ref()
+                        .map_or(s.logical_bytes, |t| t.catalog_offset)
+                ),
+                human(s.stats.stored_bytes),
+                match s.tree {
+                    Some(_) => paths_text(&s),
+                    None => format!("({})", s.source),
+                },
+                if s.tags.is_empty() {
+                    "-".into()
+                } else {
+                    s.tags.join(",")
+                },
+                s.label
+            )?,
+            Err(reason) => writeln!(out, "{:>6}  DAMAGED: {reason}", l.id)?,
+        }
+    }
+    Ok(())
+}
+
+/// Writes `text` to the buffered stdout, as an engine output error on failure.
+fn emit(out: &mut impl Write, text: &str) -> tessera::Result<()> {
+    out.write_all(text.as_bytes())
+        .map_err(|err| tessera::Error::Output {
+            what: "stdout".into(),
+            source: err,
+        })
+}
+
+/// `tessera find`.
+pub fn find_cmd(
+    repo: &Path,
+    pattern: &str,
+    json: bool,
+    filter: FilterArgs,
+    access: &Access,
+) -> Result<ExitCode> {
+    let r = open(repo, LockMode::Read, access)?;
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let mut first = true;
+    if json {
+        write!(out, "[")?;
+    }
+    let stats = find(&r, pattern, &filter.filter(), |snap, e| {
+        let text = if json {
+            let mut v = entry_json(e);
+            v["backup"] = snap.id.into();
+            v["backup_time"] = snapshot_time(snap, true).into();
+            format!("{}{v}", if first { "" } else { "," })
+        } else {
+            format!(
+                "{:>6}  {}  {:<7} {:>12}  /{}\n",
+                snap.id,
+                snapshot_time(snap, false),
+                kind_name(e.kind),
+                e.size,
+                String::from_utf8_lossy(&e.path)
+            )
+        };
+        first = false;
+        emit(&mut out, &text)
+    })
+    .with_context(|| format!("searching {} for {pattern:?}", repo.display()))?;
+    if json {
+        writeln!(out, "]")?;
+    }
+    out.flush()?;
+    if !json {
+        eprintln!(
+            "{} match(es) in {} of {} tree backup(s)",
+            stats.matches, stats.backups_matching, stats.backups_searched
+        );
+    }
+    for (id, why) in &stats.skipped {
+        eprintln!("tessera: warning: backup {id} not searched: {why}");
+    }
+    Ok(match stats.skipped.is_empty() {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(super::EXIT_INCOMPLETE),
+    })
+}
+
+fn change_letter(k: ChangeKind) -> char {
+    match k {
+        ChangeKind::Added => '+',
+        ChangeKind::Removed => '-',
+        ChangeKind::Changed => 'M',
+        ChangeKind::Metadata => 'U',
+    }
+}
+
+/// `tessera diff`.
+pub fn diff_cmd(r: &Repository, from: BackupId, to: BackupId, json: bool) -> Result<()> {
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::new(stdout.lock());
+    if json {
+        write!(out, "{{\"from\":{from},\"to\":{to},\"changes\":[")?;
+    }
+    let mut first = true;
+    let stats = diff(r, from, to, |c| {
+        let text = if json {
+            let mut v = json!({
+                "change": c.kind,
+                "path": format!("/{}", String::from_utf8_lossy(c.path())),
+            });
+            let side = |e: &Option<Entry>| e.as_ref().map_or(Value::Null, entry_json);
+            v["old"] = side(&c.old);
+            v["new"] = side(&c.new);
+            format!("{}{v}", if first { "" } else { "," })
+        } else {
+            format!(
+                "{}    /{}\n",
+                change_letter(c.kind),
+                String::from_utf8_lossy(c.path())
+            )
+        };
+        first = false;
+        emit(&mut out, &text)
+    })
+    .with_context(|| format!("comparing backups {from} and {to}"))?;
+    if json {
+        writeln!(out, "],\"stats\":{}}}", serde_json::to_string(&stats)?)?;
+    } else {
+        writeln!(
+            out,
+            "{} added ({}), {} removed ({}), {} changed, {} metadata only, {} unchanged",
+            stats.added,
+            human(stats.bytes_added),
+            stats.removed,
+            human(stats.bytes_removed),
+            stats.changed,
+            stats.metadata,
+            stats.unchanged
+        )?;
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// `tessera dump`: to standard output, which must not be a terminal for a tar stream.
+pub fn dump_cmd(r: &Repository, id: BackupId, path: &Path, options: &RestoreOptions) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let stdout = io::stdout();
+    let mut out = io::BufWriter::with_capacity(1 << 20, stdout.lock());
+    let shown = path.display();
+    let (kind, _) = dump(r, id, path.as_os_str().as_bytes(), &mut out, options)
+        .with_context(|| format!("dumping {shown} of backup {id}"))?;
+    out.flush()?;
+    if kind == Dumped::Tar && io::stdout().is_terminal() {
+        eprintln!("tessera: note: {shown} is a directory: its tar stream was written");
+    }
+    Ok(())
+}
+
+/// `restore ID --tar OUTPUT`: the selected entries as a tar stream to
+/// standard output (`-`) or a new file.
+pub fn tar_restore_cmd(
+    r: &Repository,
+    id: BackupId,
+    output: &str,
+    scope: &TarScope,
+    existing: ExistingFile,
+    options: &RestoreOptions,
+    json: bool,
+) -> Result<()> {
+    let stats: TreeRestoreStats = if output == "-" {
+        if io::stdout().is_terminal() {
+            bail!("refusing to write a tar stream to a terminal: redirect standard output");
+        }
+        let stdout = io::stdout();
+        let mut out = io::BufWriter::with_capacity(1 << 20, stdout.lock());
+        let s = write_tar(r, id, scope, &mut out, options)?;
+        out.flush()?;
+        s
+    } else {
+        write_to_path(Path::new(output), existing, |out| {
+            write_tar(r, id, scope, out, options)
+        })?
+    }
+    .clone();
+    let text = if json {
+        serde_json::to_string(&stats)?
+    } else {
+        format!(
+            "wrote backup {} as tar to {output}: {} files ({}), {} directories, {} symbolic links, {} containers read ({} for the catalog), {:.2} s",
+            stats.id,
+            stats.files,
+            human(stats.bytes_restored),
+            stats.dirs,
+            stats.symlinks,
+            stats.containers_read,
+            stats.catalog_containers_read,
+            stats.seconds
+        )
+    };
+    if output == "-" {
+        eprintln!("{text}");
+    } else {
+        println!("{text}");
+    }
+    Ok(())
+}
+
+/// `tessera tag`.
+pub fn tag_cmd(r: &Repository, ids: &[BackupId], change: &TagChange, json: bool) -> Result<()> {
+    let done = retag(r, ids, change).context("changing tags")?;
+    if json {
+        println!("{}", serde_json::to_string(&done)?);
+        return Ok(());
+    }
+    for t in done {
+        let list = |tags: &[String]| match tags.is_empty() {
+            true => "(none)".to_string(),
+            false => tags.join(","),
+        };
+        match t.changed {
+            true => println!(
+                "backup {}: tags {} (were {})",
+                t.id,
+                list(&t.tags),
+                list(&t.old)
+            ),
+            false => println!("backup {}: tags {} (unchanged)", t.id, list(&t.tags)),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,101 @@
+//! `tessera dump`: one file of a tree backup as its bytes, or a directory
+//! as a tar stream. Reading a file reads the catalog, then only the chunks
+//! of the file's extent, each verified.
+
+use super::catalog::Kind;
+use super::restore::{Cursor, TreeRestoreStats};
+use super::stream::{for_each_entry, tree_of};
+use super::tar::{write_tar, TarScope};
+use crate::error::{Error, Result};
+use crate::repo::Repository;
+use crate::restore::{restore_selection, RestoreOptions};
+use crate::snapshot::BackupId;
+use std::io::Write;
+use std::ops::Range;
+use std::time::Instant;
+
+/// What `path` was, for a [`dump`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dumped {
+    /// A regular file: its bytes were written.
+    File,
+    /// A directory: a tar stream of it and everything below it.
+    Tar,
+}
+
+/// A catalog path as given by a user (`/home/ann/`): without the leading
+/// and trailing `/`.
+pub fn normalize_path(path: &[u8]) -> &[u8] {
+    let p = path.strip_prefix(b"/").unwrap_or(path);
+    p.strip_suffix(b"/").unwrap_or(p)
+}
+
+/// Writes the entry at `path` of tree backup `id` to `out`: a regular
+/// file's bytes, or a directory (`/` for the whole tree) as a tar stream
+/// (see [`write_tar`]). Fails with [`Error::NotInBackup`] when the backup
+/// has no such entry, and for a symbolic link (its target is named).
+pub fn dump(
+    repo: &Repository,
+    id: BackupId,
+    path: &[u8],
+    out: &mut dyn Write,
+    options: &RestoreOptions,
+) -> Result<(Dumped, TreeRestoreStats)> {
+    let started = Instant::now();
+    let wanted = normalize_path(path);
+    let shown = || format!("/{}", String::from_utf8_lossy(wanted));
+    let tree = tree_of(repo, id)?;
+    if wanted.is_empty() {
+        return write_tar(repo, id, &TarScope::default(), out, options).map(|s| (Dumped::Tar, s));
+    }
+    let recipe = repo.recipe(id)?;
+    let mut cursor = Cursor::new(&recipe.chunks, id);
+    let mut found: Option<(Kind, Range<usize>, Vec<u8>)> = None;
+    let catalog = for_each_entry(repo, id, &tree, recipe.chunks.len(), |e| {
+        let extent = match e.has_bytes() {
+            true => cursor.extent(e.size)?,
+            false => 0..0,
+        };
+        if e.path == wanted && e.kind != Kind::Gap {
+            found = Some((e.kind, extent, e.target));
+            return Ok(false);
+        }
+        Ok(true)
+    })?;
+    drop(recipe);
+    let not_found = || Error::NotInBackup {
+        backup: id,
+        path: shown(),
+    };
+    match found.ok_or_else(not_found)? {
+        (Kind::File, extent, _) => {
+            let data = restore_selection(repo, id, &[extent], out, options)?;
+            let mut stats = TreeRestoreStats {
+                id,
+                files: 1,
+                bytes_restored: data.bytes_restored,
+                containers_read: data.containers_read,
+                bytes_read: data.bytes_read,
+                ..TreeRestoreStats::default()
+            };
+            stats.add_catalog(&catalog);
+            stats.seconds = started.elapsed().as_secs_f64();
+            Ok((Dumped::File, stats))
+        }
+        (Kind::Dir, _, _) => {
+            let scope = TarScope {
+                under: Some(wanted.to_vec()),
+                ..TarScope::default()
+            };
+            let mut stats = write_tar(repo, id, &scope, out, options)?;
+            stats.add_catalog(&catalog);
+            Ok((Dumped::Tar, stats))
+        }
+        (Kind::Symlink, _, target) => Err(Error::InvalidOption(format!(
+            "backup {id}: {} is a symbolic link to {}, not a file or directory",
+            shown(),
+            String::from_utf8_lossy(&target)
+        ))),
+        (Kind::Gap, _, _) => Err(not_found()),
+    }
+}
