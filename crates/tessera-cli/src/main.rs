@@ -9,7 +9,7 @@ use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera::backend::{Backend, LockMode};
+use tessera::backend::{Backend, Location, LockMode};
 use tessera::backup::{run as run_backup, BackupOptions, Source};
 use tessera::check::{check, CheckOptions, ProblemKind};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
@@ -41,7 +41,7 @@ use tessera_lab::trace::write_data_trace;
 use tessera_lab::trace::TraceFile;
 
 mod secrets;
-use secrets::{key_cmd, new_repo_key, open_repo, Access, KdfArgs, KeyCommand, PasswordArgs};
+use secrets::{key_cmd, new_repo_key, open_repo, tuned, Access, KdfArgs, KeyCommand, PasswordArgs};
 
 /// Tessera: a deduplicating backup store.
 #[derive(Parser)]
@@ -53,6 +53,11 @@ struct Cli {
     /// long for it (e.g. `30s`, `5m`, `1h`) instead of failing at once.
     #[arg(long, global = true, value_name = "DURATION", value_parser = parse_wait, default_value = "0s")]
     wait: Duration,
+    /// Object stores: requests in flight at most when reading ahead
+    /// (restores, index loading); also the retries' budget is per request.
+    #[arg(long, global = true, value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    connections: u16,
     #[command(flatten)]
     password: PasswordArgs,
 }
@@ -65,7 +70,7 @@ enum Command {
     /// backup, or replay a fingerprint trace (--trace) into a trace repository.
     Backup {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Directories (or files and symbolic links) to back up as a tree;
         /// one regular file, or `-` for standard input, is backed up as a stream.
         #[arg(required_unless_present = "trace", conflicts_with = "trace")]
@@ -102,7 +107,7 @@ enum Command {
     /// output (`-`); a tree backup into a directory.
     Restore {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// The backup id (or `latest`).
         id: String,
         /// The output: a new file (appears only when complete), a device or
@@ -141,7 +146,7 @@ enum Command {
     /// List the entries of a tree backup.
     Ls {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// The backup id (or `latest`).
         id: String,
         /// A path in the backup (absolute, as given to the backup): a
@@ -160,7 +165,7 @@ enum Command {
     /// List the backups.
     List {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Print a JSON array.
         #[arg(long)]
         json: bool,
@@ -168,7 +173,7 @@ enum Command {
     /// Show repository totals, or one backup's statistics.
     Stats {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// A backup id (or `latest`).
         id: Option<String>,
         /// Print JSON.
@@ -178,14 +183,14 @@ enum Command {
     /// Delete a backup (garbage collection reclaims its space).
     Delete {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// The backup id.
         id: String,
     },
     /// Delete all but the newest backups (space is reclaimed by `gc`).
     Forget {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// How many of the newest backups to keep.
         #[arg(long)]
         keep_last: usize,
@@ -199,7 +204,7 @@ enum Command {
     /// Reclaim the space of deleted backups (mark, select, copy forward, sweep).
     Gc {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Utilization threshold in percent: 0 reclaims every dead byte
         /// (perfect GC), 100 only wholly dead containers.
         #[arg(long, default_value_t = 0.0)]
@@ -221,7 +226,7 @@ enum Command {
     /// Verify the repository's objects and references.
     Check {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Also read all data and re-hash every chunk.
         #[arg(long)]
         read_data: bool,
@@ -236,7 +241,7 @@ enum Command {
     /// unrecoverable chunks remain.
     Repair {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Report what would be done without changing anything.
         #[arg(long)]
         dry_run: bool,
@@ -277,7 +282,7 @@ enum Command {
     /// Lifecycle layout: run the pending arranging rounds (AVAR).
     Arrange {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Print the metrics as JSON.
         #[arg(long)]
         json: bool,
@@ -286,7 +291,7 @@ enum Command {
     /// and the per-version trend of new data.
     Space {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Backup ids (none: only the trend).
         ids: Vec<BackupId>,
         /// Source lineage of the trend.
@@ -301,6 +306,17 @@ enum Command {
         #[command(subcommand)]
         command: IndexCommand,
     },
+    /// Remove stale lock objects of a repository in object storage (those
+    /// whose holder stopped refreshing them or no longer runs); local
+    /// repositories use OS locks, which never outlive their holder.
+    Unlock {
+        /// The repository.
+        repo: Location,
+        /// Remove every lock object, also those of running processes
+        /// (only when you know none is running).
+        #[arg(long)]
+        remove_all: bool,
+    },
     /// Manage the password key files of an encrypted repository.
     Key {
         #[command(subcommand)]
@@ -313,7 +329,7 @@ enum IndexCommand {
     /// Recreate the index from the containers.
     Rebuild {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
     },
 }
 
@@ -395,8 +411,9 @@ impl ChunkingArgs {
 
 #[derive(Args)]
 struct InitArgs {
-    /// Directory of the new repository.
-    path: PathBuf,
+    /// The new repository: a local directory (absent or empty), or
+    /// `s3:http[s]://HOST[:PORT]/BUCKET/PREFIX` (a prefix holding no object).
+    path: Location,
     /// Encrypt every object (`xchacha20poly1305`, asks for a password) or
     /// not (`none`: lab and benchmark repositories). Default:
     /// xchacha20poly1305, except for --trace and --fingerprint sha1
@@ -556,6 +573,7 @@ fn main() -> ExitCode {
     let access = Access {
         wait: cli.wait,
         password: cli.password,
+        connections: usize::from(cli.connections),
     };
     match run(cli.command, &access) {
         Ok(code) => code,
@@ -607,7 +625,7 @@ fn one_line(e: &anyhow::Error) -> String {
 
 fn run(command: Command, access: &Access) -> Result<ExitCode> {
     match command {
-        Command::Init(args) => init(args, &access.password)?,
+        Command::Init(args) => init(args, access)?,
         Command::Backup {
             repo,
             inputs,
@@ -898,6 +916,13 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             }
         }
         Command::Key { command } => key_cmd(command, access)?,
+        Command::Unlock { repo, remove_all } => {
+            let removed = Repository::unlock_at(&tuned(&repo, access), remove_all)?;
+            for line in &removed {
+                println!("removed {line}");
+            }
+            println!("{} lock object(s) removed", removed.len());
+        }
         Command::Index {
             command: IndexCommand::Rebuild { repo },
         } => {
@@ -914,8 +939,8 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
 
 /// Opens the repository at `path` for `mode`, waiting as `access` says
 /// for a conflicting holder of its lock, with its password if encrypted.
-fn open(path: &Path, mode: LockMode, access: &Access) -> Result<Repository> {
-    match open_repo(path, mode, access) {
+fn open(location: &Location, mode: LockMode, access: &Access) -> Result<Repository> {
+    match open_repo(location, mode, access) {
         Err(e @ tessera::Error::Locked(_)) => {
             let doing = match mode {
                 LockMode::Read => "a maintenance command (gc, delete, forget, arrange) is running",
@@ -942,8 +967,8 @@ fn backup_id(repo: &Repository, text: &str) -> Result<BackupId> {
         .with_context(|| format!("{text:?} is not a backup id (a number or `latest`)"))
 }
 
-fn init(a: InitArgs, password: &PasswordArgs) -> Result<()> {
-    let mut config = Config::new(random_id(&a.path));
+fn init(a: InitArgs, access: &Access) -> Result<()> {
+    let mut config = Config::new(random_id(&a.path.to_string()));
     config.chunker = a.chunking.params();
     config.fingerprint = a.chunking.fingerprint;
     config.container_size = a.container_size;
@@ -983,27 +1008,28 @@ fn init(a: InitArgs, password: &PasswordArgs) -> Result<()> {
     });
     match encryption {
         Encryption::None => {
-            Repository::init(&a.path, config)?;
-            println!("created unencrypted repository {}", a.path.display());
+            Repository::init_at(&tuned(&a.path, access), config, None)?;
+            println!("created unencrypted repository {}", a.path);
         }
         Encryption::XChaCha20Poly1305 => {
             // Refuse a configuration that cannot be encrypted before asking for a password.
             config.encryption = encryption;
             config.version = encryption.format_version();
             config.validate()?;
-            Repository::init_encrypted(&a.path, config, &new_repo_key(password, a.kdf)?)?;
-            println!("created encrypted repository {}", a.path.display());
+            let key = new_repo_key(&access.password, a.kdf)?;
+            Repository::init_at(&tuned(&a.path, access), config, Some(&key))?;
+            println!("created encrypted repository {}", a.path);
         }
     }
     Ok(())
 }
 
-/// A repository id unlikely to repeat: a hash of the path, time and process.
-fn random_id(path: &Path) -> String {
+/// A repository id unlikely to repeat: a hash of the location, time and process.
+fn random_id(location: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let seed = format!("{}|{nanos}|{}", path.display(), std::process::id());
+    let seed = format!("{location}|{nanos}|{}", std::process::id());
     FingerprintAlgo::Blake3.hash(seed.as_bytes()).hex(16)
 }
 
@@ -1039,7 +1065,7 @@ fn is_tree(inputs: &[String]) -> bool {
 
 #[allow(clippy::too_many_arguments)]
 fn backup_cmd(
-    repo: &Path,
+    repo: &Location,
     inputs: &[String],
     tree_options: &TreeBackupOptions,
     trace: Option<&Path>,
@@ -1311,7 +1337,7 @@ fn restore_cmd(
     }
 }
 
-fn list(repo: &Path, json: bool, access: &Access) -> Result<()> {
+fn list(repo: &Location, json: bool, access: &Access) -> Result<()> {
     let r = open(repo, LockMode::Read, access)?;
     let listed = r.listing()?;
     if json {
@@ -1353,7 +1379,7 @@ fn list(repo: &Path, json: bool, access: &Access) -> Result<()> {
     Ok(())
 }
 
-fn stats(repo: &Path, id: Option<&str>, json: bool, access: &Access) -> Result<()> {
+fn stats(repo: &Location, id: Option<&str>, json: bool, access: &Access) -> Result<()> {
     let r = open(repo, LockMode::Read, access)?;
     if let Some(id) = id {
         let id = backup_id(&r, id)?;
@@ -1400,7 +1426,7 @@ fn stats(repo: &Path, id: Option<&str>, json: bool, access: &Access) -> Result<(
 }
 
 fn repair_cmd(
-    repo: &Path,
+    repo: &Location,
     options: RepairOptions,
     json: bool,
     access: &Access,
@@ -1432,7 +1458,7 @@ fn repair_cmd(
     Ok(ExitCode::SUCCESS)
 }
 
-fn check_cmd(repo: &Path, read_data: bool, json: bool, access: &Access) -> Result<ExitCode> {
+fn check_cmd(repo: &Location, read_data: bool, json: bool, access: &Access) -> Result<ExitCode> {
     let r = open(repo, LockMode::Read, access)?;
     let report = check(&r, CheckOptions { read_data })?;
     if json {
