@@ -2,11 +2,13 @@
 //! [`Backend`], and [`Counting`] counts requests and bytes so that I/O metrics
 //! are exact for every policy.
 
+mod faulty;
 mod local;
 mod location;
 pub mod object_lock;
 mod s3;
 
+pub use faulty::Faulty;
 pub use local::Local;
 pub use location::{Location, S3Location};
 pub use s3::{S3Options, S3};

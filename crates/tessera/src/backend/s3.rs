@@ -303,7 +303,9 @@ impl Backend for S3 {
 
     fn delete(&self, key: &str) -> Result<()> {
         super::check_key(key)?;
-        self.take_prefetch(key).map(|h| h.abort());
+        if let Some(h) = self.take_prefetch(key) {
+            h.abort();
+        }
         match self.block_on(self.inner.op.delete(key)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
