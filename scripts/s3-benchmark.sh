@@ -6,14 +6,20 @@
 # (default 3) runs each, with min–max spread.
 #
 #   scripts/s3-benchmark.sh [SIZE_MIB] [RUNS]      # default 512 MiB, 3 runs
+#
+# TESSERA_BIN=path uses that binary instead of building the release one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MIB=${1:-512}
 RUNS=${2:-3}
 PAR=${PAR:-4}
 export PATH=$PATH:/usr/local/go/bin
-cargo build --release -q -p tessera-cli
-T=$PWD/target/release/tessera
+if [[ -n ${TESSERA_BIN:-} ]]; then
+    T=$(realpath "$TESSERA_BIN")
+else
+    cargo build --release -q -p tessera-cli
+    T=$PWD/target/release/tessera
+fi
 WORK=$(mktemp -d)
 trap 'scripts/s3-server.sh stop; rm -rf "$WORK"' EXIT
 eval "$(scripts/s3-server.sh start)"

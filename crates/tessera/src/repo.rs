@@ -814,14 +814,17 @@ fn prepare(mut config: Config, key: Option<&NewKey>) -> Result<Config> {
 }
 
 /// Takes `backend`'s lock in `mode`, retrying for up to `wait` while
-/// another process holds a conflicting one.
+/// another process holds a conflicting one: every 100 ms plus up to 50 ms
+/// that depend on the process, so that processes racing for lock objects
+/// (which both back off when they meet, FORMAT.md §13.1) do not keep
+/// meeting.
 fn lock_waiting(backend: &dyn Backend, mode: LockMode, wait: Duration) -> Result<LockGuard> {
-    const RETRY: Duration = Duration::from_millis(100);
+    let retry = Duration::from_millis(100 + u64::from(std::process::id() % 50));
     let started = Instant::now();
     loop {
         match backend.lock(mode) {
             Err(Error::Locked(_)) if started.elapsed() < wait => {
-                std::thread::sleep(RETRY.min(wait.saturating_sub(started.elapsed())));
+                std::thread::sleep(retry.min(wait.saturating_sub(started.elapsed())));
             }
             taken => return taken,
         }
