@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use std::io::{self, IsTerminal, Write};
 use std::path::Path;
 use std::process::ExitCode;
-use tessera::backend::LockMode;
+use tessera::backend::{Location, LockMode};
 use tessera::backup_filter::BackupFilter;
 use tessera::restore::{ExistingFile, RestoreOptions};
 use tessera::restore_output::write_to_path;
@@ -77,7 +77,7 @@ fn paths_text(s: &Snapshot) -> String {
 }
 
 /// `tessera list`.
-pub fn list(repo: &Path, json: bool, filter: FilterArgs, access: &Access) -> Result<()> {
+pub fn list(repo: &Location, json: bool, filter: FilterArgs, access: &Access) -> Result<()> {
     let r = open(repo, LockMode::Read, access)?;
     let filter = filter.filter();
     let listed = r.listing()?;
@@ -165,7 +165,7 @@ fn emit(out: &mut impl Write, text: &str) -> tessera::Result<()> {
 
 /// `tessera find`.
 pub fn find_cmd(
-    repo: &Path,
+    repo: &Location,
     pattern: &str,
     json: bool,
     filter: FilterArgs,
@@ -197,7 +197,7 @@ pub fn find_cmd(
         first = false;
         emit(&mut out, &text)
     })
-    .with_context(|| format!("searching {} for {pattern:?}", repo.display()))?;
+    .with_context(|| format!("searching {} for {pattern:?}", repo))?;
     if json {
         writeln!(out, "]")?;
     }

@@ -9,7 +9,7 @@ use std::io::{self, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera::backend::{Backend, LockMode};
+use tessera::backend::{Backend, Location, LockMode};
 use tessera::backup::{run as run_backup, BackupOptions, Source};
 use tessera::check::{check, CheckOptions, ProblemKind};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
@@ -48,7 +48,7 @@ use tessera_lab::trace::TraceFile;
 mod browse;
 mod secrets;
 use browse::FilterArgs;
-use secrets::{key_cmd, new_repo_key, open_repo, Access, KdfArgs, KeyCommand, PasswordArgs};
+use secrets::{key_cmd, new_repo_key, open_repo, tuned, Access, KdfArgs, KeyCommand, PasswordArgs};
 
 /// Tessera: a deduplicating backup store.
 #[derive(Parser)]
@@ -71,6 +71,11 @@ struct Cli {
         env = "TESSERA_REPOSITORY"
     )]
     repository: Option<std::ffi::OsString>,
+    /// Object stores: requests in flight at most when reading ahead
+    /// (restores, index loading); also the retries' budget is per request.
+    #[arg(long, global = true, value_name = "N", default_value_t = 8,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    connections: u16,
     #[command(flatten)]
     password: PasswordArgs,
 }
@@ -157,7 +162,7 @@ enum Command {
     /// backup, or replay a fingerprint trace (--trace) into a trace repository.
     Backup {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Directories (or files and symbolic links) to back up as a tree;
         /// one regular file, or `-` for standard input, is backed up as a stream.
         #[arg(required_unless_present = "trace", conflicts_with = "trace")]
@@ -200,7 +205,7 @@ enum Command {
     /// output (`-`); a tree backup into a directory.
     Restore {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// The backup id (or `latest`).
         id: String,
         /// The output: a new file (appears only when complete), a device or
@@ -243,7 +248,7 @@ enum Command {
     /// List the entries of a tree backup.
     Ls {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// The backup id (or `latest`).
         id: String,
         /// A path in the backup (absolute, as given to the backup): a
@@ -262,7 +267,7 @@ enum Command {
     /// List the backups: time (local), host, paths or source, tags, files and sizes.
     List {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         #[command(flatten)]
         filter: FilterArgs,
         /// Print a JSON array.
@@ -272,7 +277,7 @@ enum Command {
     /// Find entries by a glob on their path in every tree backup, newest first.
     Find {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// A glob over paths as `ls` shows them (`/home/*/docs/*.txt`); one
         /// without `/` matches names at any depth (`*.rs`).
         pattern: String,
@@ -286,7 +291,7 @@ enum Command {
     /// changed contents (M) and metadata only (U).
     Diff {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// The first backup (or `latest`).
         id1: String,
         /// The second backup (or `latest`).
@@ -299,7 +304,7 @@ enum Command {
     /// as a tar stream.
     Dump {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// The backup id (or `latest`).
         id: String,
         /// The path in the backup (absolute, as `ls` shows it; `/`: the whole tree).
@@ -308,7 +313,7 @@ enum Command {
     /// Change the tags of backups (the snapshot is replaced atomically).
     Tag {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Backup ids (or `latest`).
         #[arg(required = true)]
         ids: Vec<String>,
@@ -329,7 +334,7 @@ enum Command {
     /// Show repository totals, or one backup's statistics.
     Stats {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// A backup id (or `latest`).
         id: Option<String>,
         /// Print JSON.
@@ -339,7 +344,7 @@ enum Command {
     /// Delete a backup (garbage collection reclaims its space).
     Delete {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// The backup id.
         id: String,
         /// Print `{"deleted": ID}`.
@@ -367,7 +372,7 @@ enum Command {
     /// Reclaim the space of deleted backups (mark, select, copy forward, sweep).
     Gc {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Utilization threshold in percent: 0 reclaims every dead byte
         /// (perfect GC), 100 only wholly dead containers.
         #[arg(long, default_value_t = 0.0)]
@@ -391,7 +396,7 @@ enum Command {
     /// the lifecycle layout only finishes interrupted deletions.
     Prune {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Unused space tolerated: a percentage per container (`5%`: repack
         /// containers more than 5% unused), a total size (`1GiB`: repack the
         /// emptiest containers until at most that much is unused), or
@@ -415,7 +420,7 @@ enum Command {
     /// Verify the repository's objects and references.
     Check {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Also read all data and re-hash every chunk.
         #[arg(long)]
         read_data: bool,
@@ -430,7 +435,7 @@ enum Command {
     /// unrecoverable chunks remain.
     Repair {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Report what would be done without changing anything.
         #[arg(long)]
         dry_run: bool,
@@ -471,7 +476,7 @@ enum Command {
     /// Lifecycle layout: run the pending arranging rounds (AVAR).
     Arrange {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Print the metrics as JSON.
         #[arg(long)]
         json: bool,
@@ -480,7 +485,7 @@ enum Command {
     /// and the per-version trend of new data.
     Space {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Backup ids (none: only the trend).
         ids: Vec<BackupId>,
         /// Source lineage of the trend.
@@ -495,6 +500,17 @@ enum Command {
         #[command(subcommand)]
         command: IndexCommand,
     },
+    /// Remove stale lock objects of a repository in object storage (those
+    /// whose holder stopped refreshing them or no longer runs); local
+    /// repositories use OS locks, which never outlive their holder.
+    Unlock {
+        /// The repository.
+        repo: Location,
+        /// Remove every lock object, also those of running processes
+        /// (only when you know none is running).
+        #[arg(long)]
+        remove_all: bool,
+    },
     /// Manage the password key files of an encrypted repository.
     Key {
         #[command(subcommand)]
@@ -507,7 +523,7 @@ enum IndexCommand {
     /// Recreate the index from the containers.
     Rebuild {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Print the index statistics as JSON.
         #[arg(long)]
         json: bool,
@@ -596,8 +612,9 @@ impl ChunkingArgs {
 
 #[derive(Args)]
 struct InitArgs {
-    /// Directory of the new repository.
-    repo: PathBuf,
+    /// The new repository: a local directory (absent or empty), or
+    /// `s3:http[s]://HOST[:PORT]/BUCKET/PREFIX` (a prefix holding no object).
+    repo: Location,
     /// Encrypt every object (`xchacha20poly1305`, asks for a password) or
     /// not (`none`: lab and benchmark repositories). Default:
     /// xchacha20poly1305, except for --trace and --fingerprint sha1
@@ -779,6 +796,7 @@ fn main() -> ExitCode {
     let access = Access {
         wait: cli.wait,
         password: cli.password,
+        connections: usize::from(cli.connections),
     };
     match run(cli.command, &access) {
         Ok(code) => code,
@@ -830,7 +848,7 @@ fn one_line(e: &anyhow::Error) -> String {
 
 fn run(command: Command, access: &Access) -> Result<ExitCode> {
     match command {
-        Command::Init(args) => init(args, &access.password)?,
+        Command::Init(args) => init(args, access)?,
         Command::Backup {
             repo,
             inputs,
@@ -1217,6 +1235,13 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             }
         }
         Command::Key { command } => key_cmd(command, access)?,
+        Command::Unlock { repo, remove_all } => {
+            let removed = Repository::unlock_at(&tuned(&repo, access), remove_all)?;
+            for line in &removed {
+                println!("removed {line}");
+            }
+            println!("{} lock object(s) removed", removed.len());
+        }
         Command::Index {
             command: IndexCommand::Rebuild { repo, json },
         } => {
@@ -1243,7 +1268,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
 ])))]
 struct ForgetArgs {
     /// The repository.
-    repo: PathBuf,
+    repo: Location,
     /// Keep the N newest backups (`unlimited` keeps all).
     #[arg(long, value_name = "N")]
     keep_last: Option<Count>,
@@ -1416,8 +1441,8 @@ fn print_forget(report: &ForgetReport) {
 
 /// Opens the repository at `path` for `mode`, waiting as `access` says
 /// for a conflicting holder of its lock, with its password if encrypted.
-fn open(path: &Path, mode: LockMode, access: &Access) -> Result<Repository> {
-    match open_repo(path, mode, access) {
+fn open(location: &Location, mode: LockMode, access: &Access) -> Result<Repository> {
+    match open_repo(location, mode, access) {
         Err(e @ tessera::Error::Locked(_)) => {
             let doing = match mode {
                 LockMode::Read => "a maintenance command (gc, delete, forget, arrange) is running",
@@ -1444,8 +1469,8 @@ fn backup_id(repo: &Repository, text: &str) -> Result<BackupId> {
         .with_context(|| format!("{text:?} is not a backup id (a number or `latest`)"))
 }
 
-fn init(a: InitArgs, password: &PasswordArgs) -> Result<()> {
-    let mut config = Config::new(random_id(&a.repo));
+fn init(a: InitArgs, access: &Access) -> Result<()> {
+    let mut config = Config::new(random_id(&a.repo.to_string()));
     config.chunker = a.chunking.params();
     config.fingerprint = a.chunking.fingerprint;
     config.container_size = a.container_size;
@@ -1485,27 +1510,28 @@ fn init(a: InitArgs, password: &PasswordArgs) -> Result<()> {
     });
     match encryption {
         Encryption::None => {
-            Repository::init(&a.repo, config)?;
-            println!("created unencrypted repository {}", a.repo.display());
+            Repository::init_at(&tuned(&a.repo, access), config, None)?;
+            println!("created unencrypted repository {}", a.repo);
         }
         Encryption::XChaCha20Poly1305 => {
             // Refuse a configuration that cannot be encrypted before asking for a password.
             config.encryption = encryption;
             config.version = encryption.format_version();
             config.validate()?;
-            Repository::init_encrypted(&a.repo, config, &new_repo_key(password, a.kdf)?)?;
-            println!("created encrypted repository {}", a.repo.display());
+            let key = new_repo_key(&access.password, a.kdf)?;
+            Repository::init_at(&tuned(&a.repo, access), config, Some(&key))?;
+            println!("created encrypted repository {}", a.repo);
         }
     }
     Ok(())
 }
 
-/// A repository id unlikely to repeat: a hash of the path, time and process.
-fn random_id(path: &Path) -> String {
+/// A repository id unlikely to repeat: a hash of the location, time and process.
+fn random_id(location: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos());
-    let seed = format!("{}|{nanos}|{}", path.display(), std::process::id());
+    let seed = format!("{location}|{nanos}|{}", std::process::id());
     FingerprintAlgo::Blake3.hash(seed.as_bytes()).hex(16)
 }
 
@@ -1548,7 +1574,7 @@ struct Naming {
 }
 
 fn backup_cmd(
-    repo: &Path,
+    repo: &Location,
     inputs: &[String],
     tree_options: &TreeBackupOptions,
     trace: Option<&Path>,
@@ -1831,7 +1857,7 @@ fn restore_cmd(
     }
 }
 
-fn stats(repo: &Path, id: Option<&str>, json: bool, access: &Access) -> Result<()> {
+fn stats(repo: &Location, id: Option<&str>, json: bool, access: &Access) -> Result<()> {
     let r = open(repo, LockMode::Read, access)?;
     if let Some(id) = id {
         let id = backup_id(&r, id)?;
@@ -1878,7 +1904,7 @@ fn stats(repo: &Path, id: Option<&str>, json: bool, access: &Access) -> Result<(
 }
 
 fn repair_cmd(
-    repo: &Path,
+    repo: &Location,
     options: RepairOptions,
     json: bool,
     access: &Access,
@@ -1910,7 +1936,7 @@ fn repair_cmd(
     Ok(ExitCode::SUCCESS)
 }
 
-fn check_cmd(repo: &Path, read_data: bool, json: bool, access: &Access) -> Result<ExitCode> {
+fn check_cmd(repo: &Location, read_data: bool, json: bool, access: &Access) -> Result<ExitCode> {
     let r = open(repo, LockMode::Read, access)?;
     let report = check(&r, CheckOptions { read_data })?;
     if json {

@@ -5,9 +5,9 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
-use tessera::backend::LockMode;
+use tessera::backend::{Location, LockMode};
 use tessera::crypto::{self, Credentials, KdfParams, NewKey};
 use tessera::Repository;
 use zeroize::Zeroizing;
@@ -72,17 +72,32 @@ pub struct Access {
     pub wait: Duration,
     /// Where the password comes from, if the repository is encrypted.
     pub password: PasswordArgs,
+    /// Object stores: requests in flight at most when reading ahead.
+    pub connections: usize,
+}
+
+/// `location` with the transfer settings of `access` (object stores).
+pub fn tuned(location: &Location, access: &Access) -> Location {
+    let mut location = location.clone();
+    if let Location::S3(s3) = &mut location {
+        s3.options.connections = access.connections;
+    }
+    location
 }
 
 /// Opens the repository at `path` for `mode`; asks for the password only
 /// if it is encrypted.
-pub fn open_repo(path: &Path, mode: LockMode, access: &Access) -> tessera::Result<Repository> {
+pub fn open_repo(
+    location: &Location,
+    mode: LockMode,
+    access: &Access,
+) -> tessera::Result<Repository> {
     let unlock = || {
         let password = read_password(&access.password, "repository password", false)
             .map_err(|e| tessera::Error::Credentials(format!("{e:#}")))?;
         Ok(Credentials::new(password, access.password.key_id.clone()))
     };
-    Repository::open_unlocking(path, mode, access.wait, &unlock)
+    Repository::open_at(&tuned(location, access), mode, access.wait, &unlock)
 }
 
 /// The password of a new repository (`init`): asked twice on a terminal.
@@ -163,7 +178,7 @@ pub enum KeyCommand {
     /// List the key files (the one used to open the repository marked `*`).
     List {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -171,21 +186,21 @@ pub enum KeyCommand {
     /// Add a key file for a new password.
     Add {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         #[command(flatten)]
         new: NewPasswordArgs,
     },
     /// Remove a key file (never the last one).
     Remove {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         /// The key's id (see `tessera key list`).
         id: String,
     },
     /// Change the password of the key file used to open the repository.
     Passwd {
         /// The repository.
-        repo: PathBuf,
+        repo: Location,
         #[command(flatten)]
         new: NewPasswordArgs,
     },

@@ -1,7 +1,7 @@
 //! A repository: its backend, configuration and lock, and the listing and
 //! loading of its objects.
 
-use crate::backend::{Backend, Counting, IoStats, Local, LockGuard, LockMode};
+use crate::backend::{Backend, Counting, IoStats, Local, Location, LockGuard, LockMode, S3};
 use crate::config::{Config, Encryption, IndexKind, Stored, CONFIG_KEY};
 use crate::container::{self, ContainerId, CONTAINER_DIR};
 use crate::crypto::{self, Credentials, Encrypting, NewKey, Unlocked};
@@ -105,6 +105,27 @@ impl Repository {
         Repository::create(Box::new(Local::new(path)), config, key)
     }
 
+    /// Creates a repository at `location` (a local directory absent or
+    /// empty, or an S3 prefix holding no object): encrypted with one key
+    /// file for `key` if given.
+    pub fn init_at(
+        location: &Location,
+        config: Config,
+        key: Option<&NewKey>,
+    ) -> Result<Repository> {
+        match location {
+            Location::Local(path) => Repository::init_local(path, config, key),
+            Location::S3(s3) => {
+                let config = prepare(config, key)?;
+                let backend = S3::connect(s3)?;
+                if !backend.is_empty()? {
+                    return Err(Error::AlreadyExists(location.to_string()));
+                }
+                Repository::create(Box::new(backend), config, key)
+            }
+        }
+    }
+
     /// Creates an unencrypted repository on `backend`, which must hold no
     /// configuration yet.
     pub fn init_with_backend(backend: Box<dyn Backend>, config: Config) -> Result<Repository> {
@@ -196,6 +217,33 @@ impl Repository {
             return Err(Error::NotARepository(path.display().to_string()));
         }
         Repository::open_backend_unlocking(Box::new(Local::new(path)), mode, wait, unlock)
+    }
+
+    /// Opens the repository at `location` for `mode`, waiting up to `wait`
+    /// for the lock; if it is encrypted, with the credentials `unlock` returns.
+    pub fn open_at(
+        location: &Location,
+        mode: LockMode,
+        wait: Duration,
+        unlock: Unlock,
+    ) -> Result<Repository> {
+        match location {
+            Location::Local(path) => Repository::open_unlocking(path, mode, wait, unlock),
+            Location::S3(_) => {
+                Repository::open_backend_unlocking(location.backend()?, mode, wait, unlock)
+            }
+        }
+    }
+
+    /// `tessera unlock`: removes the stale lock objects of the repository
+    /// at `location` (all of them with `all`) and describes each removed.
+    /// Needs no password: lock objects are not encrypted (FORMAT.md §13.1).
+    pub fn unlock_at(location: &Location, all: bool) -> Result<Vec<String>> {
+        let backend = location.backend()?;
+        if !backend.exists(CONFIG_KEY)? {
+            return Err(Error::NotARepository(backend.location()));
+        }
+        backend.unlock(all)
     }
 
     /// Opens the unencrypted repository on `backend` for `mode`, without waiting.
@@ -766,14 +814,17 @@ fn prepare(mut config: Config, key: Option<&NewKey>) -> Result<Config> {
 }
 
 /// Takes `backend`'s lock in `mode`, retrying for up to `wait` while
-/// another process holds a conflicting one.
+/// another process holds a conflicting one: every 100 ms plus up to 50 ms
+/// that depend on the process, so that processes racing for lock objects
+/// (which both back off when they meet, FORMAT.md §13.1) do not keep
+/// meeting.
 fn lock_waiting(backend: &dyn Backend, mode: LockMode, wait: Duration) -> Result<LockGuard> {
-    const RETRY: Duration = Duration::from_millis(100);
+    let retry = Duration::from_millis(100 + u64::from(std::process::id() % 50));
     let started = Instant::now();
     loop {
         match backend.lock(mode) {
             Err(Error::Locked(_)) if started.elapsed() < wait => {
-                std::thread::sleep(RETRY.min(wait.saturating_sub(started.elapsed())));
+                std::thread::sleep(retry.min(wait.saturating_sub(started.elapsed())));
             }
             taken => return taken,
         }

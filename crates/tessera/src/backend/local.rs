@@ -87,16 +87,7 @@ impl Local {
     }
 
     fn path(&self, key: &str) -> Result<PathBuf> {
-        let valid = !key.is_empty()
-            && key.split('/').all(|part| {
-                !part.is_empty() && part != "." && part != ".." && !part.starts_with('.')
-            });
-        if !valid {
-            return Err(Error::io(
-                format!("object key {key:?}"),
-                io::Error::new(io::ErrorKind::InvalidInput, "invalid object key"),
-            ));
-        }
+        super::check_key(key)?;
         Ok(self.root.join(key))
     }
 

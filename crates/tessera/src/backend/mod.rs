@@ -2,15 +2,22 @@
 //! [`Backend`], and [`Counting`] counts requests and bytes so that I/O metrics
 //! are exact for every policy.
 
+mod faulty;
 mod local;
+mod location;
+pub mod object_lock;
+mod s3;
 
+pub use faulty::Faulty;
 pub use local::Local;
+pub use location::{Location, S3Location};
+pub use s3::{S3Options, S3};
 
 use crate::error::Result;
 use bytes::Bytes;
 use serde::Serialize;
 use std::fs::File;
-use std::io::Write;
+use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Key of the repository's configuration object. Written once, when the
@@ -101,6 +108,36 @@ pub trait Backend: Send + Sync {
     fn remove_temporaries(&self) -> Result<u64> {
         Ok(0)
     }
+    /// Removes lock objects (`tessera unlock`): the stale ones, or all of
+    /// them with `all`, and returns a line describing each removed.
+    /// Backends whose locks cannot outlive their holder (local: OS locks)
+    /// have none and keep this default.
+    fn unlock(&self, all: bool) -> Result<Vec<String>> {
+        let _ = all;
+        Ok(Vec::new())
+    }
+    /// Requests retried so far after a transient failure (remote stores;
+    /// local writes are not retried).
+    fn retries(&self) -> u64 {
+        0
+    }
+}
+
+/// Checks that `key` is a valid object key: `/`-separated components,
+/// each non-empty, not `.` or `..`, and not starting with `.` (FORMAT.md
+/// §13), so that no key can escape the repository or name a temporary.
+pub(crate) fn check_key(key: &str) -> Result<()> {
+    let valid = !key.is_empty()
+        && key
+            .split('/')
+            .all(|part| !part.is_empty() && part != "." && part != ".." && !part.starts_with('.'));
+    match valid {
+        true => Ok(()),
+        false => Err(crate::Error::io(
+            format!("object key {key:?}"),
+            io::Error::new(io::ErrorKind::InvalidInput, "invalid object key"),
+        )),
+    }
 }
 
 /// Whether a write may replace an existing object.
@@ -156,18 +193,46 @@ impl LockMode {
     pub fn involves_readers(self) -> bool {
         self != LockMode::Backup
     }
+
+    /// Whether a holder in this mode and one in `other` exclude each other:
+    /// both exclude writers, or both involve readers and one of them
+    /// excludes readers (the two OS locks of a local repository, FORMAT.md
+    /// §13, and the lock objects of an object store, §13.1).
+    pub fn conflicts_with(self, other: LockMode) -> bool {
+        (self.excludes_writers() && other.excludes_writers())
+            || (self.involves_readers()
+                && other.involves_readers()
+                && (self.excludes_readers() || other.excludes_readers()))
+    }
 }
 
 /// Holds a repository lock until dropped.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct LockGuard {
-    _files: Vec<File>,
+    _held: Vec<Box<dyn Send>>,
+}
+
+impl std::fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LockGuard({} held)", self._held.len())
+    }
 }
 
 impl LockGuard {
     /// A guard holding `files`, whose OS locks are released when they close.
     pub fn from_files(files: Vec<File>) -> Self {
-        LockGuard { _files: files }
+        LockGuard {
+            _held: files
+                .into_iter()
+                .map(|f| Box::new(f) as Box<dyn Send>)
+                .collect(),
+        }
+    }
+
+    /// A guard holding `held`, which releases its lock when dropped (a
+    /// lock object's holder deletes it).
+    pub fn from_holder(held: Box<dyn Send>) -> Self {
+        LockGuard { _held: vec![held] }
     }
 }
 
@@ -186,6 +251,8 @@ pub struct IoStats {
     pub deletes: u64,
     /// List requests.
     pub lists: u64,
+    /// Requests retried after a transient failure (object stores).
+    pub retries: u64,
 }
 
 impl IoStats {
@@ -198,6 +265,7 @@ impl IoStats {
             write_bytes: self.write_bytes - earlier.write_bytes,
             deletes: self.deletes - earlier.deletes,
             lists: self.lists - earlier.lists,
+            retries: self.retries - earlier.retries,
         }
     }
 }
@@ -236,6 +304,7 @@ impl Counting {
             write_bytes: self.write_bytes.load(Ordering::Relaxed),
             deletes: self.deletes.load(Ordering::Relaxed),
             lists: self.lists.load(Ordering::Relaxed),
+            retries: self.inner.retries(),
         }
     }
 
@@ -317,5 +386,11 @@ impl Backend for Counting {
     }
     fn remove_temporaries(&self) -> Result<u64> {
         self.inner.remove_temporaries()
+    }
+    fn unlock(&self, all: bool) -> Result<Vec<String>> {
+        self.inner.unlock(all)
+    }
+    fn retries(&self) -> u64 {
+        self.inner.retries()
     }
 }

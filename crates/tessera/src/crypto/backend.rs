@@ -128,6 +128,14 @@ impl Backend for Encrypting {
     fn remove_temporaries(&self) -> Result<u64> {
         self.inner.remove_temporaries()
     }
+
+    fn unlock(&self, all: bool) -> Result<Vec<String>> {
+        self.inner.unlock(all)
+    }
+
+    fn retries(&self) -> u64 {
+        self.inner.retries()
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,355 @@
+//! The command line against a real S3 server: the main scenarios (both
+//! layouts, several indexes, encrypted and not), lock objects (a holder
+//! excludes, a dead holder's lock is stale, `unlock`), and several clients
+//! backing up into one repository at once with `gc` and deletions in
+//! between.
+//!
+//! The server is named by `TESSERA_TEST_S3` (`s3:http://HOST:PORT/BUCKET`,
+//! with `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` set): `.ci/run` starts
+//! one; locally `eval "$(scripts/s3-server.sh start)"`. Without it every
+//! test here says it is skipped and passes.
+
+mod common;
+
+use common::*;
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// A fresh repository location on the test server (a prefix no other test
+/// or run uses), or `None` (the test is skipped, saying so) without one.
+fn s3_repo(test: &str) -> Option<String> {
+    match std::env::var("TESSERA_TEST_S3") {
+        Ok(base) if !base.is_empty() => {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos());
+            Some(format!(
+                "{}/{test}-{}-{nanos}",
+                base.trim_end_matches('/'),
+                std::process::id()
+            ))
+        }
+        _ => {
+            eprintln!(
+                "SKIPPED {test}: TESSERA_TEST_S3 is not set (start a server with \
+                 `eval \"$(scripts/s3-server.sh start)\"`; CI always sets it)"
+            );
+            None
+        }
+    }
+}
+
+/// `tessera backup --json` of `inputs` with extra `args`, parsed.
+fn backup(repo: &str, inputs: &[&Path], args: &[&str]) -> serde_json::Value {
+    let mut all: Vec<String> = vec!["backup".into(), "--json".into(), repo.into()];
+    all.extend(inputs.iter().map(|p| p.display().to_string()));
+    all.extend(args.iter().map(|a| a.to_string()));
+    serde_json::from_str(ok(all).trim()).expect("backup --json prints JSON")
+}
+
+/// Ids of the committed backups.
+fn ids(repo: &str) -> Vec<u64> {
+    let v: serde_json::Value =
+        serde_json::from_str(ok(["list", "--json", repo]).trim()).expect("list --json");
+    v.as_array()
+        .expect("an array")
+        .iter()
+        .map(|s| num(s, "id"))
+        .collect()
+}
+
+/// Asserts that directories `a` and `b` hold the same files, byte for byte.
+fn assert_same_tree(a: &Path, b: &Path) {
+    let out = Command::new("diff")
+        .arg("-r")
+        .args([a, b])
+        .output()
+        .expect("running diff");
+    assert!(
+        out.status.success(),
+        "{} and {} differ: {}",
+        a.display(),
+        b.display(),
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+/// Restores tree backup `id` of `source` into a new directory below `work`
+/// and asserts it equals `source`.
+fn assert_tree_restores(repo: &str, id: u64, source: &Path, work: &Path) {
+    let out = work.join(format!("restored-{id}"));
+    ok(["restore", repo, &id.to_string(), &out.display().to_string()]);
+    let inside = source.strip_prefix("/").expect("absolute source");
+    assert_same_tree(source, &out.join(inside));
+}
+
+/// A small tree: a few files of seeded random bytes, one in a subdirectory.
+fn make_tree(dir: &Path, seed: u64, len: u64) {
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    write_random_file(&dir.join("a.bin"), seed, len);
+    write_random_file(&dir.join("sub/b.bin"), seed + 1, len / 3 + 1);
+    std::fs::write(dir.join("sub/note.txt"), format!("tree {seed}\n")).unwrap();
+}
+
+/// The main scenario on one repository: a file and a tree, restored byte
+/// for byte, checked with data, one deleted and collected, checked again.
+fn scenario(repo: &str, init_args: &[&str], work: &Path) {
+    let mut init = vec!["init", repo];
+    init.extend(init_args);
+    ok(init);
+    let file = work.join("file.bin");
+    write_random_file(&file, 7, 3 << 20);
+    let tree = work.join("tree");
+    make_tree(&tree, 11, 1 << 20);
+
+    let first = num(&backup(repo, &[&file], &[]), "id");
+    let second = num(&backup(repo, &[&tree], &[]), "id");
+    // The same file again: deduplicated against the first backup.
+    let again = backup(repo, &[&file], &[]);
+    assert!(
+        num(&again, "stored_bytes") == 0,
+        "a repeated file stored again: {again}"
+    );
+    assert_eq!(ids(repo), vec![first, second, num(&again, "id")]);
+
+    let restored = work.join("file.out");
+    ok([
+        "restore",
+        repo,
+        &first.to_string(),
+        &restored.display().to_string(),
+    ]);
+    assert_file_matches(&restored, &mut std::fs::File::open(&file).unwrap());
+    assert_tree_restores(repo, second, &tree, work);
+    assert!(ok(["ls", repo, &second.to_string()]).contains("tree"));
+    assert!(ok(["check", "--read-data", repo]).contains("no problems"));
+
+    ok(["delete", repo, &first.to_string()]);
+    // The lifecycle layout frees space at deletion and has no GC.
+    if !init_args.contains(&"lifecycle") {
+        ok(["gc", repo]);
+    }
+    assert_eq!(ids(repo).len(), 2);
+    assert!(ok(["check", "--read-data", repo]).contains("no problems"));
+    assert_tree_restores(repo, second, &tree, &work.join("after-gc"));
+}
+
+#[test]
+fn encrypted_container_repository_on_s3() {
+    let Some(repo) = s3_repo("encrypted") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    scenario(&repo, &[], work.path());
+    // A second init on the same prefix is refused; key files work remotely.
+    assert!(fail(["init", &repo]).contains("already exists"));
+    assert!(ok(["key", "list", &repo]).contains('*'));
+}
+
+#[test]
+fn unencrypted_repositories_with_other_indexes_and_the_lifecycle_layout_on_s3() {
+    let setups: [&[&str]; 3] = [
+        &["--encryption", "none", "--index", "ddfs"],
+        &["--encryption", "none", "--index", "lazy"],
+        &["--layout", "lifecycle"],
+    ];
+    for (n, setup) in setups.iter().enumerate() {
+        let Some(repo) = s3_repo(&format!("setup{n}")) else {
+            return;
+        };
+        let work = tempfile::tempdir().unwrap();
+        scenario(&repo, setup, work.path());
+        ok(["index", "rebuild", &repo]);
+        assert!(ok(["check", &repo]).contains("no problems"), "{setup:?}");
+    }
+}
+
+/// Starts `tessera backup --json REPO -` and feeds it `first` bytes,
+/// keeping its input open: a backup in progress, holding its lock.
+fn start_backup(repo: &str, first: &[u8]) -> Child {
+    // It waits for the lock, which the probes of `wait_until_locked` take.
+    let mut child = cmd(["--wait", "1m", "backup", "--json", repo, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting tessera backup");
+    let stdin = child.stdin.as_mut().expect("piped stdin");
+    stdin.write_all(first).expect("feeding the backup");
+    stdin.flush().expect("feeding the backup");
+    child
+}
+
+/// Waits until a backup holds its lock: a second writer is refused.
+fn wait_until_locked(repo: &str) -> String {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = run(["delete", repo, "999"]);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(
+            !out.status.success(),
+            "deleted a backup that does not exist"
+        );
+        if err.contains("locked") {
+            return err;
+        }
+        assert!(std::time::Instant::now() < deadline, "never locked: {err}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn lock_objects_exclude_and_a_dead_holders_lock_is_stale() {
+    let Some(repo) = s3_repo("locks") else {
+        return;
+    };
+    ok(["init", &repo]);
+    let data = random_bytes(3, 1 << 20);
+
+    // A live backup's lock names its holder and keeps other writers out;
+    // `unlock` leaves it alone; readers still read.
+    let mut live = start_backup(&repo, &data[..1000]);
+    let err = wait_until_locked(&repo);
+    assert!(err.contains("backup lock of"), "{err}");
+    assert!(ok(["unlock", &repo]).contains("0 lock object(s) removed"));
+    assert!(ids(&repo).is_empty());
+    let mut stdin = live.stdin.take().unwrap();
+    stdin.write_all(&data[1000..]).unwrap();
+    drop(stdin);
+    let out = live.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(ids(&repo), vec![1]);
+
+    // A killed backup leaves its lock object: stale (its process is gone),
+    // so it excludes nobody, and `unlock` removes it.
+    let mut dead = start_backup(&repo, &data[..1000]);
+    wait_until_locked(&repo);
+    dead.kill().unwrap();
+    dead.wait().unwrap();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &data).unwrap();
+    backup(&repo, &[file.path()], &[]);
+    let removed = ok(["unlock", &repo]);
+    assert!(removed.contains("1 lock object(s) removed"), "{removed}");
+    assert!(ok(["unlock", &repo, "--remove-all"]).contains("0 lock object(s)"));
+    assert!(ok(["check", &repo]).contains("no problems"));
+}
+
+/// How many rounds the concurrency test runs (`TESSERA_S3_ROUNDS`; the
+/// longer campaign is `scripts/s3-concurrency.sh`).
+fn rounds() -> u64 {
+    std::env::var("TESSERA_S3_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(3)
+}
+
+/// Runs `tessera --wait 10m ARGS...` in the background.
+fn spawn(args: &[String]) -> Child {
+    cmd(["--wait", "10m"])
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting tessera")
+}
+
+/// Waits for `child`, asserts success and returns its standard output.
+fn finish(child: Child, what: &str) -> String {
+    let out = child.wait_with_output().expect("waiting for tessera");
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_no_panic(&out);
+    String::from_utf8(out.stdout).expect("UTF-8")
+}
+
+#[test]
+fn four_clients_back_up_at_once_with_gc_in_between_and_lose_nothing() {
+    const CLIENTS: u64 = 4;
+    const SHARED: u64 = 2 << 20;
+    let Some(repo) = s3_repo("clients") else {
+        return;
+    };
+    ok(["init", &repo]);
+    let work = tempfile::tempdir().unwrap();
+    let mut rng = rng(0x5eed_c0de);
+    // Every committed backup still expected: id -> its source directory.
+    let mut expected: std::collections::BTreeMap<u64, std::path::PathBuf> = Default::default();
+    let mut deleted = 0;
+    for round in 0..rounds() {
+        // Each client's source of this round: its own data, and for
+        // clients 0 and 1 one shared file (deduplicated across clients).
+        let mut sources = Vec::new();
+        for client in 0..CLIENTS {
+            let dir = work.path().join(format!("r{round}/c{client}"));
+            let seed = rand::Rng::random::<u64>(&mut rng) >> 8;
+            make_tree(&dir, seed, 200_000 + seed % 300_000);
+            if client < 2 {
+                write_random_file(&dir.join("shared.bin"), 42 + round, SHARED);
+            }
+            sources.push(dir);
+        }
+        // The clients and, from the second round on, a deletion of one
+        // backup of the previous round and a gc, all started together.
+        let mut running = Vec::new();
+        for (client, dir) in sources.iter().enumerate() {
+            let args = vec![
+                "backup".to_string(),
+                "--json".into(),
+                repo.clone(),
+                dir.display().to_string(),
+                "--source".into(),
+                format!("client-{client}"),
+            ];
+            running.push((Some(client), spawn(&args)));
+        }
+        if let Some(&victim) = expected.keys().next() {
+            expected.remove(&victim);
+            deleted += 1;
+            running.push((
+                None,
+                spawn(&["delete".into(), repo.clone(), victim.to_string()]),
+            ));
+        }
+        running.push((None, spawn(&["gc".into(), repo.clone()])));
+        let mut shared_written = 0;
+        let mut own_bytes = 0;
+        for (client, child) in running {
+            let out = finish(child, &format!("round {round}"));
+            if let Some(client) = client {
+                let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+                expected.insert(num(&v, "id"), sources[client].clone());
+                if client < 2 {
+                    shared_written += num(&v, "stored_bytes");
+                    own_bytes += num(&v, "logical_bytes") - SHARED;
+                }
+            }
+        }
+        // The shared file is stored once for the two clients.
+        assert!(
+            shared_written <= SHARED + own_bytes,
+            "round {round}: {shared_written} bytes written for {own_bytes} own bytes and {SHARED} shared"
+        );
+        // Nothing committed is lost, and everything restores identically.
+        let listed = ids(&repo);
+        assert_eq!(
+            listed,
+            expected.keys().copied().collect::<Vec<_>>(),
+            "round {round}: committed backups lost or resurrected"
+        );
+        for (&id, source) in &expected {
+            assert_tree_restores(&repo, id, source, &work.path().join(format!("out{round}")));
+        }
+    }
+    assert!(deleted > 0 || rounds() < 2);
+    assert!(ok(["check", "--read-data", &repo]).contains("no problems"));
+}

@@ -1,0 +1,353 @@
+//! A repository in an S3-compatible object store, through Apache OpenDAL
+//! (FORMAT.md §13.1). Every PUT is atomic (a reader sees the old object or
+//! the new one whole), objects that commit a backup are created with a
+//! conditional PUT (`If-None-Match: *`), and locks are lock objects.
+
+use super::{object_lock, Backend, LockGuard, LockMode, S3Location};
+use crate::error::{Error, Result};
+use bytes::Bytes;
+use opendal::layers::RetryLayer;
+use opendal::{ErrorKind, Operator};
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::task::JoinHandle;
+
+/// Tuning of an object-store backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct S3Options {
+    /// Requests in flight at most for read-ahead (`--connections`); the
+    /// backup's writer threads and the restore's readers add theirs.
+    pub connections: usize,
+    /// Retries of a request that failed transiently (with exponential
+    /// backoff and jitter).
+    pub retries: usize,
+}
+
+impl Default for S3Options {
+    fn default() -> Self {
+        S3Options {
+            connections: 8,
+            retries: 6,
+        }
+    }
+}
+
+/// Objects in an S3 bucket below a key prefix.
+#[derive(Clone)]
+pub struct S3 {
+    inner: Arc<Inner>,
+}
+
+/// Read-aheads started by [`Backend::will_read`], oldest first.
+type Prefetches = (
+    HashMap<String, JoinHandle<opendal::Result<opendal::Buffer>>>,
+    VecDeque<String>,
+);
+
+struct Inner {
+    /// Drives OpenDAL's requests; callers block on them.
+    runtime: tokio::runtime::Runtime,
+    op: Operator,
+    location: String,
+    options: S3Options,
+    /// Requests retried after a transient failure.
+    retries: Arc<AtomicU64>,
+    prefetches: Mutex<Prefetches>,
+}
+
+impl S3 {
+    /// A backend for `location`, with credentials and region from the
+    /// environment: `AWS_ACCESS_KEY_ID` and `AWS_SECRET_ACCESS_KEY` (and
+    /// `AWS_SESSION_TOKEN`), or the profile `AWS_PROFILE` of the AWS
+    /// configuration files; `AWS_DEFAULT_REGION` or `AWS_REGION` (default
+    /// `us-east-1`); the endpoint from the location, else
+    /// `AWS_ENDPOINT_URL`, else AWS's. Nothing is requested yet.
+    pub fn connect(location: &S3Location) -> Result<S3> {
+        let options = &location.options;
+        let name = location.to_string();
+        let fail =
+            |what: &str, e: String| Error::io(format!("{name}: {what}"), io::Error::other(e));
+        opendal::install_default();
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let endpoint = location
+            .endpoint
+            .clone()
+            .or_else(|| env("AWS_ENDPOINT_URL"))
+            .unwrap_or_else(|| "https://s3.amazonaws.com".to_string());
+        let region = env("AWS_DEFAULT_REGION")
+            .or_else(|| env("AWS_REGION"))
+            .unwrap_or_else(|| "us-east-1".to_string());
+        let mut builder = opendal::services::S3::default()
+            .bucket(&location.bucket)
+            .root(&format!("/{}", location.prefix))
+            .endpoint(&endpoint)
+            .region(&region)
+            .disable_ec2_metadata();
+        match (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY")) {
+            (Some(id), Some(secret)) => {
+                builder = builder.access_key_id(&id).secret_access_key(&secret);
+                if let Some(token) = env("AWS_SESSION_TOKEN") {
+                    builder = builder.session_token(&token);
+                }
+            }
+            _ => match env("AWS_PROFILE") {
+                Some(profile) => builder = builder.profile(&profile),
+                None => {
+                    return Err(fail(
+                        "no credentials",
+                        "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE".into(),
+                    ))
+                }
+            },
+        }
+        let retries = Arc::new(AtomicU64::new(0));
+        let counter = retries.clone();
+        let op = Operator::new(builder)
+            .map_err(|e| fail("configuring", describe(&e)))?
+            .layer(
+                RetryLayer::new()
+                    .with_max_times(options.retries)
+                    .with_min_delay(Duration::from_millis(50))
+                    .with_max_delay(Duration::from_secs(5))
+                    .with_jitter()
+                    .with_notify(move |_: opendal::layers::RetryEvent<'_>| {
+                        counter.fetch_add(1, Ordering::Relaxed);
+                    }),
+            );
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("tessera-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::io(format!("{name}: starting the I/O runtime"), e))?;
+        Ok(S3 {
+            inner: Arc::new(Inner {
+                runtime,
+                op,
+                location: name,
+                options: *options,
+                retries,
+                prefetches: Mutex::new((HashMap::new(), VecDeque::new())),
+            }),
+        })
+    }
+
+    /// Whether the bucket holds no object below the prefix (a new
+    /// repository may be created only there).
+    pub fn is_empty(&self) -> Result<bool> {
+        let entries = self
+            .block_on(self.inner.op.list("/"))
+            .map_err(|e| self.error("listing", "", e))?;
+        Ok(entries
+            .iter()
+            .all(|e| e.path() == "/" || e.path().is_empty()))
+    }
+
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.inner.runtime.block_on(f)
+    }
+
+    /// An engine error for OpenDAL's `e` while `doing` `key`.
+    fn error(&self, doing: &str, key: &str, e: opendal::Error) -> Error {
+        match e.kind() {
+            ErrorKind::NotFound if !key.is_empty() => Error::NotFound(key.to_string()),
+            ErrorKind::ConditionNotMatch => Error::ObjectExists(key.to_string()),
+            _ => Error::io(
+                format!("{doing} {}/{key}", self.inner.location),
+                io::Error::other(describe(&e)),
+            ),
+        }
+    }
+
+    /// The read-ahead of `key` started by [`Backend::will_read`], if any.
+    fn take_prefetch(&self, key: &str) -> Option<JoinHandle<opendal::Result<opendal::Buffer>>> {
+        let mut p = self.inner.prefetches.lock().ok()?;
+        let handle = p.0.remove(key)?;
+        p.1.retain(|k| k != key);
+        Some(handle)
+    }
+
+    fn read_buffer(&self, key: &str) -> Result<opendal::Buffer> {
+        super::check_key(key)?;
+        let fetched = match self.take_prefetch(key) {
+            Some(handle) => match self.block_on(handle) {
+                Ok(result) => result,
+                // The read-ahead task failed to run: read now.
+                Err(_) => self.block_on(self.inner.op.read(key)),
+            },
+            None => self.block_on(self.inner.op.read(key)),
+        };
+        fetched.map_err(|e| self.error("reading", key, e))
+    }
+
+    fn put(&self, key: &str, parts: &[&[u8]], create_new: bool) -> Result<()> {
+        super::check_key(key)?;
+        let data = Bytes::from(parts.concat());
+        let written = self.block_on(async {
+            let write = self.inner.op.write_with(key, data);
+            match create_new {
+                true => write.if_not_exists(true).await,
+                false => write.await,
+            }
+        });
+        written
+            .map(|_| ())
+            .map_err(|e| self.error("writing", key, e))
+    }
+}
+
+/// OpenDAL's error `e` in a line: its kind, message and cause, without
+/// the request's headers.
+fn describe(e: &opendal::Error) -> String {
+    let mut text = format!("{}: {}", e.kind(), e.message());
+    if let Some(cause) = std::error::Error::source(e) {
+        text.push_str(&format!(" ({cause})"));
+    }
+    text
+}
+
+impl Backend for S3 {
+    fn location(&self) -> String {
+        self.inner.location.clone()
+    }
+
+    fn read(&self, key: &str) -> Result<Vec<u8>> {
+        Ok(self.read_buffer(key)?.to_vec())
+    }
+
+    fn read_shared(&self, key: &str) -> Result<Bytes> {
+        Ok(self.read_buffer(key)?.to_bytes())
+    }
+
+    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        super::check_key(key)?;
+        if len == 0 {
+            return self.size(key).map(|_| Vec::new());
+        }
+        let end = offset.saturating_add(len);
+        let ranged = |end: u64| {
+            self.block_on(async { self.inner.op.read_with(key).range(offset..end).await })
+        };
+        match ranged(end) {
+            Ok(buf) => Ok(buf.to_vec()),
+            // The range starts at or beyond the end: nothing to return.
+            Err(e) if e.kind() == ErrorKind::RangeNotSatisfied => Ok(Vec::new()),
+            // The range runs past the end, which OpenDAL reports as a short
+            // read: read what there is (the object's size bounds it).
+            Err(e) if e.kind() == ErrorKind::Unexpected => {
+                let size = self.size(key)?;
+                match offset < size {
+                    true => ranged(end.min(size))
+                        .map(|buf| buf.to_vec())
+                        .map_err(|e| self.error("reading", key, e)),
+                    false => Ok(Vec::new()),
+                }
+            }
+            Err(e) => Err(self.error("reading", key, e)),
+        }
+    }
+
+    fn size(&self, key: &str) -> Result<u64> {
+        super::check_key(key)?;
+        self.block_on(self.inner.op.stat(key))
+            .map(|m| m.content_length())
+            .map_err(|e| self.error("inspecting", key, e))
+    }
+
+    fn write(&self, key: &str, data: &[u8]) -> Result<()> {
+        self.put(key, &[data], false)
+    }
+
+    fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        self.put(key, parts, false)
+    }
+
+    /// A conditional PUT (`If-None-Match: *`): the store refuses it if the
+    /// object exists, atomically.
+    fn write_new(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        self.put(key, parts, true)
+    }
+
+    /// Starts fetching up to `--connections` of `keys` in the background;
+    /// a later read of one of them takes its result.
+    fn will_read(&self, keys: &[String]) {
+        let Ok(mut p) = self.inner.prefetches.lock() else {
+            return;
+        };
+        let limit = self.inner.options.connections.max(1);
+        for key in keys {
+            if p.0.contains_key(key) || super::check_key(key).is_err() {
+                continue;
+            }
+            if p.1.len() >= limit {
+                // Full of read-aheads nobody took: drop the oldest.
+                if let Some(old) = p.1.pop_front() {
+                    if let Some(h) = p.0.remove(&old) {
+                        h.abort();
+                    }
+                }
+            }
+            let op = self.inner.op.clone();
+            let owned = key.clone();
+            let handle = self
+                .inner
+                .runtime
+                .spawn(async move { op.read(&owned).await });
+            p.0.insert(key.clone(), handle);
+            p.1.push_back(key.clone());
+        }
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        super::check_key(key)?;
+        if let Some(h) = self.take_prefetch(key) {
+            h.abort();
+        }
+        match self.block_on(self.inner.op.delete(key)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.error("deleting", key, e)),
+        }
+    }
+
+    fn list(&self, dir: &str) -> Result<Vec<String>> {
+        super::check_key(dir)?;
+        let prefix = format!("{dir}/");
+        let entries = match self.block_on(self.inner.op.list(&prefix)) {
+            Ok(e) => e,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(self.error("listing", dir, e)),
+        };
+        let mut names: Vec<String> = entries
+            .iter()
+            .filter_map(|e| e.path().strip_prefix(&prefix))
+            .map(|name| name.trim_end_matches('/').to_string())
+            .filter(|name| !name.is_empty() && !name.starts_with('.'))
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    fn exists(&self, key: &str) -> Result<bool> {
+        super::check_key(key)?;
+        self.block_on(self.inner.op.exists(key))
+            .map_err(|e| self.error("inspecting", key, e))
+    }
+
+    /// Lock objects (FORMAT.md §13.1).
+    fn lock(&self, mode: LockMode) -> Result<LockGuard> {
+        object_lock::acquire(Arc::new(self.clone()), mode)
+    }
+
+    fn unlock(&self, all: bool) -> Result<Vec<String>> {
+        object_lock::remove(self, all)
+    }
+
+    fn retries(&self) -> u64 {
+        self.inner.retries.load(Ordering::Relaxed)
+    }
+}
