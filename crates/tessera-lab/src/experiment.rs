@@ -900,6 +900,7 @@ impl<'a> SystemRun<'a> {
             label: format!("v{n}"),
             source: v.source.clone(),
             progress: None,
+            time: None,
         };
         let outcome = if self.trace {
             let mut reader =

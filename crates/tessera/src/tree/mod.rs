@@ -7,6 +7,7 @@
 
 pub mod backup;
 pub mod catalog;
+pub mod index;
 pub mod list;
 pub mod restore;
 pub mod select;
