@@ -46,9 +46,13 @@ use tessera_lab::trace::write_data_trace;
 use tessera_lab::trace::TraceFile;
 
 mod browse;
+mod mount;
 mod secrets;
 use browse::FilterArgs;
-use secrets::{key_cmd, new_repo_key, open_repo, tuned, Access, KdfArgs, KeyCommand, PasswordArgs};
+use secrets::{
+    key_cmd, new_repo_key, open_repo, tuned, Access, KdfArgs, KeyCommand, PasswordArgs,
+    ToPasswordArgs,
+};
 
 /// Tessera: a deduplicating backup store.
 #[derive(Parser)]
@@ -264,6 +268,38 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve the repository's backups as a read-only file system at
+    /// MOUNTPOINT (FUSE): `ids/<ID>/…`, `sources/<SOURCE>/<ID>`,
+    /// `latest`. Runs in the foreground until `umount MOUNTPOINT` or
+    /// Ctrl-C (SIGINT, SIGTERM, SIGHUP), then unmounts.
+    Mount {
+        /// The repository.
+        repo: Location,
+        /// An existing directory to mount on.
+        mountpoint: PathBuf,
+        /// Memory for decoded chunks (e.g. `64MiB`).
+        #[arg(long, value_name = "SIZE", default_value = "64MiB")]
+        cache: String,
+    },
+    /// Copy backups into another repository (its chunking, layout and keys),
+    /// deduplicated against what it holds; backups it already holds are
+    /// skipped. The source's password comes from the usual options, the
+    /// destination's from `--to-password-file`, `--to-password-command` or
+    /// `TESSERA_TO_PASSWORD`.
+    Copy {
+        /// The source repository.
+        src: Location,
+        /// The destination repository (created with `tessera init`).
+        dst: Location,
+        /// Backup ids (or `latest`) to copy (default: all).
+        ids: Vec<String>,
+        #[command(flatten)]
+        to: ToPasswordArgs,
+        /// Print a JSON array, one record per backup.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the backups.
     /// List the backups: time (local), host, paths or source, tags, files and sizes.
     List {
         /// The repository.
@@ -1059,6 +1095,30 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             };
             browse::tag_cmd(&r, &ids, &change, json)?
         }
+        Command::Mount {
+            repo,
+            mountpoint,
+            cache,
+        } => {
+            let r = open(&repo, LockMode::Read, access)?;
+            let cache = parse_size(&cache).map_err(|e| anyhow::anyhow!("--cache: {e}"))?;
+            let fs = tessera::mount::MountedRepo::new(r, cache)?;
+            mount::serve(fs, &mountpoint, || {
+                eprintln!(
+                    "mounted {} at {}; `umount {}` or Ctrl-C unmounts",
+                    repo,
+                    mountpoint.display(),
+                    mountpoint.display()
+                )
+            })?;
+        }
+        Command::Copy {
+            src,
+            dst,
+            ids,
+            to,
+            json,
+        } => copy_cmd(&src, &dst, &ids, &to, json, access)?,
         Command::Stats { repo, id, json } => stats(&repo, id.as_deref(), json, access)?,
         Command::Delete { repo, id, json } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
@@ -1612,6 +1672,7 @@ fn backup_cmd(
         host: host.clone(),
         tags: tags.clone(),
         progress,
+        time: None,
     };
     let mut warnings = Vec::new();
     let outcome = match (inputs, trace) {
@@ -2234,4 +2295,62 @@ fn entry_long(e: &Entry) -> String {
         line.push_str(&String::from_utf8_lossy(&e.target));
     }
     line
+}
+
+/// `tessera copy`: each backup copied (or skipped), one line or record each.
+fn copy_cmd(
+    src: &Location,
+    dst: &Location,
+    ids: &[String],
+    to: &ToPasswordArgs,
+    json: bool,
+    access: &Access,
+) -> Result<()> {
+    let same = match (src, dst) {
+        (Location::Local(a), Location::Local(b)) => {
+            std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok()
+        }
+        (a, b) => a == b,
+    };
+    if same {
+        bail!("{src} and {dst} are the same repository: copy needs two");
+    }
+    let from = open(src, LockMode::Read, access)?;
+    let to_access = Access {
+        wait: access.wait,
+        password: to.password_args(),
+        connections: access.connections,
+    };
+    let into = open(dst, LockMode::Backup, &to_access)?;
+    let mut ids: Vec<BackupId> = match ids.is_empty() {
+        true => from.backups()?,
+        false => ids
+            .iter()
+            .map(|t| backup_id(&from, t))
+            .collect::<Result<_>>()?,
+    };
+    ids.sort_unstable();
+    ids.dedup();
+    let mut unclaimed = into.snapshots()?;
+    let mut records = Vec::new();
+    for id in ids {
+        let c = tessera::copy::copy_backup(&from, &into, id, &mut unclaimed)
+            .with_context(|| format!("copying backup {id}"))?;
+        if !json {
+            match c.skipped {
+                true => println!("backup {id}: already copied as {}", c.copy_id),
+                false => println!(
+                    "backup {id}: copied as {} ({}, {} stored)",
+                    c.copy_id,
+                    human(c.logical_bytes),
+                    human(c.stored_bytes)
+                ),
+            }
+        }
+        records.push(c);
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&records)?);
+    }
+    Ok(())
 }

@@ -14,6 +14,8 @@ use zeroize::Zeroizing;
 
 /// Environment variable holding the password (as restic users expect).
 const PASSWORD_ENV: &str = "TESSERA_PASSWORD";
+/// Environment variable holding the password of `copy`'s destination.
+const TO_PASSWORD_ENV: &str = "TESSERA_TO_PASSWORD";
 /// Environment variable holding the new password of `key add|passwd`.
 const NEW_PASSWORD_ENV: &str = "TESSERA_NEW_PASSWORD";
 
@@ -41,6 +43,39 @@ pub struct PasswordArgs {
     /// Try only key file ID (faster with many keys; see `tessera key list`).
     #[arg(long, global = true, value_name = "ID")]
     key_id: Option<String>,
+    /// The environment variable and the prompt's name of the password
+    /// (`TESSERA_PASSWORD` and "repository password" when unset).
+    #[arg(skip)]
+    source: Option<(&'static str, &'static str)>,
+}
+
+/// Where `copy` gets the password of its destination repository, in this
+/// order: `--to-password-file`, `--to-password-command`,
+/// `TESSERA_TO_PASSWORD`, a prompt on the terminal.
+#[derive(Args, Clone, Default)]
+pub struct ToPasswordArgs {
+    /// Read the destination repository's password from the first line of FILE.
+    #[arg(long, value_name = "FILE")]
+    to_password_file: Option<PathBuf>,
+    /// Run CMD with the shell and use the first line it prints as the
+    /// destination repository's password.
+    #[arg(long, value_name = "CMD", conflicts_with = "to_password_file")]
+    to_password_command: Option<String>,
+    /// Try only the destination's key file ID.
+    #[arg(long, value_name = "ID")]
+    to_key_id: Option<String>,
+}
+
+impl ToPasswordArgs {
+    /// The destination's password options as those of a repository.
+    pub fn password_args(&self) -> PasswordArgs {
+        PasswordArgs {
+            password_file: self.to_password_file.clone(),
+            password_command: self.to_password_command.clone(),
+            key_id: self.to_key_id.clone(),
+            source: Some((TO_PASSWORD_ENV, "destination repository password")),
+        }
+    }
 }
 
 /// Argon2id cost of a new key file.
@@ -93,7 +128,11 @@ pub fn open_repo(
     access: &Access,
 ) -> tessera::Result<Repository> {
     let unlock = || {
-        let password = read_password(&access.password, "repository password", false)
+        let what = access
+            .password
+            .source
+            .map_or("repository password", |s| s.1);
+        let password = read_password(&access.password, what, false)
             .map_err(|e| tessera::Error::Credentials(format!("{e:#}")))?;
         Ok(Credentials::new(password, access.password.key_id.clone()))
     };
@@ -126,10 +165,11 @@ fn read_password(args: &PasswordArgs, what: &str, confirm: bool) -> Result<Zeroi
     if let Some(command) = &args.password_command {
         return run_password_command(command);
     }
-    if let Ok(password) = std::env::var(PASSWORD_ENV) {
+    let env = args.source.map_or(PASSWORD_ENV, |s| s.0);
+    if let Ok(password) = std::env::var(env) {
         return Ok(Zeroizing::new(password));
     }
-    prompt(what, confirm, PASSWORD_ENV)
+    prompt(what, confirm, env)
 }
 
 /// The first line of `text` (without its line end), the rest zeroed.

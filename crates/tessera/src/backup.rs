@@ -78,6 +78,9 @@ pub struct BackupOptions<'a> {
     pub tags: Vec<String>,
     /// Called with the number of input bytes processed so far.
     pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
+    /// The snapshot's time (seconds since the epoch) instead of the
+    /// commit's: a copy keeps its original's (`tessera copy`).
+    pub time: Option<u64>,
 }
 
 /// A block of input as read, in a pooled buffer: the bytes are at
@@ -456,6 +459,7 @@ fn backup_lifecycle(
         host: options.host.clone(),
         tags: options.tags.clone(),
         progress: options.progress,
+        time: options.time,
     };
     let tree = OnceLock::new();
     std::thread::scope(|s| {
@@ -682,9 +686,11 @@ fn backup_containers(
         delta: delta_stats,
         ..BackupStats::default()
     };
-    let snap_time = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let snap_time = options.time.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    });
     let mut snap = Snapshot {
         id,
         time: snap_time,

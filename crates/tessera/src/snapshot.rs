@@ -290,7 +290,7 @@ pub struct StageSeconds {
 pub struct Snapshot {
     /// The backup id.
     pub id: BackupId,
-    /// Seconds since the Unix epoch when the backup finished.
+    /// Seconds since the Unix epoch when the backup finished (a copy: its original's).
     pub time: u64,
     /// Free-form label.
     pub label: String,

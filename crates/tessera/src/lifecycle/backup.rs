@@ -43,6 +43,8 @@ pub struct LifecycleBackupOptions<'a> {
     pub tags: Vec<String>,
     /// Called with the number of input bytes processed so far.
     pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
+    /// The snapshot's time instead of the commit's (see [`crate::backup::BackupOptions::time`]).
+    pub time: Option<u64>,
 }
 
 /// A committed backup and, when the configuration arranges automatically,
@@ -259,9 +261,11 @@ pub(crate) fn backup_stream(
         index: index_stats,
         ..BackupStats::default()
     };
-    let time = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
+    let time = options.time.unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    });
     let mut snap = Snapshot {
         id,
         time,

@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod diff;
 pub mod dump;
 pub mod find;
+pub mod index;
 pub mod list;
 pub mod restore;
 pub mod select;

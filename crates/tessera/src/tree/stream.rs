@@ -3,11 +3,10 @@
 
 use super::catalog::{CatalogReader, Entry};
 use crate::error::{Error, Result};
+use crate::pipe::pipe;
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
 use crate::snapshot::{BackupId, TreeRef, CATALOG_VERSION};
-use crossbeam_channel::{bounded, Receiver, Sender};
-use std::io::{self, Read, Write};
 
 /// The tree record of backup `id`, checked to be one this build reads.
 pub fn tree_of(repo: &Repository, id: BackupId) -> Result<TreeRef> {
@@ -33,15 +32,17 @@ pub fn for_each_entry(
 ) -> Result<RestoreStats> {
     let first = usize::try_from(tree.catalog_chunk).unwrap_or(usize::MAX);
     let range = std::slice::from_ref(&(first..chunks)).to_vec();
-    let (tx, rx) = bounded::<Vec<u8>>(8);
+    let (mut out, input) = pipe(8);
     std::thread::scope(|s| {
         let reader = s.spawn(move || {
-            let mut out = Pipe(tx);
-            restore_selection(repo, id, &range, &mut out, &RestoreOptions::default())
+            let restored =
+                restore_selection(repo, id, &range, &mut out, &RestoreOptions::default())?;
+            out.finish();
+            Ok(restored)
         });
         let name = format!("catalog of backup {id}");
         let parsed = (|| -> Result<()> {
-            let mut catalog = CatalogReader::new(PipeReader::new(rx), &name)?;
+            let mut catalog = CatalogReader::new(input, &name)?;
             while let Some(entry) = catalog.next_entry()? {
                 if !f(entry)? {
                     break;
@@ -60,56 +61,4 @@ pub fn for_each_entry(
             e => Err(e),
         })
     })
-}
-
-/// The writing end of an in-memory pipe: restored bytes in blocks.
-pub(super) struct Pipe(pub(super) Sender<Vec<u8>>);
-
-impl Write for Pipe {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.0
-            .send(buf.to_vec())
-            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "catalog reader stopped"))?;
-        Ok(buf.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The reading end.
-pub(super) struct PipeReader {
-    rx: Receiver<Vec<u8>>,
-    buf: Vec<u8>,
-    at: usize,
-}
-
-impl PipeReader {
-    /// The reading end of the pipe whose blocks `rx` receives.
-    pub(super) fn new(rx: Receiver<Vec<u8>>) -> Self {
-        PipeReader {
-            rx,
-            buf: Vec::new(),
-            at: 0,
-        }
-    }
-}
-
-impl Read for PipeReader {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        while self.at == self.buf.len() {
-            match self.rx.recv() {
-                Ok(next) => {
-                    self.buf = next;
-                    self.at = 0;
-                }
-                Err(_) => return Ok(0),
-            }
-        }
-        let n = out.len().min(self.buf.len() - self.at);
-        out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
-        self.at += n;
-        Ok(n)
-    }
 }

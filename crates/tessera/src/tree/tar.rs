@@ -13,8 +13,9 @@ use super::catalog::{Entry, Kind};
 use super::relative_path;
 use super::restore::{push_range, Cursor, TreeRestoreStats};
 use super::select::Selection;
-use super::stream::{for_each_entry, tree_of, Pipe, PipeReader};
+use super::stream::{for_each_entry, tree_of};
 use crate::error::{Error, Result};
+use crate::pipe::{pipe, PipeReader};
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
 use crate::snapshot::BackupId;
@@ -114,12 +115,12 @@ pub fn write_tar(
                 false => Ok(true),
             })
         });
-        let (dtx, drx) = bounded::<Vec<u8>>(8);
+        let (mut pipe, mut bytes) = pipe(8);
         let restore = sc.spawn(move || {
-            let mut pipe = Pipe(dtx);
-            restore_selection(repo, id, ranges, &mut pipe, options)
+            let restored = restore_selection(repo, id, ranges, &mut pipe, options)?;
+            pipe.finish();
+            Ok(restored)
         });
-        let mut bytes = PipeReader::new(drx);
         let mut builder = Builder::new(out);
         let written = (|| -> Result<()> {
             for e in erx.iter() {
