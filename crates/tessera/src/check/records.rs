@@ -84,6 +84,14 @@ pub(crate) fn check_records(repo: &Repository, report: &mut CheckReport) -> Resu
             ));
         }
     }
+    for &id in snapshots.difference(&marks) {
+        report.problems.push(Problem::new(
+            ProblemKind::Missing,
+            commit::mark_key(id),
+            format!("commit mark missing (the redundant record that backup {id} was committed; `tessera repair` rewrites it)"),
+            Vec::new(),
+        ));
+    }
     retained.sort_unstable_by_key(|r| r.id);
     report.backups = retained.len() as u64;
     report.uncommitted_recipes = recipes
@@ -177,6 +185,33 @@ const DERIVED: &[DerivedKind] = &[
 /// that exists; a damaged one is a [`ProblemKind::Derived`] problem.
 pub(crate) fn check_derived(repo: &Repository, report: &mut CheckReport) -> Result<()> {
     let backend = repo.backend().as_ref();
+    // `state` is written in two copies (or not yet at all): one alone means
+    // the other was lost.
+    let copies = [crate::repo::STATE_KEY, crate::repo::STATE_COPY_KEY];
+    let present: Vec<bool> = copies.iter().map(|k| backend.size(k).is_ok()).collect();
+    for (i, key) in copies.iter().enumerate() {
+        if !present[i] && present[1 - i] {
+            report.problems.push(derived_problem(
+                key,
+                &Error::NotFound(key.to_string()),
+                "the other copy is used; both are rewritten by the next delete or gc (or `tessera repair`)",
+            ));
+        }
+    }
+    // Quarantine records: a damaged one quarantines its whole container.
+    for name in backend.list(crate::quarantine::QUARANTINE_DIR)? {
+        let key = format!("{}/{name}", crate::quarantine::QUARANTINE_DIR);
+        if let Err(e) = backend
+            .read(&key)
+            .and_then(|b| crate::envelope::open_versions(&key, b"QRNT", &[1, 2], &b).map(|_| ()))
+        {
+            report.problems.push(derived_problem(
+                &key,
+                &e,
+                "the whole container is treated as quarantined: its chunks are stored again by the next backup of their data; `tessera repair` or the next check rewrites it",
+            ));
+        }
+    }
     for d in DERIVED {
         let keys = if d.dir {
             backend

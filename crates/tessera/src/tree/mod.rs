@@ -14,7 +14,7 @@ pub mod stream;
 
 pub use backup::{backup_tree, default_source, TreeBackupOptions, TreeOutcome};
 pub use list::list_tree;
-pub use restore::{restore_tree, TreeRestoreOptions, TreeRestoreStats};
+pub use restore::{restore_tree, LostFile, TreeRestoreOptions, TreeRestoreStats};
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
