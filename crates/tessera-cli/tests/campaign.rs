@@ -154,13 +154,17 @@ fn unverified(kind: &str) -> bool {
 }
 
 /// Kinds whose deletion leaves a state a healthy repository can be in
-/// (derived data written lazily or only by some commands): `check` need not
-/// notice the absence; the rest of the outcome proves it is harmless.
+/// (derived data written lazily or only by some commands; the second copy
+/// of a state, which a crash between the two writes leaves missing):
+/// `check` need not notice the absence; the rest of the outcome proves it
+/// is harmless.
 fn absence_is_normal(kind: &str) -> bool {
     kind.starts_with("index")
         || matches!(
             kind,
-            "NDF table"
+            "state copy"
+                | "lineage state copy"
+                | "NDF table"
                 | "policy state"
                 | "delta feature index"
                 | "quarantine record"
@@ -554,8 +558,10 @@ fn restore_and_compare(
                 .flatten()
                 .filter_map(|l| l["path"].as_str())
                 .map(|p| {
-                    Path::new(p)
-                        .strip_prefix(&src.list[1].1)
+                    // Catalog paths are relative to `/`.
+                    let root = src.list[1].1.strip_prefix("/").unwrap();
+                    Path::new(p.trim_start_matches('/'))
+                        .strip_prefix(root)
                         .map(|r| r.to_string_lossy().into_owned())
                         .unwrap_or_else(|_| p.to_string())
                 })

@@ -185,18 +185,16 @@ const DERIVED: &[DerivedKind] = &[
 /// that exists; a damaged one is a [`ProblemKind::Derived`] problem.
 pub(crate) fn check_derived(repo: &Repository, report: &mut CheckReport) -> Result<()> {
     let backend = repo.backend().as_ref();
-    // `state` is written in two copies (or not yet at all): one alone means
-    // the other was lost.
-    let copies = [crate::repo::STATE_KEY, crate::repo::STATE_COPY_KEY];
-    let present: Vec<bool> = copies.iter().map(|k| backend.size(k).is_ok()).collect();
-    for (i, key) in copies.iter().enumerate() {
-        if !present[i] && present[1 - i] {
-            report.problems.push(derived_problem(
-                key,
-                &Error::NotFound(key.to_string()),
-                "the other copy is used; both are rewritten by the next delete or gc (or `tessera repair`)",
-            ));
-        }
+    // `state` is written in two copies, `state` first: `state-copy` alone
+    // means `state` was lost (a lone `state` is what a crash between the
+    // two writes leaves).
+    let (primary, copy) = (crate::repo::STATE_KEY, crate::repo::STATE_COPY_KEY);
+    if backend.size(primary).is_err() && backend.size(copy).is_ok() {
+        report.problems.push(derived_problem(
+            primary,
+            &Error::NotFound(primary.to_string()),
+            "the other copy is used; both are rewritten by the next delete or gc (or `tessera repair`)",
+        ));
     }
     // Quarantine records: a damaged one quarantines its whole container.
     for name in backend.list(crate::quarantine::QUARANTINE_DIR)? {
