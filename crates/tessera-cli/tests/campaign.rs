@@ -155,14 +155,16 @@ fn unverified(kind: &str) -> bool {
 
 /// Kinds whose deletion leaves a state a healthy repository can be in
 /// (derived data written lazily or only by some commands; the second copy
-/// of a state, which a crash between the two writes leaves missing):
+/// of a state and a commit mark, which a crash between the two writes
+/// leaves missing, and which repair or the next backup rewrites):
 /// `check` need not notice the absence; the rest of the outcome proves it
 /// is harmless.
 fn absence_is_normal(kind: &str) -> bool {
     kind.starts_with("index")
         || matches!(
             kind,
-            "state copy"
+            "commit mark"
+                | "state copy"
                 | "lineage state copy"
                 | "NDF table"
                 | "policy state"

@@ -84,14 +84,6 @@ pub(crate) fn check_records(repo: &Repository, report: &mut CheckReport) -> Resu
             ));
         }
     }
-    for &id in snapshots.difference(&marks) {
-        report.problems.push(Problem::new(
-            ProblemKind::Missing,
-            commit::mark_key(id),
-            format!("commit mark missing (the redundant record that backup {id} was committed; `tessera repair` rewrites it)"),
-            Vec::new(),
-        ));
-    }
     retained.sort_unstable_by_key(|r| r.id);
     report.backups = retained.len() as u64;
     report.uncommitted_recipes = recipes
