@@ -937,9 +937,6 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             let r = open(&repo, LockMode::Read, access)?;
             let id = backup_id(&r, &id)?;
             if r.snapshot(id)?.tree.is_some() {
-                if skip_damaged {
-                    bail!("backup {id}: --skip-damaged does not apply to tree backups yet");
-                }
                 let selection = Selection::new(&include, &exclude)?;
                 if tar {
                     let scope = TarScope {
@@ -954,14 +951,25 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                         cache_containers: cache_size,
                         policy: cache,
                         progress: None,
-                        skip_damaged: false,
+                        skip_damaged,
                     };
                     browse::tar_restore_cmd(&r, id, &output, &scope, existing, &options, json)?;
                     return Ok(ExitCode::SUCCESS);
                 }
-                tree_restore_cmd(
-                    &r, id, &output, selection, overwrite, cache, cache_size, json,
-                )?
+                return tree_restore_cmd(
+                    &r,
+                    id,
+                    &output,
+                    selection,
+                    overwrite,
+                    RestoreOptions {
+                        cache_containers: cache_size,
+                        policy: cache,
+                        progress: None,
+                        skip_damaged,
+                    },
+                    json,
+                );
             } else if tar {
                 bail!("backup {id}: --tar applies to tree backups only (restore it to `-` for its bytes)");
             } else if !include.is_empty() || !exclude.is_empty() {
@@ -2142,11 +2150,10 @@ fn tree_restore_cmd(
     target: &str,
     selection: Selection,
     overwrite: bool,
-    policy: CachePolicy,
-    cache: usize,
+    restore: RestoreOptions,
     json: bool,
-) -> Result<()> {
-    if cache == 0 {
+) -> Result<ExitCode> {
+    if restore.cache_containers == 0 {
         bail!("--cache-size must be at least 1 container");
     }
     if target == "-" {
@@ -2158,10 +2165,8 @@ fn tree_restore_cmd(
         selection,
         overwrite,
         restore: RestoreOptions {
-            cache_containers: cache,
-            policy,
             progress: Some(&on_progress),
-            skip_damaged: false,
+            ..restore
         },
     };
     let stats = restore_tree(r, id, Path::new(target), &options)
@@ -2182,8 +2187,19 @@ fn tree_restore_cmd(
             human(stats.bytes_read),
             stats.seconds
         );
+        for l in &stats.lost_files {
+            println!("lost: {} ({}): {}", l.path, l.reason, l.detail);
+        }
     }
-    Ok(())
+    if stats.lost_files.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "tessera: restore of backup {id} is incomplete: {} file(s) lost were left out",
+            stats.lost_files.len()
+        );
+        Ok(ExitCode::from(EXIT_INCOMPLETE))
+    }
 }
 
 fn ls_cmd(

@@ -299,3 +299,33 @@ fn damaged_state_is_recomputed() {
         r.assert_restores(id);
     }
 }
+
+/// F3: after a container is damaged, `check --read-data` quarantines it,
+/// so the next backup of the same data stores its chunks again (it
+/// restores, instead of deduplicating against the damaged copy), and
+/// `repair` then re-points the older backup to the new copies.
+#[test]
+fn damaged_container_is_quarantined_and_not_deduplicated_against() {
+    let r = four_backups("container", &[]);
+    let biggest = containers(&r.repo)
+        .into_iter()
+        .max_by_key(|c| {
+            std::fs::metadata(r.path(&format!("containers/{c}")))
+                .unwrap()
+                .len()
+        })
+        .unwrap();
+    let key = format!("containers/{biggest}");
+    r.flip(&key);
+    let p = r.problem(true, &key);
+    assert!(affected(&p).contains(&4), "{p}");
+    assert!(r.path(&format!("quarantine/{biggest}")).exists());
+    let id = num(&backup_json(&r.repo, &r.dir.join("input")), "id");
+    let out = r.dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    assert_file_eq(&restore_to_file(&r.repo, id, &out), &r.data[3]);
+    // Older backups may keep holes where their own data is gone (exit 3).
+    let o = run(["repair".as_ref(), r.repo.as_os_str()]);
+    assert!(matches!(o.status.code(), Some(0) | Some(3)), "{o:?}");
+    r.assert_restores(4);
+}

@@ -22,6 +22,7 @@ use crate::fingerprint::Fingerprint;
 use crate::fingerprint::{BatchHasher, Fingerprinter};
 use crate::index::{table, Chunk, Decision, DedupIndex, Reorder};
 use crate::lifecycle::{self, ArrangeStats, LifecycleBackupOptions};
+use crate::quarantine::Quarantined;
 use crate::repo::Repository;
 use crate::rewrite::{RewriteFilter, Verdict};
 use crate::snapshot::{
@@ -576,6 +577,7 @@ fn backup_containers(
             delta,
             refetch,
         );
+        store.quarantine = crate::quarantine::load(repo.backend().as_ref())?;
         let stored = store_chunks(
             index.as_mut(),
             filter.as_mut(),
@@ -1127,10 +1129,16 @@ fn store_chunks(
             }
         };
         if !keep_duplicate_data {
-            // A duplicate is never stored again: drop its bytes now, so that
-            // decisions waiting for an earlier one (a lazy index) hold only metadata.
+            // A duplicate is never stored again (unless its copy is
+            // quarantined): drop its bytes now, so that decisions waiting
+            // for an earlier one (a lazy index) hold only metadata.
             for (chunk, decision) in &mut decided {
-                if *decision != Decision::Unique {
+                let keep = match *decision {
+                    Decision::Unique => true,
+                    Decision::Duplicate(c) => store.quarantined(c, &chunk.fp),
+                    Decision::InternalDuplicate => false,
+                };
+                if !keep {
                     chunk.data = None;
                 }
             }
@@ -1193,6 +1201,8 @@ struct Store<'a> {
     delta: Option<DeltaStage>,
     /// The bytes of reused chunks (given without them) that must be stored.
     refetch: Option<&'a dyn Refetch>,
+    /// Chunks known damaged (FORMAT.md §10.8): a duplicate of one is stored again.
+    quarantine: HashMap<ContainerId, Quarantined>,
     totals: StoreTotals,
 }
 
@@ -1235,8 +1245,14 @@ impl<'a> Store<'a> {
             placed: Vec::new(),
             delta,
             refetch,
+            quarantine: HashMap::new(),
             totals: StoreTotals::default(),
         }
+    }
+
+    /// Whether the copy of `fp` in container `c` is known damaged.
+    fn quarantined(&self, c: ContainerId, fp: &Fingerprint) -> bool {
+        crate::quarantine::is_quarantined(&self.quarantine, c, fp)
     }
 
     /// Records one chunk with its verdict, storing it if it is unique or rewritten.
@@ -1256,6 +1272,11 @@ impl<'a> Store<'a> {
             (Decision::Duplicate(_) | Decision::InternalDuplicate, Some(c)) => {
                 self.totals.internal.add(chunk.len);
                 c
+            }
+            // Never reference a copy known damaged: store the chunk again.
+            (Decision::Duplicate(c), None) if self.quarantined(c, &chunk.fp) => {
+                self.totals.unique.add(chunk.len);
+                self.store(chunk.clone(), None, offset)?
             }
             (Decision::Duplicate(found_in), None) if rewrite => {
                 self.totals.rewritten.add(chunk.len);

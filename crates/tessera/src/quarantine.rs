@@ -1,10 +1,10 @@
 //! Quarantine (issue 20 point 3): chunks known to be damaged, recorded per
-//! container as `quarantine/<container>` (envelope kind `QRNT`, version 1,
-//! payload a JSON array of fingerprints in hex). Every index rebuild leaves
-//! quarantined chunks out, so the next backup of their data stores them
-//! again instead of deduplicating against the damaged copy. Written by
-//! `tessera repair` (which verifies every chunk); a damaged quarantine
-//! object quarantines its whole container.
+//! container as `quarantine/<container>` (envelope kind `QRNT`, version 2,
+//! payload a JSON array of fingerprints in hex, `"*"` for the whole
+//! container; FORMAT.md §10.8). Every index rebuild leaves quarantined
+//! chunks out and every backup stores them again instead of deduplicating
+//! against the damaged copy. Written by `tessera check` and `tessera
+//! repair`; a damaged quarantine object quarantines its whole container.
 
 use crate::backend::Backend;
 use crate::container::{self, ContainerId};
@@ -16,7 +16,9 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 /// Directory of quarantine records.
 pub const QUARANTINE_DIR: &str = "quarantine";
 const KIND: &[u8; 4] = b"QRNT";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+/// The entry quarantining every chunk of a container (version 2).
+const WHOLE: &str = "*";
 
 /// Key of container `c`'s quarantine record.
 pub fn key(c: ContainerId) -> String {
@@ -42,6 +44,15 @@ impl Quarantined {
     }
 }
 
+/// Whether chunk `fp` of container `c` is quarantined in `map` (from [`load`]).
+pub fn is_quarantined(
+    map: &HashMap<ContainerId, Quarantined>,
+    c: ContainerId,
+    fp: &Fingerprint,
+) -> bool {
+    map.get(&c).is_some_and(|q| q.contains(fp))
+}
+
 /// Every quarantine record, by container.
 pub fn load(backend: &dyn Backend) -> Result<HashMap<ContainerId, Quarantined>> {
     let mut out = HashMap::new();
@@ -52,6 +63,7 @@ pub fn load(backend: &dyn Backend) -> Result<HashMap<ContainerId, Quarantined>> 
         let k = key(c);
         let q = match backend.read(&k) {
             Ok(bytes) => match decode(&k, &bytes) {
+                Ok(s) if s.contains(WHOLE) => Quarantined::All,
                 Ok(s) => Quarantined::Chunks(s),
                 Err(e) if e.is_damage() || matches!(e, Error::UnsupportedVersion { .. }) => {
                     Quarantined::All
@@ -68,7 +80,7 @@ pub fn load(backend: &dyn Backend) -> Result<HashMap<ContainerId, Quarantined>> 
 }
 
 fn decode(key: &str, bytes: &[u8]) -> Result<HashSet<String>> {
-    let payload = envelope::open(key, KIND, VERSION, bytes)?;
+    let (_, payload) = envelope::open_versions(key, KIND, &[1, VERSION], bytes)?;
     serde_json::from_slice(payload)
         .map_err(|e| Error::corrupt(key, format!("undecodable quarantine record: {e}")))
 }
@@ -80,15 +92,30 @@ pub fn record(
     c: ContainerId,
     fps: impl IntoIterator<Item = Fingerprint>,
 ) -> Result<bool> {
+    add(backend, c, fps.into_iter().map(|fp| fp.to_string()))
+}
+
+/// Quarantines every chunk of container `c` (unreadable or missing).
+/// Returns whether it was not already.
+pub fn record_whole(backend: &dyn Backend, c: ContainerId) -> Result<bool> {
+    add(backend, c, [WHOLE.to_string()])
+}
+
+fn add(
+    backend: &dyn Backend,
+    c: ContainerId,
+    entries: impl IntoIterator<Item = String>,
+) -> Result<bool> {
     let k = key(c);
     let mut set: BTreeSet<String> = match backend.read(&k).and_then(|b| decode(&k, &b)) {
         Ok(s) => s.into_iter().collect(),
         Err(Error::NotFound(_)) => BTreeSet::new(),
-        Err(e) if e.is_damage() => BTreeSet::new(),
+        // A damaged record quarantined the whole container: it still does.
+        Err(e) if e.is_damage() => [WHOLE.to_string()].into(),
         Err(e) => return Err(e),
     };
     let before = set.len();
-    set.extend(fps.into_iter().map(|fp| fp.to_string()));
+    set.extend(entries);
     if set.len() == before && before > 0 {
         return Ok(false);
     }

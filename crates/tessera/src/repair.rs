@@ -202,14 +202,19 @@ fn recover_snapshots(repo: &Repository, dry: bool, report: &mut RepairReport) ->
             None
         };
         match (snap, mark) {
-            (Some(snap), None) if marks.contains(&id) => {
+            (Some(snap), None) => {
                 if !dry {
                     backend.write(&commit::mark_key(id), &CommitMark::of(&snap).encode()?)?;
                 }
+                let what = if marks.contains(&id) {
+                    "damaged"
+                } else {
+                    "missing"
+                };
                 report.act(
                     "commit_mark_rewritten",
                     commit::mark_key(id),
-                    format!("damaged commit mark of backup {id} rewritten from its snapshot"),
+                    format!("{what} commit mark of backup {id} rewritten from its snapshot"),
                     vec![id],
                 );
             }
@@ -291,6 +296,8 @@ struct Scan {
     damaged: HashSet<(ContainerId, Fingerprint)>,
     /// Containers with any damage (unreadable, or a damaged chunk).
     damaged_containers: BTreeSet<ContainerId>,
+    /// Containers whose chunks cannot even be listed (metadata unreadable).
+    unreadable: BTreeSet<ContainerId>,
 }
 
 impl Scan {
@@ -323,8 +330,11 @@ fn scan(repo: &Repository) -> Result<Scan> {
         let Some(ct) = load(id)? else {
             out.damaged_containers.insert(id);
             // Unreadable as a whole: every chunk its metadata names is damaged.
-            if let Ok((_, metas)) = container::read_meta(backend, id) {
-                out.damaged.extend(metas.iter().map(|m| (id, m.fp)));
+            match container::read_meta(backend, id) {
+                Ok((_, metas)) => out.damaged.extend(metas.iter().map(|m| (id, m.fp))),
+                Err(_) => {
+                    out.unreadable.insert(id);
+                }
             }
             continue;
         };
@@ -442,8 +452,22 @@ fn repoint(repo: &Repository, dry: bool, report: &mut RepairReport) -> Result<()
             by_container.entry(*c).or_default().push(*fp);
         }
         let mut recorded = 0;
+        let known = crate::quarantine::load(backend)?;
+        for &c in &scan.unreadable {
+            if known.get(&c) != Some(&crate::quarantine::Quarantined::All) {
+                if !dry {
+                    crate::quarantine::record_whole(backend, c)?;
+                }
+                recorded += 1;
+                report.act(
+                    "chunks_quarantined",
+                    crate::quarantine::key(c),
+                    format!("container {c:016x} is unreadable: all its chunks quarantined, the next backup of their data stores them again"),
+                    vec![],
+                );
+            }
+        }
         for (c, fps) in &by_container {
-            let known = crate::quarantine::load(backend)?;
             let new = fps
                 .iter()
                 .any(|fp| !known.get(c).is_some_and(|q| q.contains(fp)));

@@ -219,6 +219,8 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         &mut report,
     )?;
 
+    let existing: BTreeSet<ContainerId> = containers.iter().copied().collect();
+    let mut missing_containers: BTreeSet<ContainerId> = BTreeSet::new();
     let mut users_of_bad: BTreeMap<ContainerId, BTreeSet<BackupId>> = BTreeMap::new();
     let mut users_of_bad_chunk: BTreeMap<(ContainerId, Fingerprint), BTreeSet<BackupId>> =
         BTreeMap::new();
@@ -250,6 +252,9 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                     .or_default()
                     .insert(id);
             } else if !stored.contains(&(c.fp, c.container)) {
+                if !existing.contains(&c.container) {
+                    missing_containers.insert(c.container);
+                }
                 missing += 1;
                 first_missing.get_or_insert(*c);
             }
@@ -278,6 +283,7 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             _ => {}
         }
     }
+    quarantine_damage(repo, &bad_containers, &missing_containers, &bad_chunks)?;
     for (cid, detail) in bad_containers {
         report.problems.push(Problem {
             kind: ProblemKind::Damaged,
@@ -307,6 +313,29 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         .filter(|c| !referenced.contains(c))
         .count() as u64;
     Ok(report)
+}
+
+/// Quarantines what the check found damaged (FORMAT.md §10.8): whole
+/// containers that are unreadable or missing, single damaged chunks, so
+/// that no later backup deduplicates against them.
+fn quarantine_damage(
+    repo: &Repository,
+    bad_containers: &BTreeMap<ContainerId, String>,
+    missing_containers: &BTreeSet<ContainerId>,
+    bad_chunks: &BTreeMap<(ContainerId, Fingerprint), String>,
+) -> Result<()> {
+    let backend = repo.backend().as_ref();
+    for &c in bad_containers.keys().chain(missing_containers) {
+        crate::quarantine::record_whole(backend, c)?;
+    }
+    let mut by_container: BTreeMap<ContainerId, Vec<Fingerprint>> = BTreeMap::new();
+    for &(c, fp) in bad_chunks.keys() {
+        by_container.entry(c).or_default().push(fp);
+    }
+    for (c, fps) in by_container {
+        crate::quarantine::record(backend, c, fps)?;
+    }
+    Ok(())
 }
 
 /// Checks every delta entry: its base is stored whole where the entry says

@@ -177,6 +177,31 @@ const DERIVED: &[DerivedKind] = &[
 /// that exists; a damaged one is a [`ProblemKind::Derived`] problem.
 pub(crate) fn check_derived(repo: &Repository, report: &mut CheckReport) -> Result<()> {
     let backend = repo.backend().as_ref();
+    // `state` is written in two copies, `state` first: `state-copy` alone
+    // means `state` was lost (a lone `state` is what a crash between the
+    // two writes leaves).
+    let (primary, copy) = (crate::repo::STATE_KEY, crate::repo::STATE_COPY_KEY);
+    if backend.size(primary).is_err() && backend.size(copy).is_ok() {
+        report.problems.push(derived_problem(
+            primary,
+            &Error::NotFound(primary.to_string()),
+            "the other copy is used; both are rewritten by the next delete or gc (or `tessera repair`)",
+        ));
+    }
+    // Quarantine records: a damaged one quarantines its whole container.
+    for name in backend.list(crate::quarantine::QUARANTINE_DIR)? {
+        let key = format!("{}/{name}", crate::quarantine::QUARANTINE_DIR);
+        if let Err(e) = backend
+            .read(&key)
+            .and_then(|b| crate::envelope::open_versions(&key, b"QRNT", &[1, 2], &b).map(|_| ()))
+        {
+            report.problems.push(derived_problem(
+                &key,
+                &e,
+                "the whole container is treated as quarantined: its chunks are stored again by the next backup of their data; `tessera repair` or the next check rewrites it",
+            ));
+        }
+    }
     for d in DERIVED {
         let keys = if d.dir {
             backend

@@ -288,12 +288,19 @@ pub(crate) fn backup_stream(
     let due = repo.config().arrange == Arrange::Auto;
     let may_arrange = due && repo.exclude_readers()?;
     let arrange = match may_arrange {
-        true => Some(arrange_lineage(repo, &mut lineage, None)?),
+        // The backup is committed: a damaged object arranging must read
+        // defers arranging (an interrupted round, resumed later) instead
+        // of failing the backup.
+        true => match arrange_lineage(repo, &mut lineage, None) {
+            Ok(s) => Some(s),
+            Err(e) if e.is_damage() => None,
+            Err(e) => return Err(e),
+        },
         false => None,
     };
     Ok(BackupOutcome {
         snapshot: snap,
+        arrange_deferred: due && arrange.is_none(),
         arrange,
-        arrange_deferred: due && !may_arrange,
     })
 }

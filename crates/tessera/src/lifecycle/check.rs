@@ -212,6 +212,12 @@ fn check_states(
             let e = Error::NotFound(key.clone());
             report.problems.push(derived_problem(&key, &e, REWRITTEN));
         }
+        (Ok(Some(_)), Ok(None)) => {
+            let e = Error::NotFound(copy_key.clone());
+            report
+                .problems
+                .push(derived_problem(&copy_key, &e, REWRITTEN));
+        }
         (Err(e), _) | (_, Err(e)) => {
             let affected = retained
                 .iter()

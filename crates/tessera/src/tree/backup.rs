@@ -7,6 +7,7 @@ use super::{catalog_path, relative_path};
 use crate::backup::{self, BackupOptions, Outcome, Refetch, SegmentRead, Segments, Source};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
+use crate::quarantine::Quarantined;
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions};
 use crate::snapshot::{BackupId, ChunkRef, TreeRef, CATALOG_VERSION};
@@ -86,8 +87,20 @@ pub fn backup_tree(
         (false, Some(id)) => Some(id),
         (false, None) => latest_tree(repo, &options.source)?,
     };
+    let mut notes = Vec::new();
     let parent = match parent {
-        Some(id) => Some((id, tree_of(repo, id)?, repo.recipe(id)?.chunks)),
+        // A parent whose snapshot or recipe is damaged is no parent: every
+        // file is read.
+        Some(id) => match tree_of(repo, id).and_then(|t| Ok((t, repo.recipe(id)?.chunks))) {
+            Ok((tree, chunks)) => Some((id, tree, chunks)),
+            Err(e) if e.is_damage() => {
+                notes.push(format!(
+                    "parent backup {id} unreadable ({e}): every file was read"
+                ));
+                None
+            }
+            Err(e) => return Err(e),
+        },
         None => None,
     };
     let mut feed = TreeFeed {
@@ -101,7 +114,7 @@ pub fn backup_tree(
         offset: 0,
         files: 0,
         warnings: Vec::new(),
-        notes: Vec::new(),
+        notes,
         tree: TreeRef {
             catalog_version: CATALOG_VERSION,
             paths: roots.iter().map(|p| p.display().to_string()).collect(),
@@ -131,6 +144,7 @@ pub fn backup_tree(
         let reader =
             s.spawn(move || for_each_entry(repo, id, &tree, count, |e| Ok(tx.send(e).is_ok())));
         feed.parent = Some(ParentWalk {
+            usable: Usable::of(repo)?,
             rx,
             next: None,
             offset: 0,
@@ -160,7 +174,12 @@ pub fn backup_tree(
 fn latest_tree(repo: &Repository, source: &str) -> Result<Option<BackupId>> {
     let mut latest = None;
     for id in repo.backups()?.into_iter().rev() {
-        let snap = repo.snapshot(id)?;
+        let snap = match repo.snapshot(id) {
+            Ok(s) => s,
+            // A damaged snapshot is not a parent.
+            Err(e) if e.is_damage() => continue,
+            Err(e) => return Err(e),
+        };
         if snap.source == source && snap.tree.is_some() {
             latest = Some(id);
             break;
@@ -272,6 +291,35 @@ struct ParentWalk<'a> {
     chunk: usize,
     chunk_offset: u64,
     refetch: &'a ParentChunks<'a>,
+    usable: Usable,
+}
+
+/// Which of the parent's chunks an unchanged file may reuse: not
+/// quarantined, and (container layout) in a container that exists.
+struct Usable {
+    quarantine: std::collections::HashMap<crate::container::ContainerId, Quarantined>,
+    containers: Option<HashSet<crate::container::ContainerId>>,
+}
+
+impl Usable {
+    fn of(repo: &Repository) -> Result<Usable> {
+        let containers = match repo.config().layout {
+            crate::config::Layout::Container => Some(repo.containers()?.into_iter().collect()),
+            crate::config::Layout::Lifecycle => None,
+        };
+        Ok(Usable {
+            quarantine: crate::quarantine::load(repo.backend().as_ref())?,
+            containers,
+        })
+    }
+
+    fn allows(&self, c: &ChunkRef) -> bool {
+        !crate::quarantine::is_quarantined(&self.quarantine, c.container, &c.fp)
+            && self
+                .containers
+                .as_ref()
+                .is_none_or(|set| set.contains(&c.container))
+    }
 }
 
 impl ParentWalk<'_> {
@@ -322,14 +370,16 @@ impl ParentWalk<'_> {
         let first = self.chunk;
         let mut out = Vec::new();
         let mut end = offset;
+        let mut usable = true;
         while end < offset + size {
             let c = self.chunks.get(self.chunk)?;
+            usable &= self.usable.allows(c);
             out.push((c.fp, c.len));
             end += u64::from(c.len);
             self.chunk += 1;
             self.chunk_offset = end;
         }
-        if end != offset + size {
+        if end != offset + size || !usable {
             return None;
         }
         if !out.is_empty() {

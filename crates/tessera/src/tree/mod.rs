@@ -22,7 +22,7 @@ pub use diff::{diff, Change, ChangeKind, DiffStats};
 pub use dump::{dump, Dumped};
 pub use find::{find, FindStats};
 pub use list::list_tree;
-pub use restore::{restore_tree, TreeRestoreOptions, TreeRestoreStats};
+pub use restore::{restore_tree, LostFile, TreeRestoreOptions, TreeRestoreStats};
 pub use tar::{write_tar, TarScope};
 
 use std::ffi::OsStr;

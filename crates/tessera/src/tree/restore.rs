@@ -54,6 +54,20 @@ pub struct TreeRestoreStats {
     pub bytes_read: u64,
     /// Wall time.
     pub seconds: f64,
+    /// Salvage restore (`skip_damaged`): files left out because some of
+    /// their bytes are lost (empty when the backup is whole).
+    pub lost_files: Vec<LostFile>,
+}
+
+/// A file a salvage restore left out: some of its chunks are missing or damaged.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct LostFile {
+    /// The file's path as backed up.
+    pub path: String,
+    /// `missing` or `damaged` (of its first lost range).
+    pub reason: String,
+    /// The first error met.
+    pub detail: String,
 }
 
 impl TreeRestoreStats {
@@ -89,6 +103,8 @@ pub fn restore_tree(
 
     // Pass 1: directories, symbolic links, and the chunks of the files.
     let mut ranges: Vec<Range<usize>> = Vec::new();
+    // The files with bytes, in order: (path, where restored, size).
+    let mut with_bytes: Vec<(Vec<u8>, PathBuf, u64)> = Vec::new();
     let mut cursor = Cursor::new(&recipe.chunks, id);
     let s = for_each_entry(repo, id, &tree, n_chunks, |e| {
         let extent = if e.has_bytes() {
@@ -112,6 +128,9 @@ pub fn restore_tree(
             }
             Kind::File => {
                 make_parent(&dest)?;
+                if options.restore.skip_damaged && extent.as_ref().is_some_and(|r| !r.is_empty()) {
+                    with_bytes.push((e.path.clone(), dest.clone(), e.size));
+                }
                 if let Some(r) = extent {
                     push_range(&mut ranges, r);
                 }
@@ -153,6 +172,8 @@ pub fn restore_tree(
         stats.add_catalog(&named?);
         Ok(restored)
     })?;
+    stats.lost_files = drop_lost_files(&with_bytes, &data.lost)?;
+    stats.files -= stats.lost_files.len() as u64;
     stats.bytes_restored = data.bytes_restored;
     stats.containers_read += data.containers_read;
     stats.bytes_read += data.bytes_read;
@@ -172,6 +193,49 @@ pub fn restore_tree(
     stats.add_catalog(&s);
     stats.seconds = started.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+/// Salvage restore: removes each restored file (of `files`, in stream
+/// order) that overlaps a `lost` range (written with zeros there), and
+/// returns them.
+fn drop_lost_files(
+    files: &[(Vec<u8>, PathBuf, u64)],
+    lost: &[crate::salvage::LostRange],
+) -> Result<Vec<LostFile>> {
+    let mut out = Vec::new();
+    let mut start = 0u64;
+    let mut ranges = lost.iter().peekable();
+    for (path, dest, size) in files {
+        let end = start + size;
+        let mut first = None;
+        while let Some(r) = ranges.peek() {
+            if r.offset >= end {
+                break;
+            }
+            if r.offset + r.len > start {
+                first.get_or_insert((*r).clone());
+            }
+            if r.offset + r.len <= end {
+                ranges.next();
+            } else {
+                break;
+            }
+        }
+        if let Some(r) = first {
+            match fs::remove_file(dest) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(out_err(dest)(e)),
+            }
+            out.push(LostFile {
+                path: String::from_utf8_lossy(path).into_owned(),
+                reason: r.reason,
+                detail: r.detail,
+            });
+        }
+        start = end;
+    }
+    Ok(out)
 }
 
 /// Walks the recipe along the files' bytes: the chunks of each extent.
