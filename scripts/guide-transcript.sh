@@ -3,15 +3,20 @@
 # in a scratch home directory (removed at the end) with a copy of this
 # repository's crates/ and docs/ as ~/project, and writes what they printed
 # to docs/GUIDE-TRANSCRIPT.md. Fails at the first command that fails.
-# Usage: scripts/guide-transcript.sh
+# Usage: scripts/guide-transcript.sh   (TESSERA_BIN=path uses that binary
+# instead of building the release one)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-cargo build --release -q -p tessera-cli
+BIN=${TESSERA_BIN:-}
+if [ -z "$BIN" ]; then
+  cargo build --release -q -p tessera-cli
+  BIN=$ROOT/target/release/tessera
+fi
 SCRATCH=$(mktemp -d -t tessera-guide.XXXXXX)
 trap 'rm -rf "$SCRATCH"' EXIT
 mkdir -p "$SCRATCH/bin" "$SCRATCH/project"
-ln -s "$ROOT/target/release/tessera" "$SCRATCH/bin/tessera"
+ln -s "$(realpath "$BIN")" "$SCRATCH/bin/tessera"
 cp -r "$ROOT/crates" "$ROOT/docs" "$ROOT/README.md" "$SCRATCH/project/"
 OUT=$ROOT/docs/GUIDE-TRANSCRIPT.md
 {
