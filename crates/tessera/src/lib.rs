@@ -13,6 +13,7 @@ pub mod backup;
 pub mod check;
 pub mod chunker;
 pub mod commit;
+pub mod compression;
 pub mod config;
 pub mod container;
 pub mod crypto;
