@@ -988,8 +988,8 @@ fn init(a: InitArgs, password: &PasswordArgs) -> Result<()> {
         }
         Encryption::XChaCha20Poly1305 => {
             // Refuse a configuration that cannot be encrypted before asking for a password.
-            config.encryption = encryption;
-            config.version = encryption.format_version();
+            let compression = config.compression;
+            config = config.with_protection(encryption, compression);
             config.validate()?;
             Repository::init_encrypted(&a.path, config, &new_repo_key(password, a.kdf)?)?;
             println!("created encrypted repository {}", a.path.display());

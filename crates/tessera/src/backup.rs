@@ -12,6 +12,7 @@
 
 use crate::backend::{Backend, LockMode};
 use crate::chunker::{cut_all, cut_parallel, Chunker};
+use crate::compression::{Compression, CompressionStats, EncodeCounts};
 use crate::config::Layout;
 use crate::container::{self, AlignedBuf, Builder, ContainerId};
 use crate::delta::stage::DeltaStage;
@@ -73,6 +74,9 @@ pub struct BackupOptions<'a> {
     pub source: String,
     /// Called with the number of input bytes processed so far.
     pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
+    /// Compression of the chunks this backup stores, instead of the
+    /// repository's setting (only in a repository that compresses).
+    pub compression: Option<Compression>,
 }
 
 /// A block of input as read, in a pooled buffer: the bytes are at
@@ -449,6 +453,7 @@ fn backup_lifecycle(
         label: options.label.clone(),
         source: options.source.clone(),
         progress: options.progress,
+        compression: options.compression,
     };
     let tree = OnceLock::new();
     std::thread::scope(|s| {
@@ -504,6 +509,7 @@ fn backup_containers(
         .rewrite
         .build(u64::from(config.container_size), history.as_deref());
     let next_container = repo.next_container_id()?;
+    let encoding = config.backup_encoding(options.compression)?;
     let backend = repo.shared_backend();
     let delta = DeltaStage::open(
         backend.clone(),
@@ -560,6 +566,7 @@ fn backup_containers(
             next_container,
             config.container_size as usize,
             config.trace,
+            encoding,
             container_tx,
             spare_rx,
             delta,
@@ -582,9 +589,13 @@ fn backup_containers(
             .into_iter()
             .map(|w| join(w, "container writer"))
             .collect();
-        let write_time = written
-            .into_iter()
-            .try_fold(Duration::ZERO, |acc, r| r.map(|t| acc.max(t)));
+        let mut encoded = EncodeCounts::default();
+        let write_time = written.into_iter().try_fold(Duration::ZERO, |acc, r| {
+            r.map(|(t, counts)| {
+                encoded.add(&counts);
+                acc.max(t)
+            })
+        });
         // Report the earliest stage's error: a failing input explains the rest.
         let (read_time, hash_time) = join_front_end(front)?;
         let write_time = write_time?;
@@ -593,6 +604,7 @@ fn backup_containers(
         totals.read_time = read_time;
         totals.hash_time = hash_time;
         totals.write_time = write_time;
+        totals.encoded = encoded;
         Ok(totals)
     })?;
 
@@ -673,6 +685,7 @@ fn backup_containers(
         },
         index: index.stats(),
         delta: delta_stats,
+        compression: CompressionStats::new(encoding, &plain_counts(&totals, encoding)),
         ..BackupStats::default()
     };
     let snap_time = SystemTime::now()
@@ -1051,16 +1064,33 @@ fn hash_block(hasher: &dyn BatchHasher, block: Block) -> Vec<Chunk> {
         .collect()
 }
 
-/// Stage 4 (background, [`WRITERS`] threads): seals full containers and
-/// writes each atomically. After a failure the other writers stop too; the
-/// backup then fails before anything refers to the containers.
+/// The encoder's counts of a backup, or (in a repository that stores
+/// chunks as they are) the stored entries counted as raw and unchanged.
+fn plain_counts(totals: &StoreTotals, encoding: Option<Compression>) -> EncodeCounts {
+    match encoding {
+        Some(_) => totals.encoded,
+        None => EncodeCounts {
+            raw: totals.entries,
+            bytes_in: totals.entry_bytes,
+            bytes_out: totals.entry_bytes,
+            ..EncodeCounts::default()
+        },
+    }
+}
+
+/// Stage 4 (background, [`WRITERS`] threads): seals full containers
+/// (compressing their entries in a compressing repository) and writes each
+/// atomically. After a failure the other writers stop too; the backup then
+/// fails before anything refers to the containers. Returns the time it was
+/// busy and what it encoded.
 fn write_containers(
     backend: &dyn Backend,
     rx: Receiver<Builder>,
     spare: Sender<AlignedBuf>,
     stop: &AtomicBool,
-) -> Result<Duration> {
+) -> Result<(Duration, EncodeCounts)> {
     let mut busy = Duration::ZERO;
+    let mut encoded = EncodeCounts::default();
     for builder in rx {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -1068,16 +1098,17 @@ fn write_containers(
         let t = Instant::now();
         let id = builder.id();
         let sealed = builder.seal_parts();
+        encoded.add(&sealed.encoded);
         let written = backend.write_new(&container::key(id), &sealed.parts());
         busy += t.elapsed();
         // Hand the data buffer back for the next container (dropped if enough are spare).
         let _ = spare.try_send(sealed.data);
-        if written.is_err() {
+        if let Err(e) = written {
             stop.store(true, Ordering::Relaxed);
-            return written.map(|()| busy);
+            return Err(e);
         }
     }
-    Ok(busy)
+    Ok((busy, encoded))
 }
 
 /// Stage 3: asks the index, restores stream order, applies the rewrite
@@ -1169,6 +1200,9 @@ struct Store<'a> {
     next_container: ContainerId,
     capacity: usize,
     trace: bool,
+    /// Containers' entries are encoded under this setting (`None`: stored
+    /// as they are).
+    encoding: Option<Compression>,
     tx: Sender<Builder>,
     spare: Receiver<AlignedBuf>,
     /// Where this backup stored each chunk (spilled past [`HERE_BUDGET`]).
@@ -1195,6 +1229,11 @@ struct StoreTotals {
     read_time: Duration,
     hash_time: Duration,
     write_time: Duration,
+    /// Entries stored (chunks or deltas) and their bytes, before encoding.
+    entries: u64,
+    entry_bytes: u64,
+    /// What the container writers encoded.
+    encoded: EncodeCounts,
     /// The delta stage, handed back for its counters and commit.
     delta: Option<DeltaStage>,
 }
@@ -1204,6 +1243,7 @@ impl<'a> Store<'a> {
         next_container: ContainerId,
         capacity: usize,
         trace: bool,
+        encoding: Option<Compression>,
         tx: Sender<Builder>,
         spare: Receiver<AlignedBuf>,
         delta: Option<DeltaStage>,
@@ -1214,6 +1254,7 @@ impl<'a> Store<'a> {
             next_container,
             capacity,
             trace,
+            encoding,
             tx,
             spare,
             here: SpillMap::with_budget(HERE_BUDGET, table::order_key),
@@ -1327,11 +1368,18 @@ impl<'a> Store<'a> {
                 if deltas {
                     b = b.with_deltas();
                 }
+                if let Some(setting) = self.encoding {
+                    b = b.with_encoding(setting);
+                }
                 self.next_container += 1;
                 self.open.insert(b)
             }
         };
         let whole = compressed.is_none();
+        if data.is_some() {
+            self.totals.entries += 1;
+            self.totals.entry_bytes += len as u64;
+        }
         match (data, compressed) {
             (_, Some(c)) => builder.push_delta(chunk.fp, &c.delta, c.base)?,
             (Some(d), None) => match features {

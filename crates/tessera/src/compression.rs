@@ -120,6 +120,44 @@ impl EncodeCounts {
     }
 }
 
+/// What a backup's compression did, for its statistics (docs/FORMAT.md
+/// §7.7): stored entries (chunks and deltas) before and after encoding.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct CompressionStats {
+    /// The setting the backup stored chunks with (`"off"` also in a
+    /// repository that does not compress).
+    pub setting: String,
+    /// Entries stored compressed (zstd).
+    pub compressed_chunks: u64,
+    /// Entries stored raw (incompressible, or compression off).
+    pub raw_chunks: u64,
+    /// Bytes of the stored entries before compression (what deduplication
+    /// and delta compression left).
+    pub bytes_before: u64,
+    /// Bytes of the stored entries as written (tags and headers included).
+    pub bytes_after: u64,
+    /// `bytes_before / bytes_after` (`None` when nothing was stored).
+    pub ratio: Option<f64>,
+}
+
+impl CompressionStats {
+    /// The statistics of `counts`, encoded under `setting` (`None`: a
+    /// repository that stores chunks as they are, which counts them as
+    /// stored raw without a tag).
+    pub fn new(setting: Option<Compression>, counts: &EncodeCounts) -> Self {
+        CompressionStats {
+            setting: setting.unwrap_or_default().to_string(),
+            compressed_chunks: counts.compressed,
+            raw_chunks: counts.raw,
+            bytes_before: counts.bytes_in,
+            bytes_after: counts.bytes_out,
+            ratio: (counts.bytes_out > 0)
+                .then(|| counts.bytes_in as f64 / counts.bytes_out as f64),
+        }
+    }
+}
+
 thread_local! {
     /// One compression context per thread, reused (a fresh context per
     /// 8 KiB chunk halves throughput), with the level it is set to.

@@ -131,7 +131,7 @@ impl Repository {
                 let unlocked = crypto::create_key(backend.as_ref(), key)?;
                 let sealed = unlocked.cipher().seal(CONFIG_KEY, &[&config.encode()])?;
                 let backend = Box::new(Encrypting::new(backend, unlocked.cipher()));
-                (backend, Some(unlocked), Stored::encode_sealed(&sealed))
+                (backend, Some(unlocked), Stored::encode_sealed(config.version, &sealed))
             }
         };
         let backend = Arc::new(Counting::new(backend));
@@ -756,11 +756,12 @@ fn decode_stored(location: String, bytes: &[u8]) -> Result<Stored> {
 
 /// `config` with the encryption (and format version) that `key` implies, validated.
 fn prepare(mut config: Config, key: Option<&NewKey>) -> Result<Config> {
-    config.encryption = match key {
+    let encryption = match key {
         Some(_) => Encryption::XChaCha20Poly1305,
         None => Encryption::None,
     };
-    config.version = config.encryption.format_version();
+    let compression = config.compression;
+    config = config.with_protection(encryption, compression);
     config.validate_new()?;
     Ok(config)
 }
