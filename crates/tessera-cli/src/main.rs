@@ -15,7 +15,7 @@ use tessera::check::{check, CheckOptions, ProblemKind};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
 use tessera::config::IndexKind;
-use tessera::config::{Arrange, Encryption, Layout};
+use tessera::config::{Arrange, Compression, Encryption, Layout};
 use tessera::delta::features::FeatureKind;
 use tessera::delta::stage::{BasePrefetch, BaseScope};
 use tessera::delta::{DeltaKind, DeltaParams};
@@ -94,6 +94,11 @@ enum Command {
         /// for a tree, the host name and the absolute paths).
         #[arg(long)]
         source: Option<String>,
+        /// Compression of the chunks this backup stores, instead of the
+        /// repository's (auto, off, fastest, default, max or a level
+        /// 1..=22; only in a repository created with compression).
+        #[arg(long, value_name = "SETTING")]
+        compression: Option<Compression>,
         /// Print the result as one JSON object.
         #[arg(long)]
         json: bool,
@@ -403,6 +408,13 @@ struct InitArgs {
     /// repositories, which cannot be encrypted.
     #[arg(long)]
     encryption: Option<Encryption>,
+    /// Compression of stored chunks (zstd, per chunk, after deduplication,
+    /// before encryption): auto (level 3, incompressible chunks stored raw
+    /// without trying), off, fastest (1), default (3), max (19) or a level
+    /// 1..=22. Default: auto in encrypted repositories, off in unencrypted
+    /// ones (lab and benchmark repositories keep the uncompressed format).
+    #[arg(long, value_name = "SETTING")]
+    compression: Option<Compression>,
     #[command(flatten)]
     kdf: KdfArgs,
     #[command(flatten)]
@@ -618,6 +630,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             trace,
             label,
             source,
+            compression,
             json,
         } => {
             let tree = TreeBackupOptions {
@@ -633,6 +646,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 trace.as_deref(),
                 label,
                 source,
+                compression,
                 json,
                 access,
             );
@@ -981,18 +995,28 @@ fn init(a: InitArgs, password: &PasswordArgs) -> Result<()> {
         true => Encryption::None,
         false => Encryption::XChaCha20Poly1305,
     });
+    let compression = a.compression.unwrap_or(match encryption {
+        Encryption::None => Compression::Off,
+        Encryption::XChaCha20Poly1305 => Compression::Auto,
+    });
+    config.set_protection(Encryption::None, compression);
     match encryption {
         Encryption::None => {
             Repository::init(&a.path, config)?;
-            println!("created unencrypted repository {}", a.path.display());
+            println!(
+                "created unencrypted repository {} (compression {compression})",
+                a.path.display()
+            );
         }
         Encryption::XChaCha20Poly1305 => {
             // Refuse a configuration that cannot be encrypted before asking for a password.
-            let compression = config.compression;
-            config = config.with_protection(encryption, compression);
+            config.set_protection(encryption, compression);
             config.validate()?;
             Repository::init_encrypted(&a.path, config, &new_repo_key(password, a.kdf)?)?;
-            println!("created encrypted repository {}", a.path.display());
+            println!(
+                "created encrypted repository {} (compression {compression})",
+                a.path.display()
+            );
         }
     }
     Ok(())
@@ -1045,6 +1069,7 @@ fn backup_cmd(
     trace: Option<&Path>,
     label: String,
     source: Option<String>,
+    compression: Option<Compression>,
     json: bool,
     access: &Access,
 ) -> Result<ExitCode> {
@@ -1064,10 +1089,13 @@ fn backup_cmd(
         None => "default".into(),
     };
     let r = open(repo, LockMode::Backup, access)?;
+    // Refuse a compression the repository cannot store before reading anything.
+    r.config().backup_encoding(compression)?;
     let options_for = |progress| BackupOptions {
         label: label.clone(),
         source: source.clone(),
         progress,
+        compression,
     };
     let mut warnings = Vec::new();
     let outcome = match (inputs, trace) {
@@ -1166,6 +1194,18 @@ fn backup_cmd(
             s.seconds,
             s.throughput_mb_s
         );
+        let c = &s.compression;
+        if r.config().encoding().is_some() {
+            println!(
+                "compression ({}): {} stored before compression, {} after (compression {}; {} chunks compressed, {} raw)",
+                c.setting,
+                human(c.bytes_before),
+                human(c.bytes_after),
+                ratio_text(c.ratio),
+                c.compressed_chunks,
+                c.raw_chunks
+            );
+        }
         let d = &s.delta;
         if r.config().delta.kind != DeltaKind::None {
             println!(
@@ -1373,12 +1413,14 @@ fn stats(repo: &Path, id: Option<&str>, json: bool, access: &Access) -> Result<(
     } else {
         let c = r.config();
         println!(
-            "{} backups, {} logical, {} physical in {} containers, dedup {}\nchunker {} {}/{}/{}, fingerprint {}{}, containers {}\nlayout {}, index {}, rewrite {}, delta {}\nencryption {}",
+            "{} backups, {} logical, {} physical in {} containers, dedup {}, compression {}, total {}\nchunker {} {}/{}/{}, fingerprint {}{}, containers {}\nlayout {}, index {}, rewrite {}, delta {}\nencryption {}, compression {}",
             t.backups,
             human(t.logical_bytes),
             human(t.physical_bytes),
             t.containers,
             ratio_text(t.dedup_ratio),
+            ratio_text(t.compression_ratio),
+            ratio_text(t.total_ratio),
             c.chunker.kind.name(),
             human(c.chunker.min_size.into()),
             human(c.chunker.avg_size.into()),
@@ -1393,7 +1435,8 @@ fn stats(repo: &Path, id: Option<&str>, json: bool, access: &Access) -> Result<(
             match c.encryption {
                 Encryption::None => "none",
                 Encryption::XChaCha20Poly1305 => "xchacha20poly1305",
-            }
+            },
+            c.compression,
         );
     }
     Ok(())

@@ -106,6 +106,7 @@ fn main() -> Result<(), Box<dyn Error>> {
             label: info.file_name.clone(),
             source: info.source.clone(),
             progress: None,
+            compression: None,
         };
         let t = Instant::now();
         let outcome = run(&repo, Source::Trace(&mut trace), &options)?;

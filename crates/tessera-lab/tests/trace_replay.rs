@@ -201,6 +201,7 @@ fn replay(repo: &Repository, trace: &Path, label: &str) -> Snapshot {
         label: label.into(),
         source: "syn".into(),
         progress: None,
+        compression: None,
     };
     run(repo, Source::Trace(&mut chunks), &options)
         .unwrap()
@@ -214,6 +215,7 @@ fn backup_data(repo: &Repository, version: &Path, label: &str) -> Snapshot {
         label: label.into(),
         source: "syn".into(),
         progress: None,
+        compression: None,
     };
     run(
         repo,

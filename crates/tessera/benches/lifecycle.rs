@@ -65,6 +65,7 @@ fn backup(repo: &Repository, source: &str, data: &[u8]) -> Outcome {
         label: String::new(),
         source: source.into(),
         progress: None,
+        compression: None,
     };
     let mut input = data;
     run_backup(

@@ -152,8 +152,7 @@ impl CompressionStats {
             raw_chunks: counts.raw,
             bytes_before: counts.bytes_in,
             bytes_after: counts.bytes_out,
-            ratio: (counts.bytes_out > 0)
-                .then(|| counts.bytes_in as f64 / counts.bytes_out as f64),
+            ratio: (counts.bytes_out > 0).then(|| counts.bytes_in as f64 / counts.bytes_out as f64),
         }
     }
 }
@@ -316,11 +315,20 @@ mod tests {
     use proptest::prelude::*;
 
     fn text(n: usize) -> Vec<u8> {
-        let words = ["alpha ", "beta ", "gamma ", "delta\n", "static int ", "return 0;\n"];
+        let words = [
+            "alpha ",
+            "beta ",
+            "gamma ",
+            "delta\n",
+            "static int ",
+            "return 0;\n",
+        ];
         let mut out = Vec::new();
         let mut x = 7u64;
         while out.len() < n {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             out.extend_from_slice(words[(x >> 60) as usize % words.len()].as_bytes());
         }
         out.truncate(n);
@@ -344,7 +352,11 @@ mod tests {
 
     #[test]
     fn text_is_compressed_random_is_stored_raw() {
-        for setting in [Compression::Auto, Compression::Level(1), Compression::Level(19)] {
+        for setting in [
+            Compression::Auto,
+            Compression::Level(1),
+            Compression::Level(19),
+        ] {
             let (stored, c) = round_trip(setting, &text(8192));
             assert_eq!(stored[0], TAG_ZSTD);
             assert!(stored.len() < 8192 / 2, "{setting}: {}", stored.len());

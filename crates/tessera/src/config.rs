@@ -195,7 +195,8 @@ struct Header {
 impl Stored {
     /// Parses the `config` object.
     pub fn decode(bytes: &[u8]) -> Result<Stored> {
-        let (version, payload) = envelope::open_versions(CONFIG_KEY, KIND, &FORMAT_VERSIONS, bytes)?;
+        let (version, payload) =
+            envelope::open_versions(CONFIG_KEY, KIND, &FORMAT_VERSIONS, bytes)?;
         if !encrypted_version(version) {
             return Config::from_payload(version, payload).map(Stored::Plain);
         }
@@ -340,13 +341,10 @@ impl Config {
 
     /// Sets the encryption and compression, and the format version that
     /// goes with them.
-    pub fn with_protection(self, encryption: Encryption, compression: Compression) -> Self {
-        Config {
-            version: format_version(encryption, compression.is_on()),
-            encryption,
-            compression,
-            ..self
-        }
+    pub fn set_protection(&mut self, encryption: Encryption, compression: Compression) {
+        self.version = format_version(encryption, compression.is_on());
+        self.encryption = encryption;
+        self.compression = compression;
     }
 
     /// The compression a backup stores its chunks with: the repository's
@@ -524,7 +522,8 @@ impl Config {
 
     /// Parses and validates an enveloped configuration (version 1 or 2).
     pub fn decode(bytes: &[u8]) -> Result<Self> {
-        let (version, payload) = envelope::open_versions(CONFIG_KEY, KIND, &FORMAT_VERSIONS, bytes)?;
+        let (version, payload) =
+            envelope::open_versions(CONFIG_KEY, KIND, &FORMAT_VERSIONS, bytes)?;
         Config::from_payload(version, payload)
     }
 

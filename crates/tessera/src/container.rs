@@ -874,7 +874,10 @@ impl Container {
         compression::decode(stored).map_err(|e| {
             Error::corrupt(
                 key(self.header.id),
-                format!("chunk {}: stored entry does not decode: {e}", self.metas[i].fp),
+                format!(
+                    "chunk {}: stored entry does not decode: {e}",
+                    self.metas[i].fp
+                ),
             )
         })
     }
@@ -1151,6 +1154,87 @@ mod tests {
         assert_eq!(c.metas[0].crc, None);
         assert_eq!(c.chunk_crc_matches(0), None);
         assert_eq!(c.stored(0), b"whole");
+    }
+
+    #[test]
+    fn encoded_containers_compress_text_store_random_raw_and_copy_as_is() {
+        let text: Vec<u8> = b"static int add(int a, int b) { return a + b; }\n"
+            .iter()
+            .copied()
+            .cycle()
+            .take(8192)
+            .collect();
+        let random = crate::chunker::pseudo_random(8192, 3);
+        let mut b = Builder::new(5, 1 << 20)
+            .with_deltas()
+            .with_encoding(Compression::Auto);
+        let (ft, fr) = (
+            FingerprintAlgo::Blake3.hash(&text),
+            FingerprintAlgo::Blake3.hash(&random),
+        );
+        b.push(ft, &text);
+        b.push(fr, &random);
+        let base = BaseRef {
+            container: 5,
+            fp: ft,
+        };
+        b.push_delta(Fingerprint([7; 32]), &text[..2000], base)
+            .unwrap();
+        let sealed = b.seal_parts();
+        assert_eq!((sealed.encoded.compressed, sealed.encoded.raw), (2, 1));
+        let bytes = sealed.to_vec();
+        let c = Container::parse(5, bytes.clone()).unwrap();
+        assert!(c.header.encoded());
+        assert!(c.metas[0].len < 1000, "text compressed: {}", c.metas[0].len);
+        assert_eq!(c.metas[1].len, 8193, "random stored raw, one tag byte");
+        assert_eq!(c.entry(0).unwrap().as_ref(), &text[..]);
+        assert_eq!(c.plain(1), Some(&random[..]));
+        assert_eq!(c.plain(0), None);
+        assert_eq!(c.entry(2).unwrap().as_ref(), &text[..2000]);
+        assert_eq!(c.chunk_crc_matches(0), Some(true));
+        // Copied entry by entry into another encoded container: as stored.
+        let mut copy = Builder::new(6, 1 << 20)
+            .with_deltas()
+            .with_encoding(Compression::Level(19));
+        for i in 0..3 {
+            copy.push_like(&c, i).unwrap();
+        }
+        let copied = copy.seal_parts();
+        assert_eq!(copied.encoded.bytes_in, 0, "nothing encoded again");
+        let copied = Container::parse(6, copied.to_vec()).unwrap();
+        for i in 0..3 {
+            assert_eq!(copied.stored(i), c.stored(i));
+        }
+        // Into one that is not encoded: decoded.
+        let mut plain = Builder::new(7, 1 << 20).with_deltas();
+        for i in 0..3 {
+            plain.push_like(&c, i).unwrap();
+        }
+        let plain = Container::parse(7, plain.seal()).unwrap();
+        assert_eq!(plain.stored(0), &text[..]);
+        // A damaged frame (checksums made to match) is a corrupt container
+        // naming the chunk, not a panic.
+        let mut bad = bytes;
+        let at = c.header.data_start() + 5;
+        bad[at] ^= 0xff;
+        let ds = c.header.data_start();
+        let crc = crc32c::crc32c(&bad[ds..]);
+        bad[28..32].copy_from_slice(&crc.to_le_bytes());
+        let hc = crc32c::crc32c(&bad[..36]);
+        bad[36..40].copy_from_slice(&hc.to_le_bytes());
+        let damaged = Container::parse(5, bad).unwrap();
+        match damaged.entry(0) {
+            Err(e @ Error::Corrupt { .. }) => {
+                assert!(e.to_string().contains("containers/0000000000000005"), "{e}")
+            }
+            Ok(b) => assert_ne!(FingerprintAlgo::Blake3.hash(&b), ft),
+            Err(e) => panic!("unexpected {e}"),
+        }
+        // FLAG_ENCODED with FLAG_NO_DATA is refused.
+        let mut t = Builder::without_data(8, 1 << 20).with_encoding(Compression::Auto);
+        t.push_len(ft, 10);
+        let tb = t.seal();
+        assert!(!Container::parse(8, tb).unwrap().header.encoded());
     }
 
     #[test]

@@ -70,6 +70,7 @@ fn backup(repo: &Repository, source: &str, data: &[u8]) -> tessera::lifecycle::B
         label: String::new(),
         source: source.into(),
         progress: None,
+        compression: None,
     };
     lifecycle::backup(repo, batches(repo, data).into_iter(), &options).unwrap()
 }

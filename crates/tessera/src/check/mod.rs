@@ -147,7 +147,9 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                     for (i, m) in ct.metas.iter().enumerate().take(to_hash) {
                         if let Some(base) = m.base {
                             match ct.entry(i) {
-                                Ok(delta) => deltas.push((cid, m.fp, base, Some(delta.into_owned()))),
+                                Ok(delta) => {
+                                    deltas.push((cid, m.fp, base, Some(delta.into_owned())))
+                                }
                                 Err(e) => {
                                     bad_chunks.insert((cid, m.fp), e.to_string());
                                 }

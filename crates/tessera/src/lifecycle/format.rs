@@ -287,7 +287,10 @@ pub fn decode_entry<'a>(
         return Ok(std::borrow::Cow::Borrowed(stored));
     }
     compression::decode(stored).map_err(|e| {
-        Error::corrupt(key, format!("chunk {fp}: stored entry does not decode: {e}"))
+        Error::corrupt(
+            key,
+            format!("chunk {fp}: stored entry does not decode: {e}"),
+        )
     })
 }
 
@@ -422,12 +425,7 @@ impl CategoryBuilder {
 
 /// Seals categories (ascending `start`) into a volume object ending at
 /// `end`; `encoded`: their chunks are encoded entries.
-pub fn seal_volume(
-    end: u64,
-    has_data: bool,
-    encoded: bool,
-    cats: Vec<CategoryBuilder>,
-) -> Vec<u8> {
+pub fn seal_volume(end: u64, has_data: bool, encoded: bool, cats: Vec<CategoryBuilder>) -> Vec<u8> {
     let mut offset = VolumeHeader::len_for(cats.len());
     let mut entries = Vec::with_capacity(cats.len());
     for c in &cats {

@@ -270,7 +270,8 @@ fn restore_in_one_pass(
                                 // --read-data` does): every chunk this restore uses is
                                 // verified against its fingerprint, the others are unused.
                                 log.data_bytes += e.data_bytes;
-                                let category = (req.key.clone(), metas, Arc::clone(&body), d, header.encoded);
+                                let category =
+                                    (req.key.clone(), metas, Arc::clone(&body), d, header.encoded);
                                 tx.send(category)
                                     .map_err(|_| Error::Pipeline("restore stopped".into()))?;
                             }
@@ -286,7 +287,16 @@ fn restore_in_one_pass(
         // verification runs in parallel over enough of them.
         // (object body, offset, stored length, fingerprint, recipe length,
         // output offsets, object key, encoded).
-        type Needed = (Arc<Vec<u8>>, usize, usize, Fingerprint, u32, Vec<u64>, String, bool);
+        type Needed = (
+            Arc<Vec<u8>>,
+            usize,
+            usize,
+            Fingerprint,
+            u32,
+            Vec<u64>,
+            String,
+            bool,
+        );
         const BATCH_BYTES: usize = 4 << 20;
         let mut batch: Vec<Needed> = Vec::new();
         let mut batch_bytes = 0usize;
