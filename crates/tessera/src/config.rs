@@ -548,6 +548,38 @@ mod tests {
     use super::*;
 
     #[test]
+    fn compression_sets_the_format_version() {
+        let mut c = Config::new("abc".into());
+        assert_eq!((c.version, c.encoding()), (1, None));
+        c.set_protection(Encryption::None, Compression::Auto);
+        assert_eq!(c.version, COMPRESSED_FORMAT_VERSION);
+        assert_eq!(Config::decode(&c.encode()).unwrap(), c);
+        c.set_protection(Encryption::XChaCha20Poly1305, Compression::Level(19));
+        assert_eq!(c.version, ENCRYPTED_COMPRESSED_FORMAT_VERSION);
+        assert_eq!(c.encoding(), Some(Compression::Level(19)));
+        assert_eq!(
+            c.backup_encoding(None).unwrap(),
+            Some(Compression::Level(19))
+        );
+        assert_eq!(
+            c.backup_encoding(Some(Compression::Off)).unwrap(),
+            Some(Compression::Off)
+        );
+        // A version that does not go with the compression is refused.
+        c.version = ENCRYPTED_FORMAT_VERSION;
+        assert!(c.validate().is_err());
+        // An uncompressing repository refuses a backup asking for compression.
+        let plain = Config::new("p".into());
+        assert!(plain.backup_encoding(Some(Compression::Auto)).is_err());
+        assert_eq!(plain.backup_encoding(Some(Compression::Off)).unwrap(), None);
+        // A trace repository cannot compress.
+        let mut t = Config::new("t".into());
+        t.trace = true;
+        t.set_protection(Encryption::None, Compression::Auto);
+        assert!(t.validate().is_err());
+    }
+
+    #[test]
     fn round_trip() {
         let c = Config::new("abc".into());
         assert_eq!(Config::decode(&c.encode()).unwrap(), c);

@@ -839,6 +839,54 @@ mod tests {
     }
 
     #[test]
+    fn encoded_parts_compress_and_copy_as_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let be = Local::new(dir.path());
+        let text = b"lifecycle ".repeat(400);
+        let random = crate::chunker::pseudo_random(4000, 5);
+        let mut w =
+            PartWriter::new(&be, 2, true, 1 << 20, |_, _| "e".into()).encoding(Compression::Auto);
+        w.push(2, &fp(1), text.len() as u32, Some(&text)).unwrap();
+        w.push(2, &fp(2), random.len() as u32, Some(&random))
+            .unwrap();
+        let counts = w.counts();
+        assert_eq!((counts.compressed, counts.raw), (1, 1));
+        w.finish().unwrap();
+        let mut log = ReadLog::default();
+        let h = read_header(&be, "e", &mut log).unwrap();
+        assert!(h.encoded);
+        let metas = read_meta(&be, "e", &h, 0, &mut log).unwrap();
+        assert!(metas[0].1 < 200 && metas[1].1 == 4001, "{metas:?}");
+        let mut copy = PartWriter::new(&be, 2, true, 1 << 20, |_, _| "c".into()).copying(true);
+        let mut got = Vec::new();
+        stream_category(&be, "e", &h, 0, &metas, &mut log, |f, len, b| {
+            let stored = b.unwrap();
+            got.push(
+                decode_entry(h.encoded, "e", &f, stored)
+                    .unwrap()
+                    .into_owned(),
+            );
+            copy.push(2, &f, len, Some(stored))
+        })
+        .unwrap();
+        assert_eq!(got, vec![text.clone(), random]);
+        copy.finish().unwrap();
+        let c = read_header(&be, "c", &mut log).unwrap();
+        assert!(c.encoded);
+        assert_eq!(read_meta(&be, "c", &c, 0, &mut log).unwrap(), metas);
+        // A damaged entry is a corrupt object naming the chunk.
+        let e = decode_entry(true, "e", &fp(1), &[1, 9, 0, 0, 0, 7]).unwrap_err();
+        assert!(e.to_string().contains("e: corrupt: chunk"), "{e}");
+        // Flag bit 1 without bit 0 is refused.
+        let mut bad = be.read("e").unwrap();
+        bad[16..20].copy_from_slice(&FLAG_ENCODED.to_le_bytes());
+        let n = VolumeHeader::len_for(1) as usize;
+        let crc = crc32c::crc32c(&bad[..n - 4]);
+        bad[n - 4..n].copy_from_slice(&crc.to_le_bytes());
+        assert!(VolumeHeader::parse("e", &bad).is_err());
+    }
+
+    #[test]
     fn volume_round_trip_stream_and_truncate() {
         let dir = tempfile::tempdir().unwrap();
         let be = Local::new(dir.path());
