@@ -82,7 +82,7 @@ fn compressed_round_trips_in_both_layouts_and_with_delta() {
         let out = ok(&args);
         assert!(out.contains("compression auto"), "{out}");
         let v = backup_stats(&repo, &input, &[]);
-        let c = &v["stats"]["compression"];
+        let c = &v["compression"];
         assert_eq!(c["setting"], "auto", "{v}");
         let ratio = c["ratio"].as_f64().unwrap();
         assert!(ratio > 2.0, "layout {extra:?}: compression {ratio}");
@@ -146,7 +146,7 @@ fn incompressible_chunks_are_stored_raw() {
         let v = backup_stats(&repo, &input, &[]);
         sizes.push(tree_bytes(&repo.join("containers")));
         if setting == "auto" {
-            let c = &v["stats"]["compression"];
+            let c = &v["compression"];
             assert_eq!(num(c, "compressed_chunks"), 0, "{c}");
             let raw = num(c, "raw_chunks");
             // One tag byte per chunk, nothing else.
