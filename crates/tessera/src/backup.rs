@@ -566,12 +566,12 @@ fn backup_containers(
             next_container,
             config.container_size as usize,
             config.trace,
-            encoding,
             container_tx,
             spare_rx,
             delta,
             refetch,
         );
+        store.encoding = encoding;
         let stored = store_chunks(
             index.as_mut(),
             filter.as_mut(),
@@ -1243,7 +1243,6 @@ impl<'a> Store<'a> {
         next_container: ContainerId,
         capacity: usize,
         trace: bool,
-        encoding: Option<Compression>,
         tx: Sender<Builder>,
         spare: Receiver<AlignedBuf>,
         delta: Option<DeltaStage>,
@@ -1254,7 +1253,7 @@ impl<'a> Store<'a> {
             next_container,
             capacity,
             trace,
-            encoding,
+            encoding: None,
             tx,
             spare,
             here: SpillMap::with_budget(HERE_BUDGET, table::order_key),

@@ -37,7 +37,7 @@ pub fn format_version(encryption: Encryption, compressed: bool) -> u32 {
 
 /// Whether format `version` is that of an encrypted repository.
 fn encrypted_version(version: u32) -> bool {
-    version % 2 == 0
+    version.is_multiple_of(2)
 }
 
 /// Default container capacity: 4 MiB.
