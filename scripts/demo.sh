@@ -23,12 +23,13 @@ echo "== generating 8 versions (~32 MiB each) of a file tree aged by edits, pack
 "$T" gen "$W/data" --versions 8 --size 32MiB --change-rate 0.1
 for v in 1 2 3 4 5 6 7 8; do mv "$W/data/v000$v.tar" "$W/data/v$v"; done
 
-# The repository is encrypted (the default); a real user types the password
+# The repository is encrypted and compressed (the defaults: xchacha20poly1305,
+# compression auto); a real user types the password
 # at the prompt or keeps it in a file (--password-file). The demo sets it in
 # the environment, as a cron job might.
 export TESSERA_PASSWORD=${TESSERA_PASSWORD:-demo-password}
-echo "== tessera init $REPO (encrypted; password from TESSERA_PASSWORD)"
-"$T" init "$REPO"
+echo "== tessera init $REPO (encrypted, compression auto; password from TESSERA_PASSWORD)"
+"$T" init "$REPO" --compression auto
 for v in 1 2 3 4 5 6 7 8; do
   "$T" backup "$REPO" "$W/data/v$v" --label "v$v"
 done

@@ -15,7 +15,7 @@ use tessera::check::{check, CheckOptions, ProblemKind};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
 use tessera::config::IndexKind;
-use tessera::config::{Arrange, Encryption, Layout};
+use tessera::config::{Arrange, Compression, Encryption, Layout};
 use tessera::delta::features::FeatureKind;
 use tessera::delta::stage::{BasePrefetch, BaseScope};
 use tessera::delta::{DeltaKind, DeltaParams};
@@ -201,6 +201,11 @@ enum Command {
         /// A tag recorded with the backup (repeatable; `tessera tag` changes them).
         #[arg(long = "tag", value_name = "TAG")]
         tags: Vec<String>,
+        /// Compression of the chunks this backup stores, instead of the
+        /// repository's (auto, off, fastest, default, max or a level
+        /// 1..=22; only in a repository created with compression).
+        #[arg(long, value_name = "SETTING")]
+        compression: Option<Compression>,
         /// Print the result as one JSON object.
         #[arg(long)]
         json: bool,
@@ -657,6 +662,13 @@ struct InitArgs {
     /// repositories, which cannot be encrypted.
     #[arg(long)]
     encryption: Option<Encryption>,
+    /// Compression of stored chunks (zstd, per chunk, after deduplication,
+    /// before encryption): auto (level 3, incompressible chunks stored raw
+    /// without trying), off, fastest (1), default (3), max (19) or a level
+    /// 1..=22. Default: auto in encrypted repositories, off in unencrypted
+    /// ones (lab and benchmark repositories keep the uncompressed format).
+    #[arg(long, value_name = "SETTING")]
+    compression: Option<Compression>,
     #[command(flatten)]
     kdf: KdfArgs,
     #[command(flatten)]
@@ -897,6 +909,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             source,
             host,
             tags,
+            compression,
             json,
         } => {
             let tree = TreeBackupOptions {
@@ -910,6 +923,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 source,
                 host,
                 tags,
+                compression,
             };
             return backup_cmd(
                 &repo,
@@ -1576,19 +1590,29 @@ fn init(a: InitArgs, access: &Access) -> Result<()> {
         true => Encryption::None,
         false => Encryption::XChaCha20Poly1305,
     });
+    let compression = a.compression.unwrap_or(match encryption {
+        Encryption::None => Compression::Off,
+        Encryption::XChaCha20Poly1305 => Compression::Auto,
+    });
+    config.set_protection(Encryption::None, compression);
     match encryption {
         Encryption::None => {
             Repository::init_at(&tuned(&a.repo, access), config, None)?;
-            println!("created unencrypted repository {}", a.repo);
+            println!(
+                "created unencrypted repository {} (compression {compression})",
+                a.repo
+            );
         }
         Encryption::XChaCha20Poly1305 => {
             // Refuse a configuration that cannot be encrypted before asking for a password.
-            config.encryption = encryption;
-            config.version = encryption.format_version();
+            config.set_protection(encryption, compression);
             config.validate()?;
             let key = new_repo_key(&access.password, a.kdf)?;
             Repository::init_at(&tuned(&a.repo, access), config, Some(&key))?;
-            println!("created encrypted repository {}", a.repo);
+            println!(
+                "created encrypted repository {} (compression {compression})",
+                a.repo
+            );
         }
     }
     Ok(())
@@ -1633,12 +1657,14 @@ fn is_tree(inputs: &[String]) -> bool {
     }
 }
 
-/// What a backup is called: label, source lineage, host and tags.
+/// What a backup is called (label, source lineage, host and tags) and
+/// how its new chunks are compressed.
 struct Naming {
     label: String,
     source: Option<String>,
     host: Option<String>,
     tags: Vec<String>,
+    compression: Option<Compression>,
 }
 
 fn backup_cmd(
@@ -1655,6 +1681,7 @@ fn backup_cmd(
         source,
         host,
         tags,
+        compression,
     } = naming;
     let tags = tessera::tags::normalize(&tags)?;
     let host = host.unwrap_or_else(tessera::tree::host_name);
@@ -1674,6 +1701,8 @@ fn backup_cmd(
         None => "default".into(),
     };
     let r = open(repo, LockMode::Backup, access)?;
+    // Refuse a compression the repository cannot store before reading anything.
+    r.config().backup_encoding(compression)?;
     let options_for = |progress| BackupOptions {
         label: label.clone(),
         source: source.clone(),
@@ -1681,6 +1710,7 @@ fn backup_cmd(
         tags: tags.clone(),
         progress,
         time: None,
+        compression,
     };
     let mut warnings = Vec::new();
     let outcome = match (inputs, trace) {
@@ -1781,6 +1811,18 @@ fn backup_cmd(
             s.seconds,
             s.throughput_mb_s
         );
+        let c = &s.compression;
+        if r.config().encoding().is_some() {
+            println!(
+                "compression ({}): {} stored before compression, {} after (compression {}; {} chunks compressed, {} raw)",
+                c.setting,
+                human(c.bytes_before),
+                human(c.bytes_after),
+                ratio_text(c.ratio),
+                c.compressed_chunks,
+                c.raw_chunks
+            );
+        }
         let d = &s.delta;
         if r.config().delta.kind != DeltaKind::None {
             println!(
@@ -1946,12 +1988,14 @@ fn stats(repo: &Location, id: Option<&str>, json: bool, access: &Access) -> Resu
     } else {
         let c = r.config();
         println!(
-            "{} backups, {} logical, {} physical in {} containers, dedup {}\nchunker {} {}/{}/{}, fingerprint {}{}, containers {}\nlayout {}, index {}, rewrite {}, delta {}\nencryption {}",
+            "{} backups, {} logical, {} physical in {} containers, dedup {}, compression {}, total {}\nchunker {} {}/{}/{}, fingerprint {}{}, containers {}\nlayout {}, index {}, rewrite {}, delta {}\nencryption {}, compression {}",
             t.backups,
             human(t.logical_bytes),
             human(t.physical_bytes),
             t.containers,
             ratio_text(t.dedup_ratio),
+            ratio_text(t.compression_ratio),
+            ratio_text(t.total_ratio),
             c.chunker.kind.name(),
             human(c.chunker.min_size.into()),
             human(c.chunker.avg_size.into()),
@@ -1966,7 +2010,8 @@ fn stats(repo: &Location, id: Option<&str>, json: bool, access: &Access) -> Resu
             match c.encryption {
                 Encryption::None => "none",
                 Encryption::XChaCha20Poly1305 => "xchacha20poly1305",
-            }
+            },
+            c.compression,
         );
     }
     Ok(())

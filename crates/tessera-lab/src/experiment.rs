@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tessera::backup::{run as run_backup, BackupOptions, Source};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::config::Config;
 use tessera::config::Layout;
+use tessera::config::{Compression, Config};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, GcOptions};
@@ -338,6 +338,10 @@ pub struct SystemSpec {
     pub base_prefetch: Option<String>,
     /// PFC-delta: which cached chunks may be bases, any or referenced.
     pub base_scope: Option<String>,
+    /// Compression of stored chunks (zstd per chunk, after deduplication
+    /// and delta compression): off (default), auto, fastest, default, max
+    /// or a level 1..=22.
+    pub compression: Option<String>,
 }
 
 fn default_cache_policy() -> String {
@@ -428,6 +432,10 @@ impl SystemSpec {
         }
         if let Some(v) = &self.base_scope {
             c.delta.scope = v.parse()?;
+        }
+        if let Some(v) = &self.compression {
+            let setting: Compression = v.parse().map_err(|e| format!("compression: {e}"))?;
+            c.set_protection(c.encryption, setting);
         }
         c.rewrite.kind = self.rewrite.parse()?;
         c.rewrite.limit = self.rewrite_limit;
@@ -643,12 +651,24 @@ pub struct VersionRecord {
     pub index: tessera::index::IndexStats,
     /// The backup's delta compression counters.
     pub delta: tessera::delta::DeltaStats,
+    /// The backup's compression counters (bytes it stored before and after
+    /// compression; `stored_bytes` is before).
+    #[serde(default)]
+    pub compression: tessera::compression::CompressionStats,
     /// Logical bytes of all retained backups.
     pub retained_logical_bytes: u64,
     /// Physical bytes of the repository (containers).
     pub physical_bytes: u64,
-    /// retained_logical_bytes / physical_bytes.
+    /// Deduplication alone: retained logical bytes / the bytes stored
+    /// before compression (physical_bytes × compression_ratio).
     pub actual_dedup_ratio: f64,
+    /// Compression alone: the retained backups' stored bytes before /
+    /// after compression (1 without compression).
+    #[serde(default)]
+    pub compression_ratio: f64,
+    /// Both: retained_logical_bytes / physical_bytes.
+    #[serde(default)]
+    pub total_ratio: f64,
     /// Restores made after this version.
     pub restores: Vec<RestoreRecord>,
     /// GC made after this version, if any.
@@ -1038,9 +1058,12 @@ impl<'a> SystemRun<'a> {
             index_disk_lookups: snap.stats.index.disk_lookups,
             index: snap.stats.index.clone(),
             delta: snap.stats.delta.clone(),
+            compression: snap.stats.compression.clone(),
             retained_logical_bytes: totals.logical_bytes,
             physical_bytes: totals.physical_bytes,
             actual_dedup_ratio: totals.dedup_ratio.unwrap_or(1.0),
+            compression_ratio: totals.compression_ratio.unwrap_or(1.0),
+            total_ratio: totals.total_ratio.unwrap_or(1.0),
             restores,
             gc: gc_record,
             arrange,
@@ -1154,14 +1177,14 @@ fn write_results(results: &Results, out: &Path) -> Result<(), ExperimentError> {
 
     let csv_path = out.join("results.csv");
     let mut csv = BufWriter::new(File::create(&csv_path).map_err(io_err(&csv_path))?);
-    let header = "system,version,source,logical_bytes,stored_bytes,backup_seconds,backup_mb_s,modelled_backup_seconds,index_memory_bytes,index_entries,index_disk_lookups,retained_logical_bytes,physical_bytes,actual_dedup_ratio,restore_version,restore_mb_s,read_amplification,speed_factor,containers_read,restore_bytes_read,modelled_restore_seconds,gc_seconds,gc_containers_involved,gc_containers_reclaimed,gc_containers_produced,gc_bytes_read,gc_bytes_written";
+    let header = "system,version,source,logical_bytes,stored_bytes,backup_seconds,backup_mb_s,modelled_backup_seconds,index_memory_bytes,index_entries,index_disk_lookups,retained_logical_bytes,physical_bytes,actual_dedup_ratio,restore_version,restore_mb_s,read_amplification,speed_factor,containers_read,restore_bytes_read,modelled_restore_seconds,gc_seconds,gc_containers_involved,gc_containers_reclaimed,gc_containers_produced,gc_bytes_read,gc_bytes_written,compression_ratio,total_ratio,compressed_bytes";
     writeln!(csv, "{header}").map_err(io_err(&csv_path))?;
     for r in &results.records {
         let restore = r.restores.last();
         let opt = |v: Option<String>| v.unwrap_or_default();
         writeln!(
             csv,
-            "{},{},{},{},{},{:.6},{:.3},{:.6},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{:.6},{:.3},{:.6},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.6},{}",
             csv_field(&r.system),
             r.version,
             csv_field(&r.source),
@@ -1189,6 +1212,9 @@ fn write_results(results: &Results, out: &Path) -> Result<(), ExperimentError> {
             opt(r.gc.as_ref().map(|g| g.stats.containers_produced.to_string())),
             opt(r.gc.as_ref().map(|g| g.stats.bytes_read.to_string())),
             opt(r.gc.as_ref().map(|g| g.stats.bytes_written.to_string())),
+            r.compression_ratio,
+            r.total_ratio,
+            r.compression.bytes_after,
         )
         .map_err(io_err(&csv_path))?;
     }

@@ -18,8 +18,13 @@ pub struct Metric {
 pub const METRICS: &[Metric] = &[
     Metric {
         title: "Actual deduplication ratio",
-        unit: "retained logical / physical",
+        unit: "retained logical / stored before compression",
         value: |r| Some(r.actual_dedup_ratio),
+    },
+    Metric {
+        title: "Compression ratio",
+        unit: "stored bytes before / after compression (retained backups)",
+        value: |r| Some(r.compression_ratio),
     },
     Metric {
         title: "Backup throughput",

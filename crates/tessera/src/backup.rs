@@ -12,6 +12,7 @@
 
 use crate::backend::{Backend, LockMode};
 use crate::chunker::{cut_all, cut_parallel, Chunker};
+use crate::compression::{Compression, CompressionStats, EncodeCounts};
 use crate::config::Layout;
 use crate::container::{self, AlignedBuf, Builder, ContainerId};
 use crate::delta::stage::DeltaStage;
@@ -82,6 +83,9 @@ pub struct BackupOptions<'a> {
     /// The snapshot's time (seconds since the epoch) instead of the
     /// commit's: a copy keeps its original's (`tessera copy`).
     pub time: Option<u64>,
+    /// Compression of the chunks this backup stores, instead of the
+    /// repository's setting (only in a repository that compresses).
+    pub compression: Option<Compression>,
 }
 
 /// A block of input as read, in a pooled buffer: the bytes are at
@@ -461,6 +465,7 @@ fn backup_lifecycle(
         tags: options.tags.clone(),
         progress: options.progress,
         time: options.time,
+        compression: options.compression,
     };
     let tree = OnceLock::new();
     std::thread::scope(|s| {
@@ -516,6 +521,7 @@ fn backup_containers(
         .rewrite
         .build(u64::from(config.container_size), history.as_deref());
     let next_container = repo.next_container_id()?;
+    let encoding = config.backup_encoding(options.compression)?;
     let backend = repo.shared_backend();
     let delta = DeltaStage::open(
         backend.clone(),
@@ -578,6 +584,7 @@ fn backup_containers(
             refetch,
         );
         store.quarantine = crate::quarantine::load(repo.backend().as_ref())?;
+        store.encoding = encoding;
         let stored = store_chunks(
             index.as_mut(),
             filter.as_mut(),
@@ -595,9 +602,13 @@ fn backup_containers(
             .into_iter()
             .map(|w| join(w, "container writer"))
             .collect();
-        let write_time = written
-            .into_iter()
-            .try_fold(Duration::ZERO, |acc, r| r.map(|t| acc.max(t)));
+        let mut encoded = EncodeCounts::default();
+        let write_time = written.into_iter().try_fold(Duration::ZERO, |acc, r| {
+            r.map(|(t, counts)| {
+                encoded.add(&counts);
+                acc.max(t)
+            })
+        });
         // Report the earliest stage's error: a failing input explains the rest.
         let (read_time, hash_time) = join_front_end(front)?;
         let write_time = write_time?;
@@ -606,6 +617,7 @@ fn backup_containers(
         totals.read_time = read_time;
         totals.hash_time = hash_time;
         totals.write_time = write_time;
+        totals.encoded = encoded;
         Ok(totals)
     })?;
 
@@ -686,6 +698,7 @@ fn backup_containers(
         },
         index: index.stats(),
         delta: delta_stats,
+        compression: CompressionStats::new(encoding, &plain_counts(&totals, encoding)),
         ..BackupStats::default()
     };
     let snap_time = options.time.unwrap_or_else(|| {
@@ -1068,16 +1081,33 @@ fn hash_block(hasher: &dyn BatchHasher, block: Block) -> Vec<Chunk> {
         .collect()
 }
 
-/// Stage 4 (background, [`WRITERS`] threads): seals full containers and
-/// writes each atomically. After a failure the other writers stop too; the
-/// backup then fails before anything refers to the containers.
+/// The encoder's counts of a backup, or (in a repository that stores
+/// chunks as they are) the stored entries counted as raw and unchanged.
+fn plain_counts(totals: &StoreTotals, encoding: Option<Compression>) -> EncodeCounts {
+    match encoding {
+        Some(_) => totals.encoded,
+        None => EncodeCounts {
+            raw: totals.entries,
+            bytes_in: totals.entry_bytes,
+            bytes_out: totals.entry_bytes,
+            ..EncodeCounts::default()
+        },
+    }
+}
+
+/// Stage 4 (background, [`WRITERS`] threads): seals full containers
+/// (compressing their entries in a compressing repository) and writes each
+/// atomically. After a failure the other writers stop too; the backup then
+/// fails before anything refers to the containers. Returns the time it was
+/// busy and what it encoded.
 fn write_containers(
     backend: &dyn Backend,
     rx: Receiver<Builder>,
     spare: Sender<AlignedBuf>,
     stop: &AtomicBool,
-) -> Result<Duration> {
+) -> Result<(Duration, EncodeCounts)> {
     let mut busy = Duration::ZERO;
+    let mut encoded = EncodeCounts::default();
     for builder in rx {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -1085,16 +1115,17 @@ fn write_containers(
         let t = Instant::now();
         let id = builder.id();
         let sealed = builder.seal_parts();
+        encoded.add(&sealed.encoded);
         let written = backend.write_new(&container::key(id), &sealed.parts());
         busy += t.elapsed();
         // Hand the data buffer back for the next container (dropped if enough are spare).
         let _ = spare.try_send(sealed.data);
-        if written.is_err() {
+        if let Err(e) = written {
             stop.store(true, Ordering::Relaxed);
-            return written.map(|()| busy);
+            return Err(e);
         }
     }
-    Ok(busy)
+    Ok((busy, encoded))
 }
 
 /// Stage 3: asks the index, restores stream order, applies the rewrite
@@ -1192,6 +1223,9 @@ struct Store<'a> {
     next_container: ContainerId,
     capacity: usize,
     trace: bool,
+    /// Containers' entries are encoded under this setting (`None`: stored
+    /// as they are).
+    encoding: Option<Compression>,
     tx: Sender<Builder>,
     spare: Receiver<AlignedBuf>,
     /// Where this backup stored each chunk (spilled past [`HERE_BUDGET`]).
@@ -1220,6 +1254,11 @@ struct StoreTotals {
     read_time: Duration,
     hash_time: Duration,
     write_time: Duration,
+    /// Entries stored (chunks or deltas) and their bytes, before encoding.
+    entries: u64,
+    entry_bytes: u64,
+    /// What the container writers encoded.
+    encoded: EncodeCounts,
     /// The delta stage, handed back for its counters and commit.
     delta: Option<DeltaStage>,
 }
@@ -1239,6 +1278,7 @@ impl<'a> Store<'a> {
             next_container,
             capacity,
             trace,
+            encoding: None,
             tx,
             spare,
             here: SpillMap::with_budget(HERE_BUDGET, table::order_key),
@@ -1363,11 +1403,18 @@ impl<'a> Store<'a> {
                 if deltas {
                     b = b.with_deltas();
                 }
+                if let Some(setting) = self.encoding {
+                    b = b.with_encoding(setting);
+                }
                 self.next_container += 1;
                 self.open.insert(b)
             }
         };
         let whole = compressed.is_none();
+        if data.is_some() {
+            self.totals.entries += 1;
+            self.totals.entry_bytes += len as u64;
+        }
         match (data, compressed) {
             (_, Some(c)) => builder.push_delta(chunk.fp, &c.delta, c.base)?,
             (Some(d), None) => match features {

@@ -1,6 +1,7 @@
 //! Repository configuration, fixed at `init` and stored as the `config` object.
 
 use crate::chunker::ChunkerParams;
+pub use crate::compression::Compression;
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::FingerprintAlgo;
@@ -13,6 +14,31 @@ const KIND: &[u8; 4] = b"CONF";
 pub const FORMAT_VERSION: u32 = 1;
 /// Repository format version of encrypted repositories (docs/FORMAT.md §23).
 pub const ENCRYPTED_FORMAT_VERSION: u32 = 2;
+/// Repository format version of unencrypted compressing repositories
+/// (docs/FORMAT.md §7.7): every stored chunk is an encoded entry.
+pub const COMPRESSED_FORMAT_VERSION: u32 = 3;
+/// Repository format version of encrypted compressing repositories.
+pub const ENCRYPTED_COMPRESSED_FORMAT_VERSION: u32 = 4;
+/// Every repository format version this build reads.
+const FORMAT_VERSIONS: [u32; 4] = [
+    FORMAT_VERSION,
+    ENCRYPTED_FORMAT_VERSION,
+    COMPRESSED_FORMAT_VERSION,
+    ENCRYPTED_COMPRESSED_FORMAT_VERSION,
+];
+
+/// The repository format version of a repository with `encryption` that
+/// compresses (`compressed`) or not: 1, plus 1 when encrypted, plus 2
+/// when compressing (docs/FORMAT.md §19).
+pub fn format_version(encryption: Encryption, compressed: bool) -> u32 {
+    let encrypted = encryption != Encryption::None;
+    FORMAT_VERSION + u32::from(encrypted) + 2 * u32::from(compressed)
+}
+
+/// Whether format `version` is that of an encrypted repository.
+fn encrypted_version(version: u32) -> bool {
+    version.is_multiple_of(2)
+}
 
 /// Default container capacity: 4 MiB.
 pub const DEFAULT_CONTAINER_SIZE: u32 = 4 * 1024 * 1024;
@@ -135,16 +161,6 @@ pub enum Encryption {
     XChaCha20Poly1305,
 }
 
-impl Encryption {
-    /// The repository format version of repositories with this setting.
-    pub fn format_version(self) -> u32 {
-        match self {
-            Encryption::None => FORMAT_VERSION,
-            Encryption::XChaCha20Poly1305 => ENCRYPTED_FORMAT_VERSION,
-        }
-    }
-}
-
 impl std::str::FromStr for Encryption {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
@@ -162,9 +178,9 @@ impl std::str::FromStr for Encryption {
 /// repository, or the header of an encrypted one around its sealed
 /// configuration (docs/FORMAT.md §23.4).
 pub enum Stored {
-    /// Format version 1: the configuration in the clear.
+    /// Format version 1 or 3: the configuration in the clear.
     Plain(Config),
-    /// Format version 2: the configuration as an encrypted object.
+    /// Format version 2 or 4: the configuration as an encrypted object.
     Sealed(Vec<u8>),
 }
 
@@ -179,13 +195,9 @@ struct Header {
 impl Stored {
     /// Parses the `config` object.
     pub fn decode(bytes: &[u8]) -> Result<Stored> {
-        let (version, payload) = envelope::open_versions(
-            CONFIG_KEY,
-            KIND,
-            &[FORMAT_VERSION, ENCRYPTED_FORMAT_VERSION],
-            bytes,
-        )?;
-        if version == FORMAT_VERSION {
+        let (version, payload) =
+            envelope::open_versions(CONFIG_KEY, KIND, &FORMAT_VERSIONS, bytes)?;
+        if !encrypted_version(version) {
             return Config::from_payload(version, payload).map(Stored::Plain);
         }
         let header: Header = serde_json::from_slice(payload)
@@ -201,15 +213,16 @@ impl Stored {
             .map_err(|_| Error::corrupt(CONFIG_KEY, "sealed configuration is not hex"))
     }
 
-    /// The `config` header of an encrypted repository around `sealed`.
-    pub fn encode_sealed(sealed: &[u8]) -> Vec<u8> {
+    /// The `config` header, of format `version` (2 or 4), of an encrypted
+    /// repository around `sealed`.
+    pub fn encode_sealed(version: u32, sealed: &[u8]) -> Vec<u8> {
         let header = Header {
-            version: ENCRYPTED_FORMAT_VERSION,
+            version,
             encryption: Encryption::XChaCha20Poly1305,
             sealed: hex::encode(sealed),
         };
         let json = serde_json::to_vec_pretty(&header).unwrap_or_default();
-        envelope::seal(KIND, ENCRYPTED_FORMAT_VERSION, &json)
+        envelope::seal(KIND, version, &json)
     }
 }
 
@@ -282,6 +295,11 @@ pub struct Config {
     /// Encryption of the repository's objects (and keying of its fingerprints).
     #[serde(default)]
     pub encryption: Encryption,
+    /// Compression of stored chunks by default (a backup may override it);
+    /// other than `Off`, every stored chunk is an encoded entry
+    /// (docs/FORMAT.md §7.7) and the format version is 3 or 4.
+    #[serde(default)]
+    pub compression: Compression,
 }
 
 /// Default size of lifecycle object parts: 64 MiB.
@@ -317,7 +335,40 @@ impl Config {
             lifecycle_part_bytes: DEFAULT_LIFECYCLE_PART_BYTES,
             delta: crate::delta::DeltaParams::default(),
             encryption: Encryption::None,
+            compression: Compression::Off,
         }
+    }
+
+    /// Sets the encryption and compression, and the format version that
+    /// goes with them.
+    pub fn set_protection(&mut self, encryption: Encryption, compression: Compression) {
+        self.version = format_version(encryption, compression.is_on());
+        self.encryption = encryption;
+        self.compression = compression;
+    }
+
+    /// The compression a backup stores its chunks with: the repository's
+    /// setting, or `requested` by the backup; `None` in a repository that
+    /// stores chunks as they are (where requesting compression is an error:
+    /// its format has no encoded entries).
+    pub fn backup_encoding(&self, requested: Option<Compression>) -> Result<Option<Compression>> {
+        match (self.encoding(), requested) {
+            (Some(default), requested) => Ok(Some(requested.unwrap_or(default))),
+            (None, Some(c)) if c.is_on() => Err(Error::InvalidConfig(format!(
+                "compression {c} was requested, but this repository was created without \
+                 compression (format version {}; init --compression auto makes one that \
+                 compresses)",
+                self.version
+            ))),
+            (None, _) => Ok(None),
+        }
+    }
+
+    /// How chunks are stored: `Some(default setting)` when every stored
+    /// chunk is an encoded entry (a compressing repository), `None` when
+    /// chunks are stored as they are.
+    pub fn encoding(&self) -> Option<Compression> {
+        self.compression.is_on().then_some(self.compression)
     }
 
     /// Checks that the parameters fit together.
@@ -391,11 +442,17 @@ impl Config {
     /// The format version follows the encryption; encrypted fingerprints
     /// must be keyable (BLAKE3 or SHA-256, not a trace).
     fn validate_encryption(&self) -> Result<()> {
-        if self.version != self.encryption.format_version() {
+        if self.version != format_version(self.encryption, self.compression.is_on()) {
             return Err(Error::InvalidConfig(format!(
-                "format version {} does not go with encryption {:?}",
-                self.version, self.encryption
+                "format version {} does not go with encryption {:?} and compression {}",
+                self.version, self.encryption, self.compression
             )));
+        }
+        if self.trace && self.compression.is_on() {
+            return Err(Error::InvalidConfig(
+                "a trace repository stores no chunk bytes to compress: use --compression off"
+                    .into(),
+            ));
         }
         if self.encryption == Encryption::None {
             return Ok(());
@@ -465,12 +522,8 @@ impl Config {
 
     /// Parses and validates an enveloped configuration (version 1 or 2).
     pub fn decode(bytes: &[u8]) -> Result<Self> {
-        let (version, payload) = envelope::open_versions(
-            CONFIG_KEY,
-            KIND,
-            &[FORMAT_VERSION, ENCRYPTED_FORMAT_VERSION],
-            bytes,
-        )?;
+        let (version, payload) =
+            envelope::open_versions(CONFIG_KEY, KIND, &FORMAT_VERSIONS, bytes)?;
         Config::from_payload(version, payload)
     }
 
@@ -493,6 +546,38 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compression_sets_the_format_version() {
+        let mut c = Config::new("abc".into());
+        assert_eq!((c.version, c.encoding()), (1, None));
+        c.set_protection(Encryption::None, Compression::Auto);
+        assert_eq!(c.version, COMPRESSED_FORMAT_VERSION);
+        assert_eq!(Config::decode(&c.encode()).unwrap(), c);
+        c.set_protection(Encryption::XChaCha20Poly1305, Compression::Level(19));
+        assert_eq!(c.version, ENCRYPTED_COMPRESSED_FORMAT_VERSION);
+        assert_eq!(c.encoding(), Some(Compression::Level(19)));
+        assert_eq!(
+            c.backup_encoding(None).unwrap(),
+            Some(Compression::Level(19))
+        );
+        assert_eq!(
+            c.backup_encoding(Some(Compression::Off)).unwrap(),
+            Some(Compression::Off)
+        );
+        // A version that does not go with the compression is refused.
+        c.version = ENCRYPTED_FORMAT_VERSION;
+        assert!(c.validate().is_err());
+        // An uncompressing repository refuses a backup asking for compression.
+        let plain = Config::new("p".into());
+        assert!(plain.backup_encoding(Some(Compression::Auto)).is_err());
+        assert_eq!(plain.backup_encoding(Some(Compression::Off)).unwrap(), None);
+        // A trace repository cannot compress.
+        let mut t = Config::new("t".into());
+        t.trace = true;
+        t.set_protection(Encryption::None, Compression::Auto);
+        assert!(t.validate().is_err());
+    }
 
     #[test]
     fn round_trip() {

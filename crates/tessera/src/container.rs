@@ -5,6 +5,7 @@
 //! chunk of another container; its metadata entries then also name the base.
 
 use crate::backend::Backend;
+use crate::compression::{self, Compression, EncodeCounts};
 use crate::delta::features::SUPER_FEATURES;
 use crate::envelope::{le4, le8};
 use crate::error::{Error, Result};
@@ -55,6 +56,10 @@ pub const FLAG_CHUNK_CRCS: u32 = 16;
 /// [`ALIGN_MIN_CAPACITY`] bytes (in trace repositories too, where the gap is
 /// nominal like the data).
 pub const FLAG_ALIGNED: u32 = 4;
+/// Header flag (never with [`FLAG_NO_DATA`]): every entry's stored bytes
+/// are an encoded entry (`crate::compression`, docs/FORMAT.md §7.7): a
+/// tag, then the bytes or a zstd frame. Set by compressing repositories.
+pub const FLAG_ENCODED: u32 = 32;
 /// Alignment of the data section of a [`FLAG_ALIGNED`] container.
 pub const DATA_ALIGN: usize = 4096;
 /// Containers of at least this capacity align their data section.
@@ -144,6 +149,11 @@ impl Header {
         self.flags & FLAG_NO_DATA == 0
     }
 
+    /// Whether entries are stored encoded ([`FLAG_ENCODED`]).
+    pub fn encoded(&self) -> bool {
+        self.flags & FLAG_ENCODED != 0
+    }
+
     /// Size of the stored object.
     pub fn object_len(&self) -> usize {
         if self.has_data() {
@@ -181,9 +191,15 @@ impl Header {
             data_crc: u32::from_le_bytes(le4(&bytes[28..32])),
             flags: u32::from_le_bytes(le4(&bytes[32..36])),
         };
-        let known = FLAG_NO_DATA | FLAG_DELTAS | FLAG_ALIGNED | FLAG_FEATURES | FLAG_CHUNK_CRCS;
+        let known = FLAG_NO_DATA
+            | FLAG_DELTAS
+            | FLAG_ALIGNED
+            | FLAG_FEATURES
+            | FLAG_CHUNK_CRCS
+            | FLAG_ENCODED;
         if header.flags & !known != 0
             || header.flags & (FLAG_NO_DATA | FLAG_DELTAS) == FLAG_NO_DATA | FLAG_DELTAS
+            || header.flags & (FLAG_NO_DATA | FLAG_ENCODED) == FLAG_NO_DATA | FLAG_ENCODED
             || header.flags & (FLAG_DELTAS | FLAG_FEATURES) == FLAG_FEATURES
             || header.flags & (FLAG_FEATURES | FLAG_CHUNK_CRCS) == FLAG_CHUNK_CRCS
         {
@@ -381,6 +397,12 @@ impl AlignedBuf {
     }
 }
 
+thread_local! {
+    /// The buffer a container writer thread encodes data sections into
+    /// ([`FLAG_ENCODED`]), swapped with each container's raw one.
+    static ENCODE_BUF: std::cell::RefCell<Option<AlignedBuf>> = const { std::cell::RefCell::new(None) };
+}
+
 /// Reads and checks the header and metadata section of container `id`
 /// (usually one ranged read).
 pub fn read_meta(backend: &dyn Backend, id: ContainerId) -> Result<(Header, Vec<ChunkMeta>)> {
@@ -416,6 +438,12 @@ pub struct Builder {
     deltas: bool,
     /// Whether the data section is aligned ([`FLAG_ALIGNED`]).
     aligned: bool,
+    /// How entries are encoded when sealed ([`FLAG_ENCODED`]); `None`:
+    /// stored as they are.
+    encoding: Option<Compression>,
+    /// Per entry (with `encoding`): whether its bytes were appended
+    /// already encoded (copied from another encoded container).
+    pre_encoded: Vec<bool>,
 }
 
 /// A sealed container as the two pieces to write in order: header,
@@ -426,6 +454,8 @@ pub struct Sealed {
     pub head: AlignedBuf,
     /// The data section.
     pub data: AlignedBuf,
+    /// What encoding the entries did ([`FLAG_ENCODED`]; zero otherwise).
+    pub encoded: EncodeCounts,
 }
 
 impl Sealed {
@@ -453,7 +483,24 @@ impl Builder {
             with_data: true,
             deltas: false,
             aligned: capacity >= ALIGN_MIN_CAPACITY,
+            encoding: None,
+            pre_encoded: Vec::new(),
         }
+    }
+
+    /// The same container in the [`FLAG_ENCODED`] format: entries are
+    /// encoded under `setting` when the container is sealed (a container
+    /// without data ignores it).
+    pub fn with_encoding(self, setting: Compression) -> Self {
+        Builder {
+            encoding: self.with_data.then_some(setting),
+            ..self
+        }
+    }
+
+    /// Whether entries are stored encoded ([`FLAG_ENCODED`]).
+    pub fn encoded(&self) -> bool {
+        self.encoding.is_some()
     }
 
     /// The same container in the [`FLAG_DELTAS`] format, which can hold
@@ -478,6 +525,9 @@ impl Builder {
         };
         if self.aligned {
             flags |= FLAG_ALIGNED;
+        }
+        if self.encoding.is_some() {
+            flags |= FLAG_ENCODED;
         }
         flags
     }
@@ -513,7 +563,12 @@ impl Builder {
     /// Whether a chunk of `len` bytes still fits.
     pub fn fits(&self, len: usize) -> bool {
         let meta_end = HEADER_LEN + (self.metas.len() + 1) * self.entry_len();
-        data_start(meta_end, self.aligned) + self.data_len + len <= self.capacity
+        // Entries are encoded at sealing: count the most a raw one takes.
+        let overhead = match self.encoding {
+            Some(_) => compression::MAX_OVERHEAD,
+            None => 0,
+        };
+        data_start(meta_end, self.aligned) + self.data_len + len + overhead <= self.capacity
     }
 
     /// Appends a chunk (the caller checked [`Builder::fits`]).
@@ -541,17 +596,26 @@ impl Builder {
         Ok(())
     }
 
-    /// Appends `bytes` stored as `m` records them in another container: a
-    /// delta against the same base, or a whole chunk with its
-    /// super-features (the caller checked [`Builder::fits`]).
-    pub fn push_like(&mut self, m: &ChunkMeta, bytes: &[u8]) -> Result<()> {
+    /// Appends entry `i` of `from` as it is stored there: a delta against
+    /// the same base, or a whole chunk with its super-features (the caller
+    /// checked [`Builder::fits`] for its stored length). An encoded entry is
+    /// copied as it is into an encoded container, and decoded into one
+    /// that is not.
+    pub fn push_like(&mut self, from: &Container, i: usize) -> Result<()> {
+        let m = &from.metas[i];
+        let copied = from.header.encoded() && self.encoding.is_some();
+        let bytes = match copied {
+            true => std::borrow::Cow::Borrowed(from.stored(i)),
+            false => from.entry(i)?,
+        };
         match m.base {
-            Some(base) => self.push_delta(m.fp, bytes, base),
-            None => {
-                self.push_stored(m.fp, bytes, None, m.features);
-                Ok(())
-            }
+            Some(base) => self.push_delta(m.fp, &bytes, base)?,
+            None => self.push_stored(m.fp, &bytes, None, m.features),
         }
+        if let Some(last) = self.pre_encoded.last_mut() {
+            *last = copied;
+        }
+        Ok(())
     }
 
     /// Appends stored bytes (a chunk, or a delta against `base`).
@@ -563,6 +627,9 @@ impl Builder {
         features: Option<SuperFeatures>,
     ) {
         self.push_len(fp, bytes.len() as u32);
+        if self.encoding.is_some() {
+            self.pre_encoded.push(false);
+        }
         if let Some(m) = self.metas.last_mut() {
             m.base = base;
             m.features = features.filter(|_| self.deltas);
@@ -571,7 +638,10 @@ impl Builder {
         if self.with_data {
             self.data.reserve_total(self.capacity);
             self.data.extend_from_slice(bytes);
-            self.data_crc = crc32c::crc32c_append(self.data_crc, bytes);
+            if self.encoding.is_none() {
+                // (Encoded containers checksum their entries when sealed.)
+                self.data_crc = crc32c::crc32c_append(self.data_crc, bytes);
+            }
         }
     }
 
@@ -581,8 +651,9 @@ impl Builder {
         if !(self.deltas && self.with_data) {
             return;
         }
-        for m in &mut self.metas {
-            if m.base.is_none() && m.features.is_none() && m.len as usize >= min_len {
+        for (i, m) in self.metas.iter_mut().enumerate() {
+            let copied = self.pre_encoded.get(i).copied().unwrap_or(false);
+            if m.base.is_none() && m.features.is_none() && m.len as usize >= min_len && !copied {
                 let start = m.offset as usize;
                 if let Some(bytes) = self.data.as_slice().get(start..start + m.len as usize) {
                     m.features = Some(features(bytes));
@@ -609,8 +680,49 @@ impl Builder {
         self.seal_parts().to_vec()
     }
 
-    /// Serialises the header and metadata; the data stays in the chunks' buffers.
-    pub fn seal_parts(self) -> Sealed {
+    /// Encodes every entry not appended encoded ([`FLAG_ENCODED`]) into a
+    /// new data section, updating offsets, lengths and checksums. The new
+    /// section is written into a buffer kept by the thread, which then
+    /// keeps the old one: no allocation per container.
+    fn encode_entries(&mut self, setting: Compression) -> EncodeCounts {
+        let mut counts = EncodeCounts::default();
+        let mut out = ENCODE_BUF
+            .with(|b| b.borrow_mut().take())
+            .unwrap_or_else(|| AlignedBuf::with_capacity(self.capacity));
+        out.clear();
+        out.reserve_total(self.data.len() + self.metas.len());
+        let mut data_crc = 0;
+        for (i, m) in self.metas.iter_mut().enumerate() {
+            let start = m.offset as usize;
+            let bytes = &self.data.as_slice()[start..start + m.len as usize];
+            let at = out.len();
+            match self.pre_encoded.get(i) {
+                Some(true) => out.extend_from_slice(bytes),
+                // Appending to the buffer's vector keeps its aligned start.
+                _ => compression::encode(setting, bytes, &mut out.buf, &mut counts),
+            }
+            let stored = &out.as_slice()[at..];
+            m.offset = at as u32;
+            m.len = stored.len() as u32;
+            if self.deltas {
+                m.crc = Some(crc32c::crc32c(stored));
+            }
+            data_crc = crc32c::crc32c_append(data_crc, stored);
+        }
+        self.data_len = out.len();
+        self.data_crc = data_crc;
+        let raw = std::mem::replace(&mut self.data, out);
+        ENCODE_BUF.with(|b| *b.borrow_mut() = Some(raw));
+        counts
+    }
+
+    /// Serialises the header and metadata; the data stays in the chunks'
+    /// buffers (of a [`FLAG_ENCODED`] container, encoded first).
+    pub fn seal_parts(mut self) -> Sealed {
+        let encoded = match self.encoding {
+            Some(setting) if self.with_data => self.encode_entries(setting),
+            _ => EncodeCounts::default(),
+        };
         let mut head = Vec::with_capacity(HEADER_LEN + self.metas.len() * self.entry_len());
         head.extend_from_slice(MAGIC);
         head.extend_from_slice(&CONTAINER_VERSION.to_le_bytes());
@@ -652,6 +764,7 @@ impl Builder {
         Sealed {
             head: aligned,
             data: self.data,
+            encoded,
         }
     }
 }
@@ -730,9 +843,9 @@ impl Container {
         self.data_checked
     }
 
-    /// Bytes of the `i`-th chunk (an index into `metas`); empty in a
-    /// container without data.
-    pub fn chunk(&self, i: usize) -> &[u8] {
+    /// Stored bytes of the `i`-th entry (an index into `metas`), encoded
+    /// in a [`FLAG_ENCODED`] container; empty in a container without data.
+    pub fn stored(&self, i: usize) -> &[u8] {
         if !self.header.has_data() {
             return &[];
         }
@@ -741,12 +854,40 @@ impl Container {
         &self.bytes[start..start + m.len as usize]
     }
 
+    /// The `i`-th entry's bytes (the chunk, or its delta) when they are
+    /// stored as they are: in a container without [`FLAG_ENCODED`], or as
+    /// a raw encoded entry; `None` when they must be decompressed.
+    pub fn plain(&self, i: usize) -> Option<&[u8]> {
+        match self.header.encoded() {
+            true => compression::raw_part(self.stored(i)),
+            false => Some(self.stored(i)),
+        }
+    }
+
+    /// The `i`-th entry's bytes (the chunk, or its delta), decoded: a
+    /// damaged encoded entry is a corrupt container.
+    pub fn entry(&self, i: usize) -> Result<std::borrow::Cow<'_, [u8]>> {
+        let stored = self.stored(i);
+        if !self.header.encoded() {
+            return Ok(std::borrow::Cow::Borrowed(stored));
+        }
+        compression::decode(stored).map_err(|e| {
+            Error::corrupt(
+                key(self.header.id),
+                format!(
+                    "chunk {}: stored entry does not decode: {e}",
+                    self.metas[i].fp
+                ),
+            )
+        })
+    }
+
     /// Whether the stored bytes of the `i`-th chunk match the CRC-32C its
     /// entry records; `None` when the container records none
     /// ([`FLAG_CHUNK_CRCS`]).
     pub fn chunk_crc_matches(&self, i: usize) -> Option<bool> {
         let crc = self.metas[i].crc?;
-        Some(crc32c::crc32c(self.chunk(i)) == crc)
+        Some(crc32c::crc32c(self.stored(i)) == crc)
     }
 
     /// The base of the `i`-th chunk when it is stored as a delta.
@@ -811,7 +952,7 @@ mod tests {
         for (i, chunk) in chunks.iter().enumerate() {
             let fp = FingerprintAlgo::Blake3.hash(chunk);
             assert_eq!(c.find(&fp), Some(i));
-            assert_eq!(c.chunk(i), &chunk[..]);
+            assert_eq!(c.stored(i), &chunk[..]);
         }
         // Without the data check: the same chunks, and it says so.
         let mut flipped = bytes;
@@ -821,7 +962,7 @@ mod tests {
         let u = Container::parse_unchecked_data(7, flipped).unwrap();
         assert!(!u.data_checked());
         assert_eq!(u.metas.len(), 5);
-        assert_ne!(u.chunk(4), &chunks[4][..]);
+        assert_ne!(u.stored(4), &chunks[4][..]);
     }
 
     #[test]
@@ -860,7 +1001,7 @@ mod tests {
                 HEADER_LEN + 2 * META_ENTRY_LEN + gap + 17000
             );
             assert_eq!(c.metas[1].offset, 8000);
-            assert!(c.chunk(1).is_empty());
+            assert!(c.stored(1).is_empty());
         }
     }
 
@@ -882,7 +1023,7 @@ mod tests {
         assert_eq!(c.header.data_start(), DATA_ALIGN);
         assert_eq!(c.object_len(), DATA_ALIGN + 15000);
         for (i, chunk) in chunks.iter().enumerate() {
-            assert_eq!(c.chunk(i), &chunk[..]);
+            assert_eq!(c.stored(i), &chunk[..]);
         }
         // A byte in the gap is caught like any other.
         for i in [c.header.meta_end(), DATA_ALIGN - 1] {
@@ -907,7 +1048,7 @@ mod tests {
         let c = Container::parse(7, bytes.clone()).unwrap();
         assert_eq!(c.base(0), None);
         assert_eq!(c.base(1), Some(base));
-        assert_eq!(c.chunk(1), b"delta");
+        assert_eq!(c.stored(1), b"delta");
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0x40;
@@ -975,8 +1116,8 @@ mod tests {
         assert_eq!(c.base(2), Some(base));
         // Copied entry by entry (as GC does), every chunk keeps its form.
         let mut copy = Builder::new(9, 1 << 16).with_deltas();
-        for (i, m) in c.metas.iter().enumerate() {
-            copy.push_like(m, c.chunk(i)).unwrap();
+        for i in 0..c.metas.len() {
+            copy.push_like(&c, i).unwrap();
         }
         let copied = Container::parse(9, copy.seal()).unwrap();
         assert_eq!(copied.metas, c.metas);
@@ -1012,7 +1153,88 @@ mod tests {
         assert_eq!(c.metas[0].features, Some(sf));
         assert_eq!(c.metas[0].crc, None);
         assert_eq!(c.chunk_crc_matches(0), None);
-        assert_eq!(c.chunk(0), b"whole");
+        assert_eq!(c.stored(0), b"whole");
+    }
+
+    #[test]
+    fn encoded_containers_compress_text_store_random_raw_and_copy_as_is() {
+        let text: Vec<u8> = b"static int add(int a, int b) { return a + b; }\n"
+            .iter()
+            .copied()
+            .cycle()
+            .take(8192)
+            .collect();
+        let random = crate::chunker::pseudo_random(8192, 3);
+        let mut b = Builder::new(5, 1 << 20)
+            .with_deltas()
+            .with_encoding(Compression::Auto);
+        let (ft, fr) = (
+            FingerprintAlgo::Blake3.hash(&text),
+            FingerprintAlgo::Blake3.hash(&random),
+        );
+        b.push(ft, &text);
+        b.push(fr, &random);
+        let base = BaseRef {
+            container: 5,
+            fp: ft,
+        };
+        b.push_delta(Fingerprint([7; 32]), &text[..2000], base)
+            .unwrap();
+        let sealed = b.seal_parts();
+        assert_eq!((sealed.encoded.compressed, sealed.encoded.raw), (2, 1));
+        let bytes = sealed.to_vec();
+        let c = Container::parse(5, bytes.clone()).unwrap();
+        assert!(c.header.encoded());
+        assert!(c.metas[0].len < 1000, "text compressed: {}", c.metas[0].len);
+        assert_eq!(c.metas[1].len, 8193, "random stored raw, one tag byte");
+        assert_eq!(c.entry(0).unwrap().as_ref(), &text[..]);
+        assert_eq!(c.plain(1), Some(&random[..]));
+        assert_eq!(c.plain(0), None);
+        assert_eq!(c.entry(2).unwrap().as_ref(), &text[..2000]);
+        assert_eq!(c.chunk_crc_matches(0), Some(true));
+        // Copied entry by entry into another encoded container: as stored.
+        let mut copy = Builder::new(6, 1 << 20)
+            .with_deltas()
+            .with_encoding(Compression::Level(19));
+        for i in 0..3 {
+            copy.push_like(&c, i).unwrap();
+        }
+        let copied = copy.seal_parts();
+        assert_eq!(copied.encoded.bytes_in, 0, "nothing encoded again");
+        let copied = Container::parse(6, copied.to_vec()).unwrap();
+        for i in 0..3 {
+            assert_eq!(copied.stored(i), c.stored(i));
+        }
+        // Into one that is not encoded: decoded.
+        let mut plain = Builder::new(7, 1 << 20).with_deltas();
+        for i in 0..3 {
+            plain.push_like(&c, i).unwrap();
+        }
+        let plain = Container::parse(7, plain.seal()).unwrap();
+        assert_eq!(plain.stored(0), &text[..]);
+        // A damaged frame (checksums made to match) is a corrupt container
+        // naming the chunk, not a panic.
+        let mut bad = bytes;
+        let at = c.header.data_start() + 5;
+        bad[at] ^= 0xff;
+        let ds = c.header.data_start();
+        let crc = crc32c::crc32c(&bad[ds..]);
+        bad[28..32].copy_from_slice(&crc.to_le_bytes());
+        let hc = crc32c::crc32c(&bad[..36]);
+        bad[36..40].copy_from_slice(&hc.to_le_bytes());
+        let damaged = Container::parse(5, bad).unwrap();
+        match damaged.entry(0) {
+            Err(e @ Error::Corrupt { .. }) => {
+                assert!(e.to_string().contains("containers/0000000000000005"), "{e}")
+            }
+            Ok(b) => assert_ne!(FingerprintAlgo::Blake3.hash(&b), ft),
+            Err(e) => panic!("unexpected {e}"),
+        }
+        // FLAG_ENCODED with FLAG_NO_DATA is refused.
+        let mut t = Builder::without_data(8, 1 << 20).with_encoding(Compression::Auto);
+        t.push_len(ft, 10);
+        let tb = t.seal();
+        assert!(!Container::parse(8, tb).unwrap().header.encoded());
     }
 
     #[test]

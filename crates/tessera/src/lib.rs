@@ -14,6 +14,7 @@ pub mod backup_filter;
 pub mod check;
 pub mod chunker;
 pub mod commit;
+pub mod compression;
 pub mod config;
 pub mod container;
 pub mod copy;

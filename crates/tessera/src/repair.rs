@@ -340,7 +340,7 @@ fn scan(repo: &Repository) -> Result<Scan> {
         };
         for (i, m) in ct.metas.iter().enumerate() {
             let ok = match ct.base(i) {
-                None => algo.hash(ct.chunk(i)) == m.fp,
+                None => ct.entry(i).is_ok_and(|b| algo.hash(&b) == m.fp),
                 Some(base) => {
                     if bases.get(&base.container).is_none() {
                         let b = if base.container == id {
@@ -354,7 +354,8 @@ fn scan(repo: &Repository) -> Result<Scan> {
                         Some(bc) => bc
                             .find(&base.fp)
                             .filter(|&j| bc.base(j).is_none())
-                            .and_then(|j| crate::delta::decode(bc.chunk(j), ct.chunk(i)).ok())
+                            .and_then(|j| Some((bc.entry(j).ok()?, ct.entry(i).ok()?)))
+                            .and_then(|(b, d)| crate::delta::decode(&b, &d).ok())
                             .is_some_and(|d| algo.hash(&d) == m.fp),
                         None => false,
                     }

@@ -46,8 +46,43 @@ pub struct RepoTotals {
     pub physical_bytes: u64,
     /// Containers.
     pub containers: u64,
-    /// logical_bytes / physical_bytes (`None` when nothing is stored).
+    /// Deduplication alone: logical bytes / the bytes stored before
+    /// compression (`physical_bytes` × `compression_ratio`); `None` when
+    /// nothing is stored.
     pub dedup_ratio: Option<f64>,
+    /// Compression alone: the bytes of the chunks the retained backups
+    /// stored, before / after compression (from their statistics); `None`
+    /// when they stored nothing (1.0 in a repository that does not compress).
+    pub compression_ratio: Option<f64>,
+    /// Both: logical_bytes / physical_bytes.
+    pub total_ratio: Option<f64>,
+}
+
+impl RepoTotals {
+    /// The totals of `snapshots` (the retained backups) stored in
+    /// `physical_bytes` of `containers` objects.
+    pub fn new(snapshots: &[Snapshot], physical_bytes: u64, containers: u64) -> RepoTotals {
+        let logical_bytes = snapshots.iter().map(|s| s.logical_bytes).sum();
+        let (before, after) = snapshots.iter().fold((0u64, 0u64), |(b, a), s| {
+            let c = &s.stats.compression;
+            // Backups written before compression existed count as raw.
+            match c.bytes_after {
+                0 => (b + s.stats.stored_bytes, a + s.stats.stored_bytes),
+                n => (b + c.bytes_before, a + n),
+            }
+        });
+        let compression_ratio = crate::backup::ratio(before, after);
+        let total_ratio = crate::backup::ratio(logical_bytes, physical_bytes);
+        RepoTotals {
+            backups: snapshots.len() as u64,
+            logical_bytes,
+            physical_bytes,
+            containers,
+            dedup_ratio: total_ratio.map(|t| t / compression_ratio.unwrap_or(1.0)),
+            compression_ratio,
+            total_ratio,
+        }
+    }
 }
 
 /// One backup as listed: its snapshot, or what is wrong with it.
@@ -152,7 +187,11 @@ impl Repository {
                 let unlocked = crypto::create_key(backend.as_ref(), key)?;
                 let sealed = unlocked.cipher().seal(CONFIG_KEY, &[&config.encode()])?;
                 let backend = Box::new(Encrypting::new(backend, unlocked.cipher()));
-                (backend, Some(unlocked), Stored::encode_sealed(&sealed))
+                (
+                    backend,
+                    Some(unlocked),
+                    Stored::encode_sealed(config.version, &sealed),
+                )
             }
         };
         let backend = Arc::new(Counting::new(backend));
@@ -720,14 +759,11 @@ impl Repository {
                 self.backend.size(&container::key(c))?
             };
         }
-        let logical_bytes = snapshots.iter().map(|s| s.logical_bytes).sum();
-        Ok(RepoTotals {
-            backups: snapshots.len() as u64,
-            logical_bytes,
+        Ok(RepoTotals::new(
+            &snapshots,
             physical_bytes,
-            containers: containers.len() as u64,
-            dedup_ratio: crate::backup::ratio(logical_bytes, physical_bytes),
-        })
+            containers.len() as u64,
+        ))
     }
 
     /// Deletes backup `id`. In the container layout, space is reclaimed by
@@ -804,11 +840,11 @@ fn decode_stored(location: String, bytes: &[u8]) -> Result<Stored> {
 
 /// `config` with the encryption (and format version) that `key` implies, validated.
 fn prepare(mut config: Config, key: Option<&NewKey>) -> Result<Config> {
-    config.encryption = match key {
+    let encryption = match key {
         Some(_) => Encryption::XChaCha20Poly1305,
         None => Encryption::None,
     };
-    config.version = config.encryption.format_version();
+    config.set_protection(encryption, config.compression);
     config.validate_new()?;
     Ok(config)
 }

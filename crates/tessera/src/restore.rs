@@ -591,7 +591,7 @@ impl Piece {
     /// verification: [`Assembly::decode`] runs first).
     fn bytes(&self) -> &[u8] {
         match self {
-            Piece::Whole(ct, i) => ct.chunk(*i),
+            Piece::Whole(ct, i) => ct.plain(*i).unwrap_or_default(),
             Piece::Delta { .. } => &[],
             Piece::Decoded(bytes) => bytes,
         }
@@ -623,11 +623,13 @@ impl Assembly<'_, '_> {
             fingerprint: c.fp.to_string(),
         })?;
         match ct.base(i) {
-            None => Ok(Piece::Whole(ct.clone(), i)),
+            // Stored as it is: used in place; compressed: decoded now.
+            None if ct.plain(i).is_some() => Ok(Piece::Whole(ct.clone(), i)),
+            None => Ok(Piece::Decoded(ct.entry(i)?.into_owned())),
             Some(base) => {
                 self.bases.want(base.container, held(base.container));
                 Ok(Piece::Delta {
-                    delta: ct.chunk(i).to_vec(),
+                    delta: ct.entry(i)?.into_owned(),
                     base,
                 })
             }
@@ -658,7 +660,7 @@ impl Assembly<'_, '_> {
                         ),
                     )
                 })?;
-            let decoded = delta::decode(bc.chunk(j), delta).map_err(|e| {
+            let decoded = delta::decode(&bc.entry(j)?, delta).map_err(|e| {
                 Error::corrupt(
                     container::key(c.container),
                     format!("delta of chunk {}: {e}", c.fp),

@@ -145,7 +145,7 @@ pub(crate) fn salvage_containers(
                 fingerprint: c.fp.to_string(),
             })?;
             let bytes = match ct.base(i) {
-                None => ct.chunk(i).to_vec(),
+                None => ct.entry(i)?.into_owned(),
                 Some(base) => {
                     let bc = load(base.container)?;
                     let j = bc
@@ -157,7 +157,7 @@ pub(crate) fn salvage_containers(
                                 format!("chunk {} is a delta whose base {} is not stored whole in container {:016x}", c.fp, base.fp, base.container),
                             )
                         })?;
-                    delta::decode(bc.chunk(j), ct.chunk(i)).map_err(|e| {
+                    delta::decode(&bc.entry(j)?, &ct.entry(i)?).map_err(|e| {
                         Error::corrupt(
                             container::key(c.container),
                             format!("delta of chunk {}: {e}", c.fp),
@@ -190,11 +190,13 @@ fn clone_error(e: &Error) -> Error {
     }
 }
 
-/// Where a lifecycle chunk is stored: object key, absolute offset, length.
+/// Where a lifecycle chunk is stored: object key, absolute offset, stored
+/// length, and whether it is an encoded entry.
 struct Loc {
     key: Arc<str>,
     offset: u64,
     len: u32,
+    encoded: bool,
 }
 
 /// Salvages `chunks` of lifecycle-layout backup `id` into `out`: every
@@ -241,6 +243,7 @@ pub(crate) fn salvage_lifecycle(
                         key: key.clone(),
                         offset,
                         len,
+                        encoded: header.encoded,
                     });
                 }
                 offset += u64::from(len);
@@ -258,11 +261,16 @@ pub(crate) fn salvage_lifecycle(
         let mut last: Option<Error> = None;
         let mut found = None;
         for loc in wanted.get(&c.fp).map(Vec::as_slice).unwrap_or_default() {
-            if loc.len != c.len {
+            if loc.len != c.len && !loc.encoded {
                 continue;
             }
-            match log.read(backend, &loc.key, loc.offset, u64::from(loc.len)) {
-                Ok(b) if algo.hash(&b) == c.fp => {
+            let read = log
+                .read(backend, &loc.key, loc.offset, u64::from(loc.len))
+                .and_then(|b| {
+                    format::decode_entry(loc.encoded, &loc.key, &c.fp, &b).map(|d| d.into_owned())
+                });
+            match read {
+                Ok(b) if b.len() == c.len as usize && algo.hash(&b) == c.fp => {
                     found = Some(b);
                     break;
                 }

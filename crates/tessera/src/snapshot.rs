@@ -256,6 +256,9 @@ pub struct BackupStats {
     pub index: crate::index::IndexStats,
     /// Delta compression counters (policy `none` when the repository has none).
     pub delta: crate::delta::DeltaStats,
+    /// Compression of the stored chunks (after deduplication and delta
+    /// compression: `stored_bytes` is before it).
+    pub compression: crate::compression::CompressionStats,
 }
 
 impl BackupStats {

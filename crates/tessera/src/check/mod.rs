@@ -146,7 +146,14 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                     };
                     for (i, m) in ct.metas.iter().enumerate().take(to_hash) {
                         if let Some(base) = m.base {
-                            deltas.push((cid, m.fp, base, Some(ct.chunk(i).to_vec())));
+                            match ct.entry(i) {
+                                Ok(delta) => {
+                                    deltas.push((cid, m.fp, base, Some(delta.into_owned())))
+                                }
+                                Err(e) => {
+                                    bad_chunks.insert((cid, m.fp), e.to_string());
+                                }
+                            }
                         }
                     }
                     let mismatches: Vec<(Fingerprint, String)> = (0..to_hash)
@@ -154,9 +161,15 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                         .filter(|&i| ct.metas[i].base.is_none())
                         .filter_map(|i| {
                             let expected = ct.metas[i].fp;
-                            let actual = algo.hash(ct.chunk(i));
-                            (actual != expected)
-                                .then(|| (expected, format!("chunk {expected} hashes to {actual}")))
+                            match ct.entry(i) {
+                                Ok(bytes) => {
+                                    let actual = algo.hash(&bytes);
+                                    (actual != expected).then(|| {
+                                        (expected, format!("chunk {expected} hashes to {actual}"))
+                                    })
+                                }
+                                Err(e) => Some((expected, e.to_string())),
+                            }
                         })
                         .collect();
                     report.chunks_verified += ct.metas[..to_hash]
@@ -392,7 +405,8 @@ fn check_deltas(
         let decoded = bc
             .find(&base.fp)
             .ok_or_else(|| format!("base {} vanished", base.fp))
-            .and_then(|j| delta::decode(bc.chunk(j), &delta).map_err(|e| e.to_string()));
+            .and_then(|j| bc.entry(j).map_err(|e| e.to_string()))
+            .and_then(|b| delta::decode(&b, &delta).map_err(|e| e.to_string()));
         match decoded {
             Ok(target) if algo.hash(&target) == fp => report.chunks_verified += 1,
             Ok(target) => {

@@ -53,10 +53,23 @@ impl ObjectCipher {
         let mut out = Vec::with_capacity(HEADER_LEN + plain_len + TAG_LEN * segments as usize);
         out.extend_from_slice(&header);
         let aad = associated_data(&header, key);
-        let mut bytes = parts.iter().flat_map(|p| p.iter().copied());
+        // (part, offset in it) of the next plaintext byte; copied a slice
+        // at a time (an iterator of bytes copies one byte at a time).
+        let (mut part, mut pos) = (0usize, 0usize);
         for i in 0..segments {
             let start = out.len();
-            out.extend(bytes.by_ref().take(SEGMENT as usize));
+            let mut need = SEGMENT as usize;
+            while need > 0 {
+                let Some(p) = parts.get(part) else { break };
+                let take = need.min(p.len() - pos);
+                out.extend_from_slice(&p[pos..pos + take]);
+                pos += take;
+                need -= take;
+                if pos == p.len() {
+                    part += 1;
+                    pos = 0;
+                }
+            }
             let nonce = nonce(&header, i, i + 1 == segments);
             let tag = self
                 .aead

@@ -23,9 +23,9 @@ pub struct Found {
 }
 
 impl Found {
-    /// The base's bytes.
-    pub fn bytes(&self) -> &[u8] {
-        self.container.chunk(self.index)
+    /// The base's bytes (decoded in a compressing repository).
+    pub fn bytes(&self) -> crate::error::Result<std::borrow::Cow<'_, [u8]>> {
+        self.container.entry(self.index)
     }
 
     /// Where the base lies, for the delta's metadata entry.
@@ -128,10 +128,13 @@ impl BaseCache {
                 {
                     continue;
                 }
-                // Recorded when the chunk was stored, else computed now.
-                let sf = m
-                    .features
-                    .unwrap_or_else(|| super_features(self.kind, container.chunk(i)));
+                // Recorded when the chunk was stored, else computed now
+                // (a chunk that does not decode is no base).
+                let sf = match (m.features, container.entry(i)) {
+                    (Some(sf), _) => sf,
+                    (None, Ok(bytes)) => super_features(self.kind, &bytes),
+                    (None, Err(_)) => continue,
+                };
                 for (map, f) in by_feature.iter_mut().zip(sf) {
                     map.insert(f, i as u32);
                 }
@@ -241,7 +244,7 @@ mod tests {
         let found = cache
             .find(&super_features(kind, &target), |_, _| true, |_| false)
             .unwrap();
-        assert_eq!(found.bytes(), &a[..]);
+        assert_eq!(found.bytes().unwrap().as_ref(), &a[..]);
         assert_eq!(found.base_ref().container, 1);
         assert!(cache
             .find(

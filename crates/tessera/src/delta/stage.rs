@@ -404,10 +404,14 @@ impl DeltaStage {
         // (`DedupIndex::take_piggybacked`): the base is, here, once, by the
         // checksum its entry records, else by its fingerprint.
         let base = found.base_ref();
+        let Ok(base_bytes) = found.bytes() else {
+            self.stats.corrupt_bases += 1;
+            return Ok((None, Some(sf)));
+        };
         if !found.container.data_checked() && !self.verified.contains(&base) {
             let sound = match found.container.chunk_crc_matches(found.index) {
                 Some(matches) => matches,
-                None => self.algo.hash(found.bytes()) == base.fp,
+                None => self.algo.hash(&base_bytes) == base.fp,
             };
             if !sound {
                 self.stats.corrupt_bases += 1;
@@ -416,7 +420,7 @@ impl DeltaStage {
             self.verified.insert(base);
         }
         let t = Instant::now();
-        let d = encode(found.bytes(), data);
+        let d = encode(&base_bytes, data);
         self.stats.encode_seconds += t.elapsed().as_secs_f64();
         self.stats.delta_input_bytes += data.len() as u64;
         if (d.bytes.len() + BASE_REF_BYTES) as f64 > MAX_DELTA_FRACTION * data.len() as f64 {

@@ -20,6 +20,7 @@
 //! keeping their base reference.
 
 use crate::backend::{Backend, LockMode};
+use crate::compression::Compression;
 use crate::container::{self, Builder, Container, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
@@ -287,6 +288,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         capacity: repo.config().container_size as usize,
         trace,
         deltas,
+        encoding: repo.config().encoding(),
         next_id: repo.next_container_id()?,
         open: None,
         produced: 0,
@@ -326,14 +328,18 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
                     continue;
                 }
                 // A delta's bytes are covered by the container's CRC; its
-                // fingerprint is that of the decoded chunk.
-                if !trace && m.base.is_none() && algo.hash(ct.chunk(i)) != m.fp {
-                    // Never copy a damaged chunk forward: stop before anything refers to the copies.
-                    return Err(Error::ChunkMismatch {
-                        container: cid,
-                        fingerprint: m.fp.to_string(),
-                        actual: algo.hash(ct.chunk(i)).to_string(),
-                    });
+                // fingerprint is that of the decoded chunk. A chunk is
+                // verified decoded; an encoded one is copied as it is stored.
+                if !trace && m.base.is_none() {
+                    let actual = algo.hash(&ct.entry(i)?);
+                    if actual != m.fp {
+                        // Never copy a damaged chunk forward: stop before anything refers to the copies.
+                        return Err(Error::ChunkMismatch {
+                            container: cid,
+                            fingerprint: m.fp.to_string(),
+                            actual: actual.to_string(),
+                        });
+                    }
                 }
                 // Placeholder until written; keeps a chunk listed twice in a container single.
                 moved.insert((cid, m.fp), ContainerId::MAX);
@@ -385,7 +391,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
                     new
                 }
                 None => {
-                    let new = writer.push(m, c.container.chunk(c.index))?;
+                    let new = writer.push(&c.container, c.index)?;
                     copied.insert(m.fp, new);
                     stats.chunks_moved += 1;
                     stats.bytes_moved += u64::from(m.len);
@@ -449,7 +455,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     newest_first.sort_unstable_by_key(|s| std::cmp::Reverse(s.id));
     for s in newest_first {
         let kept = if s.has_live && holds_pinned.contains(&s.id) {
-            compact(backend, s.id, &stay, writer.capacity)?
+            compact(backend, s.id, &stay, writer.capacity, writer.encoding)?
         } else {
             backend.delete(&container::key(s.id))?;
             0
@@ -650,9 +656,18 @@ fn select_pinning_bases(
 /// Rewrites container `id` in place with only its chunks in `stay`, each
 /// once (a container GC filled can list a chunk twice, once as a delta:
 /// the whole copy is kept, as a base must be); returns its new size.
-fn compact(backend: &dyn Backend, id: ContainerId, stay: &LiveSet, capacity: usize) -> Result<u64> {
+fn compact(
+    backend: &dyn Backend,
+    id: ContainerId,
+    stay: &LiveSet,
+    capacity: usize,
+    encoding: Option<Compression>,
+) -> Result<u64> {
     let ct = Container::parse(id, backend.read(&container::key(id))?)?;
     let mut b = Builder::new(id, capacity.max(ct.object_len())).with_deltas();
+    if let Some(setting) = encoding {
+        b = b.with_encoding(setting);
+    }
     let has_whole: std::collections::HashSet<Fingerprint> = ct
         .metas
         .iter()
@@ -668,7 +683,7 @@ fn compact(backend: &dyn Backend, id: ContainerId, stay: &LiveSet, capacity: usi
         if !wanted || !kept.insert(m.fp) {
             continue;
         }
-        b.push_like(m, ct.chunk(i))?;
+        b.push_like(&ct, i)?;
     }
     let bytes = b.seal();
     let size = container::Header::parse(id, &bytes)?.total_len() as u64;
@@ -683,6 +698,8 @@ struct Forward<'a> {
     trace: bool,
     /// Containers in the format that can hold deltas.
     deltas: bool,
+    /// Containers with encoded entries (compressing repositories).
+    encoding: Option<Compression>,
     next_id: ContainerId,
     open: Option<Builder>,
     produced: u64,
@@ -690,27 +707,33 @@ struct Forward<'a> {
 }
 
 impl Forward<'_> {
-    /// Appends a stored chunk (whole or a delta, as `m` says) with its
-    /// stored `bytes`; returns the container it goes to.
-    fn push(&mut self, m: &container::ChunkMeta, bytes: &[u8]) -> Result<ContainerId> {
+    /// Appends chunk `i` of `from` as it is stored there (whole or a
+    /// delta); returns the container it goes to.
+    fn push(&mut self, from: &Container, i: usize) -> Result<ContainerId> {
+        let m = &from.metas[i];
         if self.open.as_ref().is_some_and(|b| !b.fits(m.len as usize)) {
             self.seal()?;
         }
         let (capacity, trace, deltas) = (self.capacity, self.trace, self.deltas);
+        let encoding = self.encoding;
         let next_id = &mut self.next_id;
         let b = self.open.get_or_insert_with(|| {
             let id = *next_id;
             *next_id += 1;
-            match (trace, deltas) {
+            let b = match (trace, deltas) {
                 (true, _) => Builder::without_data(id, capacity),
                 (false, false) => Builder::new(id, capacity),
                 (false, true) => Builder::new(id, capacity).with_deltas(),
+            };
+            match encoding {
+                Some(setting) => b.with_encoding(setting),
+                None => b,
             }
         });
         if trace {
             b.push_len(m.fp, m.len);
         } else {
-            b.push_like(m, bytes)?;
+            b.push_like(from, i)?;
         }
         Ok(b.id())
     }

@@ -164,6 +164,8 @@ fn round(
 ) -> Result<()> {
     let backend = repo.backend().as_ref();
     let has_data = !repo.config().trace;
+    // Chunks move as they are stored (encoded entries, in a compressing repository).
+    let encoded = repo.config().encoding().is_some();
     let part_bytes = repo.config().lifecycle_part_bytes;
     let l = lineage.name.clone();
     // Active parts (i, p) of Cat.(i, v-1), ascending.
@@ -195,7 +197,8 @@ fn round(
         let mut log = ReadLog::default();
         let mut archive = PartWriter::new(backend, v - 1, has_data, part_bytes, |p, first| {
             vol_key(&l, v - 1, p, first)
-        });
+        })
+        .copying(encoded);
         // Versions below the oldest live one are gone for good: a category
         // Cat.(i,j) with i < oldest has the live lifecycle oldest..=j, so the
         // active categories starting below it are merged into the oldest's
@@ -221,7 +224,7 @@ fn round(
                 };
                 migrate = Some((
                     to,
-                    PartWriter::new(backend, v, has_data, part_bytes, key_of),
+                    PartWriter::new(backend, v, has_data, part_bytes, key_of).copying(encoded),
                 ));
             }
             let Some((_, writer)) = migrate.as_mut() else {
@@ -246,6 +249,12 @@ fn round(
                     return Err(Error::corrupt(
                         &key,
                         "category start disagrees with its name",
+                    ));
+                }
+                if header.encoded != (encoded && has_data) {
+                    return Err(Error::corrupt(
+                        &key,
+                        "its chunk encoding (flag bit 1) disagrees with the repository's compression",
                     ));
                 }
                 let metas = format::read_meta(backend, &key, &header, 0, &mut log)?;

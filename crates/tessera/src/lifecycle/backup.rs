@@ -6,6 +6,7 @@ use super::arrange::{arrange_lineage, ArrangeStats};
 use super::format::{self, PartWriter};
 use super::{cat_key, ndf_key, require_layout, Lineage};
 use crate::backend::Backend;
+use crate::compression::{Compression, CompressionStats, EncodeCounts};
 use crate::config::Arrange;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
@@ -45,6 +46,9 @@ pub struct LifecycleBackupOptions<'a> {
     pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
     /// The snapshot's time instead of the commit's (see [`crate::backup::BackupOptions::time`]).
     pub time: Option<u64>,
+    /// Compression of the chunks this backup stores, instead of the
+    /// repository's setting (only in a repository that compresses).
+    pub compression: Option<Compression>,
 }
 
 /// A committed backup and, when the configuration arranges automatically,
@@ -141,6 +145,7 @@ pub(crate) fn backup_stream(
     let mut cur = SpillMap::with_budget(CUR_BUDGET, byte_order);
     let mut distinct = 0u64;
     let name = lineage.name.clone();
+    let encoding = repo.config().backup_encoding(options.compression)?;
     let mut new_cat = PartWriter::new(
         backend,
         v,
@@ -148,6 +153,9 @@ pub(crate) fn backup_stream(
         repo.config().lifecycle_part_bytes,
         |p, _| cat_key(&name, v, v, p),
     );
+    if let Some(setting) = encoding {
+        new_cat = new_cat.encoding(setting);
+    }
     let mut write_time = std::time::Duration::ZERO;
     let mut recipe = RecipeWriter::new(id)?;
     let (mut unique, mut internal, mut adjacent) = (
@@ -221,6 +229,15 @@ pub(crate) fn backup_stream(
     // state leaves objects the next backup of the lineage overwrites; one
     // between state and snapshot leaves a version that counts as deleted.
     let t = Instant::now();
+    let encoded = match encoding {
+        Some(_) => new_cat.counts(),
+        None => EncodeCounts {
+            raw: unique.chunks,
+            bytes_in: unique.bytes,
+            bytes_out: unique.bytes,
+            ..EncodeCounts::default()
+        },
+    };
     let parts = new_cat.finish()?;
     delete_stale_parts(backend, &lineage, v, parts)?;
     write_time += t.elapsed();
@@ -259,6 +276,7 @@ pub(crate) fn backup_stream(
             ..StageSeconds::default()
         },
         index: index_stats,
+        compression: CompressionStats::new(encoding, &encoded),
         ..BackupStats::default()
     };
     let time = options.time.unwrap_or_else(|| {

@@ -56,8 +56,9 @@ fn check_object(
                 &metas,
                 &mut log,
                 |fp, _, bytes| {
-                    let bytes = bytes.unwrap_or_default();
-                    let actual = algo.hash(bytes);
+                    let stored = bytes.unwrap_or_default();
+                    let bytes = format::decode_entry(header.encoded, key, &fp, stored)?;
+                    let actual = algo.hash(&bytes);
                     if actual != fp {
                         return Err(Error::ObjectChunkMismatch {
                             object: key.to_string(),

@@ -4,6 +4,7 @@
 //! journal.
 
 use crate::backend::{Backend, WriteMode};
+use crate::compression::{self, Compression, EncodeCounts};
 use crate::envelope::{self, le4, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
@@ -22,6 +23,10 @@ pub const ENTRY_LEN: usize = 40;
 pub const META_ENTRY_LEN: usize = FINGERPRINT_LEN + 4;
 /// Header flag: chunk bytes are stored (absent in trace repositories).
 pub const FLAG_DATA: u32 = 1;
+/// Header flag (with [`FLAG_DATA`]): every chunk is stored as an encoded
+/// entry (`crate::compression`, docs/FORMAT.md §7.7); metadata lengths are
+/// the entries'.
+pub const FLAG_ENCODED: u32 = 2;
 /// Most categories one volume header may announce.
 pub const MAX_CATEGORIES: u32 = 1 << 20;
 
@@ -62,6 +67,8 @@ pub struct VolumeHeader {
     pub end: u64,
     /// Whether chunk bytes are stored.
     pub has_data: bool,
+    /// Whether chunks are stored as encoded entries ([`FLAG_ENCODED`]).
+    pub encoded: bool,
     /// The categories, by ascending `start`.
     pub categories: Vec<CategoryEntry>,
 }
@@ -99,7 +106,12 @@ impl VolumeHeader {
         out.extend_from_slice(VOLUME_MAGIC);
         out.extend_from_slice(&VOLUME_VERSION.to_le_bytes());
         out.extend_from_slice(&self.end.to_le_bytes());
-        out.extend_from_slice(&(if self.has_data { FLAG_DATA } else { 0 }).to_le_bytes());
+        let flags = match (self.has_data, self.encoded) {
+            (false, _) => 0,
+            (true, false) => FLAG_DATA,
+            (true, true) => FLAG_DATA | FLAG_ENCODED,
+        };
+        out.extend_from_slice(&flags.to_le_bytes());
         out.extend_from_slice(&(self.categories.len() as u32).to_le_bytes());
         out.extend_from_slice(&0u32.to_le_bytes());
         for c in &self.categories {
@@ -154,10 +166,11 @@ impl VolumeHeader {
         }
         let end = u64::from_le_bytes(le8(&b[8..16]));
         let flags = u32::from_le_bytes(le4(&b[16..20]));
-        if flags & !FLAG_DATA != 0 {
+        if flags & !(FLAG_DATA | FLAG_ENCODED) != 0 || flags == FLAG_ENCODED {
             return Err(Error::corrupt(name, format!("unknown flags {flags:#x}")));
         }
         let has_data = flags & FLAG_DATA != 0;
+        let encoded = flags & FLAG_ENCODED != 0;
         let mut categories = Vec::with_capacity(count);
         let mut expect = len as u64;
         for k in 0..count {
@@ -190,6 +203,7 @@ impl VolumeHeader {
         Ok(VolumeHeader {
             end,
             has_data,
+            encoded,
             categories,
         })
     }
@@ -258,6 +272,26 @@ pub fn read_meta(
     let e = &header.categories[idx];
     let b = log.read(backend, key, e.offset, e.meta_len())?;
     parse_meta(key, e, &b)
+}
+
+/// The bytes of chunk `fp` stored as `stored` in object `key`: decoded
+/// when the object stores encoded entries (a damaged entry is a corrupt
+/// object naming the chunk).
+pub fn decode_entry<'a>(
+    encoded: bool,
+    key: &str,
+    fp: &Fingerprint,
+    stored: &'a [u8],
+) -> Result<std::borrow::Cow<'a, [u8]>> {
+    if !encoded {
+        return Ok(std::borrow::Cow::Borrowed(stored));
+    }
+    compression::decode(stored).map_err(|e| {
+        Error::corrupt(
+            key,
+            format!("chunk {fp}: stored entry does not decode: {e}"),
+        )
+    })
 }
 
 /// Bytes of chunk data read per request when streaming a category.
@@ -389,8 +423,9 @@ impl CategoryBuilder {
     }
 }
 
-/// Seals categories (ascending `start`) into a volume object ending at `end`.
-pub fn seal_volume(end: u64, has_data: bool, cats: Vec<CategoryBuilder>) -> Vec<u8> {
+/// Seals categories (ascending `start`) into a volume object ending at
+/// `end`; `encoded`: their chunks are encoded entries.
+pub fn seal_volume(end: u64, has_data: bool, encoded: bool, cats: Vec<CategoryBuilder>) -> Vec<u8> {
     let mut offset = VolumeHeader::len_for(cats.len());
     let mut entries = Vec::with_capacity(cats.len());
     for c in &cats {
@@ -407,6 +442,7 @@ pub fn seal_volume(end: u64, has_data: bool, cats: Vec<CategoryBuilder>) -> Vec<
     let header = VolumeHeader {
         end,
         has_data,
+        encoded: encoded && has_data,
         categories: entries,
     };
     let mut out = header.encode();
@@ -428,6 +464,14 @@ pub struct PartWriter<'a> {
     key_of: Box<dyn Fn(u32, u64) -> String + 'a>,
     end: u64,
     has_data: bool,
+    /// Chunks are stored as encoded entries ([`FLAG_ENCODED`]).
+    encoded: bool,
+    /// Pushed chunks are encoded under this setting (`None`: they are
+    /// pushed as they are stored, encoded already when `encoded`).
+    encode: Option<Compression>,
+    /// Scratch buffer of one encoded chunk.
+    scratch: Vec<u8>,
+    counts: EncodeCounts,
     part_bytes: u64,
     cats: Vec<CategoryBuilder>,
     bytes: u64,
@@ -448,6 +492,10 @@ impl<'a> PartWriter<'a> {
             key_of: Box::new(key_of),
             end,
             has_data,
+            encoded: false,
+            encode: None,
+            scratch: Vec::new(),
+            counts: EncodeCounts::default(),
             part_bytes: part_bytes.max(1),
             cats: Vec::new(),
             bytes: 0,
@@ -455,7 +503,34 @@ impl<'a> PartWriter<'a> {
         }
     }
 
+    /// The same writer encoding every chunk pushed with bytes under
+    /// `setting` ([`FLAG_ENCODED`]; a backup of a compressing repository).
+    pub fn encoding(self, setting: Compression) -> Self {
+        PartWriter {
+            encoded: self.has_data,
+            encode: Some(setting),
+            ..self
+        }
+    }
+
+    /// The same writer for chunks pushed as they are stored: encoded
+    /// entries when `encoded` (arranging copies them as they are).
+    pub fn copying(self, encoded: bool) -> Self {
+        PartWriter {
+            encoded: encoded && self.has_data,
+            encode: None,
+            ..self
+        }
+    }
+
+    /// What encoding the pushed chunks did.
+    pub fn counts(&self) -> EncodeCounts {
+        self.counts
+    }
+
     /// Appends a chunk of Cat.(start, end); starts must not decrease.
+    /// `len` is the length of `bytes` as pushed (before a writer made
+    /// [`PartWriter::encoding`] encodes them).
     pub fn push(
         &mut self,
         start: u64,
@@ -466,6 +541,14 @@ impl<'a> PartWriter<'a> {
         if self.cats.last().is_none_or(|c| c.start != start) {
             self.cats.push(CategoryBuilder::new(start));
         }
+        let (len, bytes) = match (self.encode, bytes) {
+            (Some(setting), Some(b)) => {
+                self.scratch.clear();
+                compression::encode(setting, b, &mut self.scratch, &mut self.counts);
+                (self.scratch.len() as u32, Some(&self.scratch[..]))
+            }
+            _ => (len, bytes),
+        };
         if let Some(c) = self.cats.last_mut() {
             c.push(fp, len, bytes);
         }
@@ -482,7 +565,7 @@ impl<'a> PartWriter<'a> {
         }
         let cats = std::mem::take(&mut self.cats);
         let first = cats.first().map_or(0, |c| c.start);
-        let object = seal_volume(self.end, self.has_data, cats);
+        let object = seal_volume(self.end, self.has_data, self.encoded, cats);
         self.backend
             .write(&(self.key_of)(self.parts, first), &object)?;
         self.parts += 1;
@@ -518,6 +601,7 @@ pub fn truncate_volume(
     let kept = VolumeHeader {
         end: header.end,
         has_data: header.has_data,
+        encoded: header.encoded,
         categories: header.categories[..keep]
             .iter()
             .map(|c| CategoryEntry {
@@ -751,7 +835,55 @@ mod tests {
         let mut b = CategoryBuilder::new(2);
         b.push(&fp(3), 4, Some(b"fghi"));
         let c = CategoryBuilder::new(3);
-        seal_volume(3, true, vec![a, b, c])
+        seal_volume(3, true, false, vec![a, b, c])
+    }
+
+    #[test]
+    fn encoded_parts_compress_and_copy_as_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let be = Local::new(dir.path());
+        let text = b"lifecycle ".repeat(400);
+        let random = crate::chunker::pseudo_random(4000, 5);
+        let mut w =
+            PartWriter::new(&be, 2, true, 1 << 20, |_, _| "e".into()).encoding(Compression::Auto);
+        w.push(2, &fp(1), text.len() as u32, Some(&text)).unwrap();
+        w.push(2, &fp(2), random.len() as u32, Some(&random))
+            .unwrap();
+        let counts = w.counts();
+        assert_eq!((counts.compressed, counts.raw), (1, 1));
+        w.finish().unwrap();
+        let mut log = ReadLog::default();
+        let h = read_header(&be, "e", &mut log).unwrap();
+        assert!(h.encoded);
+        let metas = read_meta(&be, "e", &h, 0, &mut log).unwrap();
+        assert!(metas[0].1 < 200 && metas[1].1 == 4001, "{metas:?}");
+        let mut copy = PartWriter::new(&be, 2, true, 1 << 20, |_, _| "c".into()).copying(true);
+        let mut got = Vec::new();
+        stream_category(&be, "e", &h, 0, &metas, &mut log, |f, len, b| {
+            let stored = b.unwrap();
+            got.push(
+                decode_entry(h.encoded, "e", &f, stored)
+                    .unwrap()
+                    .into_owned(),
+            );
+            copy.push(2, &f, len, Some(stored))
+        })
+        .unwrap();
+        assert_eq!(got, vec![text.clone(), random]);
+        copy.finish().unwrap();
+        let c = read_header(&be, "c", &mut log).unwrap();
+        assert!(c.encoded);
+        assert_eq!(read_meta(&be, "c", &c, 0, &mut log).unwrap(), metas);
+        // A damaged entry is a corrupt object naming the chunk.
+        let e = decode_entry(true, "e", &fp(1), &[1, 9, 0, 0, 0, 7]).unwrap_err();
+        assert!(e.to_string().contains("e: corrupt: chunk"), "{e}");
+        // Flag bit 1 without bit 0 is refused.
+        let mut bad = be.read("e").unwrap();
+        bad[16..20].copy_from_slice(&FLAG_ENCODED.to_le_bytes());
+        let n = VolumeHeader::len_for(1) as usize;
+        let crc = crc32c::crc32c(&bad[..n - 4]);
+        bad[n - 4..n].copy_from_slice(&crc.to_le_bytes());
+        assert!(VolumeHeader::parse("e", &bad).is_err());
     }
 
     #[test]

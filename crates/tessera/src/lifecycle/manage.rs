@@ -301,7 +301,6 @@ pub fn totals(repo: &Repository) -> Result<crate::repo::RepoTotals> {
     require_layout(repo)?;
     let backend = repo.backend().as_ref();
     let snapshots = repo.snapshots()?;
-    let logical_bytes = snapshots.iter().map(|s| s.logical_bytes).sum();
     let (mut physical_bytes, mut parts) = (0u64, 0u64);
     // A trace repository stores no chunk bytes: count the bytes its
     // category and volume objects stand for (their headers' data lengths).
@@ -337,11 +336,9 @@ pub fn totals(repo: &Repository) -> Result<crate::repo::RepoTotals> {
             }
         }
     }
-    Ok(crate::repo::RepoTotals {
-        backups: snapshots.len() as u64,
-        logical_bytes,
+    Ok(crate::repo::RepoTotals::new(
+        &snapshots,
         physical_bytes,
-        containers: parts,
-        dedup_ratio: crate::backup::ratio(logical_bytes, physical_bytes),
-    })
+        parts,
+    ))
 }

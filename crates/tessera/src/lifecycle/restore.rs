@@ -127,8 +127,25 @@ fn hash_table(recipe: &Recipe) -> (FingerprintMap<(u32, Vec<u64>)>, u64) {
     (table, off)
 }
 
-fn verify(algo: &Fingerprinter, key: &str, fp: &Fingerprint, bytes: &[u8]) -> Result<()> {
-    let actual = algo.hash(bytes);
+/// Chunk `fp` of `want` bytes stored as `stored` in object `key` (an
+/// encoded entry when `encoded`): decoded, and verified against its
+/// length and fingerprint.
+fn verify<'a>(
+    algo: &Fingerprinter,
+    key: &str,
+    fp: &Fingerprint,
+    want: u32,
+    encoded: bool,
+    stored: &'a [u8],
+) -> Result<std::borrow::Cow<'a, [u8]>> {
+    let bytes = format::decode_entry(encoded, key, fp, stored)?;
+    if bytes.len() != want as usize {
+        return Err(Error::corrupt(
+            key,
+            format!("chunk {fp} has length {}, recipe says {want}", bytes.len()),
+        ));
+    }
+    let actual = algo.hash(&bytes);
     if actual != *fp {
         return Err(Error::ObjectChunkMismatch {
             object: key.to_string(),
@@ -136,7 +153,7 @@ fn verify(algo: &Fingerprinter, key: &str, fp: &Fingerprint, bytes: &[u8]) -> Re
             actual: actual.to_string(),
         });
     }
-    Ok(())
+    Ok(bytes)
 }
 
 fn no_trace(repo: &Repository) -> Result<()> {
@@ -209,7 +226,7 @@ fn restore_in_one_pass(
     // object's prefix is read in one request after its header (objects are
     // at most a part, `lifecycle_part_bytes`), and its categories are
     // handed over, up to 16 in flight.
-    type Category = (String, Vec<(Fingerprint, u32)>, Arc<Vec<u8>>, usize);
+    type Category = (String, Vec<(Fingerprint, u32)>, Arc<Vec<u8>>, usize, bool);
     let (tx, rx) = crossbeam_channel::bounded::<Category>(16);
     // Placement is by fingerprint, so objects may be read in any order:
     // several readers (each keeping a volume's parts together, in order)
@@ -253,7 +270,9 @@ fn restore_in_one_pass(
                                 // --read-data` does): every chunk this restore uses is
                                 // verified against its fingerprint, the others are unused.
                                 log.data_bytes += e.data_bytes;
-                                tx.send((req.key.clone(), metas, Arc::clone(&body), d))
+                                let category =
+                                    (req.key.clone(), metas, Arc::clone(&body), d, header.encoded);
+                                tx.send(category)
                                     .map_err(|_| Error::Pipeline("restore stopped".into()))?;
                             }
                             Ok(())
@@ -266,33 +285,48 @@ fn restore_in_one_pass(
         drop(tx);
         // Chunks to verify and place, gathered over categories so that
         // verification runs in parallel over enough of them.
-        type Needed = (Arc<Vec<u8>>, usize, usize, Fingerprint, Vec<u64>, String);
+        // (object body, offset, stored length, fingerprint, recipe length,
+        // output offsets, object key, encoded).
+        type Needed = (
+            Arc<Vec<u8>>,
+            usize,
+            usize,
+            Fingerprint,
+            u32,
+            Vec<u64>,
+            String,
+            bool,
+        );
         const BATCH_BYTES: usize = 4 << 20;
         let mut batch: Vec<Needed> = Vec::new();
         let mut batch_bytes = 0usize;
         let mut flush = |batch: &mut Vec<Needed>, restored: &mut u64| -> Result<()> {
-            batch
+            let decoded: Vec<std::borrow::Cow<'_, [u8]>> = batch
                 .par_iter()
-                .try_for_each(|(body, at, len, fp, _, key)| {
-                    verify(algo, key, fp, &body[*at..*at + *len])
-                })?;
-            for (body, at, len, _, offsets, _) in batch.drain(..) {
-                for o in offsets {
-                    place(&body[at..at + len], o)?;
-                    *restored += len as u64;
+                .map(|(body, at, len, fp, want, _, key, encoded)| {
+                    verify(algo, key, fp, *want, *encoded, &body[*at..*at + *len])
+                })
+                .collect::<Result<_>>()?;
+            for (n, bytes) in batch.iter().zip(&decoded) {
+                for &o in &n.5 {
+                    place(bytes, o)?;
+                    *restored += bytes.len() as u64;
                 }
             }
+            drop(decoded);
+            batch.clear();
             if let Some(p) = options.progress {
                 p(*restored);
             }
             Ok(())
         };
         let mut placed = Ok(());
-        for (key, chunks, body, data) in &rx {
+        for (key, chunks, body, data, encoded) in &rx {
             let mut at = data;
             for (fp, len) in chunks {
                 if let Some((want, offsets)) = table.remove(&fp) {
-                    if want != len {
+                    // (An encoded entry's length is checked decoded.)
+                    if want != len && !encoded {
                         placed = Err(Error::corrupt(
                             &key,
                             format!("chunk {fp} has length {len}, recipe says {want}"),
@@ -304,10 +338,12 @@ fn restore_in_one_pass(
                         at,
                         len as usize,
                         fp,
+                        want,
                         offsets,
                         key.clone(),
+                        encoded,
                     ));
-                    batch_bytes += len as usize;
+                    batch_bytes += want as usize;
                 }
                 at += len as usize;
             }
@@ -433,10 +469,11 @@ pub fn restore_selection_to_writer(
     let mut log = ReadLog::default();
     let mut wanted: FingerprintMap<Option<Loc>> =
         recipe.chunks.iter().map(|c| (c.fp, None)).collect();
-    let mut objects: Vec<String> = Vec::new();
+    // Object keys, and whether each stores encoded entries.
+    let mut objects: Vec<(String, bool)> = Vec::new();
     super::for_each_required(backend, &required, &mut log, |req, header, prefix, log| {
         let obj = objects.len();
-        objects.push(req.key.clone());
+        objects.push((req.key.clone(), header.encoded));
         for idx in 0..prefix {
             stats.categories_read += 1;
             let metas = format::read_meta(backend, &req.key, header, idx, log)?;
@@ -468,7 +505,7 @@ pub fn restore_selection_to_writer(
         buf.clear();
         buf.resize(size as usize, 0);
         // (location, position in the window) in storage order.
-        let mut reads: Vec<(Loc, usize, Fingerprint)> = Vec::with_capacity(at - first);
+        let mut reads: Vec<(Loc, usize, Fingerprint, u32)> = Vec::with_capacity(at - first);
         let mut pos = 0usize;
         for c in &recipe.chunks[first..at] {
             let loc = wanted
@@ -476,19 +513,19 @@ pub fn restore_selection_to_writer(
                 .copied()
                 .flatten()
                 .ok_or_else(|| super::not_in_categories(&lineage, id, k, &required, &c.fp))?;
-            if loc.len != c.len {
+            if loc.len != c.len && !objects[loc.obj].1 {
                 return Err(Error::corrupt(
-                    &objects[loc.obj],
+                    &objects[loc.obj].0,
                     format!(
                         "chunk {} has length {}, recipe says {}",
                         c.fp, loc.len, c.len
                     ),
                 ));
             }
-            reads.push((loc, pos, c.fp));
+            reads.push((loc, pos, c.fp, c.len));
             pos += c.len as usize;
         }
-        reads.sort_by_key(|(l, p, _)| (l.obj, l.offset, *p));
+        reads.sort_by_key(|(l, p, _, _)| (l.obj, l.offset, *p));
         let mut r = 0;
         while r < reads.len() {
             // An extent: consecutive (or repeated) chunks of one object, up to a piece.
@@ -504,19 +541,27 @@ pub fn restore_selection_to_writer(
                 end = end.max(reads[e].0.offset + u64::from(reads[e].0.len));
                 e += 1;
             }
-            let key = &objects[obj];
+            let (key, encoded) = (&objects[obj].0, objects[obj].1);
             let data = log.read(backend, key, start, end - start)?;
             log.data_bytes += end - start;
-            // Verify each distinct chunk of the extent (in parallel), then place it.
-            let mut distinct: Vec<&(Loc, usize, Fingerprint)> = reads[r..e].iter().collect();
-            distinct.dedup_by_key(|(loc, _, _)| loc.offset);
-            distinct.par_iter().try_for_each(|(loc, _, fp)| {
-                let s = (loc.offset - start) as usize;
-                verify(algo, key, fp, &data[s..s + loc.len as usize])
-            })?;
-            for (loc, p, _) in &reads[r..e] {
-                let s = (loc.offset - start) as usize;
-                buf[*p..*p + loc.len as usize].copy_from_slice(&data[s..s + loc.len as usize]);
+            // Verify each distinct chunk of the extent (in parallel,
+            // decoded), then place it.
+            let mut distinct: Vec<&(Loc, usize, Fingerprint, u32)> = reads[r..e].iter().collect();
+            distinct.dedup_by_key(|(loc, _, _, _)| loc.offset);
+            let decoded: Vec<(u64, std::borrow::Cow<'_, [u8]>)> = distinct
+                .par_iter()
+                .map(|(loc, _, fp, want)| {
+                    let s = (loc.offset - start) as usize;
+                    let stored = &data[s..s + loc.len as usize];
+                    verify(algo, key, fp, *want, encoded, stored).map(|b| (loc.offset, b))
+                })
+                .collect::<Result<_>>()?;
+            let mut d = 0;
+            for (loc, p, _, want) in &reads[r..e] {
+                while decoded[d].0 != loc.offset {
+                    d += 1;
+                }
+                buf[*p..*p + *want as usize].copy_from_slice(&decoded[d].1);
             }
             r = e;
         }
