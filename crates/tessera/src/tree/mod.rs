@@ -8,13 +8,14 @@
 pub mod backup;
 pub mod catalog;
 pub mod list;
+mod meta;
 pub mod restore;
 pub mod select;
 pub mod stream;
 
 pub use backup::{backup_tree, default_source, TreeBackupOptions, TreeOutcome};
 pub use list::list_tree;
-pub use restore::{restore_tree, TreeRestoreOptions, TreeRestoreStats};
+pub use restore::{restore_tree, Overwrite, TreeRestoreOptions, TreeRestoreStats};
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
