@@ -70,7 +70,7 @@ enum Command {
         repo: PathBuf,
         /// Directories (or files and symbolic links) to back up as a tree;
         /// one regular file, or `-` for standard input, is backed up as a stream.
-        #[arg(required_unless_present = "trace", conflicts_with = "trace")]
+        #[arg(required_unless_present_any = ["trace", "files_from"], conflicts_with = "trace")]
         inputs: Vec<String>,
         /// Tree backups: leave out paths matching this gitignore-style
         /// pattern (repeatable; a leading `/` anchors at the file-system root).
@@ -691,9 +691,11 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 parent,
                 force,
             };
+            let tree_wanted = !files_from.is_empty() || is_tree(&inputs);
             return backup_cmd(
                 &repo,
                 &inputs,
+                tree_wanted,
                 &tree,
                 trace.as_deref(),
                 label,
@@ -1140,6 +1142,7 @@ impl From<OverwriteArg> for Overwrite {
 fn backup_cmd(
     repo: &Path,
     inputs: &[PathBuf],
+    tree_wanted: bool,
     tree_options: &TreeBackupOptions,
     trace: Option<&Path>,
     label: String,
@@ -1147,7 +1150,7 @@ fn backup_cmd(
     json: bool,
     access: &Access,
 ) -> Result<ExitCode> {
-    let tree = trace.is_none() && is_tree(inputs);
+    let tree = trace.is_none() && tree_wanted;
     let t = tree_options;
     if !tree
         && (!t.excludes.is_empty()

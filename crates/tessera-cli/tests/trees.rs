@@ -775,3 +775,283 @@ fn every_entry_kind_round_trips_exactly_in_both_layouts() {
         assert!(listed.contains("/a/hard2 link to /"), "{listed}");
     }
 }
+
+/// The paths `ls -R` lists of backup `id` below `src`, relative to it.
+fn listed_below(repo: &Path, id: &str, src: &Path) -> Vec<String> {
+    let out = ok([
+        "ls".as_ref(),
+        "-R".as_ref(),
+        repo.as_os_str(),
+        id.as_ref(),
+        src.as_os_str(),
+    ]);
+    let prefix = format!("{}/", src.display());
+    out.lines()
+        .filter_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn selection_flags_leave_out_what_they_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    for d in ["cache", "fakecache", "nobackup", "notes", "other"] {
+        fs::create_dir_all(src.join(d)).unwrap();
+    }
+    fs::write(src.join("keep.txt"), b"keep").unwrap();
+    fs::write(src.join("Big.BIN"), b"binary").unwrap();
+    fs::write(src.join("large.dat"), vec![7u8; 8192]).unwrap();
+    let tag = b"Signature: 8a477f597d28d172789f06886806bc55\n# a cache\n";
+    fs::write(src.join("cache/CACHEDIR.TAG"), tag).unwrap();
+    fs::write(src.join("cache/x"), b"x").unwrap();
+    fs::write(src.join("fakecache/CACHEDIR.TAG"), b"Signature: wrong").unwrap();
+    fs::write(src.join("nobackup/.nobackup"), b"").unwrap();
+    fs::write(src.join("nobackup/z"), b"z").unwrap();
+    fs::write(src.join("notes/TODO.tmp"), b"t").unwrap();
+    fs::write(src.join("notes/a.md"), b"a").unwrap();
+    fs::write(src.join("other/o"), b"o").unwrap();
+    let list = dir.path().join("excludes");
+    fs::write(&list, b"# comment\n\n*.tmp\n").unwrap();
+    let repo = dir.path().join("repo");
+    init(&repo);
+    ok([
+        "backup".as_ref(),
+        repo.as_os_str(),
+        src.as_os_str(),
+        "--exclude-file".as_ref(),
+        list.as_os_str(),
+        "--iexclude".as_ref(),
+        "*.bin".as_ref(),
+        "--exclude-if-present".as_ref(),
+        ".nobackup".as_ref(),
+        "--exclude-caches".as_ref(),
+        "--exclude-larger-than".as_ref(),
+        "4KiB".as_ref(),
+    ]);
+    let mut got = listed_below(&repo, "1", &src);
+    got.sort();
+    let want = [
+        "fakecache",
+        "fakecache/CACHEDIR.TAG",
+        "keep.txt",
+        "notes",
+        "notes/a.md",
+        "other",
+        "other/o",
+    ];
+    assert_eq!(got, want);
+
+    // --files-from: the listed paths (and their parents) only.
+    let from = dir.path().join("files");
+    let mut text = format!(
+        "{}\n# not this\n{}\n",
+        src.join("keep.txt").display(),
+        src.join("notes").display()
+    )
+    .into_bytes();
+    text.extend_from_slice(b"\n");
+    fs::write(&from, text).unwrap();
+    ok([
+        "backup".as_ref(),
+        repo.as_os_str(),
+        "--files-from".as_ref(),
+        from.as_os_str(),
+    ]);
+    let mut got = listed_below(&repo, "2", &src);
+    got.sort();
+    assert_eq!(got, ["keep.txt", "notes", "notes/TODO.tmp", "notes/a.md"]);
+
+    // --follow-symlinks: a link to a directory is backed up as the directory.
+    let linked = dir.path().join("linked");
+    fs::create_dir(&linked).unwrap();
+    symlink(src.join("other"), linked.join("to-other")).unwrap();
+    ok(["backup".as_ref(), repo.as_os_str(), linked.as_os_str()]);
+    assert_eq!(listed_below(&repo, "3", &linked), ["to-other"]);
+    ok([
+        "backup".as_ref(),
+        "--follow-symlinks".as_ref(),
+        repo.as_os_str(),
+        linked.as_os_str(),
+    ]);
+    assert_eq!(
+        listed_below(&repo, "4", &linked),
+        ["to-other", "to-other/o"]
+    );
+    let out = dir.path().join("out");
+    ok([
+        "restore".as_ref(),
+        repo.as_os_str(),
+        "4".as_ref(),
+        out.as_os_str(),
+    ]);
+    let back = restored(&out, &linked).join("to-other");
+    assert!(fs::symlink_metadata(&back).unwrap().is_dir());
+    assert_eq!(fs::read(back.join("o")).unwrap(), b"o");
+}
+
+#[test]
+fn bad_input_is_refused_clearly_and_changes_are_noted() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("a"), b"a").unwrap();
+    let repo = dir.path().join("repo");
+    init(&repo);
+    let missing = dir.path().join("missing");
+    let err = fail([
+        "backup".as_ref(),
+        repo.as_os_str(),
+        src.as_os_str(),
+        missing.as_os_str(),
+    ]);
+    assert!(
+        err.contains(&*missing.to_string_lossy()) && err.contains("No such file"),
+        "{err}"
+    );
+    let err = fail([
+        "backup".as_ref(),
+        repo.as_os_str(),
+        src.as_os_str(),
+        "--exclude".as_ref(),
+        "*".as_ref(),
+    ]);
+    assert!(
+        err.contains("excluded") && err.contains(&*src.to_string_lossy()),
+        "{err}"
+    );
+    assert!(common::list_ids(&repo).is_empty(), "nothing committed");
+    let err = fail([
+        "backup".as_ref(),
+        repo.as_os_str(),
+        "--files-from".as_ref(),
+        missing.as_os_str(),
+    ]);
+    assert!(err.contains(&*missing.to_string_lossy()), "{err}");
+    // A file whose length is not what it was when opened (a procfs file
+    // reports 0 bytes and reads more): noted, backed up as read.
+    let out = run([
+        "backup".as_ref(),
+        repo.as_os_str(),
+        src.as_os_str(),
+        "/proc/self/stat".as_ref(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("tessera: note: /proc/")
+                && l.contains("/stat: changed while it was read (0 bytes when opened")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn restore_overwrite_modes_delete_and_verify() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    for (name, data) in [("same", "same"), ("edited", "edited"), ("gone", "gone")] {
+        write(
+            &src.join(name),
+            data.as_bytes(),
+            0o644,
+            at(1_000_000_000, 1),
+        );
+    }
+    let repo = dir.path().join("repo");
+    init(&repo);
+    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    let out = dir.path().join("out");
+    let restore = |extra: &[&str]| {
+        let mut args: Vec<&OsStr> = vec!["restore".as_ref(), "--json".as_ref()];
+        args.extend(extra.iter().map(|a| OsStr::new(*a)));
+        args.extend([repo.as_os_str(), "1".as_ref(), out.as_os_str()]);
+        json(&ok(args))
+    };
+    restore(&[]);
+    let back = restored(&out, &src);
+    // Local changes: one file edited (same size, other time), one removed, one added.
+    write(&back.join("edited"), b"EDITED", 0o644, at(2_000_000_000, 2));
+    fs::remove_file(back.join("gone")).unwrap();
+    fs::write(back.join("extra"), b"not in the backup").unwrap();
+    let r = restore(&["--overwrite=never"]);
+    assert_eq!(
+        (r["files"].as_u64(), r["kept"].as_u64()),
+        (Some(1), Some(2)),
+        "{r}"
+    );
+    assert_eq!(fs::read(back.join("edited")).unwrap(), b"EDITED");
+    assert_eq!(fs::read(back.join("gone")).unwrap(), b"gone");
+    let r = restore(&["--overwrite=if-changed", "--verify"]);
+    assert_eq!(
+        (r["files"].as_u64(), r["kept"].as_u64()),
+        (Some(1), Some(2)),
+        "{r}"
+    );
+    assert_eq!(r["verified"], 1, "{r}");
+    assert_eq!(fs::read(back.join("edited")).unwrap(), b"edited");
+    assert!(back.join("extra").exists());
+    let r = restore(&["--overwrite", "--delete", "--verify"]);
+    assert_eq!(
+        (r["files"].as_u64(), r["deleted"].as_u64()),
+        (Some(3), Some(1)),
+        "{r}"
+    );
+    assert_eq!(r["verified"], 3, "{r}");
+    assert!(!back.join("extra").exists());
+    assert_same_tree(&src, &back);
+    let r = restore(&["--overwrite=always", "--verify"]);
+    assert_eq!(r["verified"], 3, "{r}");
+}
+
+/// A restore into a file system that fills up fails naming the file, and
+/// leaves no partial file behind (as root, on a 1 MiB tmpfs; skipped
+/// where mounting is not permitted).
+#[test]
+fn a_restore_onto_a_full_file_system_fails_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("small");
+    fs::create_dir(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mnt)
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !mounted {
+        eprintln!("note: cannot mount a tmpfs here: full file system not tested");
+        return;
+    }
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _guard = Unmount(&mnt);
+    let src = dir.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("a-small"), b"fits").unwrap();
+    fs::write(src.join("b-big"), random_bytes(3, 3 << 20)).unwrap();
+    let repo = dir.path().join("repo");
+    init(&repo);
+    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    let target = mnt.join("out");
+    let err = fail([
+        "restore".as_ref(),
+        repo.as_os_str(),
+        "1".as_ref(),
+        target.as_os_str(),
+    ]);
+    assert!(
+        err.contains("No space left on device") && err.contains("b-big"),
+        "{err}"
+    );
+    let back = restored(&target, &src);
+    assert_eq!(fs::read(back.join("a-small")).unwrap(), b"fits");
+    let left: Vec<_> = fs::read_dir(&back)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, [OsStr::new("a-small")], "no partial file");
+}

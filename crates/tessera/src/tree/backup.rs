@@ -450,6 +450,8 @@ enum State {
         entry: Box<Entry>,
         path: PathBuf,
         nlink: u64,
+        /// Its length before reading.
+        expected: u64,
     },
     /// An unchanged file: its chunks are the parent's.
     Reused {
@@ -708,8 +710,9 @@ impl TreeFeed<'_> {
                 }
                 match File::open(&path) {
                     Ok(file) => {
-                        let nlink = meta.nlink();
+                        let (nlink, expected) = (meta.nlink(), meta.len());
                         self.state = State::Reading {
+                            expected,
                             file,
                             entry: Box::new(entry),
                             path,
@@ -752,10 +755,11 @@ impl Segments for TreeFeed<'_> {
                     entry,
                     path,
                     nlink,
+                    expected,
                 } => match file.read(buf) {
                     Ok(0) => {
                         let (entry, nlink) = (std::mem::take(&mut **entry), *nlink);
-                        if let Some(what) = changed_while_read(file, &entry) {
+                        if let Some(what) = changed_while_read(file, &entry, *expected) {
                             self.notes.push(format!(
                                 "{}: changed while it was read ({what}): backed up as read, read again next time",
                                 path.display()
@@ -808,22 +812,22 @@ impl Segments for TreeFeed<'_> {
 
 /// How the file just read differs from its metadata before reading, if it
 /// does: its length or its times changed meanwhile.
-fn changed_while_read(file: &File, entry: &Entry) -> Option<&'static str> {
+fn changed_while_read(file: &File, entry: &Entry, expected: u64) -> Option<String> {
     let now = file.metadata().ok()?;
-    if now.len() != entry.size {
-        Some(if now.len() > entry.size {
-            "it grew"
-        } else {
-            "it shrank"
-        })
-    } else if (
+    let times = (
         now.mtime(),
         now.mtime_nsec() as u32,
         now.ctime(),
         now.ctime_nsec() as u32,
-    ) != (entry.mtime, entry.mtime_ns, entry.ctime, entry.ctime_ns)
-    {
-        Some("it was modified")
+    );
+    if expected != entry.size || now.len() != entry.size {
+        Some(format!(
+            "{expected} bytes when opened, {} read, {} now",
+            entry.size,
+            now.len()
+        ))
+    } else if times != (entry.mtime, entry.mtime_ns, entry.ctime, entry.ctime_ns) {
+        Some("modified".into())
     } else {
         None
     }
