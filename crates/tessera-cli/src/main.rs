@@ -100,6 +100,10 @@ enum Command {
         /// Tree backups: back up what symbolic links point to, not the links.
         #[arg(long)]
         follow_symlinks: bool,
+        /// With `-`: back up standard input as a tree backup holding one
+        /// file of this path (listed, found and restored like any file).
+        #[arg(long, value_name = "NAME")]
+        stdin_name: Option<String>,
         /// Tree backups: do not descend into other file systems.
         #[arg(long)]
         one_file_system: bool,
@@ -661,6 +665,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             exclude_larger_than,
             files_from,
             follow_symlinks,
+            stdin_name,
             one_file_system,
             parent,
             force,
@@ -680,7 +685,11 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 }
                 inputs.extend(listed);
             }
+            if stdin_name.is_some() && (inputs.len() != 1 || inputs[0].as_os_str() != "-") {
+                bail!("--stdin-name applies to a backup of standard input (`-`) alone");
+            }
             let tree = TreeBackupOptions {
+                stdin_name: stdin_name.clone(),
                 excludes: exclude,
                 iexcludes: iexclude,
                 exclude_if_present,
@@ -691,7 +700,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 parent,
                 force,
             };
-            let tree_wanted = !files_from.is_empty() || is_tree(&inputs);
+            let tree_wanted = stdin_name.is_some() || !files_from.is_empty() || is_tree(&inputs);
             return backup_cmd(
                 &repo,
                 &inputs,
@@ -1168,7 +1177,10 @@ fn backup_cmd(
     let paths = inputs;
     let source = match source {
         Some(s) => s,
-        None if tree => tessera::tree::default_source(paths)?,
+        None if tree => match &t.stdin_name {
+            Some(name) => format!("stdin:{name}"),
+            None => tessera::tree::default_source(paths)?,
+        },
         None => "default".into(),
     };
     let r = open(repo, LockMode::Backup, access)?;

@@ -1055,3 +1055,48 @@ fn a_restore_onto_a_full_file_system_fails_cleanly() {
         .collect();
     assert_eq!(left, [OsStr::new("a-small")], "no partial file");
 }
+
+#[test]
+fn stdin_is_backed_up_as_a_named_file() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    init(&repo);
+    let data = random_bytes(11, 200_000);
+    let mut child = common::cmd([
+        "backup".as_ref(),
+        "--json".as_ref(),
+        repo.as_os_str(),
+        "-".as_ref(),
+        "--stdin-name".as_ref(),
+        OsStr::new("dumps/db.sql"),
+    ])
+    .stdin(std::process::Stdio::piped())
+    .stdout(std::process::Stdio::piped())
+    .spawn()
+    .unwrap();
+    child.stdin.take().unwrap().write_all(&data).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let b = json(&String::from_utf8_lossy(&out.stdout));
+    assert_eq!(b["tree"]["files"], 1, "{b}");
+    assert_eq!(b["source"], "stdin:dumps/db.sql", "{b}");
+    let listed = ok(["ls".as_ref(), "-R".as_ref(), repo.as_os_str(), "1".as_ref()]);
+    assert_eq!(listed.trim(), "/dumps/db.sql");
+    let target = dir.path().join("out");
+    ok([
+        "restore".as_ref(),
+        repo.as_os_str(),
+        "1".as_ref(),
+        target.as_os_str(),
+    ]);
+    assert!(fs::read(target.join("dumps/db.sql")).unwrap() == data);
+    let err = fail([
+        "backup".as_ref(),
+        repo.as_os_str(),
+        "-".as_ref(),
+        "--stdin-name".as_ref(),
+        "../x".as_ref(),
+    ]);
+    assert!(err.contains("--stdin-name"), "{err}");
+}

@@ -43,6 +43,9 @@ pub struct TreeBackupOptions {
     pub exclude_larger_than: Option<u64>,
     /// Back up what symbolic links point to instead of the links.
     pub follow_symlinks: bool,
+    /// Back up standard input as one regular file of this path (relative
+    /// or absolute; `backup - --stdin-name NAME`) instead of the paths.
+    pub stdin_name: Option<String>,
 }
 
 /// The first bytes of a cache directory's `CACHEDIR.TAG`
@@ -82,14 +85,25 @@ pub fn backup_tree(
     tree_options: &TreeBackupOptions,
     options: &BackupOptions,
 ) -> Result<TreeOutcome> {
-    let roots = roots(paths)?;
+    let stdin = tree_options
+        .stdin_name
+        .as_deref()
+        .map(stdin_file)
+        .transpose()?;
+    let roots = match &stdin {
+        Some((_, entry)) => vec![Path::new("/").join(relative_path(&entry.path))],
+        None => roots(paths)?,
+    };
     let excludes = Excludes {
         exact: patterns(&tree_options.excludes, false)?,
         nocase: patterns(&tree_options.iexcludes, true)?,
         if_present: tree_options.exclude_if_present.clone(),
         caches: tree_options.exclude_caches,
     };
-    if let Some(root) = roots.iter().find(|r| excludes.excluded(r, r.is_dir())) {
+    if let Some(root) = roots
+        .iter()
+        .find(|r| stdin.is_none() && excludes.excluded(r, r.is_dir()))
+    {
         return Err(Error::InvalidConfig(format!(
             "{} is excluded by the exclude options: nothing of it would be backed up",
             root.display()
@@ -104,8 +118,22 @@ pub fn backup_tree(
         Some(id) => Some((id, tree_of(repo, id)?, repo.recipe(id)?.chunks)),
         None => None,
     };
+    let (roots_walked, state, files_new) = match stdin {
+        Some((file, entry)) => (
+            Vec::new(),
+            State::Reading {
+                file,
+                path: roots[0].clone(),
+                entry: Box::new(entry),
+                nlink: 1,
+                expected: 0,
+            },
+            1,
+        ),
+        None => (roots.clone(), State::Walking, 0),
+    };
     let mut feed = TreeFeed {
-        roots: roots.clone().into_iter(),
+        roots: roots_walked.into_iter(),
         excludes,
         one_file_system: tree_options.one_file_system,
         follow: tree_options.follow_symlinks,
@@ -114,7 +142,7 @@ pub fn backup_tree(
         links: HashMap::new(),
         walk: None,
         recorded: HashSet::new(),
-        state: State::Walking,
+        state,
         catalog: CatalogWriter::default(),
         offset: 0,
         files: 0,
@@ -124,6 +152,7 @@ pub fn backup_tree(
             catalog_version: CATALOG_VERSION,
             paths: roots.iter().map(|p| p.display().to_string()).collect(),
             parent: parent.as_ref().map(|p| p.0),
+            files_new,
             ..TreeRef::default()
         },
         parent: None,
@@ -219,6 +248,50 @@ fn is_cache_dir(dir: &Path) -> bool {
     File::open(dir.join("CACHEDIR.TAG"))
         .and_then(|mut f| f.read_exact(&mut head))
         .is_ok_and(|()| head == CACHEDIR_SIGNATURE)
+}
+
+/// Standard input as a file to read, and its catalog entry at `name`:
+/// mode 0644, the user's ids, the current time.
+fn stdin_file(name: &str) -> Result<(File, Entry)> {
+    let path = name.trim_start_matches('/');
+    if path.is_empty()
+        || path
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(Error::InvalidConfig(format!(
+            "--stdin-name {name:?}: give a file name or a path of names"
+        )));
+    }
+    use std::os::fd::AsFd;
+    let fd = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| Error::io("reading standard input", e))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut names = Names::default();
+    // SAFETY: getuid and getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+    let entry = Entry {
+        path: path.as_bytes().to_vec(),
+        kind: Kind::File,
+        mode: 0o644,
+        uid,
+        gid,
+        mtime: secs,
+        mtime_ns: now.subsec_nanos(),
+        ctime: secs,
+        ctime_ns: now.subsec_nanos(),
+        atime: secs,
+        atime_ns: now.subsec_nanos(),
+        user: names.user(uid),
+        group: names.group(gid),
+        ..Entry::default()
+    };
+    Ok((File::from(fd), entry))
 }
 
 /// The latest tree backup of `source`, if any.
@@ -814,6 +887,10 @@ impl Segments for TreeFeed<'_> {
 /// does: its length or its times changed meanwhile.
 fn changed_while_read(file: &File, entry: &Entry, expected: u64) -> Option<String> {
     let now = file.metadata().ok()?;
+    if !now.is_file() {
+        // Standard input: a pipe has no length to compare.
+        return None;
+    }
     let times = (
         now.mtime(),
         now.mtime_nsec() as u32,
