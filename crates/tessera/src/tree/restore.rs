@@ -126,7 +126,8 @@ impl TreeRestoreStats {
 /// otherwise), with their modes, times, extended attributes, hard links
 /// and — when permitted (root) — owners and device nodes. Every chunk is
 /// verified before a byte of it is written; each file is written beside its
-/// place and renamed into it when complete.
+/// place and renamed into it when complete, and the file system is flushed
+/// (`syncfs`) once at the end, before the restore reports success.
 pub fn restore_tree(
     repo: &Repository,
     id: BackupId,
@@ -282,6 +283,9 @@ pub fn restore_tree(
         Ok(true)
     })?;
     stats.add_catalog(&s);
+
+    // One flush of the whole file system at the end, not one per file.
+    sync_target(target)?;
 
     if options.verify {
         let (verified, s) = verify(repo, id, tree, &recipe.chunks, target, select, write)?;
@@ -555,6 +559,17 @@ fn prepare_target(target: &Path, mode: Overwrite) -> Result<()> {
     }
 }
 
+/// Writes everything restored below `target` to stable storage (`syncfs`).
+fn sync_target(target: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let dir = File::open(target).map_err(out_err(target))?;
+    // SAFETY: `dir` is an open descriptor for the call's duration.
+    if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+        return Err(out_err(target)(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 fn make_parent(dest: &Path) -> Result<()> {
     match dest.parent() {
         Some(p) => fs::create_dir_all(p).map_err(out_err(p)),
@@ -733,7 +748,6 @@ impl Files<'_> {
             Ok(())
         })
         .and_then(|()| set_metadata(&f.entry, &f.dest, Some(&f.file), self.notes))
-        .and_then(|()| f.file.sync_all().map_err(out_err(&f.dest)))
         .and_then(|()| fs::rename(&f.tmp, &f.dest).map_err(out_err(&f.dest)));
         if done.is_err() {
             let _ = fs::remove_file(&f.tmp);
