@@ -35,7 +35,8 @@ use tessera::tags::TagChange;
 use tessera::tree::catalog::{Entry, Kind};
 use tessera::tree::select::Selection;
 use tessera::tree::{
-    backup_tree, list_tree, restore_tree, TarScope, TreeBackupOptions, TreeRestoreOptions,
+    backup_tree, list_tree, restore_tree, Overwrite, TarScope, TreeBackupOptions,
+    TreeRestoreOptions,
 };
 use tessera::units::{parse_size, parse_size_u32};
 use tessera::Repository;
@@ -169,12 +170,40 @@ enum Command {
         repo: Location,
         /// Directories (or files and symbolic links) to back up as a tree;
         /// one regular file, or `-` for standard input, is backed up as a stream.
-        #[arg(required_unless_present = "trace", conflicts_with = "trace")]
+        #[arg(required_unless_present_any = ["trace", "files_from"], conflicts_with = "trace")]
         inputs: Vec<String>,
         /// Tree backups: leave out paths matching this gitignore-style
         /// pattern (repeatable; a leading `/` anchors at the file-system root).
         #[arg(long, value_name = "PATTERN")]
         exclude: Vec<String>,
+        /// Tree backups: read exclude patterns from this file, one a line
+        /// (blank lines and lines starting with `#` ignored; repeatable).
+        #[arg(long, value_name = "FILE")]
+        exclude_file: Vec<PathBuf>,
+        /// Tree backups: like --exclude, ignoring case (repeatable).
+        #[arg(long, value_name = "PATTERN")]
+        iexclude: Vec<String>,
+        /// Tree backups: leave out directories holding a file of this name (repeatable).
+        #[arg(long, value_name = "NAME")]
+        exclude_if_present: Vec<String>,
+        /// Tree backups: leave out directories holding a CACHEDIR.TAG with
+        /// the standard signature.
+        #[arg(long)]
+        exclude_caches: bool,
+        /// Tree backups: leave out regular files larger than SIZE (e.g. 100MiB).
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        exclude_larger_than: Option<u64>,
+        /// Tree backups: back up the paths listed in this file too, one a
+        /// line (blank lines and lines starting with `#` ignored; repeatable).
+        #[arg(long, value_name = "FILE")]
+        files_from: Vec<PathBuf>,
+        /// Tree backups: back up what symbolic links point to, not the links.
+        #[arg(long)]
+        follow_symlinks: bool,
+        /// With `-`: back up standard input as a tree backup holding one
+        /// file of this path (listed, found and restored like any file).
+        #[arg(long, value_name = "NAME")]
+        stdin_name: Option<String>,
         /// Tree backups: do not descend into other file systems.
         #[arg(long)]
         one_file_system: bool,
@@ -230,9 +259,25 @@ enum Command {
         exclude: Vec<String>,
         /// Replace an existing regular file (only once the whole backup
         /// restored); tree backups: restore into a directory that is not
-        /// empty, replacing files and links of the same names.
+        /// empty, and what to do with what is there (`--overwrite=WHEN`): `always` (the
+        /// default value) replaces it, `if-changed` replaces files whose
+        /// size or modification time differ, `never` keeps it.
+        #[arg(
+            long,
+            value_name = "WHEN",
+            num_args = 0..=1,
+            require_equals = true,
+            default_missing_value = "always"
+        )]
+        overwrite: Option<OverwriteArg>,
+        /// Tree backups: remove what is in the directory (among the
+        /// selected paths) but not in the backup.
         #[arg(long)]
-        overwrite: bool,
+        delete: bool,
+        /// Tree backups: read every restored file back and check it
+        /// against the backup's fingerprints.
+        #[arg(long)]
+        verify: bool,
         /// Restore cache policy: lru, opt (Belady, using the recipe) or faa
         /// (forward assembly area of --cache-size containers).
         #[arg(long, default_value = "lru")]
@@ -900,7 +945,15 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
         Command::Backup {
             repo,
             inputs,
-            exclude,
+            mut exclude,
+            exclude_file,
+            iexclude,
+            exclude_if_present,
+            exclude_caches,
+            exclude_larger_than,
+            files_from,
+            follow_symlinks,
+            stdin_name,
             one_file_system,
             parent,
             force,
@@ -912,8 +965,28 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             compression,
             json,
         } => {
+            for file in &exclude_file {
+                exclude.extend(tessera::tree::select::read_patterns(file)?);
+            }
+            let mut inputs: Vec<PathBuf> = inputs.iter().map(PathBuf::from).collect();
+            for file in &files_from {
+                let listed = tessera::tree::select::read_paths(file)?;
+                if listed.is_empty() {
+                    bail!("--files-from {}: no paths listed", file.display());
+                }
+                inputs.extend(listed);
+            }
+            if stdin_name.is_some() && (inputs.len() != 1 || inputs[0].as_os_str() != "-") {
+                bail!("--stdin-name applies to a backup of standard input (`-`) alone");
+            }
             let tree = TreeBackupOptions {
+                stdin_name: stdin_name.clone(),
                 excludes: exclude,
+                iexcludes: iexclude,
+                exclude_if_present,
+                exclude_caches,
+                exclude_larger_than,
+                follow_symlinks,
                 one_file_system,
                 parent,
                 force,
@@ -925,9 +998,11 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 tags,
                 compression,
             };
+            let tree_wanted = stdin_name.is_some() || !files_from.is_empty() || is_tree(&inputs);
             return backup_cmd(
                 &repo,
                 &inputs,
+                tree_wanted,
                 &tree,
                 trace.as_deref(),
                 naming,
@@ -942,58 +1017,53 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             include,
             exclude,
             overwrite,
+            delete,
+            verify,
             cache,
             cache_size,
             tar,
             skip_damaged,
             json,
         } => {
+            let overwrite = overwrite.map(Overwrite::from).unwrap_or_default();
             let r = open(&repo, LockMode::Read, access)?;
             let id = backup_id(&r, &id)?;
             if r.snapshot(id)?.tree.is_some() {
+                let restore = RestoreOptions {
+                    cache_containers: cache_size,
+                    policy: cache,
+                    progress: None,
+                    skip_damaged,
+                };
                 let selection = Selection::new(&include, &exclude)?;
                 if tar {
+                    if delete || verify {
+                        bail!("backup {id}: --delete and --verify do not apply to --tar");
+                    }
                     let scope = TarScope {
                         selection,
                         under: None,
                     };
-                    let existing = match overwrite {
-                        true => ExistingFile::Replace,
-                        false => ExistingFile::Refuse,
-                    };
-                    let options = RestoreOptions {
-                        cache_containers: cache_size,
-                        policy: cache,
-                        progress: None,
-                        skip_damaged,
-                    };
-                    browse::tar_restore_cmd(&r, id, &output, &scope, existing, &options, json)?;
+                    let existing = existing_file(id, overwrite)?;
+                    browse::tar_restore_cmd(&r, id, &output, &scope, existing, &restore, json)?;
                     return Ok(ExitCode::SUCCESS);
                 }
-                return tree_restore_cmd(
-                    &r,
-                    id,
-                    &output,
+                let options = TreeRestoreOptions {
                     selection,
                     overwrite,
-                    RestoreOptions {
-                        cache_containers: cache_size,
-                        policy: cache,
-                        progress: None,
-                        skip_damaged,
-                    },
-                    json,
-                );
+                    delete,
+                    verify,
+                    restore,
+                };
+                return tree_restore_cmd(&r, id, &output, options, json);
             } else if tar {
                 bail!("backup {id}: --tar applies to tree backups only (restore it to `-` for its bytes)");
-            } else if !include.is_empty() || !exclude.is_empty() {
-                bail!("backup {id}: --include and --exclude apply to tree backups only");
+            } else if !include.is_empty() || !exclude.is_empty() || delete || verify {
+                bail!(
+                    "backup {id}: --include, --exclude, --delete and --verify apply to tree backups only"
+                );
             } else {
-                let existing = if overwrite {
-                    ExistingFile::Replace
-                } else {
-                    ExistingFile::Refuse
-                };
+                let existing = existing_file(id, overwrite)?;
                 let options = RestoreOptions {
                     cache_containers: cache_size,
                     policy: cache,
@@ -1650,9 +1720,9 @@ const EXIT_INCOMPLETE: u8 = 3;
 
 /// Whether `inputs` name a tree backup rather than one stream (`-` or one
 /// regular file, as before trees existed).
-fn is_tree(inputs: &[String]) -> bool {
+fn is_tree(inputs: &[PathBuf]) -> bool {
     match inputs {
-        [one] => one != "-" && std::fs::metadata(one).is_ok_and(|m| !m.is_file()),
+        [one] => one.as_os_str() != "-" && std::fs::metadata(one).is_ok_and(|m| !m.is_file()),
         _ => inputs.len() > 1,
     }
 }
@@ -1667,9 +1737,41 @@ struct Naming {
     compression: Option<Compression>,
 }
 
+/// `--overwrite`'s values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+enum OverwriteArg {
+    Always,
+    IfChanged,
+    Never,
+}
+
+impl From<OverwriteArg> for Overwrite {
+    fn from(a: OverwriteArg) -> Self {
+        match a {
+            OverwriteArg::Always => Overwrite::Always,
+            OverwriteArg::IfChanged => Overwrite::IfChanged,
+            OverwriteArg::Never => Overwrite::Never,
+        }
+    }
+}
+
+/// What `--overwrite` means when a restore writes one file (a stream or a
+/// tar archive): it may replace the file or not, nothing in between.
+fn existing_file(id: BackupId, overwrite: Overwrite) -> Result<ExistingFile> {
+    match overwrite {
+        Overwrite::Refuse => Ok(ExistingFile::Refuse),
+        Overwrite::Always => Ok(ExistingFile::Replace),
+        _ => bail!(
+            "backup {id}: --overwrite if-changed|never applies to restores into a directory only"
+        ),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn backup_cmd(
     repo: &Location,
-    inputs: &[String],
+    inputs: &[PathBuf],
+    tree_wanted: bool,
     tree_options: &TreeBackupOptions,
     trace: Option<&Path>,
     naming: Naming,
@@ -1685,19 +1787,28 @@ fn backup_cmd(
     } = naming;
     let tags = tessera::tags::normalize(&tags)?;
     let host = host.unwrap_or_else(tessera::tree::host_name);
-    let tree = trace.is_none() && is_tree(inputs);
+    let tree = trace.is_none() && tree_wanted;
+    let t = tree_options;
     if !tree
-        && (!tree_options.excludes.is_empty()
-            || tree_options.one_file_system
-            || tree_options.parent.is_some()
-            || tree_options.force)
+        && (!t.excludes.is_empty()
+            || !t.iexcludes.is_empty()
+            || !t.exclude_if_present.is_empty()
+            || t.exclude_caches
+            || t.exclude_larger_than.is_some()
+            || t.follow_symlinks
+            || t.one_file_system
+            || t.parent.is_some()
+            || t.force)
     {
-        bail!("--exclude, --one-file-system, --parent and --force apply to directory backups only");
+        bail!("the exclude options, --follow-symlinks, --one-file-system, --parent and --force apply to directory backups only");
     }
-    let paths: Vec<PathBuf> = inputs.iter().map(PathBuf::from).collect();
+    let paths = inputs;
     let source = match source {
         Some(s) => s,
-        None if tree => tessera::tree::default_source(&host, &paths)?,
+        None if tree => match &t.stdin_name {
+            Some(name) => format!("stdin:{name}"),
+            None => tessera::tree::default_source(&host, paths)?,
+        },
         None => "default".into(),
     };
     let r = open(repo, LockMode::Backup, access)?;
@@ -1738,7 +1849,7 @@ fn backup_cmd(
         (_, None) if tree => {
             let bar = progress_bar(None);
             let on_progress = |n: u64| bar.set_position(n);
-            let done = backup_tree(&r, &paths, tree_options, &options_for(Some(&on_progress)))?;
+            let done = backup_tree(&r, paths, tree_options, &options_for(Some(&on_progress)))?;
             bar.finish_and_clear();
             for note in &done.notes {
                 eprintln!("tessera: note: {note}");
@@ -1751,12 +1862,13 @@ fn backup_cmd(
         }
         ([input], None) => {
             let (mut reader, name, total): (Box<dyn Read + Send>, String, Option<u64>) =
-                if input == "-" {
+                if input.as_os_str() == "-" {
                     (Box::new(io::stdin()), "stdin".into(), None)
                 } else {
-                    let f = File::open(input).with_context(|| format!("opening input {input}"))?;
+                    let name = input.display().to_string();
+                    let f = File::open(input).with_context(|| format!("opening input {name}"))?;
                     let total = f.metadata().ok().map(|m| m.len());
-                    (Box::new(f), input.to_string(), total)
+                    (Box::new(f), name, total)
                 };
             let bar = progress_bar(total);
             let on_progress = |n: u64| bar.set_position(n);
@@ -2193,12 +2305,10 @@ fn tree_restore_cmd(
     r: &Repository,
     id: BackupId,
     target: &str,
-    selection: Selection,
-    overwrite: bool,
-    restore: RestoreOptions,
+    options: TreeRestoreOptions,
     json: bool,
 ) -> Result<ExitCode> {
-    if restore.cache_containers == 0 {
+    if options.restore.cache_containers == 0 {
         bail!("--cache-size must be at least 1 container");
     }
     if target == "-" {
@@ -2207,21 +2317,35 @@ fn tree_restore_cmd(
     let bar = progress_bar(None);
     let on_progress = |n: u64| bar.set_position(n);
     let options = TreeRestoreOptions {
-        selection,
-        overwrite,
         restore: RestoreOptions {
             progress: Some(&on_progress),
-            ..restore
+            ..options.restore
         },
+        ..options
     };
     let stats = restore_tree(r, id, Path::new(target), &options)
         .with_context(|| format!("restoring backup {id} into {target}"))?;
     bar.finish_and_clear();
+    for note in &stats.notes {
+        eprintln!("tessera: note: {note}");
+    }
     if json {
         println!("{}", serde_json::to_string(&stats)?);
     } else {
+        let mut extra = String::new();
+        for (n, what) in [
+            (stats.hardlinks, "hard links"),
+            (stats.nodes, "FIFOs and devices"),
+            (stats.kept, "kept as they were"),
+            (stats.deleted, "deleted"),
+            (stats.verified, "files verified"),
+        ] {
+            if n > 0 {
+                extra.push_str(&format!(", {n} {what}"));
+            }
+        }
         println!(
-            "restored backup {} into {target}: {} files ({}), {} directories, {} symbolic links, {} containers read ({} for the catalog), {} read, {:.2} s",
+            "restored backup {} into {target}: {} files ({}), {} directories, {} symbolic links{extra}, {} containers read ({} for the catalog), {} read, {:.2} s",
             stats.id,
             stats.files,
             human(stats.bytes_restored),
@@ -2293,6 +2417,10 @@ fn kind_name(k: Kind) -> &'static str {
         Kind::File => "file",
         Kind::Symlink => "symlink",
         Kind::Gap => "gap",
+        Kind::Hardlink => "hardlink",
+        Kind::Fifo => "fifo",
+        Kind::CharDevice => "chardev",
+        Kind::BlockDevice => "blockdev",
     }
 }
 
@@ -2316,7 +2444,7 @@ fn entry_json(e: &Entry) -> serde_json::Value {
             .collect::<String>()
             .into();
     }
-    if e.kind == Kind::Symlink {
+    if matches!(e.kind, Kind::Symlink | Kind::Hardlink) {
         v["target"] = String::from_utf8_lossy(&e.target).into_owned().into();
     }
     v
@@ -2327,7 +2455,10 @@ fn entry_long(e: &Entry) -> String {
     let kind = match e.kind {
         Kind::Dir => 'd',
         Kind::Symlink => 'l',
-        _ => '-',
+        Kind::Fifo => 'p',
+        Kind::CharDevice => 'c',
+        Kind::BlockDevice => 'b',
+        Kind::File | Kind::Gap | Kind::Hardlink => '-',
     };
     let mut mode = String::with_capacity(10);
     mode.push(kind);
@@ -2351,7 +2482,10 @@ fn entry_long(e: &Entry) -> String {
         e.size,
         String::from_utf8_lossy(&e.path)
     );
-    if e.kind == Kind::Symlink {
+    if e.kind == Kind::Hardlink {
+        line.push_str(" link to /");
+        line.push_str(&String::from_utf8_lossy(&e.target));
+    } else if e.kind == Kind::Symlink {
         line.push_str(" -> ");
         line.push_str(&String::from_utf8_lossy(&e.target));
     }

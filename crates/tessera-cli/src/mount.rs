@@ -46,6 +46,9 @@ fn kind(k: NodeKind) -> FileType {
         NodeKind::Dir => FileType::Directory,
         NodeKind::File => FileType::RegularFile,
         NodeKind::Symlink => FileType::Symlink,
+        NodeKind::Fifo => FileType::NamedPipe,
+        NodeKind::CharDevice => FileType::CharDevice,
+        NodeKind::BlockDevice => FileType::BlockDevice,
     }
 }
 
@@ -64,7 +67,8 @@ fn file_attr(a: &Attr) -> FileAttr {
         nlink: if a.kind == NodeKind::Dir { 2 } else { 1 },
         uid: a.uid,
         gid: a.gid,
-        rdev: 0,
+        // Truncated to the kernel's 32-bit device number; the mount is `nodev`.
+        rdev: a.rdev as u32,
         flags: 0,
         blksize: 4096,
     }

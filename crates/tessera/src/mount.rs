@@ -43,6 +43,12 @@ pub enum NodeKind {
     File,
     /// A symbolic link.
     Symlink,
+    /// A named pipe.
+    Fifo,
+    /// A character device.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
 }
 
 /// The attributes of a node.
@@ -64,6 +70,8 @@ pub struct Attr {
     pub mtime: (i64, u32),
     /// Status-change time.
     pub ctime: (i64, u32),
+    /// The device number (character and block devices).
+    pub rdev: u64,
 }
 
 /// A node of the file system.
@@ -340,6 +348,7 @@ impl MountedRepo {
             gid: 0,
             mtime: (mtime, 0),
             ctime: (mtime, 0),
+            rdev: 0,
         };
         let newest = self.backups.values().map(|s| s.time).max().unwrap_or(0) as i64;
         Ok(match node {
@@ -406,19 +415,11 @@ impl MountedRepo {
         }
         let time = self.backups.get(&id).map_or(0, |s| s.time) as i64;
         let root = Entry {
-            path: Vec::new(),
             kind: Kind::Dir,
             mode: 0o755,
-            uid: 0,
-            gid: 0,
             mtime: time,
-            mtime_ns: 0,
             ctime: time,
-            ctime_ns: 0,
-            dev: 0,
-            ino: 0,
-            size: 0,
-            target: Vec::new(),
+            ..Entry::default()
         };
         let tree = Arc::new(TreeIndex::load(&self.repo, id, root)?);
         let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
@@ -450,7 +451,11 @@ fn entry_attr(ino: u64, e: &Entry) -> Attr {
         kind: match e.kind {
             Kind::Dir => NodeKind::Dir,
             Kind::Symlink => NodeKind::Symlink,
-            Kind::File | Kind::Gap => NodeKind::File,
+            Kind::Fifo => NodeKind::Fifo,
+            Kind::CharDevice => NodeKind::CharDevice,
+            Kind::BlockDevice => NodeKind::BlockDevice,
+            // Hard links are resolved to their file by the tree index.
+            Kind::File | Kind::Gap | Kind::Hardlink => NodeKind::File,
         },
         size: match e.kind {
             Kind::Symlink => e.target.len() as u64,
@@ -461,6 +466,7 @@ fn entry_attr(ino: u64, e: &Entry) -> Attr {
         gid: e.gid,
         mtime: (e.mtime, e.mtime_ns),
         ctime: (e.ctime, e.ctime_ns),
+        rdev: e.rdev,
     }
 }
 
@@ -500,6 +506,9 @@ mod tests {
                     out.push((p, bytes));
                 }
                 NodeKind::Symlink => out.push((p, m.readlink(attr.ino).unwrap().unwrap())),
+                NodeKind::Fifo | NodeKind::CharDevice | NodeKind::BlockDevice => {
+                    out.push((p, format!("{:?}", attr.kind).into_bytes()))
+                }
             }
         }
     }
@@ -512,6 +521,11 @@ mod tests {
         fs::write(src.join("a/b/one"), vec![7u8; 100_000]).unwrap();
         fs::write(src.join("a/empty"), b"").unwrap();
         std::os::unix::fs::symlink("b/one", src.join("a/link")).unwrap();
+        fs::hard_link(src.join("a/b/one"), src.join("a/hard")).unwrap();
+        let fifo =
+            std::ffi::CString::new(src.join("a/fifo").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
         let repo = Repository::init(&dir.path().join("r"), Config::new("test".into())).unwrap();
         let opts = BackupOptions {
             source: "host:/x".into(),
@@ -533,6 +547,9 @@ mod tests {
         assert_eq!(get(&format!("{inside}/a/b/one")), Some(vec![7u8; 100_000]));
         assert_eq!(get(&format!("{inside}/a/empty")), Some(Vec::new()));
         assert_eq!(get(&format!("{inside}/a/link")), Some(b"b/one".to_vec()));
+        // A hard link reads as its file; a FIFO shows as one.
+        assert_eq!(get(&format!("{inside}/a/hard")), Some(vec![7u8; 100_000]));
+        assert_eq!(get(&format!("{inside}/a/fifo")), Some(b"Fifo".to_vec()));
         assert_eq!(get(&format!("/ids/{}", s.id)), Some(b"stream".to_vec()));
         assert_eq!(get("/latest"), Some(format!("ids/{}", s.id).into_bytes()));
         let link = format!("../../ids/{}", t.outcome.snapshot.id).into_bytes();

@@ -317,8 +317,8 @@ pub struct Snapshot {
     pub tree: Option<TreeRef>,
 }
 
-/// Format version of tree catalogs this build writes and reads.
-pub const CATALOG_VERSION: u32 = 1;
+/// Format version of tree catalogs this build writes; it reads this one and every earlier one.
+pub const CATALOG_VERSION: u32 = 2;
 
 /// Where a tree backup's catalog is in its stream, and what the tree holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

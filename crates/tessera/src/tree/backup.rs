@@ -1,7 +1,8 @@
 //! Backing up directory trees: a walk of the given paths feeds their files'
 //! bytes, then the catalog, to the backup pipeline as one segmented stream.
 
-use super::catalog::{CatalogWriter, Entry, Kind};
+use super::catalog::{CatalogBytes, CatalogWriter, Entry, Kind};
+use super::meta::{read_xattrs, Names};
 use super::stream::{for_each_entry, tree_of};
 use super::{catalog_path, relative_path};
 use crate::backup::{self, BackupOptions, Outcome, Refetch, SegmentRead, Segments, Source};
@@ -13,7 +14,7 @@ use crate::restore::{restore_selection, RestoreOptions};
 use crate::snapshot::{BackupId, ChunkRef, TreeRef, CATALOG_VERSION};
 use crossbeam_channel::{bounded, Receiver};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File, Metadata};
 use std::io::{ErrorKind, Read};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
@@ -33,7 +34,24 @@ pub struct TreeBackupOptions {
     pub parent: Option<BackupId>,
     /// Read every file, reusing nothing.
     pub force: bool,
+    /// Patterns like `excludes`, matched regardless of case.
+    pub iexcludes: Vec<String>,
+    /// Leave out a directory holding a file of one of these names.
+    pub exclude_if_present: Vec<String>,
+    /// Leave out a directory holding a `CACHEDIR.TAG` with the standard signature.
+    pub exclude_caches: bool,
+    /// Leave out regular files larger than this many bytes.
+    pub exclude_larger_than: Option<u64>,
+    /// Back up what symbolic links point to instead of the links.
+    pub follow_symlinks: bool,
+    /// Back up standard input as one regular file of this path (relative
+    /// or absolute; `backup - --stdin-name NAME`) instead of the paths.
+    pub stdin_name: Option<String>,
 }
+
+/// The first bytes of a cache directory's `CACHEDIR.TAG`
+/// (<https://bford.info/cachedir/>).
+const CACHEDIR_SIGNATURE: &[u8] = b"Signature: 8a477f597d28d172789f06886806bc55";
 
 /// A committed tree backup and what it left out.
 #[derive(Debug)]
@@ -72,16 +90,30 @@ pub fn backup_tree(
     tree_options: &TreeBackupOptions,
     options: &BackupOptions,
 ) -> Result<TreeOutcome> {
-    let roots = roots(paths)?;
-    let mut excludes = GitignoreBuilder::new("/");
-    for pattern in &tree_options.excludes {
-        excludes
-            .add_line(None, pattern)
-            .map_err(|e| Error::InvalidConfig(format!("exclude pattern {pattern:?}: {e}")))?;
+    let stdin = tree_options
+        .stdin_name
+        .as_deref()
+        .map(stdin_file)
+        .transpose()?;
+    let roots = match &stdin {
+        Some((_, entry)) => vec![Path::new("/").join(relative_path(&entry.path))],
+        None => roots(paths)?,
+    };
+    let excludes = Excludes {
+        exact: patterns(&tree_options.excludes, false)?,
+        nocase: patterns(&tree_options.iexcludes, true)?,
+        if_present: tree_options.exclude_if_present.clone(),
+        caches: tree_options.exclude_caches,
+    };
+    if let Some(root) = roots
+        .iter()
+        .find(|r| stdin.is_none() && excludes.excluded(r, r.is_dir()))
+    {
+        return Err(Error::InvalidConfig(format!(
+            "{} is excluded by the exclude options: nothing of it would be backed up",
+            root.display()
+        )));
     }
-    let excludes = excludes
-        .build()
-        .map_err(|e| Error::InvalidConfig(format!("exclude patterns: {e}")))?;
     let parent = match (tree_options.force, tree_options.parent) {
         (true, _) => None,
         (false, Some(id)) => Some(id),
@@ -103,13 +135,31 @@ pub fn backup_tree(
         },
         None => None,
     };
+    let (roots_walked, state, files_new) = match stdin {
+        Some((file, entry)) => (
+            Vec::new(),
+            State::Reading {
+                file,
+                path: roots[0].clone(),
+                entry: Box::new(entry),
+                nlink: 1,
+                expected: 0,
+            },
+            1,
+        ),
+        None => (roots.clone(), State::Walking, 0),
+    };
     let mut feed = TreeFeed {
-        roots: roots.clone().into_iter(),
+        roots: roots_walked.into_iter(),
         excludes,
         one_file_system: tree_options.one_file_system,
+        follow: tree_options.follow_symlinks,
+        larger_than: tree_options.exclude_larger_than,
+        names: Names::default(),
+        links: HashMap::new(),
         walk: None,
         recorded: HashSet::new(),
-        state: State::Walking,
+        state,
         catalog: CatalogWriter::default(),
         offset: 0,
         files: 0,
@@ -119,6 +169,7 @@ pub fn backup_tree(
             catalog_version: CATALOG_VERSION,
             paths: roots.iter().map(|p| p.display().to_string()).collect(),
             parent: parent.as_ref().map(|p| p.0),
+            files_new,
             ..TreeRef::default()
         },
         parent: None,
@@ -168,6 +219,97 @@ pub fn backup_tree(
         }
         Ok(feed.outcome(outcome))
     })
+}
+
+/// Gitignore-style patterns (a leading `/` anchors at the file-system root).
+fn patterns(lines: &[String], case_insensitive: bool) -> Result<Gitignore> {
+    let mut b = GitignoreBuilder::new("/");
+    b.case_insensitive(case_insensitive)
+        .map_err(|e| Error::InvalidConfig(format!("exclude patterns: {e}")))?;
+    for pattern in lines {
+        b.add_line(None, pattern)
+            .map_err(|e| Error::InvalidConfig(format!("exclude pattern {pattern:?}: {e}")))?;
+    }
+    b.build()
+        .map_err(|e| Error::InvalidConfig(format!("exclude patterns: {e}")))
+}
+
+/// What the exclude options leave out.
+#[derive(Clone)]
+struct Excludes {
+    exact: Gitignore,
+    nocase: Gitignore,
+    if_present: Vec<String>,
+    caches: bool,
+}
+
+impl Excludes {
+    /// Whether the object at `path` (a directory if `is_dir`) is left out.
+    fn excluded(&self, path: &Path, is_dir: bool) -> bool {
+        let by = |g: &Gitignore| g.matched_path_or_any_parents(path, is_dir).is_ignore();
+        if by(&self.exact) || by(&self.nocase) {
+            return true;
+        }
+        if !is_dir {
+            return false;
+        }
+        self.if_present
+            .iter()
+            .any(|name| fs::symlink_metadata(path.join(name)).is_ok())
+            || (self.caches && is_cache_dir(path))
+    }
+}
+
+/// Whether `dir` holds a `CACHEDIR.TAG` starting with the standard signature.
+fn is_cache_dir(dir: &Path) -> bool {
+    let mut head = [0u8; CACHEDIR_SIGNATURE.len()];
+    File::open(dir.join("CACHEDIR.TAG"))
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok_and(|()| head == CACHEDIR_SIGNATURE)
+}
+
+/// Standard input as a file to read, and its catalog entry at `name`:
+/// mode 0644, the user's ids, the current time.
+fn stdin_file(name: &str) -> Result<(File, Entry)> {
+    let path = name.trim_start_matches('/');
+    if path.is_empty()
+        || path
+            .split('/')
+            .any(|c| c.is_empty() || c == "." || c == "..")
+    {
+        return Err(Error::InvalidConfig(format!(
+            "--stdin-name {name:?}: give a file name or a path of names"
+        )));
+    }
+    use std::os::fd::AsFd;
+    let fd = std::io::stdin()
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| Error::io("reading standard input", e))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let mut names = Names::default();
+    // SAFETY: getuid and getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let secs = i64::try_from(now.as_secs()).unwrap_or(i64::MAX);
+    let entry = Entry {
+        path: path.as_bytes().to_vec(),
+        kind: Kind::File,
+        mode: 0o644,
+        uid,
+        gid,
+        mtime: secs,
+        mtime_ns: now.subsec_nanos(),
+        ctime: secs,
+        ctime_ns: now.subsec_nanos(),
+        atime: secs,
+        atime_ns: now.subsec_nanos(),
+        user: names.user(uid),
+        group: names.group(gid),
+        ..Entry::default()
+    };
+    Ok((File::from(fd), entry))
 }
 
 /// The latest tree backup of `source`, if any.
@@ -432,26 +574,34 @@ enum State {
     /// Feeding a file's bytes; its entry is recorded when it ends.
     Reading {
         file: File,
-        entry: Entry,
+        entry: Box<Entry>,
         path: PathBuf,
+        nlink: u64,
+        /// Its length before reading.
+        expected: u64,
     },
     /// An unchanged file: its chunks are the parent's.
     Reused {
         chunks: Vec<(Fingerprint, u32)>,
     },
-    /// Feeding the catalog from `at`.
-    Catalog {
-        bytes: Vec<u8>,
-        at: usize,
-    },
+    /// Feeding the catalog.
+    Catalog(CatalogBytes),
     Done,
 }
 
 /// The segmented stream of a tree backup.
 struct TreeFeed<'a> {
     roots: std::vec::IntoIter<PathBuf>,
-    excludes: Gitignore,
+    excludes: Excludes,
     one_file_system: bool,
+    /// Follow symbolic links (`--follow-symlinks`).
+    follow: bool,
+    /// Leave out regular files larger than this.
+    larger_than: Option<u64>,
+    names: Names,
+    /// The catalog path of the first link of each multiply-linked file
+    /// recorded, by (device, inode).
+    links: HashMap<(u64, u64), Vec<u8>>,
     walk: Option<ignore::Walk>,
     /// Parent directories of the roots already recorded.
     recorded: HashSet<PathBuf>,
@@ -530,7 +680,10 @@ impl TreeFeed<'_> {
             {
                 if parent.parent().is_some() && self.recorded.insert(parent.to_path_buf()) {
                     match fs::symlink_metadata(parent) {
-                        Ok(meta) => self.record(parent, &meta, Kind::Dir, Vec::new())?,
+                        Ok(meta) => {
+                            let e = self.entry_of(parent, &meta, Kind::Dir, Vec::new());
+                            self.catalog.push(&e)?;
+                        }
                         Err(e) => self.warn(parent, &e),
                     }
                 }
@@ -538,14 +691,12 @@ impl TreeFeed<'_> {
             let excludes = self.excludes.clone();
             let walk = ignore::WalkBuilder::new(&root)
                 .standard_filters(false)
-                .follow_links(false)
+                .follow_links(self.follow)
                 .same_file_system(self.one_file_system)
                 .sort_by_file_name(|a, b| a.cmp(b))
                 .filter_entry(move |e| {
                     let is_dir = e.file_type().is_some_and(|t| t.is_dir());
-                    !excludes
-                        .matched_path_or_any_parents(e.path(), is_dir)
-                        .is_ignore()
+                    !excludes.excluded(e.path(), is_dir)
                 })
                 .build();
             self.walk = Some(walk);
@@ -558,8 +709,66 @@ impl TreeFeed<'_> {
             .push(format!("{}: skipped: {e}", path.display()));
     }
 
-    fn record(&mut self, path: &Path, meta: &Metadata, kind: Kind, target: Vec<u8>) -> Result<()> {
-        self.catalog.push(&entry_of(path, meta, kind, target))
+    /// The catalog entry of `path` (not yet counting a file's bytes), with
+    /// owner names and extended attributes.
+    fn entry_of(&mut self, path: &Path, meta: &Metadata, kind: Kind, target: Vec<u8>) -> Entry {
+        let xattrs = match read_xattrs(path, self.follow) {
+            Ok(x) => x,
+            Err(e) => {
+                self.notes.push(format!(
+                    "{}: extended attributes not backed up: {e}",
+                    path.display()
+                ));
+                Vec::new()
+            }
+        };
+        Entry {
+            path: catalog_path(path),
+            kind,
+            mode: meta.mode() & 0o7777,
+            uid: meta.uid(),
+            gid: meta.gid(),
+            mtime: meta.mtime(),
+            mtime_ns: meta.mtime_nsec() as u32,
+            ctime: meta.ctime(),
+            ctime_ns: meta.ctime_nsec() as u32,
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: 0,
+            target,
+            atime: meta.atime(),
+            atime_ns: meta.atime_nsec() as u32,
+            user: self.names.user(meta.uid()),
+            group: self.names.group(meta.gid()),
+            rdev: match kind {
+                Kind::CharDevice | Kind::BlockDevice => meta.rdev(),
+                _ => 0,
+            },
+            sparse: kind == Kind::File && meta.blocks().saturating_mul(512) < meta.len(),
+            xattrs,
+        }
+    }
+
+    /// Records a regular file (its bytes fed), remembered as the first link
+    /// of its inode when it has several.
+    fn push_file(&mut self, entry: &Entry, nlink: u64) -> Result<()> {
+        self.files += 1;
+        self.catalog.push(entry)?;
+        if nlink > 1 {
+            self.links
+                .entry((entry.dev, entry.ino))
+                .or_insert_with(|| entry.path.clone());
+        }
+        Ok(())
+    }
+
+    /// The metadata of `path`: of what it points to with `--follow-symlinks`
+    /// (a dangling link is recorded as the link).
+    fn metadata(&self, path: &Path) -> std::io::Result<Metadata> {
+        match self.follow {
+            true => fs::metadata(path).or_else(|_| fs::symlink_metadata(path)),
+            false => fs::symlink_metadata(path),
+        }
     }
 
     /// Walks on to the next regular file (recording everything before it),
@@ -574,7 +783,7 @@ impl TreeFeed<'_> {
                     continue;
                 }
             };
-            let meta = match fs::symlink_metadata(&path) {
+            let meta = match self.metadata(&path) {
                 Ok(m) => m,
                 Err(e) => {
                     self.warn(&path, &e);
@@ -582,45 +791,67 @@ impl TreeFeed<'_> {
                 }
             };
             let t = meta.file_type();
-            if t.is_dir() {
-                self.record(&path, &meta, Kind::Dir, Vec::new())?;
+            let node = if t.is_dir() {
+                Some(Kind::Dir)
+            } else if t.is_fifo() {
+                Some(Kind::Fifo)
+            } else if t.is_char_device() {
+                Some(Kind::CharDevice)
+            } else if t.is_block_device() {
+                Some(Kind::BlockDevice)
+            } else {
+                None
+            };
+            if let Some(kind) = node {
+                let e = self.entry_of(&path, &meta, kind, Vec::new());
+                self.catalog.push(&e)?;
             } else if t.is_symlink() {
                 match fs::read_link(&path) {
                     Ok(target) => {
                         use std::os::unix::ffi::OsStrExt;
                         let target = target.as_os_str().as_bytes().to_vec();
-                        self.record(&path, &meta, Kind::Symlink, target)?;
+                        let e = self.entry_of(&path, &meta, Kind::Symlink, target);
+                        self.catalog.push(&e)?;
                     }
                     Err(e) => self.warn(&path, &e),
                 }
             } else if t.is_file() {
-                let mut entry = entry_of(&path, &meta, Kind::File, Vec::new());
+                if self.larger_than.is_some_and(|max| meta.len() > max) {
+                    continue;
+                }
+                if meta.nlink() > 1 {
+                    if let Some(first) = self.links.get(&(meta.dev(), meta.ino())).cloned() {
+                        let e = self.entry_of(&path, &meta, Kind::Hardlink, first);
+                        self.catalog.push(&e)?;
+                        continue;
+                    }
+                }
+                let mut entry = self.entry_of(&path, &meta, Kind::File, Vec::new());
                 if let Some(chunks) = self.unchanged(&entry, &meta) {
                     entry.size = meta.len();
                     self.offset += entry.size;
                     self.tree.bytes_reused += entry.size;
-                    self.files += 1;
-                    self.catalog.push(&entry)?;
+                    self.push_file(&entry, meta.nlink())?;
                     self.state = State::Reused { chunks };
                     return Ok(());
                 }
                 match File::open(&path) {
                     Ok(file) => {
-                        self.state = State::Reading { file, entry, path };
+                        let (nlink, expected) = (meta.nlink(), meta.len());
+                        self.state = State::Reading {
+                            expected,
+                            file,
+                            entry: Box::new(entry),
+                            path,
+                            nlink,
+                        };
                         return Ok(());
                     }
                     Err(e) => self.warn(&path, &e),
                 }
             } else {
-                let what = if t.is_fifo() {
-                    "FIFO"
-                } else if t.is_socket() {
-                    "socket"
-                } else {
-                    "device"
-                };
                 self.notes
-                    .push(format!("{}: {what} not backed up", path.display()));
+                    .push(format!("{}: socket not backed up", path.display()));
             }
         }
         // The walk is done: stop reading the parent's catalog (before the
@@ -629,9 +860,9 @@ impl TreeFeed<'_> {
         self.tree.catalog_offset = self.offset;
         self.tree.files = self.files;
         self.tree.entries = self.catalog.count();
-        let bytes = std::mem::take(&mut self.catalog).finish();
-        self.tree.catalog_bytes = bytes.len() as u64;
-        self.state = State::Catalog { bytes, at: 0 };
+        let bytes = std::mem::take(&mut self.catalog).finish()?;
+        self.tree.catalog_bytes = bytes.len();
+        self.state = State::Catalog(bytes);
         Ok(())
     }
 }
@@ -646,12 +877,23 @@ impl Segments for TreeFeed<'_> {
                     self.state = State::Walking;
                     return Ok(SegmentRead::Reused);
                 }
-                State::Reading { file, entry, path } => match file.read(buf) {
+                State::Reading {
+                    file,
+                    entry,
+                    path,
+                    nlink,
+                    expected,
+                } => match file.read(buf) {
                     Ok(0) => {
-                        let entry = entry.clone();
+                        let (entry, nlink) = (std::mem::take(&mut **entry), *nlink);
+                        if let Some(what) = changed_while_read(file, &entry, *expected) {
+                            self.notes.push(format!(
+                                "{}: changed while it was read ({what}): backed up as read, read again next time",
+                                path.display()
+                            ));
+                        }
                         self.state = State::Walking;
-                        self.files += 1;
-                        self.catalog.push(&entry)?;
+                        self.push_file(&entry, nlink)?;
                         return Ok(SegmentRead::SegmentEnd);
                     }
                     Ok(n) => {
@@ -662,7 +904,7 @@ impl Segments for TreeFeed<'_> {
                     }
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => {
-                        let mut gap = entry.clone();
+                        let mut gap = std::mem::take(&mut **entry);
                         let path = path.clone();
                         self.state = State::Walking;
                         self.warn(&path, &e);
@@ -675,16 +917,12 @@ impl Segments for TreeFeed<'_> {
                         return Ok(SegmentRead::SegmentEnd);
                     }
                 },
-                State::Catalog { bytes, at } => {
-                    if *at == bytes.len() {
-                        self.state = State::Done;
-                        continue;
-                    }
-                    let n = buf.len().min(bytes.len() - *at);
-                    buf[..n].copy_from_slice(&bytes[*at..*at + n]);
-                    *at += n;
-                    return Ok(SegmentRead::Data(n));
-                }
+                State::Catalog(bytes) => match bytes.read(buf) {
+                    Ok(0) => self.state = State::Done,
+                    Ok(n) => return Ok(SegmentRead::Data(n)),
+                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::io("reading the catalog's spill file", e)),
+                },
                 State::Done => return Ok(SegmentRead::End),
             }
         }
@@ -699,21 +937,29 @@ impl Segments for TreeFeed<'_> {
     }
 }
 
-/// The catalog entry of `path` (not yet counting a file's bytes).
-fn entry_of(path: &Path, meta: &Metadata, kind: Kind, target: Vec<u8>) -> Entry {
-    Entry {
-        path: catalog_path(path),
-        kind,
-        mode: meta.mode() & 0o7777,
-        uid: meta.uid(),
-        gid: meta.gid(),
-        mtime: meta.mtime(),
-        mtime_ns: meta.mtime_nsec() as u32,
-        ctime: meta.ctime(),
-        ctime_ns: meta.ctime_nsec() as u32,
-        dev: meta.dev(),
-        ino: meta.ino(),
-        size: 0,
-        target,
+/// How the file just read differs from its metadata before reading, if it
+/// does: its length or its times changed meanwhile.
+fn changed_while_read(file: &File, entry: &Entry, expected: u64) -> Option<String> {
+    let now = file.metadata().ok()?;
+    if !now.is_file() {
+        // Standard input: a pipe has no length to compare.
+        return None;
+    }
+    let times = (
+        now.mtime(),
+        now.mtime_nsec() as u32,
+        now.ctime(),
+        now.ctime_nsec() as u32,
+    );
+    if expected != entry.size || now.len() != entry.size {
+        Some(format!(
+            "{expected} bytes when opened, {} read, {} now",
+            entry.size,
+            now.len()
+        ))
+    } else if times != (entry.mtime, entry.mtime_ns, entry.ctime, entry.ctime_ns) {
+        Some("modified".into())
+    } else {
+        None
     }
 }

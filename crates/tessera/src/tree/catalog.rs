@@ -4,17 +4,22 @@
 
 use crate::error::{Error, Result};
 use crate::snapshot::CATALOG_VERSION;
+use crate::spill::temp_file;
 use serde::{Deserialize, Serialize};
-use std::io::{ErrorKind, Read};
+use std::fs::File;
+use std::io::{BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};
 
 const MAGIC: &[u8; 4] = b"TCAT";
-/// Largest record accepted (paths and link targets are at most a few KiB).
-const MAX_RECORD: u64 = 65536;
+/// Largest record of a version-1 catalog (paths and link targets are at most a few KiB).
+const MAX_RECORD_V1: u64 = 65536;
+/// Largest record of a version-2 catalog (extended attributes included).
+const MAX_RECORD: u64 = 1 << 20;
 
 /// What a catalog entry is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Kind {
     /// A directory.
+    #[default]
     Dir,
     /// A regular file; its bytes are in the stream.
     File,
@@ -22,10 +27,28 @@ pub enum Kind {
     Symlink,
     /// Bytes of a file that failed while it was read: in the stream, never restored.
     Gap,
+    /// Another path of a regular file recorded earlier (`target`): restored as a hard link.
+    Hardlink,
+    /// A named pipe.
+    Fifo,
+    /// A character device (`rdev`).
+    CharDevice,
+    /// A block device (`rdev`).
+    BlockDevice,
 }
 
-/// One file-system object of a tree backup.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// One extended attribute (POSIX ACLs are `system.posix_acl_*` attributes).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Xattr {
+    /// Its name, e.g. `user.comment`.
+    pub name: Vec<u8>,
+    /// Its value.
+    pub value: Vec<u8>,
+}
+
+/// One file-system object of a tree backup (catalog version 2; a version-1
+/// record reads with the fields after `target` empty, `atime` = `mtime`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// Absolute path without the leading `/`, as bytes.
     pub path: Vec<u8>,
@@ -51,8 +74,64 @@ pub struct Entry {
     pub ino: u64,
     /// Bytes in the stream (files and gaps), 0 otherwise.
     pub size: u64,
-    /// Target of a symbolic link, empty otherwise.
+    /// Target of a symbolic link, or the catalog path of the file a hard
+    /// link is a link to; empty otherwise.
     pub target: Vec<u8>,
+    /// Access time: seconds since the epoch.
+    pub atime: i64,
+    /// Nanoseconds of the access time.
+    pub atime_ns: u32,
+    /// Name of the owner on the backed-up host (empty if unknown).
+    pub user: Vec<u8>,
+    /// Name of the group (empty if unknown).
+    pub group: Vec<u8>,
+    /// Device number of a device node, 0 otherwise.
+    pub rdev: u64,
+    /// A regular file with holes (fewer blocks allocated than its size).
+    pub sparse: bool,
+    /// Extended attributes, sorted by name.
+    pub xattrs: Vec<Xattr>,
+}
+
+/// A version-1 record (docs/FORMAT.md §24.2).
+#[derive(Deserialize)]
+struct EntryV1 {
+    path: Vec<u8>,
+    kind: Kind,
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    mtime: i64,
+    mtime_ns: u32,
+    ctime: i64,
+    ctime_ns: u32,
+    dev: u64,
+    ino: u64,
+    size: u64,
+    target: Vec<u8>,
+}
+
+impl From<EntryV1> for Entry {
+    fn from(v: EntryV1) -> Self {
+        Entry {
+            path: v.path,
+            kind: v.kind,
+            mode: v.mode,
+            uid: v.uid,
+            gid: v.gid,
+            mtime: v.mtime,
+            mtime_ns: v.mtime_ns,
+            atime: v.mtime,
+            atime_ns: v.mtime_ns,
+            ctime: v.ctime,
+            ctime_ns: v.ctime_ns,
+            dev: v.dev,
+            ino: v.ino,
+            size: v.size,
+            target: v.target,
+            ..Entry::default()
+        }
+    }
 }
 
 impl Entry {
@@ -62,17 +141,57 @@ impl Entry {
     }
 }
 
-/// Builds a catalog in memory, record by record.
+/// Catalog bytes kept in memory before a writer spills them to a temporary file.
+const SPILL_AT: usize = 8 << 20;
+
+/// Builds a catalog record by record: in memory up to a few MiB, then in an
+/// unnamed temporary file, so a backup's memory does not grow with its tree.
 pub struct CatalogWriter {
-    bytes: Vec<u8>,
+    memory: Vec<u8>,
+    spill: Option<BufWriter<File>>,
+    crc: u32,
+    len: u64,
     count: u64,
 }
 
 impl Default for CatalogWriter {
     fn default() -> Self {
-        let mut bytes = MAGIC.to_vec();
-        bytes.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
-        CatalogWriter { bytes, count: 0 }
+        let mut w = CatalogWriter {
+            memory: Vec::new(),
+            spill: None,
+            crc: 0,
+            len: 0,
+            count: 0,
+        };
+        w.memory.extend_from_slice(MAGIC);
+        w.memory.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
+        w.crc = crc32c::crc32c(&w.memory);
+        w.len = w.memory.len() as u64;
+        w
+    }
+}
+
+/// A finished catalog, to be read once from its start.
+pub struct CatalogBytes {
+    input: Box<dyn Read + Send>,
+    len: u64,
+}
+
+impl CatalogBytes {
+    /// Its length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether it is empty (never: a catalog has a header).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Read for CatalogBytes {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.input.read(buf)
     }
 }
 
@@ -92,10 +211,31 @@ impl CatalogWriter {
                 record.len()
             )));
         }
-        push_varint(&mut self.bytes, record.len() as u64);
-        self.bytes.extend_from_slice(&record);
+        let mut len = Vec::with_capacity(4);
+        push_varint(&mut len, record.len() as u64);
+        self.put(&len)?;
+        self.put(&record)?;
         self.count += 1;
         Ok(())
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<()> {
+        self.crc = crc32c::crc32c_append(self.crc, bytes);
+        self.len += bytes.len() as u64;
+        let spill_err = |e| Error::io("writing the catalog's spill file", e);
+        match &mut self.spill {
+            Some(f) => f.write_all(bytes).map_err(spill_err),
+            None => {
+                self.memory.extend_from_slice(bytes);
+                if self.memory.len() > SPILL_AT {
+                    let mut f = BufWriter::new(temp_file()?);
+                    f.write_all(&self.memory).map_err(spill_err)?;
+                    self.memory = Vec::new();
+                    self.spill = Some(f);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Records pushed so far.
@@ -104,13 +244,36 @@ impl CatalogWriter {
     }
 
     /// The finished catalog: terminator, record count, CRC.
-    pub fn finish(mut self) -> Vec<u8> {
-        self.bytes.push(0);
-        self.bytes.extend_from_slice(&self.count.to_le_bytes());
-        let crc = crc32c::crc32c(&self.bytes);
-        self.bytes.extend_from_slice(&crc.to_le_bytes());
-        self.bytes
+    pub fn finish(mut self) -> Result<CatalogBytes> {
+        self.put(&[0])?;
+        let count = self.count.to_le_bytes();
+        self.put(&count)?;
+        let crc = self.crc.to_le_bytes();
+        self.put(&crc)?;
+        let len = self.len;
+        let spill_err = |e| Error::io("reading the catalog's spill file", e);
+        let input: Box<dyn Read + Send> = match self.spill {
+            None => Box::new(std::io::Cursor::new(self.memory)),
+            Some(f) => {
+                let mut f = f.into_inner().map_err(|e| spill_err(e.into_error()))?;
+                f.seek(SeekFrom::Start(0)).map_err(spill_err)?;
+                Box::new(BufReader::new(f))
+            }
+        };
+        Ok(CatalogBytes { input, len })
     }
+}
+
+/// Refuses a catalog version this build does not read (it reads 1 and 2).
+pub(crate) fn check_version(version: u32, name: &str) -> Result<()> {
+    if version == 0 || version > CATALOG_VERSION {
+        return Err(Error::UnsupportedVersion {
+            object: name.to_string(),
+            found: version,
+            supported: CATALOG_VERSION,
+        });
+    }
+    Ok(())
 }
 
 fn push_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -129,6 +292,7 @@ pub struct CatalogReader<R> {
     count: u64,
     done: bool,
     record: Vec<u8>,
+    version: u32,
 }
 
 impl<R: Read> CatalogReader<R> {
@@ -141,20 +305,15 @@ impl<R: Read> CatalogReader<R> {
             count: 0,
             done: false,
             record: Vec::new(),
+            version: CATALOG_VERSION,
         };
         let mut head = [0u8; 8];
         r.read_exact(&mut head)?;
         if &head[..4] != MAGIC {
             return Err(Error::corrupt(&r.name, "not a catalog (bad magic)"));
         }
-        let version = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-        if version != CATALOG_VERSION {
-            return Err(Error::UnsupportedVersion {
-                object: r.name.clone(),
-                found: version,
-                supported: CATALOG_VERSION,
-            });
-        }
+        r.version = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        check_version(r.version, &r.name)?;
         Ok(r)
     }
 
@@ -167,7 +326,12 @@ impl<R: Read> CatalogReader<R> {
         if len == 0 {
             return self.finish().map(|()| None);
         }
-        if len > MAX_RECORD {
+        let max = if self.version == 1 {
+            MAX_RECORD_V1
+        } else {
+            MAX_RECORD
+        };
+        if len > max {
             return Err(Error::corrupt(
                 &self.name,
                 format!("record {} claims {len} bytes", self.count),
@@ -176,12 +340,27 @@ impl<R: Read> CatalogReader<R> {
         let mut record = std::mem::take(&mut self.record);
         record.resize(len as usize, 0);
         self.read_exact(&mut record)?;
-        let entry: Entry = postcard::from_bytes(&record).map_err(|e| {
+        let undecodable = |e: postcard::Error| {
             Error::corrupt(
                 &self.name,
                 format!("undecodable record {}: {e}", self.count),
             )
-        })?;
+        };
+        let entry: Entry = if self.version == 1 {
+            let v1: EntryV1 = postcard::from_bytes(&record).map_err(undecodable)?;
+            if v1.kind as u8 > Kind::Gap as u8 {
+                return Err(Error::corrupt(
+                    &self.name,
+                    format!(
+                        "record {}: kind {:?} in a version-1 catalog",
+                        self.count, v1.kind
+                    ),
+                ));
+            }
+            v1.into()
+        } else {
+            postcard::from_bytes(&record).map_err(undecodable)?
+        };
         self.record = record;
         self.count += 1;
         Ok(Some(entry))
@@ -237,6 +416,33 @@ impl<R: Read> CatalogReader<R> {
 mod tests {
     use super::*;
 
+    fn finished(w: CatalogWriter) -> Vec<u8> {
+        let mut c = w.finish().unwrap();
+        let mut bytes = Vec::new();
+        c.read_to_end(&mut bytes).unwrap();
+        assert_eq!(bytes.len() as u64, c.len());
+        bytes
+    }
+
+    #[test]
+    fn a_large_catalog_spills_and_reads_back() {
+        let mut w = CatalogWriter::default();
+        let n = 200_000u64;
+        for i in 0..n {
+            w.push(&entry(format!("d/file-{i:08}").as_bytes(), Kind::File, i))
+                .unwrap();
+        }
+        assert!(w.spill.is_some() && w.memory.is_empty());
+        let bytes = finished(w);
+        let mut r = CatalogReader::new(&bytes[..], "big").unwrap();
+        let mut i = 0;
+        while let Some(e) = r.next_entry().unwrap() {
+            assert_eq!(e.size, i);
+            i += 1;
+        }
+        assert_eq!(i, n);
+    }
+
     fn entry(path: &[u8], kind: Kind, size: u64) -> Entry {
         Entry {
             path: path.to_vec(),
@@ -256,7 +462,68 @@ mod tests {
             } else {
                 Vec::new()
             },
+            ..Entry::default()
         }
+    }
+
+    #[test]
+    fn version_1_records_read_as_version_2() {
+        #[derive(Serialize)]
+        struct V1<'a>(
+            &'a [u8],
+            Kind,
+            u32,
+            u32,
+            u32,
+            i64,
+            u32,
+            i64,
+            u32,
+            u64,
+            u64,
+            u64,
+            &'a [u8],
+        );
+        let mut bytes = MAGIC.to_vec();
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        let rec = postcard::to_stdvec(&V1(
+            b"a/b",
+            Kind::File,
+            0o644,
+            1,
+            2,
+            7,
+            8,
+            9,
+            10,
+            11,
+            12,
+            13,
+            b"",
+        ))
+        .unwrap();
+        push_varint(&mut bytes, rec.len() as u64);
+        bytes.extend_from_slice(&rec);
+        bytes.push(0);
+        bytes.extend_from_slice(&1u64.to_le_bytes());
+        let crc = crc32c::crc32c(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        let mut r = CatalogReader::new(&bytes[..], "old").unwrap();
+        let e = r.next_entry().unwrap().unwrap();
+        assert_eq!(
+            (e.path.as_slice(), e.kind, e.size),
+            (&b"a/b"[..], Kind::File, 13)
+        );
+        assert_eq!((e.atime, e.atime_ns, e.mtime_ns), (7, 8, 8));
+        assert!(e.xattrs.is_empty() && !e.sparse);
+        assert!(r.next_entry().unwrap().is_none());
+        let mut future = bytes.clone();
+        future[4] = 3;
+        let err = CatalogReader::new(&future[..], "new").err().unwrap();
+        assert!(
+            matches!(err, Error::UnsupportedVersion { found: 3, .. }),
+            "{err}"
+        );
     }
 
     #[test]
@@ -266,13 +533,24 @@ mod tests {
             entry(b"home/\xff\xfename", Kind::File, 12),
             entry(b"home/link", Kind::Symlink, 0),
             entry(b"home/gone", Kind::Gap, 7),
+            Entry {
+                kind: Kind::CharDevice,
+                rdev: 0x0103,
+                user: b"root".to_vec(),
+                sparse: true,
+                xattrs: vec![Xattr {
+                    name: b"user.x".to_vec(),
+                    value: vec![0, 1, 2],
+                }],
+                ..entry(b"home/null", Kind::Dir, 0)
+            },
         ];
         let mut w = CatalogWriter::default();
         for e in &entries {
             w.push(e).unwrap();
         }
-        assert_eq!(w.count(), 4);
-        let bytes = w.finish();
+        assert_eq!(w.count(), 5);
+        let bytes = finished(w);
         let mut r = CatalogReader::new(&bytes[..], "catalog").unwrap();
         let mut read = Vec::new();
         while let Some(e) = r.next_entry().unwrap() {

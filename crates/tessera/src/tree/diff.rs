@@ -279,7 +279,7 @@ mod tests {
             dev: 7,
             ino: 8,
             size,
-            target: Vec::new(),
+            ..Entry::default()
         }
     }
 

@@ -96,6 +96,17 @@ pub fn dump(
             shown(),
             String::from_utf8_lossy(&target)
         ))),
+        (Kind::Hardlink, _, target) => Err(Error::InvalidOption(format!(
+            "backup {id}: {} is a hard link: dump its file, {}",
+            shown(),
+            String::from_utf8_lossy(&target)
+        ))),
+        (Kind::Fifo | Kind::CharDevice | Kind::BlockDevice, _, _) => {
+            Err(Error::InvalidOption(format!(
+                "backup {id}: {} is a FIFO or device, not a file or directory",
+                shown()
+            )))
+        }
         (Kind::Gap, _, _) => Err(not_found()),
     }
 }

@@ -51,12 +51,35 @@ impl TreeIndex {
         let mut by_path: HashMap<Vec<u8>, u32> = HashMap::new();
         let mut offset = 0u64;
         for_each_entry(repo, id, &tree, chunks, |mut e| {
-            let at = offset;
+            let mut at = offset;
             if e.has_bytes() {
                 offset += e.size;
             }
             if e.kind == Kind::Gap {
                 return Ok(true);
+            }
+            if e.kind == Kind::Hardlink {
+                // Another name of a file listed earlier: the same bytes.
+                let target = e.target.strip_suffix(b"/").unwrap_or(&e.target);
+                let file = by_path
+                    .get(target)
+                    .and_then(|&i| index.nodes.get(i as usize))
+                    .filter(|n| n.entry.kind == Kind::File)
+                    .ok_or_else(|| {
+                        Error::corrupt(
+                            format!("catalog of backup {id}"),
+                            format!(
+                                "hard link {:?} to {:?}, not a file listed before it",
+                                String::from_utf8_lossy(&e.path),
+                                String::from_utf8_lossy(&e.target)
+                            ),
+                        )
+                    })?;
+                at = file.offset;
+                e = Entry {
+                    path: std::mem::take(&mut e.path),
+                    ..file.entry.clone()
+                };
             }
             let path = std::mem::take(&mut e.path);
             index.insert(&mut by_path, path, e, at, id)?;

@@ -12,6 +12,7 @@ pub mod dump;
 pub mod find;
 pub mod index;
 pub mod list;
+mod meta;
 pub mod restore;
 pub mod select;
 pub mod stream;
@@ -22,7 +23,7 @@ pub use diff::{diff, Change, ChangeKind, DiffStats};
 pub use dump::{dump, Dumped};
 pub use find::{find, FindStats};
 pub use list::list_tree;
-pub use restore::{restore_tree, LostFile, TreeRestoreOptions, TreeRestoreStats};
+pub use restore::{restore_tree, LostFile, Overwrite, TreeRestoreOptions, TreeRestoreStats};
 pub use tar::{write_tar, TarScope};
 
 use std::ffi::OsStr;

@@ -1,10 +1,13 @@
-//! Restoring a tree backup into a directory: the catalog is read three
-//! times as a stream — to create directories and symbolic links and find
-//! the chunks of the selected files, to name the files while those chunks
-//! are restored (and verified) in one pass, and to set the directories'
-//! metadata once their contents exist.
+//! Restoring a tree backup into a directory: the catalog is read as a
+//! stream several times — to create directories, symbolic links, FIFOs and
+//! devices and find the chunks of the selected files, to name the files
+//! (and hard links) while those chunks are restored (and verified) in one
+//! pass, with `--delete` to remove what the backup does not hold, to set
+//! the directories' metadata once their contents exist, and with
+//! `--verify` to read the restored files back.
 
 use super::catalog::{Entry, Kind};
+use super::meta::{make_node, unsupported, write_file_xattrs, write_xattrs};
 use super::relative_path;
 use super::select::Selection;
 use super::stream::{for_each_entry, tree_of};
@@ -15,22 +18,64 @@ use crate::snapshot::{BackupId, ChunkRef};
 use crossbeam_channel::{bounded, Receiver};
 use filetime::FileTime;
 use serde::Serialize;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, ErrorKind, Write};
+use std::io::{self, ErrorKind, Read, Write};
 use std::ops::Range;
-use std::os::unix::fs::{fchown, lchown, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{fchown, lchown, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+/// What a restore does with an object already at a restored path.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Overwrite {
+    /// The target directory must be empty (or absent): nothing is replaced.
+    #[default]
+    Refuse,
+    /// Replace what is there.
+    Always,
+    /// Replace a file unless it has the entry's size and modification
+    /// time, and a symbolic link unless it has the entry's target.
+    IfChanged,
+    /// Keep what is there; restore only what is missing.
+    Never,
+}
 
 /// Options of a tree restore.
 #[derive(Default)]
 pub struct TreeRestoreOptions<'a> {
     /// Which paths to restore.
     pub selection: Selection,
-    /// Restore into a directory that is not empty, replacing what is there.
-    pub overwrite: bool,
+    /// What to do with objects already in the target directory.
+    pub overwrite: Overwrite,
+    /// Remove what is in the target directory, among the selected paths,
+    /// but not in the backup.
+    pub delete: bool,
+    /// Read every restored file back and check each chunk's fingerprint.
+    pub verify: bool,
     /// Cache and progress of the restore of the files' chunks.
     pub restore: RestoreOptions<'a>,
+}
+
+/// Metadata a restore could not apply, counted by kind (one line each, not one per object).
+#[derive(Default)]
+struct Notes(RefCell<BTreeMap<&'static str, (u64, PathBuf)>>);
+
+impl Notes {
+    fn add(&self, what: &'static str, path: &Path) {
+        let mut m = self.0.borrow_mut();
+        let e = m.entry(what).or_insert_with(|| (0, path.to_path_buf()));
+        e.0 += 1;
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.0
+            .borrow()
+            .iter()
+            .map(|(what, (n, first))| format!("{what}: {n} object(s), e.g. {}", first.display()))
+            .collect()
+    }
 }
 
 /// Metrics of a tree restore.
@@ -44,6 +89,18 @@ pub struct TreeRestoreStats {
     pub files: u64,
     /// Symbolic links restored.
     pub symlinks: u64,
+    /// Hard links restored (paths linked to a file restored before).
+    pub hardlinks: u64,
+    /// FIFOs and device nodes restored.
+    pub nodes: u64,
+    /// Objects already there and kept (`--overwrite never|if-changed`).
+    pub kept: u64,
+    /// Objects removed because the backup does not hold them (`--delete`).
+    pub deleted: u64,
+    /// Files read back and checked (`--verify`).
+    pub verified: u64,
+    /// What could not be applied, one line per kind (e.g. owners when not root).
+    pub notes: Vec<String>,
     /// Bytes of the files restored.
     pub bytes_restored: u64,
     /// Containers (lifecycle layout: objects) read, for the files and the catalog.
@@ -80,10 +137,12 @@ impl TreeRestoreStats {
 }
 
 /// Restores the selected entries of tree backup `id` of `repo` below
-/// `target` (created if missing; it must be empty unless `overwrite`), with
-/// their modes, modification times and — when permitted (root) — owners.
-/// Every chunk is verified before a byte of it is written; each file is
-/// written beside its place and renamed into it when complete.
+/// `target` (created if missing; it must be empty unless `overwrite` says
+/// otherwise), with their modes, times, extended attributes, hard links
+/// and — when permitted (root) — owners and device nodes. Every chunk is
+/// verified before a byte of it is written; each file is written beside its
+/// place and renamed into it when complete, and the file system is flushed
+/// (`syncfs`) once at the end, before the restore reports success.
 pub fn restore_tree(
     repo: &Repository,
     id: BackupId,
@@ -94,17 +153,21 @@ pub fn restore_tree(
     let tree = tree_of(repo, id)?;
     let recipe = repo.recipe(id)?;
     let n_chunks = recipe.chunks.len();
-    prepare_target(target, options.overwrite)?;
+    let mode = options.overwrite;
+    prepare_target(target, mode)?;
     let mut stats = TreeRestoreStats {
         id,
         ..TreeRestoreStats::default()
     };
     let select = &options.selection;
+    let notes = Notes::default();
 
-    // Pass 1: directories, symbolic links, and the chunks of the files.
+    // Pass 1: directories, symbolic links, FIFOs and devices; which files
+    // to write and their chunks.
     let mut ranges: Vec<Range<usize>> = Vec::new();
     // The files with bytes, in order: (path, where restored, size).
     let mut with_bytes: Vec<(Vec<u8>, PathBuf, u64)> = Vec::new();
+    let mut write: Vec<bool> = Vec::new();
     let mut cursor = Cursor::new(&recipe.chunks, id);
     let s = for_each_entry(repo, id, &tree, n_chunks, |e| {
         let extent = if e.has_bytes() {
@@ -121,49 +184,86 @@ pub fn restore_tree(
                 fs::create_dir_all(&dest).map_err(out_err(&dest))?;
                 stats.dirs += 1;
             }
-            Kind::Symlink => {
+            Kind::Symlink | Kind::Fifo | Kind::CharDevice | Kind::BlockDevice => {
                 make_parent(&dest)?;
-                restore_symlink(&e, &dest, options.overwrite)?;
-                stats.symlinks += 1;
+                if !replace(&e, &dest, mode)? {
+                    stats.kept += 1;
+                } else if e.kind == Kind::Symlink {
+                    std::os::unix::fs::symlink(relative_path(&e.target), &dest)
+                        .map_err(out_err(&dest))?;
+                    set_metadata(&e, &dest, None, &notes)?;
+                    stats.symlinks += 1;
+                } else {
+                    match make_node(&dest, e.kind, e.mode, e.rdev) {
+                        Ok(()) => {
+                            set_metadata(&e, &dest, None, &notes)?;
+                            stats.nodes += 1;
+                        }
+                        Err(err) if err.kind() == ErrorKind::PermissionDenied => {
+                            notes.add("device node not created (not permitted)", &dest)
+                        }
+                        Err(err) => return Err(out_err(&dest)(err)),
+                    }
+                }
             }
             Kind::File => {
                 make_parent(&dest)?;
-                if options.restore.skip_damaged && extent.as_ref().is_some_and(|r| !r.is_empty()) {
-                    with_bytes.push((e.path.clone(), dest.clone(), e.size));
-                }
-                if let Some(r) = extent {
+                let wanted = keep(&e, &dest, mode)?.is_none();
+                write.push(wanted);
+                if !wanted {
+                    stats.kept += 1;
+                } else if let Some(r) = extent.filter(|r| !r.is_empty()) {
+                    if options.restore.skip_damaged {
+                        with_bytes.push((e.path.clone(), dest.clone(), e.size));
+                    }
                     push_range(&mut ranges, r);
                 }
             }
-            Kind::Gap => {}
+            Kind::Hardlink | Kind::Gap => {}
         }
         Ok(true)
     })?;
     stats.add_catalog(&s);
 
     // Pass 2: the files' chunks, in one restore, cut into files as named by
-    // a second reading of the catalog.
+    // a second reading of the catalog; hard links made as they come.
     let (tx, rx) = bounded::<Entry>(64);
     let tree = &tree;
+    let write = &write;
     let data = std::thread::scope(|sc| -> Result<RestoreStats> {
         let names = sc.spawn(move || {
+            let mut file = 0usize;
             for_each_entry(repo, id, tree, n_chunks, |e| {
-                if e.kind == Kind::File && select.matches(&e.path) {
-                    return Ok(tx.send(e).is_ok());
+                if !select.matches(&e.path) {
+                    return Ok(true);
                 }
-                Ok(true)
+                let send = match e.kind {
+                    Kind::File => {
+                        file += 1;
+                        write.get(file - 1).copied().unwrap_or(false)
+                    }
+                    Kind::Hardlink => true,
+                    _ => false,
+                };
+                Ok(!send || tx.send(e).is_ok())
             })
         });
         let mut files = Files {
             target,
-            overwrite: options.overwrite,
+            mode,
+            select,
             names: rx,
             open: None,
             files: 0,
+            hardlinks: 0,
+            kept: 0,
+            notes: &notes,
         };
         let restored = restore_selection(repo, id, &ranges, &mut files, &options.restore)
             .and_then(|s| files.finish().map(|()| s));
         stats.files = files.files;
+        stats.hardlinks = files.hardlinks;
+        stats.kept += files.kept;
         drop(files);
         let named = names
             .join()
@@ -178,6 +278,12 @@ pub fn restore_tree(
     stats.containers_read += data.containers_read;
     stats.bytes_read += data.bytes_read;
 
+    if options.delete {
+        let (deleted, s) = delete_extra(repo, id, tree, n_chunks, target, select)?;
+        stats.deleted = deleted;
+        stats.add_catalog(&s);
+    }
+
     // Pass 3: directories' metadata, now that their contents exist.
     // Every directory of the catalog that is there now was restored,
     // selected or as the parent of a selected entry.
@@ -185,12 +291,22 @@ pub fn restore_tree(
         if e.kind == Kind::Dir {
             let dest = target.join(relative_path(&e.path));
             if fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir()) {
-                set_metadata(&e, &dest, None)?;
+                set_metadata(&e, &dest, None, &notes)?;
             }
         }
         Ok(true)
     })?;
     stats.add_catalog(&s);
+
+    // One flush of the whole file system at the end, not one per file.
+    sync_target(target)?;
+
+    if options.verify {
+        let (verified, s) = verify(repo, id, tree, &recipe.chunks, target, select, write)?;
+        stats.verified = verified;
+        stats.add_catalog(&s);
+    }
+    stats.notes = notes.lines();
     stats.seconds = started.elapsed().as_secs_f64();
     Ok(stats)
 }
@@ -236,6 +352,203 @@ fn drop_lost_files(
         start = end;
     }
     Ok(out)
+}
+
+/// Whether the object at `dest` is kept rather than replaced by entry `e`
+/// (`Some(())`), or `dest` is free to be written (`None`); fails when
+/// something is there and the restore may not replace it.
+fn keep(e: &Entry, dest: &Path, mode: Overwrite) -> Result<Option<()>> {
+    let Ok(there) = fs::symlink_metadata(dest) else {
+        return Ok(None);
+    };
+    let same = match e.kind {
+        Kind::File => {
+            there.is_file()
+                && there.len() == e.size
+                && (there.mtime(), there.mtime_nsec() as u32) == (e.mtime, e.mtime_ns)
+        }
+        Kind::Symlink => {
+            fs::read_link(dest).is_ok_and(|t| t.as_os_str() == relative_path(&e.target).as_os_str())
+        }
+        _ => false,
+    };
+    match mode {
+        Overwrite::Refuse => Err(exists(dest)),
+        Overwrite::Always => Ok(None),
+        Overwrite::IfChanged if same => Ok(Some(())),
+        Overwrite::IfChanged => Ok(None),
+        Overwrite::Never => Ok(Some(())),
+    }
+}
+
+/// Clears `dest` for a symbolic link, FIFO or device (removing what is
+/// there when `mode` allows); `false` if what is there is kept.
+fn replace(e: &Entry, dest: &Path, mode: Overwrite) -> Result<bool> {
+    if !occupied(dest) {
+        return Ok(true);
+    }
+    if keep(e, dest, mode)?.is_some() {
+        return Ok(false);
+    }
+    fs::remove_file(dest).map_err(out_err(dest))?;
+    Ok(true)
+}
+
+/// Removes what is below `target` among the selected paths but not in the
+/// backup's catalog: the directory is walked in catalog order (depth
+/// first, names sorted by their bytes) beside a reading of the catalog.
+fn delete_extra(
+    repo: &Repository,
+    id: BackupId,
+    tree: &crate::snapshot::TreeRef,
+    n_chunks: usize,
+    target: &Path,
+    select: &Selection,
+) -> Result<(u64, RestoreStats)> {
+    let (tx, rx) = bounded::<Vec<u8>>(256);
+    std::thread::scope(|sc| {
+        let reader = sc.spawn(move || {
+            for_each_entry(repo, id, tree, n_chunks, |e| {
+                Ok(e.kind == Kind::Gap || tx.send(e.path).is_ok())
+            })
+        });
+        let mut merge = Merge { rx, next: None };
+        let mut deleted = 0u64;
+        let walked = walk_delete(target, target, select, &mut merge, &mut deleted);
+        drop(merge);
+        let read = reader
+            .join()
+            .map_err(|_| Error::Pipeline("catalog reader thread panicked".into()))?;
+        walked?;
+        let read = read.or_else(|e| match e {
+            Error::Output { .. } => Ok(RestoreStats::default()),
+            e => Err(e),
+        })?;
+        Ok((deleted, read))
+    })
+}
+
+/// The catalog's paths, in order, matched against a walk.
+struct Merge {
+    rx: Receiver<Vec<u8>>,
+    next: Option<Vec<u8>>,
+}
+
+impl Merge {
+    /// Whether the catalog holds `path` (paths before it are passed).
+    fn holds(&mut self, path: &[u8]) -> bool {
+        loop {
+            if self.next.is_none() {
+                match self.rx.recv() {
+                    Ok(p) => self.next = Some(p),
+                    Err(_) => return false,
+                }
+            }
+            let Some(next) = &self.next else {
+                return false;
+            };
+            match relative_path(next).cmp(relative_path(path)) {
+                std::cmp::Ordering::Less => self.next = None,
+                std::cmp::Ordering::Equal => return true,
+                std::cmp::Ordering::Greater => return false,
+            }
+        }
+    }
+}
+
+fn walk_delete(
+    target: &Path,
+    dir: &Path,
+    select: &Selection,
+    merge: &mut Merge,
+    deleted: &mut u64,
+) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .map_err(out_err(dir))?
+        .map(|d| d.map(|d| d.file_name()))
+        .collect::<io::Result<_>>()
+        .map_err(out_err(dir))?;
+    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+    for name in names {
+        let path = dir.join(&name);
+        let rel = path.strip_prefix(target).unwrap_or(&path);
+        let rel = rel.as_os_str().as_bytes();
+        let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
+        if merge.holds(rel) {
+            if is_dir {
+                walk_delete(target, &path, select, merge, deleted)?;
+            }
+        } else if select.matches(rel) {
+            if is_dir {
+                fs::remove_dir_all(&path)
+            } else {
+                fs::remove_file(&path)
+            }
+            .map_err(out_err(&path))?;
+            *deleted += 1;
+        } else if is_dir {
+            walk_delete(target, &path, select, merge, deleted)?;
+        }
+    }
+    Ok(())
+}
+
+/// Reads every file written by this restore back and checks each of its
+/// chunks against the recipe's fingerprint; the number of files checked.
+fn verify(
+    repo: &Repository,
+    id: BackupId,
+    tree: &crate::snapshot::TreeRef,
+    chunks: &[ChunkRef],
+    target: &Path,
+    select: &Selection,
+    write: &[bool],
+) -> Result<(u64, RestoreStats)> {
+    let mut cursor = Cursor {
+        chunks,
+        index: 0,
+        offset: 0,
+        backup: id,
+    };
+    let fp = repo.fingerprinter();
+    let mut file = 0usize;
+    let mut verified = 0u64;
+    let mut buf = Vec::new();
+    let s = for_each_entry(repo, id, tree, chunks.len(), |e| {
+        let extent = if e.has_bytes() {
+            cursor.extent(e.size)?
+        } else {
+            0..0
+        };
+        if e.kind != Kind::File || !select.matches(&e.path) {
+            return Ok(true);
+        }
+        file += 1;
+        if !write.get(file - 1).copied().unwrap_or(false) {
+            return Ok(true);
+        }
+        let dest = target.join(relative_path(&e.path));
+        let mismatch = |what: String| Error::Output {
+            what: dest.display().to_string(),
+            source: io::Error::other(format!("verification failed: {what}")),
+        };
+        let mut f = File::open(&dest).map_err(out_err(&dest))?;
+        for (i, c) in chunks[extent].iter().enumerate() {
+            buf.resize(c.len as usize, 0);
+            f.read_exact(&mut buf)
+                .map_err(|e| mismatch(format!("chunk {i}: {e}")))?;
+            if fp.hash(&buf) != c.fp {
+                return Err(mismatch(format!("chunk {i} differs from the backup")));
+            }
+        }
+        if f.read(&mut [0u8; 1]).map_err(out_err(&dest))? != 0 {
+            return Err(mismatch("longer than in the backup".into()));
+        }
+        verified += 1;
+        Ok(true)
+    })?;
+    Ok((verified, s))
 }
 
 /// Walks the recipe along the files' bytes: the chunks of each extent.
@@ -303,10 +616,10 @@ fn out_err(path: &Path) -> impl Fn(io::Error) -> Error + '_ {
 
 /// Creates `target` if missing; refuses one that is not an empty directory
 /// unless `overwrite`.
-fn prepare_target(target: &Path, overwrite: bool) -> Result<()> {
+fn prepare_target(target: &Path, mode: Overwrite) -> Result<()> {
     match fs::read_dir(target) {
         Ok(mut entries) => {
-            if !overwrite && entries.next().is_some() {
+            if mode == Overwrite::Refuse && entries.next().is_some() {
                 return Err(Error::Output {
                     what: target.display().to_string(),
                     source: io::Error::new(
@@ -324,6 +637,17 @@ fn prepare_target(target: &Path, overwrite: bool) -> Result<()> {
     }
 }
 
+/// Writes everything restored below `target` to stable storage (`syncfs`).
+fn sync_target(target: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let dir = File::open(target).map_err(out_err(target))?;
+    // SAFETY: `dir` is an open descriptor for the call's duration.
+    if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
+        return Err(out_err(target)(io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 fn make_parent(dest: &Path) -> Result<()> {
     match dest.parent() {
         Some(p) => fs::create_dir_all(p).map_err(out_err(p)),
@@ -336,19 +660,6 @@ fn occupied(dest: &Path) -> bool {
     fs::symlink_metadata(dest).is_ok()
 }
 
-fn restore_symlink(e: &Entry, dest: &Path, overwrite: bool) -> Result<()> {
-    if occupied(dest) {
-        if !overwrite {
-            return Err(exists(dest));
-        }
-        fs::remove_file(dest).map_err(out_err(dest))?;
-    }
-    std::os::unix::fs::symlink(relative_path(&e.target), dest).map_err(out_err(dest))?;
-    owner(e, dest, None)?;
-    let mtime = FileTime::from_unix_time(e.mtime, e.mtime_ns);
-    filetime::set_symlink_file_times(dest, mtime, mtime).map_err(out_err(dest))
-}
-
 fn exists(dest: &Path) -> Error {
     Error::Output {
         what: dest.display().to_string(),
@@ -359,32 +670,49 @@ fn exists(dest: &Path) -> Error {
     }
 }
 
-/// Sets the owner of `dest` (or of the open `file` to be renamed to it)
-/// when permitted (the restore runs as root).
-fn owner(e: &Entry, dest: &Path, file: Option<&File>) -> Result<()> {
-    let set = match file {
+/// Owner (when permitted: the restore runs as root; else noted), extended
+/// attributes (noted where the file system refuses them), mode and times of
+/// the object at `dest` (not following a symbolic link), or of the open
+/// `file` to be renamed to `dest`.
+fn set_metadata(e: &Entry, dest: &Path, file: Option<&File>, notes: &Notes) -> Result<()> {
+    let owned = match file {
         Some(f) => fchown(f, Some(e.uid), Some(e.gid)),
         None => lchown(dest, Some(e.uid), Some(e.gid)),
     };
-    match set {
-        Err(err) if err.kind() == ErrorKind::PermissionDenied => Ok(()),
-        r => r.map_err(out_err(dest)),
+    match owned {
+        Err(err) if err.kind() == ErrorKind::PermissionDenied => {
+            notes.add("owner not restored (not permitted: not root)", dest)
+        }
+        r => r.map_err(out_err(dest))?,
     }
-}
-
-/// Owner, mode and times of a directory, or of the open `file` to be renamed to `dest`.
-fn set_metadata(e: &Entry, dest: &Path, file: Option<&File>) -> Result<()> {
-    owner(e, dest, file)?;
-    let mode = fs::Permissions::from_mode(e.mode);
-    match file {
-        Some(f) => f.set_permissions(mode),
-        None => fs::set_permissions(dest, mode),
+    if !e.xattrs.is_empty() {
+        let set = match file {
+            Some(f) => write_file_xattrs(f, &e.xattrs),
+            None => write_xattrs(dest, &e.xattrs),
+        };
+        match set {
+            Err(err) if unsupported(&err) || err.kind() == ErrorKind::PermissionDenied => {
+                notes.add("extended attributes not restored (refused here)", dest)
+            }
+            r => r.map_err(out_err(dest))?,
+        }
     }
-    .map_err(out_err(dest))?;
     let mtime = FileTime::from_unix_time(e.mtime, e.mtime_ns);
+    let atime = FileTime::from_unix_time(e.atime, e.atime_ns);
+    // A link's own mode cannot be set on Linux.
+    if e.kind != Kind::Symlink {
+        let mode = fs::Permissions::from_mode(e.mode);
+        match file {
+            Some(f) => f.set_permissions(mode),
+            None => fs::set_permissions(dest, mode),
+        }
+        .map_err(out_err(dest))?;
+    }
+    // By path: `utimensat` without following a link (and without opening
+    // the object, which would block on a FIFO).
     match file {
-        Some(f) => filetime::set_file_handle_times(f, Some(mtime), Some(mtime)),
-        None => filetime::set_file_times(dest, mtime, mtime),
+        Some(f) => filetime::set_file_handle_times(f, Some(atime), Some(mtime)),
+        None => filetime::set_symlink_file_times(dest, atime, mtime),
     }
     .map_err(out_err(dest))
 }
@@ -396,22 +724,35 @@ struct OpenFile {
     tmp: PathBuf,
     file: File,
     left: u64,
+    /// Where the next bytes go (a sparse file skips blocks of zeros).
+    at: u64,
 }
+
+/// Blocks of zeros a sparse file's restore leaves as holes.
+const HOLE_BLOCK: u64 = 4096;
 
 /// The output of the files' restore: cuts the restored bytes into the
 /// selected files, in catalog order, as named by `names`.
 struct Files<'a> {
     target: &'a Path,
-    overwrite: bool,
+    mode: Overwrite,
+    select: &'a Selection,
     names: Receiver<Entry>,
     open: Option<OpenFile>,
     files: u64,
+    hardlinks: u64,
+    kept: u64,
+    notes: &'a Notes,
 }
 
 impl Files<'_> {
     /// Opens the next file with bytes left to write, completing empty files on the way.
     fn next_file(&mut self) -> Result<Option<OpenFile>> {
         while let Ok(entry) = self.names.recv() {
+            if entry.kind == Kind::Hardlink {
+                self.link(&entry)?;
+                continue;
+            }
             let f = self.create(entry)?;
             if f.left > 0 {
                 return Ok(Some(f));
@@ -421,9 +762,36 @@ impl Files<'_> {
         Ok(None)
     }
 
+    /// Links hard link `e` to its file, restored before it (in catalog order).
+    fn link(&mut self, e: &Entry) -> Result<()> {
+        let dest = self.target.join(relative_path(&e.path));
+        let first = self.target.join(relative_path(&e.target));
+        if !self.select.matches(&e.target) || !occupied(&first) {
+            self.notes.add(
+                "hard link not restored (its first path is not restored)",
+                &dest,
+            );
+            return Ok(());
+        }
+        make_parent(&dest)?;
+        if occupied(&dest) {
+            let there = fs::symlink_metadata(&dest).map_err(out_err(&dest))?;
+            let linked = fs::symlink_metadata(&first)
+                .is_ok_and(|f| (f.dev(), f.ino()) == (there.dev(), there.ino()));
+            if linked || keep(e, &dest, self.mode)?.is_some() {
+                self.kept += 1;
+                return Ok(());
+            }
+            fs::remove_file(&dest).map_err(out_err(&dest))?;
+        }
+        fs::hard_link(&first, &dest).map_err(out_err(&dest))?;
+        self.hardlinks += 1;
+        Ok(())
+    }
+
     fn create(&self, entry: Entry) -> Result<OpenFile> {
         let dest = self.target.join(relative_path(&entry.path));
-        if !self.overwrite && occupied(&dest) {
+        if self.mode == Overwrite::Refuse && occupied(&dest) {
             return Err(exists(&dest));
         }
         let name = dest
@@ -442,6 +810,7 @@ impl Files<'_> {
             .map_err(out_err(&dest))?;
         Ok(OpenFile {
             left: entry.size,
+            at: 0,
             entry,
             dest,
             tmp,
@@ -450,9 +819,14 @@ impl Files<'_> {
     }
 
     fn complete(&mut self, f: OpenFile) -> Result<()> {
-        let done = set_metadata(&f.entry, &f.dest, Some(&f.file))
-            .and_then(|()| f.file.sync_all().map_err(out_err(&f.dest)))
-            .and_then(|()| fs::rename(&f.tmp, &f.dest).map_err(out_err(&f.dest)));
+        let done = (if f.entry.sparse {
+            // Trailing holes.
+            f.file.set_len(f.entry.size).map_err(out_err(&f.dest))
+        } else {
+            Ok(())
+        })
+        .and_then(|()| set_metadata(&f.entry, &f.dest, Some(&f.file), self.notes))
+        .and_then(|()| fs::rename(&f.tmp, &f.dest).map_err(out_err(&f.dest)));
         if done.is_err() {
             let _ = fs::remove_file(&f.tmp);
         }
@@ -486,7 +860,7 @@ impl Files<'_> {
             })?,
         };
         let n = (buf.len() as u64).min(f.left) as usize;
-        if let Err(e) = f.file.write_all(&buf[..n]) {
+        if let Err(e) = write_at(&mut f, &buf[..n]) {
             let _ = fs::remove_file(&f.tmp);
             return Err(out_err(&f.dest)(e));
         }
@@ -498,6 +872,29 @@ impl Files<'_> {
         }
         Ok(n)
     }
+}
+
+/// Writes `bytes` at the file's position; a sparse file's aligned blocks of
+/// zeros are skipped (left as holes).
+fn write_at(f: &mut OpenFile, bytes: &[u8]) -> io::Result<()> {
+    if !f.entry.sparse {
+        f.file.write_all(bytes)?;
+        f.at += bytes.len() as u64;
+        return Ok(());
+    }
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let to_boundary = HOLE_BLOCK - f.at % HOLE_BLOCK;
+        let n = (rest.len() as u64).min(to_boundary) as usize;
+        let (piece, more) = rest.split_at(n);
+        let whole_block = n as u64 == HOLE_BLOCK;
+        if !(whole_block && piece.iter().all(|&b| b == 0)) {
+            f.file.write_all_at(piece, f.at)?;
+        }
+        f.at += n as u64;
+        rest = more;
+    }
+    Ok(())
 }
 
 fn short(dest: &Path) -> Error {

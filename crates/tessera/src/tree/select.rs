@@ -4,6 +4,7 @@
 use super::relative_path;
 use crate::error::{Error, Result};
 use globset::{Glob, GlobSet, GlobSetBuilder};
+use std::path::{Path, PathBuf};
 
 /// Include and exclude patterns over catalog paths.
 #[derive(Clone, Debug, Default)]
@@ -43,6 +44,48 @@ impl Selection {
         };
         self.include.as_ref().is_none_or(hit) && !self.exclude.as_ref().is_some_and(hit)
     }
+}
+
+/// The lines of `file` (newline-separated bytes, a trailing `\r` dropped),
+/// without empty lines and lines starting with `#`: the patterns of an
+/// `--exclude-file`, the paths of a `--files-from`.
+pub fn read_lines(file: &Path) -> Result<Vec<Vec<u8>>> {
+    let bytes = std::fs::read(file).map_err(|e| Error::Input {
+        what: file.display().to_string(),
+        source: e,
+    })?;
+    Ok(bytes
+        .split(|&b| b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
+        .filter(|l| !l.is_empty() && !l.starts_with(b"#"))
+        .map(<[u8]>::to_vec)
+        .collect())
+}
+
+/// The patterns of an `--exclude-file` (UTF-8 lines; see [`read_lines`]).
+pub fn read_patterns(file: &Path) -> Result<Vec<String>> {
+    read_lines(file)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, l)| {
+            String::from_utf8(l).map_err(|_| {
+                Error::InvalidConfig(format!(
+                    "{}: pattern {} is not UTF-8",
+                    file.display(),
+                    i + 1
+                ))
+            })
+        })
+        .collect()
+}
+
+/// The paths of a `--files-from` list (any bytes; see [`read_lines`]).
+pub fn read_paths(file: &Path) -> Result<Vec<PathBuf>> {
+    use std::os::unix::ffi::OsStringExt;
+    Ok(read_lines(file)?
+        .into_iter()
+        .map(|l| PathBuf::from(std::ffi::OsString::from_vec(l)))
+        .collect())
 }
 
 fn set(patterns: &[String]) -> Result<Option<GlobSet>> {
@@ -88,5 +131,17 @@ mod tests {
         assert!(!plain.matches(b"tmp/.t/src/big1"));
         assert!(plain.matches(b"tmp/.t/src/big3"));
         assert!(Selection::new(&["a[".into()], &[]).is_err());
+    }
+
+    #[test]
+    fn lists_skip_blank_lines_and_comments() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("list");
+        std::fs::write(&f, b"# c\n/a/b\r\n\n/x/\xff\n").unwrap();
+        let paths = read_paths(&f).unwrap();
+        assert_eq!(paths.len(), 2);
+        assert_eq!(paths[0], Path::new("/a/b"));
+        assert!(read_patterns(&f).is_err());
+        assert!(read_lines(&dir.path().join("missing")).is_err());
     }
 }

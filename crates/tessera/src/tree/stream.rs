@@ -1,23 +1,17 @@
 //! Reading a tree backup's catalog as its chunks are restored: entries are
 //! decoded one by one, so memory does not grow with the tree.
 
-use super::catalog::{CatalogReader, Entry};
+use super::catalog::{check_version, CatalogReader, Entry};
 use crate::error::{Error, Result};
 use crate::pipe::pipe;
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
-use crate::snapshot::{BackupId, TreeRef, CATALOG_VERSION};
+use crate::snapshot::{BackupId, TreeRef};
 
 /// The tree record of backup `id`, checked to be one this build reads.
 pub fn tree_of(repo: &Repository, id: BackupId) -> Result<TreeRef> {
     let tree = repo.snapshot(id)?.tree.ok_or(Error::NotATree(id))?;
-    if tree.catalog_version != CATALOG_VERSION {
-        return Err(Error::UnsupportedVersion {
-            object: format!("catalog of backup {id}"),
-            found: tree.catalog_version,
-            supported: CATALOG_VERSION,
-        });
-    }
+    check_version(tree.catalog_version, &format!("catalog of backup {id}"))?;
     Ok(tree)
 }
 

@@ -208,6 +208,45 @@ fn append(
                 .append_data(&mut h, scope.name(&e.path, false), data)
                 .map_err(tar_err)
         }
+        Kind::Hardlink => {
+            let target = Entry {
+                path: e.target.clone(),
+                ..Entry::default()
+            };
+            if !scope.takes(&target) {
+                // Its file is not in the stream: the link would dangle.
+                stats.notes.push(format!(
+                    "hard link {} left out: its file {} is not selected",
+                    String::from_utf8_lossy(&e.path),
+                    String::from_utf8_lossy(&e.target)
+                ));
+                return Ok(());
+            }
+            h.set_entry_type(EntryType::Link);
+            stats.hardlinks += 1;
+            builder
+                .append_link(
+                    &mut h,
+                    scope.name(&e.path, false),
+                    scope.name(&e.target, false),
+                )
+                .map_err(tar_err)
+        }
+        Kind::Fifo | Kind::CharDevice | Kind::BlockDevice => {
+            h.set_entry_type(match e.kind {
+                Kind::Fifo => EntryType::Fifo,
+                Kind::CharDevice => EntryType::Char,
+                _ => EntryType::Block,
+            });
+            if e.kind != Kind::Fifo {
+                h.set_device_major(libc::major(e.rdev)).map_err(tar_err)?;
+                h.set_device_minor(libc::minor(e.rdev)).map_err(tar_err)?;
+            }
+            stats.nodes += 1;
+            builder
+                .append_data(&mut h, scope.name(&e.path, false), io::empty())
+                .map_err(tar_err)
+        }
         Kind::Gap => Ok(()),
     }
 }

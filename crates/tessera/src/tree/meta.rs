@@ -1,0 +1,182 @@
+//! File-system metadata beyond `lstat`: owner and group names, extended
+//! attributes (POSIX ACLs included), and creating FIFOs and device nodes.
+
+use super::catalog::{Kind, Xattr};
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Names of user and group ids, looked up once each.
+#[derive(Default)]
+pub(crate) struct Names {
+    users: HashMap<u32, Vec<u8>>,
+    groups: HashMap<u32, Vec<u8>>,
+}
+
+impl Names {
+    /// The name of user `uid` (empty if it has none).
+    pub(crate) fn user(&mut self, uid: u32) -> Vec<u8> {
+        self.users
+            .entry(uid)
+            .or_insert_with(|| user_name(uid))
+            .clone()
+    }
+
+    /// The name of group `gid` (empty if it has none).
+    pub(crate) fn group(&mut self, gid: u32) -> Vec<u8> {
+        self.groups
+            .entry(gid)
+            .or_insert_with(|| group_name(gid))
+            .clone()
+    }
+}
+
+/// Calls a `get*_r` function with a growing buffer; the name it found, if any.
+fn lookup(
+    mut call: impl FnMut(&mut [libc::c_char]) -> (libc::c_int, *const libc::c_char),
+) -> Vec<u8> {
+    let mut buf = vec![0 as libc::c_char; 1024];
+    loop {
+        let (rc, name) = call(&mut buf);
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || name.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: on success the name points to a NUL-terminated string in `buf`.
+        return unsafe { CStr::from_ptr(name) }.to_bytes().to_vec();
+    }
+}
+
+fn user_name(uid: u32) -> Vec<u8> {
+    lookup(|buf| {
+        // SAFETY: all-zero is a valid `passwd` (null pointers, zero ids).
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call; `buf.len()` is its size.
+        let rc =
+            unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut found) };
+        let name = if found.is_null() {
+            std::ptr::null()
+        } else {
+            pwd.pw_name as *const _
+        };
+        (rc, name)
+    })
+}
+
+fn group_name(gid: u32) -> Vec<u8> {
+    lookup(|buf| {
+        // SAFETY: all-zero is a valid `group` (null pointers, zero ids).
+        let mut grp: libc::group = unsafe { std::mem::zeroed() };
+        let mut found: *mut libc::group = std::ptr::null_mut();
+        // SAFETY: every pointer is valid for the call; `buf.len()` is its size.
+        let rc =
+            unsafe { libc::getgrgid_r(gid, &mut grp, buf.as_mut_ptr(), buf.len(), &mut found) };
+        let name = if found.is_null() {
+            std::ptr::null()
+        } else {
+            grp.gr_name as *const _
+        };
+        (rc, name)
+    })
+}
+
+/// Whether an error says the file system has no extended attributes (or
+/// not this one): nothing to record or restore, not a failure.
+pub(crate) fn unsupported(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOTSUP) | Some(libc::ENODATA))
+}
+
+/// The extended attributes of `path` (of what it points to when `follow`), sorted by name.
+pub(crate) fn read_xattrs(path: &Path, follow: bool) -> io::Result<Vec<Xattr>> {
+    let names = match if follow {
+        xattr::list_deref(path)
+    } else {
+        xattr::list(path)
+    } {
+        Ok(n) => n,
+        Err(e) if unsupported(&e) => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let value = if follow {
+            xattr::get_deref(path, &name)
+        } else {
+            xattr::get(path, &name)
+        };
+        match value {
+            Ok(Some(value)) => out.push(Xattr {
+                name: name.as_bytes().to_vec(),
+                value,
+            }),
+            // Removed meanwhile.
+            Ok(None) => {}
+            Err(e) if unsupported(&e) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// Sets the extended attributes `xattrs` on `path` (not following a symbolic link).
+pub(crate) fn write_xattrs(path: &Path, xattrs: &[Xattr]) -> io::Result<()> {
+    for x in xattrs {
+        xattr::set(path, OsStr::from_bytes(&x.name), &x.value)?;
+    }
+    Ok(())
+}
+
+/// Sets the extended attributes `xattrs` on the open `file`.
+pub(crate) fn write_file_xattrs(file: &std::fs::File, xattrs: &[Xattr]) -> io::Result<()> {
+    use xattr::FileExt;
+    for x in xattrs {
+        file.set_xattr(OsStr::from_bytes(&x.name), &x.value)?;
+    }
+    Ok(())
+}
+
+/// Creates the FIFO or device node `kind` at `path` with `mode` (and device `rdev`).
+pub(crate) fn make_node(path: &Path, kind: Kind, mode: u32, rdev: u64) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
+    let perm = (mode & 0o7777) as libc::mode_t;
+    let type_bits = match kind {
+        Kind::Fifo => libc::S_IFIFO,
+        Kind::CharDevice => libc::S_IFCHR,
+        Kind::BlockDevice => libc::S_IFBLK,
+        _ => {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a FIFO or device",
+            ))
+        }
+    };
+    // SAFETY: `c` is a valid NUL-terminated path.
+    let rc = unsafe { libc::mknod(c.as_ptr(), type_bits | perm, rdev as libc::dev_t) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_of_root_and_of_nobody_known() {
+        let mut n = Names::default();
+        assert_eq!(n.user(0), b"root");
+        assert_eq!(n.group(0), b"root");
+        // An id without a name has an empty one.
+        assert!(n.user(3_999_999_999).is_empty());
+    }
+}

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Tree backups against the read ceiling (issue 21, "Must show").
+
+Unpacks the Redis working-directory versions of ../shared/data/code-redis-wc
+(78 versions, 79,871 files) COPIES times side by side (default 2: 159,742
+files, 1.8 GB) and, RUNS times (default 3), times on that tree:
+
+  ceiling   tar cf - TREE | cat > /dev/null   (GNU tar skips reading the files
+            when its archive is /dev/null itself, hence the pipe)
+  first     backup into a new repository
+  unchanged backup again (nothing changed)
+  1%        backup after appending a line to every 100th file
+  restore   full restore into an empty directory
+  one file  restore --include of one file (containers read: the file's own vs
+            the catalog's)
+
+and prints medians with their spread (min-max) and the ratios the issue
+targets: first backup >= 0.8 x the ceiling's speed (ceiling time / backup
+time), unchanged <= 0.1 x first, restore vs the ceiling.
+
+Then (unless --skip-dedup) the dedup comparison: every version extracted in
+turn into one working directory and backed up natively, against the same
+versions' tar files backed up as streams (stored bytes of each), and (unless
+--skip-million) the peak RSS (/usr/bin/time) of backing up a generated tree
+of --million (default 1,000,000) empty files in 1,000 directories.
+
+Usage: scripts/tree-benchmark.py [--runs N] [--copies N] [--versions N]
+       [--million N] [--skip-dedup] [--skip-million] [--work DIR]
+Environment: TESSERA (binary; default target/release/tessera).
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ARCHIVE = os.path.join(ROOT, "..", "shared", "data", "code-redis-wc.tar.zst")
+TESSERA = os.environ.get("TESSERA", os.path.join(ROOT, "target", "release", "tessera"))
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, shell=True, check=True, **kw)
+
+
+def tessera(*args, rss=None):
+    """Runs tessera; its JSON output (and peak RSS in KiB when `rss`)."""
+    cmd = [TESSERA, *args]
+    if rss is not None:
+        cmd = ["/usr/bin/time", "-f", "%M", "-o", rss] + cmd
+    out = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    if out.returncode not in (0, 3):
+        sys.exit(f"{' '.join(cmd)}: exit {out.returncode}\n{out.stderr}")
+    last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+    return json.loads(last) if last.startswith("{") else {}
+
+
+def timed(fn):
+    start = time.monotonic()
+    result = fn()
+    return time.monotonic() - start, result
+
+
+def summary(values):
+    med = statistics.median(values)
+    return f"{med:8.2f} s  (spread {min(values):.2f}-{max(values):.2f})"
+
+
+def unpack(work, versions, copies):
+    """The version tars, and the tree of `copies` x `versions` unpacked versions."""
+    tars = os.path.join(work, "tars")
+    if not os.path.isdir(tars):
+        os.makedirs(tars)
+        sh(f"zstd -dc --long=31 {ARCHIVE} | tar xf - -C {tars}")
+    tars = os.path.join(tars, "code-redis-wc")
+    names = sorted(n for n in os.listdir(tars) if n.endswith(".tar"))[:versions]
+    tree = os.path.join(work, "tree")
+    if not os.path.isdir(tree):
+        for c in range(copies):
+            for n in names:
+                d = os.path.join(tree, f"copy{c}", n[:-4])
+                os.makedirs(d)
+                sh(f"tar xf {os.path.join(tars, n)} -C {d}")
+    files = sum(len(f) for _, _, f in os.walk(tree))
+    return tars, names, tree, files
+
+
+def edit_one_percent(tree):
+    """Appends a line to every 100th file (sorted); returns how to undo it."""
+    paths = sorted(os.path.join(d, f) for d, _, fs in os.walk(tree) for f in fs)[::100]
+    sizes = [(p, os.path.getsize(p)) for p in paths]
+    for p, _ in sizes:
+        with open(p, "ab") as f:
+            f.write(b"/* edited */\n")
+    return sizes
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--copies", type=int, default=2)
+    ap.add_argument("--versions", type=int, default=78)
+    ap.add_argument("--million", type=int, default=1_000_000)
+    ap.add_argument("--skip-dedup", action="store_true")
+    ap.add_argument("--skip-million", action="store_true")
+    ap.add_argument("--work")
+    a = ap.parse_args()
+    if not os.access(TESSERA, os.X_OK):
+        sh(f"cd {ROOT} && cargo build --release -p tessera-cli")
+    work = os.path.abspath(a.work or tempfile.mkdtemp(prefix="tessera-treebench."))
+    os.makedirs(work, exist_ok=True)
+    tars, names, tree, files = unpack(work, a.versions, a.copies)
+    print(f"tree: {tree}, {files} files ({a.copies} x {len(names)} Redis versions)")
+    repo, out = os.path.join(work, "repo"), os.path.join(work, "out")
+    # A file in the middle of the tree, for the single-file restore.
+    one = os.path.join(tree, "copy0", names[len(names) // 2][:-4], "redis", "src", "server.c")
+    t = {k: [] for k in ["ceiling", "first", "unchanged", "edited", "restore", "one"]}
+    one_stats = []
+    sh(f"tar cf - {tree} | cat > /dev/null")  # warm the page cache
+    for run in range(a.runs):
+        shutil.rmtree(repo, ignore_errors=True)
+        shutil.rmtree(out, ignore_errors=True)
+        tessera("init", repo, "--encryption", "none")
+        t["ceiling"].append(timed(lambda: sh(f"tar cf - {tree} | cat > /dev/null"))[0])
+        s, b = timed(lambda: tessera("backup", "--json", repo, tree))
+        t["first"].append(s)
+        s, u = timed(lambda: tessera("backup", "--json", repo, tree))
+        t["unchanged"].append(s)
+        assert u["tree"]["bytes_read"] == 0, u["tree"]
+        undo = edit_one_percent(tree)
+        s, e = timed(lambda: tessera("backup", "--json", repo, tree))
+        t["edited"].append(s)
+        for p, size in undo:
+            os.truncate(p, size)
+        s, r = timed(lambda: tessera("restore", "--json", repo, "1", out))
+        t["restore"].append(s)
+        shutil.rmtree(out)
+        s, o = timed(lambda: tessera("restore", "--json", "--include", one, repo, "1", out))
+        t["one"].append(s)
+        one_stats.append(o)
+        shutil.rmtree(out)
+        print(
+            f"run {run + 1}: first {t['first'][-1]:.2f} s ({b['stored_bytes']} B stored), "
+            f"unchanged {t['unchanged'][-1]:.2f} s, 1% {t['edited'][-1]:.2f} s "
+            f"({e['tree']['files_changed']} changed, {e['tree']['bytes_read']} B read), "
+            f"restore {t['restore'][-1]:.2f} s, one file {t['one'][-1]:.2f} s",
+            flush=True,
+        )
+    med = {k: statistics.median(v) for k, v in t.items()}
+    print()
+    for k, label in [
+        ("ceiling", "tar cf - | cat (read ceiling)"),
+        ("first", "first backup"),
+        ("unchanged", "unchanged re-backup"),
+        ("edited", "re-backup, 1% of files changed"),
+        ("restore", "full restore"),
+        ("one", "single-file restore"),
+    ]:
+        print(f"{label:34} {summary(t[k])}")
+    print()
+    print(f"first backup speed / read ceiling   {med['ceiling'] / med['first']:.2f}x  (target >= 0.80)")
+    print(f"unchanged re-backup / first backup  {med['unchanged'] / med['first']:.3f}   (target <= 0.10)")
+    print(f"1% re-backup / first backup         {med['edited'] / med['first']:.3f}")
+    print(f"full restore speed / read ceiling   {med['ceiling'] / med['restore']:.2f}x")
+    o = one_stats[-1]
+    data = o["containers_read"] - o["catalog_containers_read"]
+    print(
+        f"single-file restore: {o['bytes_restored']} B, {data} container(s) for the file, "
+        f"{o['catalog_containers_read']} read for the catalog (3 passes), "
+        f"{o['bytes_read']} B read (target: <= 2 beyond the file's own)"
+    )
+    shutil.rmtree(repo, ignore_errors=True)
+
+    if not a.skip_dedup:
+        print()
+        native, streams = os.path.join(work, "native"), os.path.join(work, "streams")
+        wc = os.path.join(work, "wc")
+        for r in (native, streams):
+            shutil.rmtree(r, ignore_errors=True)
+            tessera("init", r, "--encryption", "none")
+        stored_native = stored_tar = logical_tar = 0
+        for n in names:
+            shutil.rmtree(wc, ignore_errors=True)
+            os.makedirs(wc)
+            sh(f"tar xf {os.path.join(tars, n)} -C {wc}")
+            bn = tessera("backup", "--json", "--source", "redis-wc", native, wc)
+            bt = tessera("backup", "--json", streams, os.path.join(tars, n))
+            stored_native += bn["stored_bytes"]
+            stored_tar += bt["stored_bytes"]
+            logical_tar += bt["logical_bytes"]
+        print(
+            f"dedup on trees, {len(names)} versions ({logical_tar} B as tar): "
+            f"native tree backups store {stored_native} B, tar streams {stored_tar} B "
+            f"(native / tar = {stored_native / stored_tar:.3f})"
+        )
+        for r in (native, streams, wc):
+            shutil.rmtree(r, ignore_errors=True)
+
+    if not a.skip_million:
+        print()
+        big = os.path.join(work, f"files-{a.million}")
+        if not os.path.isdir(big):
+            per = 1000
+            for d in range((a.million + per - 1) // per):
+                dd = os.path.join(big, f"d{d:04}")
+                os.makedirs(dd)
+                for i in range(min(per, a.million - d * per)):
+                    open(os.path.join(dd, f"f{i:04}"), "wb").close()
+        shutil.rmtree(repo, ignore_errors=True)
+        tessera("init", repo, "--encryption", "none")
+        rss = os.path.join(work, "rss")
+        s, b = timed(lambda: tessera("backup", "--json", repo, big, rss=rss))
+        kib = int(open(rss).read().split()[-1])
+        print(
+            f"{a.million} generated empty files: backup {s:.1f} s, catalog "
+            f"{b['tree']['catalog_bytes']} B, peak RSS {kib / 1024:.0f} MiB (target <= 256 MiB)"
+        )
+        shutil.rmtree(repo, ignore_errors=True)
+        shutil.rmtree(big, ignore_errors=True)
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
