@@ -1660,9 +1660,10 @@ fn init(a: InitArgs, access: &Access) -> Result<()> {
         true => Encryption::None,
         false => Encryption::XChaCha20Poly1305,
     });
+    // A trace repository stores no chunk bytes: nothing to compress.
     let compression = a.compression.unwrap_or(match encryption {
-        Encryption::None => Compression::Off,
-        Encryption::XChaCha20Poly1305 => Compression::Auto,
+        Encryption::XChaCha20Poly1305 if !a.trace => Compression::Auto,
+        _ => Compression::Off,
     });
     config.set_protection(Encryption::None, compression);
     match encryption {
