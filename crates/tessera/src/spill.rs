@@ -19,10 +19,9 @@ use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
 use fastbloom::BloomFilter;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of one spilled map entry: the fingerprint and the value.
 const RECORD_LEN: usize = FINGERPRINT_LEN + 8;
@@ -39,23 +38,17 @@ pub(crate) fn byte_order(fp: &Fingerprint) -> (u64, Fingerprint) {
     (u64::from_be_bytes(head), *fp)
 }
 
-static SPILL_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 /// Creates an empty, unnamed temporary file in the system's temporary
-/// directory: it is unlinked at once, so it disappears with its handle
-/// (even after a crash).
+/// directory (`O_TMPFILE` where the file system has it, else a random name
+/// unlinked at once), so it disappears with its handle, even after a crash,
+/// and never collides with a file a killed process left behind.
 pub(crate) fn temp_file() -> Result<File> {
-    let n = SPILL_COUNTER.fetch_add(1, Ordering::Relaxed);
-    let path = std::env::temp_dir().join(format!("tessera-spill.{}.{n}", std::process::id()));
-    let io_err = |e| Error::io(format!("creating spill file {}", path.display()), e);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)
-        .map_err(io_err)?;
-    std::fs::remove_file(&path).map_err(io_err)?;
-    Ok(file)
+    tempfile::tempfile().map_err(|e| {
+        Error::io(
+            format!("creating a spill file in {}", std::env::temp_dir().display()),
+            e,
+        )
+    })
 }
 
 /// A buffered reader of `file` from its start.
