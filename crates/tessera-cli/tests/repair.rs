@@ -372,7 +372,12 @@ fn lifecycle_part_deleted_or_damaged_is_reported_and_repaired_from_a_later_copy(
             .into_iter()
             .find(|p| p.parent().is_some_and(|d| d.ends_with("cat")))
             .unwrap();
-        let key = part.strip_prefix(&repo).unwrap().to_str().unwrap().to_string();
+        let key = part
+            .strip_prefix(&repo)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
         if delete {
             std::fs::remove_file(&part).unwrap();
         } else {
