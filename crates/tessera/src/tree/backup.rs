@@ -93,7 +93,7 @@ pub fn backup_tree(
         // file is read.
         Some(id) => match tree_of(repo, id).and_then(|t| Ok((t, repo.recipe(id)?.chunks))) {
             Ok((tree, chunks)) => Some((id, tree, chunks)),
-            Err(e) if e.is_damage() => {
+            Err(e) if crate::salvage::lost_reason(&e).is_some() => {
                 notes.push(format!(
                     "parent backup {id} unreadable ({e}): every file was read"
                 ));
