@@ -3,7 +3,7 @@
 # crates/tessera-cli/tests/campaign.rs run for several seeds, damaging every
 # object of each kind (not one per kind) in every repository variant, and
 # printing each seed's table (per object kind: cases, detected, exempt,
-# repaired, unrecoverable, failures, known gaps).
+# repaired, unrecoverable, failures).
 # Usage: scripts/corruption-campaign.sh [FIRST_SEED] [SEEDS] [JOBS]
 # (defaults 1, 5, 2). Exits non-zero if any seed has a failure.
 set -euo pipefail

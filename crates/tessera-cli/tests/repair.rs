@@ -358,3 +358,60 @@ fn repair_forget_damaged_deletes_only_backups_with_unrecoverable_chunks() {
     assert_eq!(report["unrepaired"][0]["forgotten"], true);
     assert_eq!(list_ids(&repo), [ids[1]]);
 }
+
+/// Lifecycle layout: a category part that is deleted (or damaged) is
+/// reported by `check`, naming it; the next backup stores its chunks again
+/// and restores; `repair` rewrites the part with intact copies, after
+/// which the first backup restores and `check` is clean.
+#[test]
+fn lifecycle_part_deleted_or_damaged_is_reported_and_repaired_from_a_later_copy() {
+    for delete in [true, false] {
+        let (tmp, repo, input, data) = setup("lifecycle");
+        let id = list_ids(&repo)[0];
+        let part = files(&repo.join("lifecycle"))
+            .into_iter()
+            .find(|p| p.parent().is_some_and(|d| d.ends_with("cat")))
+            .unwrap();
+        let key = part
+            .strip_prefix(&repo)
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_string();
+        if delete {
+            std::fs::remove_file(&part).unwrap();
+        } else {
+            flip(&part);
+        }
+        let o = run(["check", repo.to_str().unwrap(), "--read-data", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let named: Vec<&serde_json::Value> = v["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|p| p["object"] == key.as_str())
+            .collect();
+        assert_eq!(named.len(), 1, "{v}");
+        let kind = if delete { "missing" } else { "damaged" };
+        assert_eq!(named[0]["kind"], kind, "{v}");
+        assert_eq!(named[0]["affected_backups"][0], id, "{v}");
+        // Damage does not spread: the next backup stores the chunks again.
+        let b = backup_json(&repo, &input);
+        assert!(num(&b, "unique_chunks") > 0, "{b}");
+        let dir = tmp.path().join("r");
+        std::fs::create_dir(&dir).unwrap();
+        assert!(restored(&repo, num(&b, "id"), &dir) == data);
+        let (code, report) = repair(&repo, &[]);
+        assert_eq!(code, 0, "{report}");
+        assert!(
+            action_kinds(&report).contains(&"part_rewritten".to_string()),
+            "{report}"
+        );
+        let dir = tmp.path().join("r2");
+        std::fs::create_dir(&dir).unwrap();
+        assert!(restored(&repo, id, &dir) == data);
+        let o = run(["check", repo.to_str().unwrap(), "--read-data", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(v["problems"].as_array().unwrap().len(), 0, "{v}");
+    }
+}

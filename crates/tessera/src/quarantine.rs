@@ -25,6 +25,12 @@ pub fn key(c: ContainerId) -> String {
     format!("{QUARANTINE_DIR}/{c:016x}")
 }
 
+/// Key of lifecycle lineage `l`'s quarantine record (`l` is the lineage's
+/// directory name, `s…`, which no container id can spell).
+pub fn lineage_key(l: &str) -> String {
+    format!("{QUARANTINE_DIR}/{l}")
+}
+
 /// What is quarantined in one container.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Quarantined {
@@ -79,6 +85,52 @@ pub fn load(backend: &dyn Backend) -> Result<HashMap<ContainerId, Quarantined>> 
     Ok(out)
 }
 
+/// Lifecycle lineage `l`'s record: `None` if it has none; `All` if it is
+/// damaged (every chunk of the lineage is then stored again).
+pub fn load_lineage(backend: &dyn Backend, l: &str) -> Result<Option<Quarantined>> {
+    let k = lineage_key(l);
+    Ok(Some(match backend.read(&k) {
+        Ok(bytes) => match decode(&k, &bytes) {
+            Ok(s) if s.contains(WHOLE) => Quarantined::All,
+            Ok(s) => Quarantined::Chunks(s),
+            Err(e) if e.is_damage() || matches!(e, Error::UnsupportedVersion { .. }) => {
+                Quarantined::All
+            }
+            Err(e) => return Err(e),
+        },
+        Err(Error::NotFound(_)) => return Ok(None),
+        Err(e) if e.is_damage() => Quarantined::All,
+        Err(e) => return Err(e),
+    }))
+}
+
+/// Adds `fps` to lifecycle lineage `l`'s record (replaced atomically).
+/// Returns whether anything was new.
+pub fn record_lineage(
+    backend: &dyn Backend,
+    l: &str,
+    fps: impl IntoIterator<Item = Fingerprint>,
+) -> Result<bool> {
+    add_at(
+        backend,
+        &lineage_key(l),
+        fps.into_iter().map(|fp| fp.to_string()),
+    )
+}
+
+/// Replaces lifecycle lineage `l`'s record by exactly `fps` (deletes it
+/// when empty): `tessera repair` does this once it has rewritten the
+/// lineage's damaged parts, so that only chunks still without an intact
+/// copy stay quarantined.
+pub fn replace_lineage(backend: &dyn Backend, l: &str, fps: &BTreeSet<Fingerprint>) -> Result<()> {
+    let k = lineage_key(l);
+    if fps.is_empty() {
+        return backend.delete(&k);
+    }
+    let set: BTreeSet<String> = fps.iter().map(|fp| fp.to_string()).collect();
+    write(backend, &k, &set)
+}
+
 fn decode(key: &str, bytes: &[u8]) -> Result<HashSet<String>> {
     let (_, payload) = envelope::open_versions(key, KIND, &[1, VERSION], bytes)?;
     serde_json::from_slice(payload)
@@ -106,8 +158,15 @@ fn add(
     c: ContainerId,
     entries: impl IntoIterator<Item = String>,
 ) -> Result<bool> {
-    let k = key(c);
-    let mut set: BTreeSet<String> = match backend.read(&k).and_then(|b| decode(&k, &b)) {
+    add_at(backend, &key(c), entries)
+}
+
+fn add_at(
+    backend: &dyn Backend,
+    k: &str,
+    entries: impl IntoIterator<Item = String>,
+) -> Result<bool> {
+    let mut set: BTreeSet<String> = match backend.read(k).and_then(|b| decode(k, &b)) {
         Ok(s) => s.into_iter().collect(),
         Err(Error::NotFound(_)) => BTreeSet::new(),
         // A damaged record quarantined the whole container: it still does.
@@ -119,8 +178,12 @@ fn add(
     if set.len() == before && before > 0 {
         return Ok(false);
     }
-    let payload =
-        serde_json::to_vec(&set).map_err(|e| Error::Pipeline(format!("encoding {k}: {e}")))?;
-    backend.write(&k, &envelope::seal(KIND, VERSION, &payload))?;
+    write(backend, k, &set)?;
     Ok(true)
+}
+
+fn write(backend: &dyn Backend, k: &str, set: &BTreeSet<String>) -> Result<()> {
+    let payload =
+        serde_json::to_vec(set).map_err(|e| Error::Pipeline(format!("encoding {k}: {e}")))?;
+    backend.write(k, &envelope::seal(KIND, VERSION, &payload))
 }

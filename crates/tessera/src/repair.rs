@@ -16,7 +16,13 @@
 //!    atomically as garbage collection rewrites recipes; the index is
 //!    rebuilt and forgets every damaged chunk, so that the next backup
 //!    stores it again;
-//! 4. with `forget_damaged`, backups still holding unrecoverable chunks are
+//! 4. lifecycle layout: every category and volume part is read and every
+//!    chunk verified; a damaged part, or one the lineage state lists but
+//!    that is missing, is rewritten in place with its intact chunks and an
+//!    intact copy (from elsewhere in the lineage) of every chunk its readers
+//!    lost; the lineage's quarantine record keeps only what is still lost
+//!    ([`crate::lifecycle::repair_lineage`]);
+//! 5. with `forget_damaged`, backups still holding unrecoverable chunks are
 //!    deleted (their snapshots; space goes with the next `gc`); otherwise
 //!    they are kept and listed.
 //!
@@ -52,8 +58,8 @@ pub struct RepairOptions {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct RepairAction {
     /// `state_rewritten`, `lineage_state_rewritten`, `snapshot_recovered`,
-    /// `commit_mark_rewritten`, `recipe_repointed`, `index_rebuilt`,
-    /// `backup_forgotten`.
+    /// `commit_mark_rewritten`, `recipe_repointed`, `chunks_quarantined`,
+    /// `index_rebuilt`, `part_rewritten`, `backup_forgotten`.
     pub kind: String,
     /// The object written (or deleted).
     pub object: String,
@@ -130,6 +136,9 @@ pub fn repair(repo: &Repository, options: RepairOptions) -> Result<RepairReport>
     recover_snapshots(repo, dry, &mut report)?;
     if repo.config().layout == Layout::Container && !repo.config().trace {
         repoint(repo, dry, &mut report)?;
+    }
+    if repo.config().layout == Layout::Lifecycle && !repo.config().trace {
+        repair_lineages(repo, dry, &mut report)?;
     }
     if options.forget_damaged {
         for u in &mut report.unrepaired {
@@ -282,6 +291,49 @@ fn recover_snapshots(repo: &Repository, dry: bool, report: &mut RepairReport) ->
                     forgotten: false,
                 });
             }
+        }
+    }
+    Ok(())
+}
+
+/// Lifecycle layout: rewrites every damaged or missing category and
+/// volume part with its intact chunks and intact copies of the chunks its
+/// readers lost ([`crate::lifecycle::repair_lineage`]); lists the backups
+/// left with holes.
+fn repair_lineages(repo: &Repository, dry: bool, report: &mut RepairReport) -> Result<()> {
+    let backend = repo.backend().as_ref();
+    let live = repo.retained_backups()?;
+    let already: BTreeSet<BackupId> = report.unrepaired.iter().map(|u| u.backup).collect();
+    for name in crate::lifecycle::lineage_names(backend)? {
+        // A lineage without a readable state is reported by check; nothing to rewrite from.
+        let Ok(Some(l)) = crate::lifecycle::Lineage::load(backend, &name) else {
+            continue;
+        };
+        let done = crate::lifecycle::repair_lineage(repo, &l, &live, dry)?;
+        for (key, detail, backups) in done.rewritten {
+            report.act("part_rewritten", key, detail, backups);
+        }
+        if let Some((key, left)) = done.quarantine {
+            report.act(
+                "chunks_quarantined",
+                key,
+                format!("quarantine record of the lineage replaced: {left} chunk(s) still without an intact copy"),
+                vec![],
+            );
+        }
+        for (backup, lost_chunks, lost_bytes) in done.lost {
+            if already.contains(&backup) {
+                continue;
+            }
+            report.unrepaired.push(Unrepaired {
+                backup,
+                reason: format!(
+                    "{lost_chunks} distinct chunk(s) are damaged or missing and no intact copy exists in the lineage: restore with --skip-damaged"
+                ),
+                lost_chunks,
+                lost_bytes,
+                forgotten: false,
+            });
         }
     }
     Ok(())

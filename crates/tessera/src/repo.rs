@@ -576,7 +576,10 @@ impl Repository {
             match self.backend.read(key).and_then(|b| decode_state(key, &b)) {
                 Ok(s) => found = Some(found.map_or(s, |f| f.max(s))),
                 Err(Error::NotFound(_)) => {}
-                Err(e) if e.is_damage() => damaged = true,
+                // A flipped version field reads as an unknown version.
+                Err(e) if e.is_damage() || matches!(e, Error::UnsupportedVersion { .. }) => {
+                    damaged = true
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -617,7 +620,9 @@ impl Repository {
             match self.backend.read(key).and_then(|b| decode_state(key, &b)) {
                 Ok(_) => good += 1,
                 Err(Error::NotFound(_)) => {}
-                Err(e) if e.is_damage() => bad += 1,
+                Err(e) if e.is_damage() || matches!(e, Error::UnsupportedVersion { .. }) => {
+                    bad += 1
+                }
                 Err(e) => return Err(e),
             }
         }

@@ -220,6 +220,82 @@ fn restore_chunks(
     if options.skip_damaged && !repo.config().trace {
         return salvage(repo, id, select, out, options);
     }
+    if repo.config().trace {
+        return restore_verified(repo, id, select, out, options);
+    }
+    let mut counted = Counted {
+        inner: out,
+        written: 0,
+    };
+    match restore_verified(repo, id, select, &mut counted, options) {
+        Err(e) if crate::salvage::lost_reason(&e).is_some() => {
+            let written = counted.written;
+            after_damage(repo, id, select, out, options, written, e)
+        }
+        r => r,
+    }
+}
+
+/// A writer that counts the bytes written through it.
+struct Counted<'a> {
+    inner: &'a mut dyn Write,
+    written: u64,
+}
+
+impl Write for Counted<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.written += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A restore that met damage (`e`): the salvage path, run once into
+/// nothing, finds every damaged chunk and quarantines it (issue 20: damage
+/// a restore finds never spreads into new backups). A lifecycle backup
+/// all of whose chunks still have an intact copy among the objects of its
+/// version is then restored from those copies, if nothing was written yet;
+/// otherwise the error stands.
+fn after_damage(
+    repo: &Repository,
+    id: BackupId,
+    select: Option<&[Range<usize>]>,
+    out: &mut dyn Write,
+    options: &RestoreOptions,
+    written: u64,
+    e: Error,
+) -> Result<RestoreStats> {
+    let lifecycle = repo.config().layout == Layout::Lifecycle;
+    let Ok(chunks) = repo.recipe(id).and_then(|r| selected(&r, select)) else {
+        return Err(e);
+    };
+    let sink = &mut std::io::sink();
+    let found = if lifecycle {
+        crate::salvage::salvage_lifecycle(repo, id, &chunks, sink, None)
+    } else {
+        crate::salvage::salvage_containers(repo, id, &chunks, sink, options.cache_containers, None)
+    };
+    match found {
+        Ok((_, _, lost)) if lost.is_empty() && lifecycle && written == 0 => {
+            salvage(repo, id, select, out, options)
+        }
+        _ => Err(e),
+    }
+}
+
+/// [`restore_chunks`] along the normal (fast, strict) path: any missing or
+/// damaged chunk fails it.
+fn restore_verified(
+    repo: &Repository,
+    id: BackupId,
+    select: Option<&[Range<usize>]>,
+    out: &mut dyn Write,
+    options: &RestoreOptions,
+) -> Result<RestoreStats> {
     if repo.config().layout == Layout::Lifecycle {
         return restore_lifecycle(repo, id, select, out, options);
     }

@@ -136,6 +136,7 @@ pub(crate) fn salvage_containers(
         progress,
     };
     let mut whole = 0u64;
+    let mut found = Found::default();
     for c in chunks {
         let bytes = (|| -> Result<Vec<u8>> {
             let ct = load(c.container)?;
@@ -173,10 +174,47 @@ pub(crate) fn salvage_containers(
                 sink.write(&b)?;
                 whole += 1;
             }
-            Err(e) => sink.lose(u64::from(c.len), e)?,
+            Err(e) => {
+                match &e {
+                    Error::NotFound(_) => found.whole.insert(c.container),
+                    e if lost_reason(e) == Some("damaged") => {
+                        found.chunks.insert((c.container, c.fp))
+                    }
+                    _ => false,
+                };
+                sink.lose(u64::from(c.len), e)?
+            }
         }
     }
+    found.quarantine(backend);
     Ok((whole, reads, sink.lost))
+}
+
+/// Damage a restore found in the container layout: missing containers and
+/// damaged chunks.
+#[derive(Default)]
+struct Found {
+    whole: std::collections::BTreeSet<ContainerId>,
+    chunks: std::collections::BTreeSet<(ContainerId, Fingerprint)>,
+}
+
+impl Found {
+    /// Records the damage in the quarantine (FORMAT.md §10.8), so that no
+    /// later backup deduplicates against it. Best effort: a restore from a
+    /// repository it cannot write to still restores (or fails) as it would.
+    fn quarantine(self, backend: &dyn Backend) {
+        for c in self.whole {
+            let _ = crate::quarantine::record_whole(backend, c);
+        }
+        let mut by_container: std::collections::BTreeMap<ContainerId, Vec<Fingerprint>> =
+            Default::default();
+        for (c, fp) in self.chunks {
+            by_container.entry(c).or_default().push(fp);
+        }
+        for (c, fps) in by_container {
+            let _ = crate::quarantine::record(backend, c, fps);
+        }
+    }
 }
 
 /// A copy of a cached load error (errors are not `Clone`): damage keeps its
@@ -212,7 +250,9 @@ pub(crate) fn salvage_lifecycle(
 ) -> Result<(u64, u64, Vec<LostRange>)> {
     let algo = repo.fingerprinter();
     let backend = repo.backend().as_ref();
-    let (_, _, required) = crate::lifecycle::locate(repo, id)?;
+    let (lineage, _, required) = crate::lifecycle::locate(repo, id)?;
+    // Chunks with a damaged copy, or without any intact one: quarantined.
+    let mut bad: std::collections::BTreeSet<Fingerprint> = Default::default();
     let mut log = ReadLog::default();
     let mut wanted: FingerprintMap<Vec<Loc>> = chunks.iter().map(|c| (c.fp, Vec::new())).collect();
     let mut unreadable: Vec<Error> = Vec::new();
@@ -275,6 +315,7 @@ pub(crate) fn salvage_lifecycle(
                     break;
                 }
                 Ok(b) => {
+                    bad.insert(c.fp);
                     last = Some(Error::ObjectChunkMismatch {
                         object: loc.key.to_string(),
                         fingerprint: c.fp.to_string(),
@@ -291,12 +332,17 @@ pub(crate) fn salvage_lifecycle(
                 whole += 1;
             }
             None => {
+                bad.insert(c.fp);
                 let e = last
                     .or_else(|| unreadable.first().map(clone_error))
                     .unwrap_or_else(|| not_found(id, &c.fp));
                 sink.lose(u64::from(c.len), e)?;
             }
         }
+    }
+    if !bad.is_empty() {
+        // Best effort, as for containers.
+        let _ = crate::quarantine::record_lineage(backend, &lineage.name, bad);
     }
     Ok((whole, log.objects.len() as u64, sink.lost))
 }

@@ -45,7 +45,10 @@ pub(crate) fn byte_order(fp: &Fingerprint) -> (u64, Fingerprint) {
 pub(crate) fn temp_file() -> Result<File> {
     tempfile::tempfile().map_err(|e| {
         Error::io(
-            format!("creating a spill file in {}", std::env::temp_dir().display()),
+            format!(
+                "creating a spill file in {}",
+                std::env::temp_dir().display()
+            ),
             e,
         )
     })

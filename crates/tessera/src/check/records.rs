@@ -198,7 +198,7 @@ pub(crate) fn check_derived(repo: &Repository, report: &mut CheckReport) -> Resu
             report.problems.push(derived_problem(
                 &key,
                 &e,
-                "the whole container is treated as quarantined: its chunks are stored again by the next backup of their data; `tessera repair` or the next check rewrites it",
+                "the whole container (or lifecycle lineage) is treated as quarantined: its chunks are stored again by the next backup of their data; `tessera repair` or the next check rewrites it",
             ));
         }
     }

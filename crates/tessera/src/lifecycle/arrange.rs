@@ -175,6 +175,16 @@ fn round(
         .filter(|&(i, j, _)| v > 1 && j == v - 1 && i < v)
         .map(|(i, _, p)| (i, p))
         .collect();
+    // A part the state lists but that is gone holds chunks this round
+    // would lose: stop (damage; `tessera repair` rewrites the part).
+    let cats = format!("{}/", super::cat_dir(&l));
+    let missing = lineage.missing_parts(backend)?;
+    if let Some(k) = missing.iter().find(|k| k.starts_with(&cats)) {
+        return Err(Error::corrupt(
+            k,
+            "missing: the lineage state lists this category part",
+        ));
+    }
     let journal = Journal {
         round: v,
         inputs: inputs
@@ -289,6 +299,16 @@ fn round(
         stats.volumes_written += u64::from(archive.finish()? > 0);
     }
     // Commit the round, then delete what it replaced.
+    let mut written: Vec<String> = lineage
+        .cat_objects(backend)?
+        .into_iter()
+        .filter(|&(_, j, _)| j == v)
+        .map(|(i, j, p)| cat_key(&l, i, j, p))
+        .collect();
+    if let Some(parts) = lineage.volumes(backend)?.get(&(v - 1)) {
+        written.extend(parts.iter().map(|&(p, first)| vol_key(&l, v - 1, p, first)));
+    }
+    lineage.update_parts(backend, &journal.inputs, &written)?;
     lineage.state.arranged = v;
     lineage.save(backend)?;
     for key in &journal.inputs {

@@ -11,6 +11,7 @@ use crate::config::Arrange;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::index::{Chunk, IndexStats};
+use crate::quarantine::Quarantined;
 use crate::repo::Repository;
 use crate::snapshot::{
     BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds, TreeRef,
@@ -135,10 +136,19 @@ pub(crate) fn backup_stream(
     let t = Instant::now();
     // Without the previous version's table (and recipe), nothing is an
     // adjacent duplicate: every chunk is stored again, which is safe.
-    let prev = match v {
+    let mut prev = match v {
         1 => FpSet::default(),
         _ => load_table(repo, &lineage, v - 1)?.unwrap_or_default(),
     };
+    // Damage never spreads: a chunk known to be damaged or missing (or
+    // every chunk, when a part of the lineage is missing) is not an
+    // adjacent duplicate: it is stored again.
+    let unusable = lineage.unusable(backend)?;
+    match &unusable {
+        Quarantined::All => prev.clear(),
+        Quarantined::Chunks(q) if !q.is_empty() => prev.retain(|fp| !unusable.contains(fp)),
+        Quarantined::Chunks(_) => {}
+    }
     let mut index_time = t.elapsed();
     let mut store_time = std::time::Duration::ZERO;
     // This version's distinct fingerprints (its NDF table), spilled past CUR_BUDGET.
@@ -253,6 +263,10 @@ pub(crate) fn backup_stream(
         None => None,
     };
     recipe.store(backend)?;
+    let written: Vec<String> = (0..parts)
+        .map(|p| cat_key(&lineage.name, v, v, p))
+        .collect();
+    lineage.update_parts(backend, &[], &written)?;
     lineage.state.versions.push(super::format::Version {
         version: v,
         backup: id,

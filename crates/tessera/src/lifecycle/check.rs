@@ -98,7 +98,8 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         };
         // Objects of the layout.
         let mut bad_objects: BTreeSet<String> = BTreeSet::new();
-        let cats = l.cat_objects(backend)?;
+        // Parts the state lists but that are gone are checked too: missing.
+        let cats = l.all_cat_objects(backend)?;
         for &(i, j, p) in &cats {
             let key = cat_key(&l.name, i, j, p);
             let active = j == r && i <= r && r > 0;
@@ -120,7 +121,7 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             problem(&mut report, &key, &e, backups_of(&mut (i..=last)));
             bad_objects.insert(key);
         }
-        for (j, parts) in l.volumes(backend)? {
+        for (j, parts) in l.all_volumes(backend)? {
             for (n, &(p, first)) in parts.iter().enumerate() {
                 let key = vol_key(&l.name, j, p, first);
                 if j >= r {
@@ -156,20 +157,31 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             Err(Error::NotFound(_)) => {}
             Err(e) => problem(&mut report, &jkey, &e, Vec::new()),
         }
-        // Every live version's chunks are in the categories covering it.
+        // Every live version's chunks are in the categories covering it;
+        // those that are not (or only in damaged objects) are quarantined.
+        let mut lost: BTreeSet<Fingerprint> = BTreeSet::new();
         for v in &l.state.versions {
             if !live.contains(&v.backup) {
                 continue;
             }
             covered.insert(v.backup);
-            if let Err(e) = check_version(repo, &l, v.version, v.backup, &bad_objects, &mut report)
-            {
+            let e = match check_version(repo, &l, v.version, v.backup, &bad_objects, &mut report) {
+                Ok((missing, e)) => {
+                    lost.extend(missing);
+                    e
+                }
+                Err(e) => Some(e),
+            };
+            if let Some(e) = e {
                 let key = match e {
                     Error::ChunkNotInCategories { .. } => format!("{LIFECYCLE_DIR}/{}", l.name),
                     _ => crate::snapshot::recipe_key(v.backup),
                 };
                 problem(&mut report, &key, &e, vec![v.backup]);
             }
+        }
+        if !lost.is_empty() {
+            crate::quarantine::record_lineage(backend, &l.name, lost)?;
         }
     }
     for &id in live.difference(&covered) {
@@ -303,6 +315,10 @@ fn check_ndf_tables(repo: &Repository, l: &Lineage, report: &mut CheckReport) ->
     Ok(())
 }
 
+/// Checks that version `k` (backup `id`) finds every chunk of its recipe
+/// in the sound objects it reads. Returns the chunks it does not find and
+/// the error to report for them (none when a damaged object it reads is
+/// reported already).
 fn check_version(
     repo: &Repository,
     l: &Lineage,
@@ -310,7 +326,7 @@ fn check_version(
     id: BackupId,
     bad_objects: &BTreeSet<String>,
     report: &mut CheckReport,
-) -> Result<()> {
+) -> Result<(Vec<Fingerprint>, Option<Error>)> {
     let backend = repo.backend().as_ref();
     let recipe = repo.recipe(id)?;
     report.references += recipe.chunks.len() as u64;
@@ -330,19 +346,22 @@ fn check_version(
         }
         Ok(())
     })?;
-    let missing = recipe
+    let missing: BTreeSet<Fingerprint> = recipe
         .chunks
         .iter()
         .filter(|c| !present.contains(&c.fp))
-        .count();
-    if missing > 0 && !skipped {
-        let first = recipe.chunks.iter().find(|c| !present.contains(&c.fp));
-        let fp = first.map(|c| c.fp).unwrap_or_default();
-        let mut e = super::not_in_categories(l, id, k, &good, &fp);
-        if let Error::ChunkNotInCategories { fingerprint, .. } = &mut e {
-            fingerprint.push_str(&format!(" (and {} more)", missing - 1));
+        .map(|c| c.fp)
+        .collect();
+    let first = recipe.chunks.iter().find(|c| !present.contains(&c.fp));
+    let e = match first {
+        Some(c) if !skipped => {
+            let mut e = super::not_in_categories(l, id, k, &good, &c.fp);
+            if let Error::ChunkNotInCategories { fingerprint, .. } = &mut e {
+                fingerprint.push_str(&format!(" (and {} more)", missing.len() - 1));
+            }
+            Some(e)
         }
-        return Err(e);
-    }
-    Ok(())
+        _ => None,
+    };
+    Ok((missing.into_iter().collect(), e))
 }

@@ -33,8 +33,10 @@ pub const MAX_CATEGORIES: u32 = 1 << 20;
 const NDF_KIND: &[u8; 4] = b"LNDF";
 const STATE_KIND: &[u8; 4] = b"LSTA";
 const JOURNAL_KIND: &[u8; 4] = b"LJRN";
-/// Format version of NDF tables, lineage states and journals.
+/// Format version of NDF tables and journals.
 pub const META_VERSION: u32 = 1;
+/// Format version of lineage states (1: without `parts`, still read).
+pub const STATE_VERSION: u32 = 2;
 
 /// One category's entry in a volume header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -747,6 +749,10 @@ pub struct LineageState {
     pub versions: Vec<Version>,
     /// Last version whose arranging round is done (0: none).
     pub arranged: u64,
+    /// Every active and pending category part and archived volume part
+    /// (`cat/<name>`, `vol/<name>`); `None` in version 1 states.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parts: Option<std::collections::BTreeSet<String>>,
 }
 
 impl LineageState {
@@ -773,12 +779,13 @@ impl LineageState {
     /// Encodes the state.
     pub fn encode(&self) -> Vec<u8> {
         let json = serde_json::to_vec(self).unwrap_or_default();
-        envelope::seal(STATE_KIND, META_VERSION, &json)
+        envelope::seal(STATE_KIND, STATE_VERSION, &json)
     }
 
     /// Decodes and validates a state.
     pub fn decode(name: &str, bytes: &[u8]) -> Result<LineageState> {
-        let payload = envelope::open(name, STATE_KIND, META_VERSION, bytes)?;
+        let (_, payload) =
+            envelope::open_versions(name, STATE_KIND, &[META_VERSION, STATE_VERSION], bytes)?;
         let s: LineageState = serde_json::from_slice(payload)
             .map_err(|e| Error::corrupt(name, format!("invalid JSON: {e}")))?;
         let numbered = s
@@ -949,8 +956,16 @@ mod tests {
                 backup: 7,
             }],
             arranged: 1,
+            parts: Some(["cat/x".to_string()].into()),
         };
         assert_eq!(LineageState::decode("s", &s.encode()).unwrap(), s);
+        // A version 1 state (no `parts`) is still read.
+        let v1 = envelope::seal(
+            STATE_KIND,
+            1,
+            br#"{"source":"x","versions":[],"arranged":0}"#,
+        );
+        assert_eq!(LineageState::decode("s", &v1).unwrap().parts, None);
         let bad = LineageState {
             arranged: 2,
             ..s.clone()

@@ -133,6 +133,9 @@ fn reclaim_lineage(
         stats.lineages_removed += 1;
         return Ok(());
     }
+    // Parts to delete: first dropped from the state's list of parts (so
+    // that none is ever listed but gone), then deleted.
+    let mut doomed: Vec<String> = Vec::new();
     for (j, parts) in l.volumes(backend)? {
         if j >= l.state.arranged {
             continue; // left by an interrupted round: arranging deletes it
@@ -168,7 +171,7 @@ fn reclaim_lineage(
                 .sum::<u64>();
             stats.categories_removed += (h.categories.len() - keep) as u64;
             if keep == 0 {
-                backend.delete(&key)?;
+                doomed.push(key);
             } else {
                 let end = h.categories[keep].offset;
                 let prefix = log.read(backend, &key, 0, end)?;
@@ -182,6 +185,14 @@ fn reclaim_lineage(
             } else {
                 stats.volumes_deleted += 1;
             }
+        }
+    }
+    if !doomed.is_empty() {
+        let mut l = l.clone();
+        l.update_parts(backend, &doomed, &[])?;
+        l.save(backend)?;
+        for key in &doomed {
+            backend.delete(key)?;
         }
     }
     Ok(())

@@ -13,7 +13,8 @@
 //!   category ranges with a restore hash table.
 //! * [`delete_backups`], [`forget_keep_last`], [`space`], [`trend`]:
 //!   deletion by dropping or truncating volumes, and space accounting.
-//! * [`check()`] verifies.
+//! * [`check()`] verifies; `repair` (crate-internal, for
+//!   [`crate::repair`]) rewrites damaged or missing parts.
 //!
 //! Every source lineage (snapshot `source`) has its own version numbering,
 //! NDF chain and categories, under `lifecycle/<lineage>/`. Recipes are the
@@ -28,6 +29,7 @@ mod backup;
 mod check;
 pub mod format;
 mod manage;
+mod repair;
 mod restore;
 
 pub use arrange::{arrange, arrange_rounds, ArrangeStats};
@@ -37,6 +39,7 @@ pub use check::check;
 pub use manage::{
     delete_backups, forget_keep_last, reclaim, space, totals, trend, DeleteStats, VersionSpace,
 };
+pub(crate) use repair::repair_lineage;
 pub(crate) use restore::locate;
 pub use restore::{
     plan_restore, restore_selection_to_writer, restore_to_file, restore_to_writer,
@@ -167,6 +170,11 @@ pub fn parse_num_name(name: &str) -> Option<u64> {
     parse_hex16(name)
 }
 
+/// A category part `(i, j, p)`.
+type CatPart = (u64, u64, u32);
+/// A volume part `(j, p, first)`.
+type VolPart = (u64, u32, u64);
+
 /// One source lineage: its directory name and state.
 #[derive(Clone, Debug)]
 pub(crate) struct Lineage {
@@ -256,19 +264,137 @@ impl Lineage {
         Ok(v)
     }
 
+    /// Whether part `(i, j, ·)` is an active or pending category (others
+    /// are leftovers of interrupted operations, §3).
+    pub fn cat_in_use(&self, i: u64, j: u64) -> bool {
+        let (r, last) = (self.state.arranged, self.state.last());
+        (j == r && i <= r && r > 0) || (i == j && j > r && j <= last)
+    }
+
+    /// The parts the state lists (`parts`, LIFECYCLE-FORMAT.md §6):
+    /// categories `(i, j, p)` and volumes `(j, p, first)`.
+    fn listed(&self) -> (Vec<CatPart>, Vec<VolPart>) {
+        let (mut cats, mut vols) = (Vec::new(), Vec::new());
+        for name in self.state.parts.iter().flatten() {
+            if let Some(n) = name.strip_prefix("cat/") {
+                cats.extend(parse_cat_name(n));
+            } else if let Some(n) = name.strip_prefix("vol/") {
+                vols.extend(parse_vol_name(n));
+            }
+        }
+        (cats, vols)
+    }
+
+    /// [`Lineage::cat_objects`] and the category parts the state lists
+    /// that are missing (a restore finds nothing in them, `check` reports them).
+    pub fn all_cat_objects(&self, backend: &dyn Backend) -> Result<Vec<(u64, u64, u32)>> {
+        let mut v = self.cat_objects(backend)?;
+        v.extend(self.listed().0);
+        v.sort_unstable();
+        v.dedup();
+        Ok(v)
+    }
+
+    /// [`Lineage::volumes`] and the volume parts the state lists that are missing.
+    pub fn all_volumes(&self, backend: &dyn Backend) -> Result<BTreeMap<u64, Vec<(u32, u64)>>> {
+        let mut v = self.volumes(backend)?;
+        for (j, p, first) in self.listed().1 {
+            v.entry(j).or_default().push((p, first));
+        }
+        for parts in v.values_mut() {
+            parts.sort_unstable();
+            parts.dedup();
+        }
+        Ok(v)
+    }
+
+    /// Keys of the parts the state lists that do not exist.
+    pub fn missing_parts(&self, backend: &dyn Backend) -> Result<Vec<String>> {
+        if self.state.parts.is_none() {
+            return Ok(Vec::new());
+        }
+        let existing: BTreeSet<String> = self.existing_part_names(backend)?;
+        Ok(self
+            .state
+            .parts
+            .iter()
+            .flatten()
+            .filter(|n| !existing.contains(*n))
+            .map(|n| format!("{LIFECYCLE_DIR}/{}/{n}", self.name))
+            .collect())
+    }
+
+    /// Names (`cat/…`, `vol/…`) of the existing parts in use: active and
+    /// pending categories, volumes below the arranged round.
+    fn existing_part_names(&self, backend: &dyn Backend) -> Result<BTreeSet<String>> {
+        let mut out = BTreeSet::new();
+        for (i, j, p) in self.cat_objects(backend)? {
+            if self.cat_in_use(i, j) {
+                out.insert(format!("cat/{i:016x}-{j:016x}-{p:08x}"));
+            }
+        }
+        for (j, parts) in self.volumes(backend)?.range(..self.state.arranged) {
+            for (p, first) in parts {
+                out.insert(format!("vol/{j:016x}-{p:08x}-{first:016x}"));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Updates the state's list of parts (in memory; [`Lineage::save`]
+    /// persists it): removes the keys `removed`, adds `added`. A state
+    /// without the list (version 1) starts from the existing parts in use.
+    pub fn update_parts(
+        &mut self,
+        backend: &dyn Backend,
+        removed: &[String],
+        added: &[String],
+    ) -> Result<()> {
+        let mut parts = match self.state.parts.take() {
+            Some(p) => p,
+            None => self.existing_part_names(backend)?,
+        };
+        let prefix = format!("{LIFECYCLE_DIR}/{}/", self.name);
+        for k in removed {
+            if let Some(n) = k.strip_prefix(&prefix) {
+                parts.remove(n);
+            }
+        }
+        parts.extend(
+            added
+                .iter()
+                .filter_map(|k| k.strip_prefix(&prefix))
+                .map(str::to_string),
+        );
+        self.state.parts = Some(parts);
+        Ok(())
+    }
+
+    /// What backups of the lineage must not deduplicate against: the
+    /// chunks its quarantine record lists, or everything (`All`) when that
+    /// record is damaged or a part the state lists is missing.
+    pub fn unusable(&self, backend: &dyn Backend) -> Result<crate::quarantine::Quarantined> {
+        if !self.missing_parts(backend)?.is_empty() {
+            return Ok(crate::quarantine::Quarantined::All);
+        }
+        Ok(crate::quarantine::load_lineage(backend, &self.name)?
+            .unwrap_or_else(|| crate::quarantine::Quarantined::Chunks(Default::default())))
+    }
+
     /// The objects restoring version `k` reads, in reading order, each with
-    /// the highest category start to read from it (a prefix).
+    /// the highest category start to read from it (a prefix). Parts the
+    /// state lists but that are missing are included (they hold nothing).
     pub fn required(&self, backend: &dyn Backend, k: u64) -> Result<Vec<Required>> {
         let r = self.state.arranged;
         let mut out = Vec::new();
-        let cats = self.cat_objects(backend)?;
+        let cats = self.all_cat_objects(backend)?;
         let whole = |key: String| Required {
             key,
             max_start: u64::MAX,
             group: None,
         };
         if k <= r {
-            for (j, parts) in self.volumes(backend)?.range(k..r) {
+            for (j, parts) in self.all_volumes(backend)?.range(k..r) {
                 // Parts whose first category starts after k are not needed.
                 for &(p, first) in parts.iter().filter(|(_, first)| *first <= k) {
                     out.push(Required {

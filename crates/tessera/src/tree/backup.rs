@@ -125,7 +125,7 @@ pub fn backup_tree(
         // file is read.
         Some(id) => match tree_of(repo, id).and_then(|t| Ok((t, repo.recipe(id)?.chunks))) {
             Ok((tree, chunks)) => Some((id, tree, chunks)),
-            Err(e) if e.is_damage() => {
+            Err(e) if crate::salvage::lost_reason(&e).is_some() => {
                 notes.push(format!(
                     "parent backup {id} unreadable ({e}): every file was read"
                 ));
@@ -195,7 +195,7 @@ pub fn backup_tree(
         let reader =
             s.spawn(move || for_each_entry(repo, id, &tree, count, |e| Ok(tx.send(e).is_ok())));
         feed.parent = Some(ParentWalk {
-            usable: Usable::of(repo)?,
+            usable: Usable::of(repo, &options.source)?,
             rx,
             next: None,
             offset: 0,
@@ -437,21 +437,31 @@ struct ParentWalk<'a> {
 }
 
 /// Which of the parent's chunks an unchanged file may reuse: not
-/// quarantined, and (container layout) in a container that exists.
+/// quarantined, and (container layout) in a container that exists;
+/// (lifecycle layout) not unusable in the source's lineage
+/// ([`crate::lifecycle::Lineage::unusable`]).
 struct Usable {
     quarantine: std::collections::HashMap<crate::container::ContainerId, Quarantined>,
     containers: Option<HashSet<crate::container::ContainerId>>,
+    lineage: Option<Quarantined>,
 }
 
 impl Usable {
-    fn of(repo: &Repository) -> Result<Usable> {
-        let containers = match repo.config().layout {
-            crate::config::Layout::Container => Some(repo.containers()?.into_iter().collect()),
-            crate::config::Layout::Lifecycle => None,
+    fn of(repo: &Repository, source: &str) -> Result<Usable> {
+        let backend = repo.backend().as_ref();
+        let (containers, lineage) = match repo.config().layout {
+            crate::config::Layout::Container => {
+                (Some(repo.containers()?.into_iter().collect()), None)
+            }
+            crate::config::Layout::Lifecycle => {
+                let l = crate::lifecycle::Lineage::load_or_new(backend, source)?;
+                (None, Some(l.unusable(backend)?))
+            }
         };
         Ok(Usable {
-            quarantine: crate::quarantine::load(repo.backend().as_ref())?,
+            quarantine: crate::quarantine::load(backend)?,
             containers,
+            lineage,
         })
     }
 
@@ -461,6 +471,7 @@ impl Usable {
                 .containers
                 .as_ref()
                 .is_none_or(|set| set.contains(&c.container))
+            && self.lineage.as_ref().is_none_or(|q| !q.contains(&c.fp))
     }
 }
 
