@@ -421,7 +421,9 @@ fn default_cache() -> usize {
 /// `value` percent as a fraction, if it is within 0..=100.
 fn percent(field: &str, value: f64) -> Result<f64, String> {
     if !(0.0..=100.0).contains(&value) {
-        return Err(format!("{field} = {value}: must be a percentage within 0..=100"));
+        return Err(format!(
+            "{field} = {value}: must be a percentage within 0..=100"
+        ));
     }
     Ok(value / 100.0)
 }
@@ -787,7 +789,10 @@ impl VersionRecord {
             .gc
             .as_ref()
             .map(|g| g.stats.bytes_read + g.stats.bytes_written);
-        let arrange = self.arrange.as_ref().map(|a| a.bytes_read + a.bytes_written);
+        let arrange = self
+            .arrange
+            .as_ref()
+            .map(|a| a.bytes_read + a.bytes_written);
         match (gc, arrange) {
             (None, None) => None,
             (g, a) => Some(g.unwrap_or(0) + a.unwrap_or(0)),
@@ -830,10 +835,9 @@ impl Provenance {
                 .into(),
             cpu_model: cpu_model().unwrap_or_else(|| "unknown".into()),
             cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            date: jiff::Timestamp::now().round(jiff::Unit::Second).map_or_else(
-                |_| jiff::Timestamp::now().to_string(),
-                |t| t.to_string(),
-            ),
+            date: jiff::Timestamp::now()
+                .round(jiff::Unit::Second)
+                .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string()),
         }
     }
 }
@@ -1394,7 +1398,11 @@ fn progress_line(r: &VersionRecord, total: usize, repeats: usize) -> String {
     let gc = match (r.data_moved_seconds(), r.data_moved_bytes()) {
         (Some(s), Some(b)) => format!(
             ", {} {:.2} s, {:.1} MiB moved",
-            if r.arrange.is_some() { "arranging" } else { "gc" },
+            if r.arrange.is_some() {
+                "arranging"
+            } else {
+                "gc"
+            },
             s,
             b as f64 / 1048576.0
         ),
@@ -1806,7 +1814,8 @@ mod tests {
     #[test]
     fn a_systems_position_does_not_bias_its_timing() {
         let tmp = tempfile::tempdir().unwrap();
-        let t = "name = \"position\"\nrepeat = 5\n[dataset.generate]\nversions = 3\nsize = \"6MB\"\n\
+        let t =
+            "name = \"position\"\nrepeat = 5\n[dataset.generate]\nversions = 3\nsize = \"6MB\"\n\
                  [restore]\nevery = 0\n\
                  [[systems]]\nname = \"first\"\n\
                  [[systems]]\nname = \"middle\"\nindex = \"ddfs\"\n\
@@ -1820,14 +1829,21 @@ mod tests {
         // Deterministically: every version is read whole before its first
         // backup, and version i starts with system i mod 3.
         for v in &results.versions {
-            assert_eq!(v.warmed_bytes, fs::metadata(&v.path).unwrap().len(), "{v:?}");
+            assert_eq!(
+                v.warmed_bytes,
+                fs::metadata(&v.path).unwrap().len(),
+                "{v:?}"
+            );
         }
         let names = ["first", "middle", "last"];
         for (k, line) in lines.iter().take(9).enumerate() {
             let (version, position) = (k / 3, k % 3);
             let expected = names[(version + position) % 3];
             assert!(
-                line.starts_with(&format!("[{expected} repeat 1/5] version {}/3", version + 1)),
+                line.starts_with(&format!(
+                    "[{expected} repeat 1/5] version {}/3",
+                    version + 1
+                )),
                 "{line}"
             );
         }
@@ -1883,13 +1899,14 @@ mod tests {
         let p = &json["provenance"];
         assert_eq!(p["tessera_version"], env!("CARGO_PKG_VERSION"));
         for field in ["git_commit", "cpu_model", "date"] {
-            assert!(
-                !p[field].as_str().unwrap().is_empty(),
-                "{field}: {p}"
-            );
+            assert!(!p[field].as_str().unwrap().is_empty(), "{field}: {p}");
         }
         assert!(p["cores"].as_u64().unwrap() >= 1);
-        assert!(p["date"].as_str().unwrap().parse::<jiff::Timestamp>().is_ok());
+        assert!(p["date"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .is_ok());
         // The experiment with every default filled in, and each system's
         // repository configuration.
         assert_eq!(json["config"]["systems"][0]["avg_size"], "8KiB");
@@ -1904,7 +1921,9 @@ mod tests {
             assert!(html.contains(p[field].as_str().unwrap()), "{field}");
         }
         assert!(html.contains("(expected: a second)"));
-        assert!(html.contains("&quot;har_utilization&quot;") || html.contains("\"har_utilization\""));
+        assert!(
+            html.contains("&quot;har_utilization&quot;") || html.contains("\"har_utilization\"")
+        );
     }
 
     #[test]
@@ -1942,12 +1961,10 @@ mod tests {
                 .segment_chunks,
             Some(1024)
         );
-        for (bad, expected) in [
-            (
-                "rewrite_segment = \"20MiB\"\n",
-                "give the segment in bytes or in chunks, not both",
-            ),
-        ] {
+        for (bad, expected) in [(
+            "rewrite_segment = \"20MiB\"\n",
+            "give the segment in bytes or in chunks, not both",
+        )] {
             let err = load(tmp.path(), &format!("{t}{bad}")).unwrap_err();
             assert!(err.contains(expected), "{bad}: {err}");
         }
@@ -1978,7 +1995,10 @@ mod tests {
             &t.replace("[dataset", "[report]\nlog_scale = [\"speed\"]\n[dataset"),
         )
         .unwrap_err();
-        assert!(err.contains("report.log_scale: unknown metric \"speed\""), "{err}");
+        assert!(
+            err.contains("report.log_scale: unknown metric \"speed\""),
+            "{err}"
+        );
         let ok = t.replace(
             "[dataset",
             "[report]\nlog_scale = [\"speed_factor\", \"all\"]\n[dataset",
@@ -1996,8 +2016,8 @@ mod tests {
                 continue;
             }
             let text = fs::read_to_string(&path).unwrap();
-            let config: ExperimentConfig = toml::from_str(&text)
-                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let config: ExperimentConfig =
+                toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             assert!(
                 config.expected_run_time.is_some(),
                 "{}: no expected_run_time",

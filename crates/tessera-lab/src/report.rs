@@ -277,7 +277,12 @@ pub fn spreads<'a>(results: &'a Results, metric: &Metric) -> Vec<(&'a str, Vec<(
 /// retention window), or all; returns (N, first version).
 pub fn window(results: &Results) -> (usize, usize) {
     let n = results.versions.len();
-    let w = results.config.retention.keep_last.unwrap_or(n).clamp(1, n.max(1));
+    let w = results
+        .config
+        .retention
+        .keep_last
+        .unwrap_or(n)
+        .clamp(1, n.max(1));
     (w, n.saturating_sub(w) + 1)
 }
 
@@ -358,7 +363,12 @@ fn same_as<'a>(data: &[(&'a str, Vec<(f64, Spread)>)], i: usize) -> Option<&'a s
     }
     data[..i]
         .iter()
-        .find(|(_, p)| p.len() == points.len() && p.iter().zip(points).all(|(a, b)| a.0 == b.0 && a.1.median == b.1.median))
+        .find(|(_, p)| {
+            p.len() == points.len()
+                && p.iter()
+                    .zip(points)
+                    .all(|(a, b)| a.0 == b.0 && a.1.median == b.1.median)
+        })
         .map(|(n, _)| *n)
 }
 
@@ -406,17 +416,29 @@ fn draw_series<CT: CoordTranslate<From = (f64, f64)>>(
         let (dash, shape, filled) = style_of(i);
         let color = Palette99::pick(i).to_rgba();
         let line = color.stroke_width(2);
-        draw_line(area, points.iter().map(|(x, s)| (*x, s.median)).collect(), dash, line)?;
+        draw_line(
+            area,
+            points.iter().map(|(x, s)| (*x, s.median)).collect(),
+            dash,
+            line,
+        )?;
         for (x, s) in points {
             if s.max > s.min {
-                area.draw(&PathElement::new(vec![(*x, s.min), (*x, s.max)], color.stroke_width(1)))
-                    .map_err(|e| e.to_string())?;
+                area.draw(&PathElement::new(
+                    vec![(*x, s.min), (*x, s.max)],
+                    color.stroke_width(1),
+                ))
+                .map_err(|e| e.to_string())?;
             }
         }
         // About 12 markers per line, shifted per series so that lines drawn
         // over each other still show each one's markers.
         let every = points.len().div_ceil(12).max(1);
-        let marker = if filled { color.filled() } else { color.stroke_width(2) };
+        let marker = if filled {
+            color.filled()
+        } else {
+            color.stroke_width(2)
+        };
         for (j, (x, s)) in points.iter().enumerate() {
             if (j + i) % every == 0 {
                 draw_marker(area, (*x, s.median), shape, marker)?;
@@ -438,13 +460,21 @@ fn draw_legend(
         area.draw(&Text::new(s.to_string(), at, ("sans-serif", size)))
             .map_err(|e| e.to_string())
     };
-    text(&format!("mean of the last {} versions", window.0), (4, 24), 13)?;
+    text(
+        &format!("mean of the last {} versions", window.0),
+        (4, 24),
+        13,
+    )?;
     for (i, (name, _)) in data.iter().enumerate() {
         let y = 48 + 18 * i as i32;
         let (dash, shape, filled) = style_of(i);
         let color = Palette99::pick(i).to_rgba();
         draw_line(area, vec![(6, y), (42, y)], dash, color.stroke_width(2))?;
-        let marker = if filled { color.filled() } else { color.stroke_width(2) };
+        let marker = if filled {
+            color.filled()
+        } else {
+            color.stroke_width(2)
+        };
         draw_marker(area, (24, y), shape, marker)?;
         let mean = means
             .get(i)
@@ -477,14 +507,17 @@ fn plot(results: &Results, index: usize, means: &[Option<Spread>]) -> Result<Str
         return Ok(String::new());
     }
     let x_max = all.iter().map(|p| p.0).fold(1.0, f64::max).max(2.0);
-    let y_max = all.iter().map(|p| p.1.max).fold(f64::NEG_INFINITY, f64::max);
+    let y_max = all
+        .iter()
+        .map(|p| p.1.max)
+        .fold(f64::NEG_INFINITY, f64::max);
     let y_low = all.iter().map(|p| p.1.min).fold(f64::INFINITY, f64::min);
     let log = log_scale(results, metric) && y_low > 0.0;
     let height = (60 + 18 * data.len() as u32).max(380);
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (CHART_W + LEGEND_W, height))
-            .into_drawing_area();
+        let root =
+            SVGBackend::with_string(&mut svg, (CHART_W + LEGEND_W, height)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         let (left, right) = root.split_horizontally(CHART_W);
         let title = if log {
@@ -511,7 +544,11 @@ fn plot(results: &Results, index: usize, means: &[Option<Spread>]) -> Result<Str
             draw_series(chart.plotting_area(), &data)?;
         } else {
             let y_min = y_low.min(0.0);
-            let y_top = if y_max > y_min { y_max * 1.08 } else { y_min + 1.0 };
+            let y_top = if y_max > y_min {
+                y_max * 1.08
+            } else {
+                y_min + 1.0
+            };
             let mut chart = builder
                 .build_cartesian_2d(1.0..x_max, y_min..y_top)
                 .map_err(|e| e.to_string())?;
@@ -601,7 +638,9 @@ pub fn render(results: &Results) -> String {
     html.push_str(&escape(
         &serde_json::to_string_pretty(&results.config).unwrap_or_default(),
     ));
-    html.push_str("</pre></details><details><summary>repositories (every parameter)</summary><pre>");
+    html.push_str(
+        "</pre></details><details><summary>repositories (every parameter)</summary><pre>",
+    );
     html.push_str(&escape(
         &serde_json::to_string_pretty(&results.repository_configs).unwrap_or_default(),
     ));
@@ -684,7 +723,10 @@ fn summary_tables(results: &Results) -> String {
         if columns.is_empty() {
             continue;
         }
-        t.push_str(&format!("<h3>{}</h3>\n<table><tr><th>system</th>", escape(group)));
+        t.push_str(&format!(
+            "<h3>{}</h3>\n<table><tr><th>system</th>",
+            escape(group)
+        ));
         for &i in &columns {
             t.push_str(&format!(
                 "<th>{}<br><small>{}</small></th>",
