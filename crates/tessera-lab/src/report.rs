@@ -351,7 +351,7 @@ fn spread_text(s: &Spread) -> String {
 /// marker shape (0 circle, 1 triangle, 2 square, 3 cross) and whether the
 /// marker is filled. Neighbours in the list differ in all three.
 pub fn style_of(i: usize) -> (usize, usize, bool) {
-    (i % 3, i % 4, (i / 4) % 2 == 0)
+    (i % 3, i % 4, (i / 4).is_multiple_of(2))
 }
 
 /// The name of an earlier series with exactly the same points as series
@@ -401,8 +401,8 @@ where
 {
     match dash {
         0 => area.draw(&PathElement::new(points, style)),
-        1 => area.draw(&DashedPathElement::new(points.into_iter(), 7, 4, style)),
-        _ => area.draw(&DashedPathElement::new(points.into_iter(), 2, 3, style)),
+        1 => area.draw(&DashedPathElement::new(points, 7, 4, style)),
+        _ => area.draw(&DashedPathElement::new(points, 2, 3, style)),
     }
     .map_err(|e| e.to_string())
 }
