@@ -1644,6 +1644,7 @@ fn init(a: InitArgs, access: &Access) -> Result<()> {
         cbr_stream_context: a.cbr_stream_context,
         cbr_min_utility: a.cbr_min_utility / 100.0,
         segment_bytes: a.segment_size,
+        segment_chunks: None,
         capping_level: a.capping_level,
         smr_level: a.smr_level,
         har_utilization: a.har_utilization / 100.0,

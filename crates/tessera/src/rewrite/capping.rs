@@ -3,7 +3,7 @@
 //! holding the most of its bytes — and duplicates in any other container
 //! are rewritten.
 
-use super::{candidate, Budget, Segmented, SelectContainers};
+use super::{candidate, Budget, SegmentSize, Segmented, SelectContainers};
 use crate::container::ContainerId;
 use crate::index::{Chunk, Decision};
 use std::collections::{HashMap, HashSet};
@@ -17,10 +17,10 @@ pub struct CappingSelect {
 pub type Capping = Segmented<CappingSelect>;
 
 impl Capping {
-    /// Segments of `segment_bytes`, at most `level` containers each.
-    pub fn new(segment_bytes: u64, level: u32, budget: Budget) -> Self {
+    /// Segments of `size`, at most `level` containers each.
+    pub fn new(size: SegmentSize, level: u32, budget: Budget) -> Self {
         Segmented::with_selector(
-            segment_bytes,
+            size,
             CappingSelect {
                 level: level as usize,
             },
@@ -65,7 +65,7 @@ mod tests {
             Decision::Unique,
         ];
         let flags = run(
-            &mut Capping::new(1 << 30, 2, Budget::new(None)),
+            &mut Capping::new(SegmentSize::Bytes(1 << 30), 2, Budget::new(None)),
             &decisions,
             100,
         );
@@ -76,7 +76,7 @@ mod tests {
         // Segments of 3 chunks and a cap of 1: each segment keeps its biggest
         // container (ties: the lowest id).
         let flags = run(
-            &mut Capping::new(300, 1, Budget::new(None)),
+            &mut Capping::new(SegmentSize::Bytes(300), 1, Budget::new(None)),
             &decisions,
             100,
         );
@@ -84,5 +84,12 @@ mod tests {
             flags,
             vec![false, true, false, true, false, true, true, true, false, false]
         );
+        // The same segments counted in chunks (as Destor counts them).
+        let by_count = run(
+            &mut Capping::new(SegmentSize::Chunks(3), 1, Budget::new(None)),
+            &decisions,
+            100,
+        );
+        assert_eq!(by_count, flags);
     }
 }

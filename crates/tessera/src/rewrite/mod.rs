@@ -115,6 +115,11 @@ pub struct RewriteParams {
     pub cbr_min_utility: f64,
     /// Capping and SMR: segment size in bytes (20 MiB).
     pub segment_bytes: u64,
+    /// Capping and SMR: segment size in chunks instead of bytes (as Destor
+    /// and the Capping paper count segments: 1024 chunks); overrides
+    /// `segment_bytes` when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub segment_chunks: Option<u32>,
     /// Capping: containers a segment may reference (20 per 20 MiB segment).
     pub capping_level: u32,
     /// SMR: containers selected per segment (20 per 20 MiB segment).
@@ -131,6 +136,7 @@ impl Default for RewriteParams {
             cbr_stream_context: 5 << 20,
             cbr_min_utility: 0.7,
             segment_bytes: 20 << 20,
+            segment_chunks: None,
             capping_level: 20,
             smr_level: 20,
             har_utilization: 0.5,
@@ -151,7 +157,8 @@ impl RewriteParams {
         {
             return Err("CBR utility and HAR utilization thresholds must be within 0..=1".into());
         }
-        if self.segment_bytes == 0 || self.cbr_stream_context == 0 {
+        if self.segment_bytes == 0 || self.cbr_stream_context == 0 || self.segment_chunks == Some(0)
+        {
             return Err("rewrite segment and stream context sizes must be positive".into());
         }
         if self.capping_level == 0 || self.smr_level == 0 {
@@ -174,7 +181,7 @@ impl RewriteParams {
                 Budget::new(Some(self.limit.unwrap_or(0.05))),
             )),
             RewriteKind::Capping => {
-                Box::new(Capping::new(self.segment_bytes, self.capping_level, limit))
+                Box::new(Capping::new(self.segment(), self.capping_level, limit))
             }
             RewriteKind::Har => Box::new(Har::new(
                 history,
@@ -182,9 +189,26 @@ impl RewriteParams {
                 container_size,
                 limit,
             )),
-            RewriteKind::Smr => Box::new(Smr::new(self.segment_bytes, self.smr_level, limit)),
+            RewriteKind::Smr => Box::new(Smr::new(self.segment(), self.smr_level, limit)),
         }
     }
+
+    /// Where Capping and SMR cut their segments.
+    pub fn segment(&self) -> SegmentSize {
+        match self.segment_chunks {
+            Some(n) => SegmentSize::Chunks(n as usize),
+            None => SegmentSize::Bytes(self.segment_bytes),
+        }
+    }
+}
+
+/// The size of a Capping or SMR segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SegmentSize {
+    /// A segment ends once it holds this many bytes.
+    Bytes(u64),
+    /// A segment ends once it holds this many chunks.
+    Chunks(usize),
 }
 
 /// The default filter: hands every chunk on unchanged.
@@ -245,11 +269,11 @@ pub trait SelectContainers: Send {
     fn select(&self, segment: &[(Chunk, Decision)]) -> std::collections::HashSet<ContainerId>;
 }
 
-/// A segment-based rewriting policy (Capping, SMR): buffers `segment_bytes`
-/// of the stream, asks its selector which containers to keep, and rewrites
+/// A segment-based rewriting policy (Capping, SMR): buffers a segment of
+/// the stream, asks its selector which containers to keep, and rewrites
 /// the other duplicates within the budget.
 pub struct Segmented<S> {
-    segment_bytes: u64,
+    size: SegmentSize,
     budget: Budget,
     segment: Vec<(Chunk, Decision)>,
     bytes: u64,
@@ -257,10 +281,10 @@ pub struct Segmented<S> {
 }
 
 impl<S: SelectContainers> Segmented<S> {
-    /// Segments of `segment_bytes` judged by `selector`.
-    pub fn with_selector(segment_bytes: u64, selector: S, budget: Budget) -> Self {
+    /// Segments of `size` judged by `selector`.
+    pub fn with_selector(size: SegmentSize, selector: S, budget: Budget) -> Self {
         Segmented {
-            segment_bytes,
+            size,
             budget,
             segment: Vec::new(),
             bytes: 0,
@@ -288,7 +312,11 @@ impl<S: SelectContainers> RewriteFilter for Segmented<S> {
         self.budget.see(chunk.len);
         self.bytes += u64::from(chunk.len);
         self.segment.push((chunk, decision));
-        if self.bytes >= self.segment_bytes {
+        let full = match self.size {
+            SegmentSize::Bytes(n) => self.bytes >= n,
+            SegmentSize::Chunks(n) => self.segment.len() >= n,
+        };
+        if full {
             self.flush(out);
         }
     }

@@ -6,7 +6,7 @@
 //! repeated references to the same chunk count once, so containers that
 //! serve many different chunks win over ones referenced many times for few.
 
-use super::{candidate, Budget, Segmented, SelectContainers};
+use super::{candidate, Budget, SegmentSize, Segmented, SelectContainers};
 use crate::container::ContainerId;
 use crate::fingerprint::Fingerprint;
 use crate::index::{Chunk, Decision};
@@ -21,10 +21,10 @@ pub struct SmrSelect {
 pub type Smr = Segmented<SmrSelect>;
 
 impl Smr {
-    /// Segments of `segment_bytes`, at most `level` containers selected each.
-    pub fn new(segment_bytes: u64, level: u32, budget: Budget) -> Self {
+    /// Segments of `size`, at most `level` containers selected each.
+    pub fn new(size: SegmentSize, level: u32, budget: Budget) -> Self {
         Segmented::with_selector(
-            segment_bytes,
+            size,
             SmrSelect {
                 level: level as usize,
             },
@@ -83,7 +83,7 @@ mod tests {
         // Container 1 is referenced 4 times but for one distinct chunk;
         // container 2 serves 3 distinct chunks. With one container allowed,
         // Capping would keep 1; SMR keeps 2.
-        let mut f = Smr::new(1 << 30, 1, Budget::new(None));
+        let mut f = Smr::new(SegmentSize::Bytes(1 << 30), 1, Budget::new(None));
         let mut out = Vec::new();
         let items = [(7, 1), (7, 1), (7, 1), (7, 1), (8, 2), (9, 2), (10, 2)];
         for (i, &(id, cid)) in items.iter().enumerate() {
