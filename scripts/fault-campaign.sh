@@ -16,7 +16,7 @@ ROUNDS=${1:-100}
 export PATH=$PATH:/usr/local/go/bin
 TEST=backend::faulty::tests::backups_through_faults_commit_whole_or_fail_cleanly
 run() {
-    TESSERA_FAULT_ROUNDS=$ROUNDS cargo test --release -q -p tessera --lib "$TEST" -- \
+    TESSERA_FAULT_ROUNDS=$ROUNDS cargo test -q -p tessera --lib "$TEST" -- \
         --exact --nocapture 2>&1 | grep -E "fault campaign|panicked|FAILED|test result"
 }
 echo "local repository:"
