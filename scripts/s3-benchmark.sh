@@ -1,18 +1,20 @@
 #!/usr/bin/env bash
 # Throughput of backups and restores to a loopback S3 server (versitygw),
 # as ratios to the same data on a local repository and to the server's raw
-# PUT/GET throughput of 4 MiB objects (curl, as many in parallel as the
-# backup's container writers), all measured in this run: median of RUNS
-# (default 3) runs each, with min–max spread.
+# PUT/GET throughput of 4 MiB objects through the same client stack
+# (tessera-s3-raw: PUTs from as many threads as the backup's container
+# writers, GETs from as many as the restore's read-ahead), all measured in
+# this run: median of RUNS (default 3) runs each, with min–max spread.
 #
 #   scripts/s3-benchmark.sh [SIZE_MIB] [RUNS]      # default 512 MiB, 3 runs
 #
-# TESSERA_BIN=path uses that binary instead of building the release one.
+# TESSERA_BIN=path uses that binary (and tessera-s3-raw beside it) instead of
+# building the release ones; with TESSERA_TEST_S3 set (scripts/s3-server.sh
+# start), that server is used instead of a new one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MIB=${1:-512}
 RUNS=${2:-3}
-PAR=${PAR:-4}
 export PATH=$PATH:/usr/local/go/bin
 if [[ -n ${TESSERA_BIN:-} ]]; then
     T=$(realpath "$TESSERA_BIN")
@@ -20,41 +22,32 @@ else
     cargo build --release -q -p tessera-cli
     T=$PWD/target/release/tessera
 fi
+RAW=$(dirname "$T")/tessera-s3-raw
 WORK=$(mktemp -d)
-trap 'scripts/s3-server.sh stop; rm -rf "$WORK"' EXIT
-eval "$(scripts/s3-server.sh start)"
-PORT=${TESSERA_TEST_S3#s3:http://127.0.0.1:}
-PORT=${PORT%%/*}
-URL=http://127.0.0.1:$PORT/tessera
+if [[ -n ${TESSERA_TEST_S3:-} ]]; then
+    # A server is running already (its environment is set): use it.
+    trap 'rm -rf "$WORK"' EXIT
+else
+    trap 'scripts/s3-server.sh stop; rm -rf "$WORK"' EXIT
+    eval "$(scripts/s3-server.sh start)"
+fi
 export TESSERA_PASSWORD=bench TESSERA_KDF_MEMORY=64 TESSERA_KDF_ITERATIONS=1
 
 head -c $((SIZE_MIB << 20)) /dev/urandom >"$WORK/data"
-split -b 4M -d -a 5 "$WORK/data" "$WORK/obj."
-ls "$WORK"/obj.* >"$WORK/objects"
 
 now() { date +%s.%N; }
 mbps() { python3 -c "print(f'{$SIZE_MIB * 1.048576 / ($2 - $1):.1f}')"; }
-put_one() {
-    local f=$1 sum
-    sum=$(sha256sum "$f" | cut -d' ' -f1)
-    curl -sf -X PUT -H "x-amz-content-sha256: $sum" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-        --aws-sigv4 "aws:amz:us-east-1:s3" --data-binary "@$f" "$URL/raw$2/$(basename "$f")" >/dev/null
-}
-get_one() {
-    curl -sf -H "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" \
-        --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" --aws-sigv4 "aws:amz:us-east-1:s3" \
-        "$URL/raw$2/$(basename "$1")" -o /dev/null
-}
-export -f put_one get_one
-export URL
 
 declare -A R
 for run in $(seq "$RUNS"); do
-    # Raw PUT / GET of the same bytes as 4 MiB objects, PAR at a time.
-    s=$(now); xargs -P "$PAR" -I{} bash -c "put_one {} $run" <"$WORK/objects"; e=$(now)
-    R[raw_put]+="$(mbps "$s" "$e") "
-    s=$(now); xargs -P "$PAR" -I{} bash -c "get_one {} $run" <"$WORK/objects"; e=$(now)
-    R[raw_get]+="$(mbps "$s" "$e") "
+    # Raw PUT / GET of as many bytes as 4 MiB objects (the containers'
+    # size) through the same client stack (tessera-s3-raw: the S3 backend
+    # on OpenDAL), PUTs from as many threads as the backup's container
+    # writers (4), GETs from --connections (8) threads as the restore's
+    # read-ahead.
+    raw=$("$RAW" "$TESSERA_TEST_S3/raw$run" "$SIZE_MIB" 4 4 8)
+    R[raw_put]+="$(sed -n 's/^put //p' <<<"$raw") "
+    R[raw_get]+="$(sed -n 's/^get //p' <<<"$raw") "
     for kind in local s3; do
         case $kind in
             local) repo=$WORK/repo$run ;;

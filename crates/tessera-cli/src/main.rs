@@ -52,7 +52,7 @@ mod secrets;
 use browse::FilterArgs;
 use secrets::{
     key_cmd, new_repo_key, open_repo, tuned, Access, KdfArgs, KeyCommand, PasswordArgs,
-    ToPasswordArgs,
+    ToPasswordArgs, Transfer,
 };
 
 /// Tessera: a deduplicating backup store.
@@ -81,6 +81,22 @@ struct Cli {
     #[arg(long, global = true, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     connections: u16,
+    /// Object stores: do not use the local cache of metadata objects
+    /// (snapshots, recipes, indexes, container metadata) kept in
+    /// $XDG_CACHE_HOME/tessera (or ~/.cache/tessera): read them all from
+    /// the store.
+    #[arg(long, global = true)]
+    no_cache: bool,
+    /// Object stores: the size the local metadata cache may take (least
+    /// recently used entries are deleted beyond it).
+    #[arg(long, global = true, value_name = "SIZE", default_value = "1GiB", value_parser = parse_size)]
+    cache_limit: u64,
+    /// Object stores: upload at most this many KiB per second.
+    #[arg(long, global = true, value_name = "KIB_PER_S")]
+    limit_upload: Option<u64>,
+    /// Object stores: download at most this many KiB per second.
+    #[arg(long, global = true, value_name = "KIB_PER_S")]
+    limit_download: Option<u64>,
     #[command(flatten)]
     password: PasswordArgs,
 }
@@ -890,6 +906,11 @@ fn main() -> ExitCode {
         wait: cli.wait,
         password: cli.password,
         connections: usize::from(cli.connections),
+        transfer: Transfer {
+            cache_limit: if cli.no_cache { 0 } else { cli.cache_limit },
+            upload_limit: cli.limit_upload.unwrap_or(0).saturating_mul(1024),
+            download_limit: cli.limit_download.unwrap_or(0).saturating_mul(1024),
+        },
     };
     match run(cli.command, &access) {
         Ok(code) => code,
@@ -2517,6 +2538,7 @@ fn copy_cmd(
         wait: access.wait,
         password: to.password_args(),
         connections: access.connections,
+        transfer: access.transfer,
     };
     let into = open(dst, LockMode::Backup, &to_access)?;
     let mut ids: Vec<BackupId> = match ids.is_empty() {

@@ -109,6 +109,19 @@ pub struct Access {
     pub password: PasswordArgs,
     /// Object stores: requests in flight at most when reading ahead.
     pub connections: usize,
+    /// Object stores: the metadata cache and bandwidth limits.
+    pub transfer: Transfer,
+}
+
+/// Object stores: the local metadata cache's size and the bandwidth limits.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Transfer {
+    /// Bytes the local metadata cache may take; 0: no cache.
+    pub cache_limit: u64,
+    /// Upload limit in bytes per second; 0: none.
+    pub upload_limit: u64,
+    /// Download limit in bytes per second; 0: none.
+    pub download_limit: u64,
 }
 
 /// `location` with the transfer settings of `access` (object stores).
@@ -116,6 +129,9 @@ pub fn tuned(location: &Location, access: &Access) -> Location {
     let mut location = location.clone();
     if let Location::S3(s3) = &mut location {
         s3.options.connections = access.connections;
+        s3.options.cache_limit = access.transfer.cache_limit;
+        s3.options.upload_limit = access.transfer.upload_limit;
+        s3.options.download_limit = access.transfer.download_limit;
     }
     location
 }

@@ -353,3 +353,78 @@ fn four_clients_back_up_at_once_with_gc_in_between_and_lose_nothing() {
     assert!(deleted > 0 || rounds() < 2);
     assert!(ok(["check", "--read-data", &repo]).contains("no problems"));
 }
+
+/// `tessera copy` from a local repository into an S3 one and from there
+/// into another S3 repository (unencrypted, other layout) and back to a
+/// local one: every copy restores identically, and a re-run copies nothing.
+#[test]
+fn copy_to_and_from_s3() {
+    let Some(s3) = s3_repo("copy") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let local = work.path().join("local");
+    let back = work.path().join("back");
+    let s3_other = format!("{s3}-other");
+    let file = work.path().join("file.bin");
+    write_random_file(&file, 21, 2 << 20);
+    let tree = work.path().join("tree");
+    make_tree(&tree, 23, 600_000);
+    init(&local);
+    let local_text = local.display().to_string();
+    backup(&local_text, &[&file], &[]);
+    backup(&local_text, &[&tree], &[]);
+    ok(["init", &s3]);
+    ok([
+        "init",
+        "--encryption",
+        "none",
+        "--layout",
+        "lifecycle",
+        &s3_other,
+    ]);
+    init(&back);
+    let back_text = back.display().to_string();
+    let copy = |src: &str, dst: &str| -> serde_json::Value {
+        let out = cmd(["copy", "--json", src, dst])
+            .env("TESSERA_TO_PASSWORD", TEST_PASSWORD)
+            .stdin(Stdio::null())
+            .output()
+            .expect("running copy");
+        assert!(
+            out.status.success(),
+            "copy {src} {dst}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("copy --json prints JSON")
+    };
+    let copied = |v: &serde_json::Value| {
+        v.as_array()
+            .expect("an array of records")
+            .iter()
+            .filter(|r| r["skipped"].as_bool() == Some(false))
+            .count()
+    };
+    for (src, dst) in [
+        (local_text.as_str(), s3.as_str()),
+        (s3.as_str(), s3_other.as_str()),
+        (s3_other.as_str(), back_text.as_str()),
+    ] {
+        assert_eq!(copied(&copy(src, dst)), 2, "{src} -> {dst}");
+        assert_eq!(copied(&copy(src, dst)), 0, "{src} -> {dst} again");
+        assert!(ok(["check", "--read-data", dst]).contains("no problems"));
+        let ids = ids(dst);
+        assert_eq!(ids.len(), 2);
+        let restored = work.path().join(format!("file-{}", dst.len()));
+        ok([
+            "restore",
+            dst,
+            &ids[0].to_string(),
+            &restored.display().to_string(),
+        ]);
+        assert_file_matches(&restored, &mut std::fs::File::open(&file).unwrap());
+        let dir = work.path().join(format!("tree-{}", dst.len()));
+        std::fs::create_dir_all(&dir).unwrap();
+        assert_tree_restores(dst, ids[1], &tree, &dir);
+    }
+}

@@ -333,6 +333,7 @@ impl Repository {
                     (backend, config, Some(unlocked))
                 }
             };
+        backend.cache_metadata(&config.id);
         let backend = Arc::new(Counting::new(backend));
         let lock = lock_waiting(backend.as_ref(), mode, wait)?;
         Ok(Repository::assemble(

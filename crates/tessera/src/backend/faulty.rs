@@ -29,6 +29,7 @@ pub struct Faulty {
     /// Faults per million requests, for each of the two kinds.
     per_million: u64,
     injected: Arc<AtomicU64>,
+    requests: Arc<AtomicU64>,
 }
 
 impl Faulty {
@@ -40,6 +41,7 @@ impl Faulty {
             state: Mutex::new(seed),
             per_million: (percent.clamp(0.0, 50.0) * 10_000.0) as u64,
             injected: Arc::new(AtomicU64::new(0)),
+            requests: Arc::new(AtomicU64::new(0)),
         }
     }
 
@@ -47,6 +49,11 @@ impl Faulty {
     /// layer is moved into a repository).
     pub fn injected(&self) -> Arc<AtomicU64> {
         self.injected.clone()
+    }
+
+    /// The count of requests that went through the layer (faulty or not), shared.
+    pub fn requests(&self) -> Arc<AtomicU64> {
+        self.requests.clone()
     }
 
     fn next(&self) -> u64 {
@@ -59,6 +66,7 @@ impl Faulty {
     }
 
     fn roll(&self) -> Fault {
+        self.requests.fetch_add(1, Ordering::Relaxed);
         let fault = match self.next() % 1_000_000 {
             r if r < self.per_million => Fault::Drop,
             r if r < 2 * self.per_million => Fault::After,
@@ -145,18 +153,26 @@ impl Backend for Faulty {
     fn remove_temporaries(&self) -> Result<u64> {
         self.inner.remove_temporaries()
     }
+    fn retries(&self) -> u64 {
+        self.inner.retries()
+    }
+    fn cache_metadata(&self, id: &str) {
+        self.inner.cache_metadata(id)
+    }
+    fn cache_stats(&self) -> super::CacheStats {
+        self.inner.cache_stats()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Local;
+    use crate::backend::{Local, Location};
     use crate::backup::{self, BackupOptions, Source};
     use crate::check::{check, CheckOptions};
     use crate::config::Config;
     use crate::restore::{restore, RestoreOptions};
     use crate::Repository;
-    use std::path::Path;
 
     /// Seeded incompressible bytes (a SplitMix64 stream).
     fn data(seed: u64, len: usize) -> Vec<u8> {
@@ -167,31 +183,57 @@ mod tests {
             .collect()
     }
 
-    /// The repository at `root` through a faulty layer seeded `seed`,
-    /// opened for a backup (`None` if opening failed), and its fault count.
-    fn faulty(root: &Path, seed: u64) -> (Option<Repository>, Arc<AtomicU64>) {
-        let backend = Faulty::new(Box::new(Local::new(root)), seed, 1.5);
-        let count = backend.injected();
+    /// Where the campaign's repository lives: a local directory, or the
+    /// S3 location `TESSERA_FAULT_S3` names (scripts/fault-campaign.sh).
+    enum Store {
+        Local(std::path::PathBuf),
+        S3(Location),
+    }
+
+    impl Store {
+        fn backend(&self) -> Box<dyn Backend> {
+            match self {
+                Store::Local(root) => Box::new(Local::new(root)),
+                Store::S3(location) => location.backend().unwrap(),
+            }
+        }
+    }
+
+    /// The repository through a faulty layer seeded `seed`, opened for a
+    /// backup (`None` if opening failed), and its fault and request counts.
+    fn faulty(store: &Store, seed: u64) -> (Option<Repository>, Arc<AtomicU64>, Arc<AtomicU64>) {
+        let backend = Faulty::new(store.backend(), seed, 1.5);
+        let (count, requests) = (backend.injected(), backend.requests());
         let repo = Repository::open_with_backend(Box::new(backend), LockMode::Backup).ok();
-        (repo, count)
+        (repo, count, requests)
     }
 
     /// A bounded campaign: every backup through a layer failing ~3 % of
     /// requests either commits (and then restores identically, also read
     /// back through faults: identical or a clean error) or fails, leaving
     /// the repository checking clean with every earlier backup intact.
+    /// `TESSERA_FAULT_ROUNDS` sets the rounds (default 24) and
+    /// `TESSERA_FAULT_S3` an S3 location to run on instead of a local
+    /// directory (scripts/fault-campaign.sh runs 100 rounds on both).
     #[test]
     fn backups_through_faults_commit_whole_or_fail_cleanly() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("repo");
-        drop(Repository::init(&root, Config::new("faults".into())).unwrap());
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let rounds: u64 = env("TESSERA_FAULT_ROUNDS").map_or(24, |r| r.parse().unwrap());
+        let store = match env("TESSERA_FAULT_S3") {
+            Some(url) => Store::S3(url.parse().unwrap()),
+            None => Store::Local(dir.path().to_path_buf()),
+        };
+        let config = Config::new("faults".into());
+        drop(Repository::init_with_backend(store.backend(), config).unwrap());
         let mut committed: Vec<(u64, Vec<u8>)> = Vec::new();
-        let (mut failed, mut restore_failures, mut faults) = (0, 0, 0);
-        for round in 0..24u64 {
+        let (mut failed, mut restore_failures, mut faults, mut requests) = (0, 0, 0, 0);
+        let mut restores = 0;
+        for round in 0..rounds {
             let input = data(round, 300_000 + (round as usize % 5) * 150_000);
             // Part of each input repeats an earlier one: duplicates too.
             let input = [&input[..], &data(round / 2, 200_000)].concat();
-            let (repo, injected) = faulty(&root, 1000 + round);
+            let (repo, injected, made) = faulty(&store, 1000 + round);
             if let Some(repo) = repo {
                 let mut reader: &[u8] = &input;
                 let source = Source::Data {
@@ -204,6 +246,7 @@ mod tests {
                 }
                 for (id, expected) in &committed {
                     let mut out = Vec::new();
+                    restores += 1;
                     match restore(&repo, *id, &mut out, &RestoreOptions::default()) {
                         Ok(_) => assert_eq!(&out, expected, "backup {id} restored wrong bytes"),
                         Err(_) => restore_failures += 1,
@@ -213,7 +256,8 @@ mod tests {
                 failed += 1;
             }
             faults += injected.load(Ordering::Relaxed);
-            let clean = Repository::open(&root, LockMode::Read).unwrap();
+            requests += made.load(Ordering::Relaxed);
+            let clean = Repository::open_with_backend(store.backend(), LockMode::Read).unwrap();
             let report = check(&clean, CheckOptions { read_data: true }).unwrap();
             assert!(report.problems.is_empty(), "round {round}: {report:?}");
             for (id, expected) in &committed {
@@ -223,8 +267,12 @@ mod tests {
             }
         }
         eprintln!(
-            "fault campaign: {faults} faults injected; {} backups committed, {failed} failed \
-             cleanly; {restore_failures} restores failed cleanly, none restored wrong bytes",
+            "fault campaign: {rounds} rounds, {faults} faults injected in {requests} requests \
+             ({:.2} %); {} backups committed, {failed} failed cleanly (none lost: every \
+             committed backup restored byte-identically after every round, check clean); \
+             of {restores} restores through faults {restore_failures} failed cleanly, none \
+             restored wrong bytes",
+            faults as f64 * 100.0 / requests.max(1) as f64,
             committed.len()
         );
         assert!(!committed.is_empty() && failed > 0 && faults > 0);

@@ -2,11 +2,13 @@
 //! [`Backend`], and [`Counting`] counts requests and bytes so that I/O metrics
 //! are exact for every policy.
 
+mod cache;
 mod faulty;
 mod local;
 mod location;
 pub mod object_lock;
 mod s3;
+mod throttle;
 
 pub use faulty::Faulty;
 pub use local::Local;
@@ -121,6 +123,26 @@ pub trait Backend: Send + Sync {
     fn retries(&self) -> u64 {
         0
     }
+    /// Lets a remote backend keep a local cache of the metadata objects of
+    /// the repository whose configuration has the id `id` (FORMAT.md
+    /// §13.2), once the repository is opened. Backends without a cache
+    /// (local directories) ignore it.
+    fn cache_metadata(&self, id: &str) {
+        let _ = id;
+    }
+    /// What the local metadata cache saved and cost so far.
+    fn cache_stats(&self) -> CacheStats {
+        CacheStats::default()
+    }
+}
+
+/// Counts of a backend's local metadata cache (FORMAT.md §13.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Reads served from the cache, without a request to the store.
+    pub hits: u64,
+    /// Listings the cache made to learn the versions of objects.
+    pub lists: u64,
 }
 
 /// Checks that `key` is a valid object key: `/`-separated components,
@@ -253,6 +275,11 @@ pub struct IoStats {
     pub lists: u64,
     /// Requests retried after a transient failure (object stores).
     pub retries: u64,
+    /// Of `reads`, those served by the local metadata cache, without a
+    /// request to the store (object stores; FORMAT.md §13.2).
+    pub cache_hits: u64,
+    /// Listings the local metadata cache made (not in `lists`).
+    pub cache_lists: u64,
 }
 
 impl IoStats {
@@ -266,7 +293,15 @@ impl IoStats {
             deletes: self.deletes - earlier.deletes,
             lists: self.lists - earlier.lists,
             retries: self.retries - earlier.retries,
+            cache_hits: self.cache_hits - earlier.cache_hits,
+            cache_lists: self.cache_lists - earlier.cache_lists,
         }
+    }
+
+    /// Requests that reached the store: reads not served by the cache,
+    /// writes, deletes and listings (the cache's included).
+    pub fn requests(&self) -> u64 {
+        self.reads - self.cache_hits + self.writes + self.deletes + self.lists + self.cache_lists
     }
 }
 
@@ -297,6 +332,7 @@ impl Counting {
 
     /// The counts so far.
     pub fn stats(&self) -> IoStats {
+        let cache = self.inner.cache_stats();
         IoStats {
             reads: self.reads.load(Ordering::Relaxed),
             read_bytes: self.read_bytes.load(Ordering::Relaxed),
@@ -305,6 +341,8 @@ impl Counting {
             deletes: self.deletes.load(Ordering::Relaxed),
             lists: self.lists.load(Ordering::Relaxed),
             retries: self.inner.retries(),
+            cache_hits: cache.hits,
+            cache_lists: cache.lists,
         }
     }
 
@@ -392,5 +430,11 @@ impl Backend for Counting {
     }
     fn retries(&self) -> u64 {
         self.inner.retries()
+    }
+    fn cache_metadata(&self, id: &str) {
+        self.inner.cache_metadata(id)
+    }
+    fn cache_stats(&self) -> CacheStats {
+        self.inner.cache_stats()
     }
 }

@@ -3,15 +3,17 @@
 //! the new one whole), objects that commit a backup are created with a
 //! conditional PUT (`If-None-Match: *`), and locks are lock objects.
 
-use super::{object_lock, Backend, LockGuard, LockMode, S3Location};
+use super::cache::{self, MetaCache, Part};
+use super::throttle::Throttle;
+use super::{object_lock, Backend, CacheStats, LockGuard, LockMode, S3Location};
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use opendal::layers::RetryLayer;
 use opendal::{ErrorKind, Operator};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
@@ -24,6 +26,13 @@ pub struct S3Options {
     /// Retries of a request that failed transiently (with exponential
     /// backoff and jitter).
     pub retries: usize,
+    /// Bytes the local metadata cache may take (FORMAT.md §13.2); 0: no
+    /// cache (`--no-cache`).
+    pub cache_limit: u64,
+    /// Upload bandwidth limit in bytes per second; 0: none.
+    pub upload_limit: u64,
+    /// Download bandwidth limit in bytes per second; 0: none.
+    pub download_limit: u64,
 }
 
 impl Default for S3Options {
@@ -31,6 +40,9 @@ impl Default for S3Options {
         S3Options {
             connections: 8,
             retries: 6,
+            cache_limit: 1 << 30,
+            upload_limit: 0,
+            download_limit: 0,
         }
     }
 }
@@ -56,6 +68,24 @@ struct Inner {
     /// Requests retried after a transient failure.
     retries: Arc<AtomicU64>,
     prefetches: Mutex<Prefetches>,
+    /// The local metadata cache, once the repository's id is known.
+    cache: OnceLock<MetaCache>,
+    /// What this process's listings say of the objects' versions.
+    versions: Mutex<Versions>,
+    /// Reads served by the cache, and listings made for it.
+    cache_hits: AtomicU64,
+    cache_lists: AtomicU64,
+    /// Bandwidth limits (`None`: unlimited).
+    upload: Option<Throttle>,
+    download: Option<Throttle>,
+}
+
+/// The versions (ETag and size) of the objects of the directories this
+/// process listed (FORMAT.md §13.2).
+#[derive(Default)]
+struct Versions {
+    listed: HashSet<String>,
+    of: HashMap<String, String>,
 }
 
 impl S3 {
@@ -131,6 +161,12 @@ impl S3 {
                 options: *options,
                 retries,
                 prefetches: Mutex::new((HashMap::new(), VecDeque::new())),
+                cache: OnceLock::new(),
+                versions: Mutex::new(Versions::default()),
+                cache_hits: AtomicU64::new(0),
+                cache_lists: AtomicU64::new(0),
+                upload: Throttle::new(options.upload_limit),
+                download: Throttle::new(options.download_limit),
             }),
         })
     }
@@ -172,6 +208,61 @@ impl S3 {
 
     fn read_buffer(&self, key: &str) -> Result<opendal::Buffer> {
         super::check_key(key)?;
+        let version = self.version(key, Part::Whole);
+        if let Some(hit) = self.cache_get(key, version.as_deref(), Part::Whole) {
+            return Ok(opendal::Buffer::from(hit));
+        }
+        let buffer = self.fetch(key)?;
+        // Only what the listing says the object is goes into the cache.
+        let whole =
+            |v: &String| v.rsplit_once(':').map(|(_, n)| n) == Some(&buffer.len().to_string());
+        if let (Some(cache), Some(v)) = (self.inner.cache.get(), version.filter(whole)) {
+            cache.put(key, &v, Part::Whole, &buffer.to_vec());
+        }
+        Ok(buffer)
+    }
+
+    /// The version of `key` if reads of `part` of it are cached: its
+    /// ETag and size in this process's listing of its directory, listed
+    /// now if it was not yet (FORMAT.md §13.2).
+    fn version(&self, key: &str, part: Part) -> Option<String> {
+        self.inner.cache.get()?;
+        if !cache::is_cached(key, part) {
+            return None;
+        }
+        let (dir, _) = key.rsplit_once('/')?;
+        let listed = self.versions().listed.contains(dir);
+        if !listed {
+            self.inner.cache_lists.fetch_add(1, Ordering::Relaxed);
+            self.list(dir).ok()?;
+        }
+        self.versions().of.get(key).cloned()
+    }
+
+    fn versions(&self) -> std::sync::MutexGuard<'_, Versions> {
+        self.inner
+            .versions
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cached bytes of `part` of `key` in `version`, counted as a hit.
+    fn cache_get(&self, key: &str, version: Option<&str>, part: Part) -> Option<Vec<u8>> {
+        let hit = self.inner.cache.get()?.get(key, version?, part)?;
+        self.inner.cache_hits.fetch_add(1, Ordering::Relaxed);
+        Some(hit)
+    }
+
+    /// Forgets what this process's listing says of `key` (it writes or
+    /// deletes it): its next read goes to the store.
+    fn forget_version(&self, key: &str) {
+        if self.inner.cache.get().is_some() {
+            self.versions().of.remove(key);
+        }
+    }
+
+    /// Reads `key` from the store (or its read-ahead), at the download limit.
+    fn fetch(&self, key: &str) -> Result<opendal::Buffer> {
         let fetched = match self.take_prefetch(key) {
             Some(handle) => match self.block_on(handle) {
                 Ok(result) => result,
@@ -180,12 +271,49 @@ impl S3 {
             },
             None => self.block_on(self.inner.op.read(key)),
         };
-        fetched.map_err(|e| self.error("reading", key, e))
+        let buffer = fetched.map_err(|e| self.error("reading", key, e))?;
+        if let Some(t) = &self.inner.download {
+            t.pass(buffer.len() as u64);
+        }
+        Ok(buffer)
+    }
+
+    /// `len` bytes of `key` from `offset` from the store, fewer if the
+    /// object ends first.
+    fn fetch_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        if len == 0 {
+            return self.size(key).map(|_| Vec::new());
+        }
+        let end = offset.saturating_add(len);
+        let ranged = |end: u64| {
+            self.block_on(async { self.inner.op.read_with(key).range(offset..end).await })
+        };
+        match ranged(end) {
+            Ok(buf) => Ok(buf.to_vec()),
+            // The range starts at or beyond the end: nothing to return.
+            Err(e) if e.kind() == ErrorKind::RangeNotSatisfied => Ok(Vec::new()),
+            // The range runs past the end, which OpenDAL reports as a short
+            // read: read what there is (the object's size bounds it).
+            Err(e) if e.kind() == ErrorKind::Unexpected => {
+                let size = self.size(key)?;
+                match offset < size {
+                    true => ranged(end.min(size))
+                        .map(|buf| buf.to_vec())
+                        .map_err(|e| self.error("reading", key, e)),
+                    false => Ok(Vec::new()),
+                }
+            }
+            Err(e) => Err(self.error("reading", key, e)),
+        }
     }
 
     fn put(&self, key: &str, parts: &[&[u8]], create_new: bool) -> Result<()> {
         super::check_key(key)?;
+        self.forget_version(key);
         let data = Bytes::from(parts.concat());
+        if let Some(t) = &self.inner.upload {
+            t.pass(data.len() as u64);
+        }
         let written = self.block_on(async {
             let write = self.inner.op.write_with(key, data);
             match create_new {
@@ -224,30 +352,19 @@ impl Backend for S3 {
 
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         super::check_key(key)?;
-        if len == 0 {
-            return self.size(key).map(|_| Vec::new());
+        let part = Part::Range { offset, len };
+        let version = self.version(key, part);
+        if let Some(hit) = self.cache_get(key, version.as_deref(), part) {
+            return Ok(hit);
         }
-        let end = offset.saturating_add(len);
-        let ranged = |end: u64| {
-            self.block_on(async { self.inner.op.read_with(key).range(offset..end).await })
-        };
-        match ranged(end) {
-            Ok(buf) => Ok(buf.to_vec()),
-            // The range starts at or beyond the end: nothing to return.
-            Err(e) if e.kind() == ErrorKind::RangeNotSatisfied => Ok(Vec::new()),
-            // The range runs past the end, which OpenDAL reports as a short
-            // read: read what there is (the object's size bounds it).
-            Err(e) if e.kind() == ErrorKind::Unexpected => {
-                let size = self.size(key)?;
-                match offset < size {
-                    true => ranged(end.min(size))
-                        .map(|buf| buf.to_vec())
-                        .map_err(|e| self.error("reading", key, e)),
-                    false => Ok(Vec::new()),
-                }
-            }
-            Err(e) => Err(self.error("reading", key, e)),
+        let data = self.fetch_range(key, offset, len)?;
+        if let Some(t) = &self.inner.download {
+            t.pass(data.len() as u64);
         }
+        if let (Some(cache), Some(v)) = (self.inner.cache.get(), &version) {
+            cache.put(key, v, part, &data);
+        }
+        Ok(data)
     }
 
     fn size(&self, key: &str) -> Result<u64> {
@@ -306,6 +423,7 @@ impl Backend for S3 {
         if let Some(h) = self.take_prefetch(key) {
             h.abort();
         }
+        self.forget_version(key);
         match self.block_on(self.inner.op.delete(key)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == ErrorKind::NotFound => Ok(()),
@@ -327,6 +445,17 @@ impl Backend for S3 {
             .map(|name| name.trim_end_matches('/').to_string())
             .filter(|name| !name.is_empty() && !name.starts_with('.'))
             .collect();
+        if self.inner.cache.get().is_some() {
+            let mut versions = self.versions();
+            versions.listed.insert(dir.to_string());
+            for e in &entries {
+                let (path, meta) = (e.path(), e.metadata());
+                if let (Some(etag), false) = (meta.etag(), path.ends_with('/')) {
+                    let version = format!("{etag}:{}", meta.content_length());
+                    versions.of.insert(path.to_string(), version);
+                }
+            }
+        }
         names.sort();
         names.dedup();
         Ok(names)
@@ -349,5 +478,27 @@ impl Backend for S3 {
 
     fn retries(&self) -> u64 {
         self.inner.retries.load(Ordering::Relaxed)
+    }
+
+    /// Opens the cache of repository `id` below `$XDG_CACHE_HOME/tessera`
+    /// (or `~/.cache/tessera`), unless the options turn it off; without a
+    /// usable cache directory, reads go to the store.
+    fn cache_metadata(&self, id: &str) {
+        if self.inner.options.cache_limit == 0 {
+            return;
+        }
+        let Some(root) = cache::default_root() else {
+            return;
+        };
+        if let Ok(cache) = MetaCache::open(&root, id, self.inner.options.cache_limit) {
+            let _ = self.inner.cache.set(cache);
+        }
+    }
+
+    fn cache_stats(&self) -> CacheStats {
+        CacheStats {
+            hits: self.inner.cache_hits.load(Ordering::Relaxed),
+            lists: self.inner.cache_lists.load(Ordering::Relaxed),
+        }
     }
 }

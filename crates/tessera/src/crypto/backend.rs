@@ -136,6 +136,14 @@ impl Backend for Encrypting {
     fn retries(&self) -> u64 {
         self.inner.retries()
     }
+
+    fn cache_metadata(&self, id: &str) {
+        self.inner.cache_metadata(id)
+    }
+
+    fn cache_stats(&self) -> crate::backend::CacheStats {
+        self.inner.cache_stats()
+    }
 }
 
 #[cfg(test)]
