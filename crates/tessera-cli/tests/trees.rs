@@ -340,6 +340,20 @@ fn restoring_one_file_reads_only_its_chunks() {
                 one["containers_read"].as_u64() < full["containers_read"].as_u64(),
                 "{one} vs {full}"
             );
+            // The catalog is read once for a few files (and once more to verify).
+            let verified = json(&ok([
+                "restore".as_ref(),
+                "--json".as_ref(),
+                "--verify".as_ref(),
+                repo.as_os_str(),
+                "1".as_ref(),
+                dir.path().join("verified").as_os_str(),
+                "--include".as_ref(),
+                src.join("small").as_os_str(),
+            ]));
+            let once = one["catalog_containers_read"].as_u64().unwrap();
+            assert!(once >= 1, "{one}");
+            assert_eq!(verified["catalog_containers_read"], 2 * once, "{verified}");
         }
         // --exclude leaves the big files out.
         let some_dir = dir.path().join(format!("some-{layout}"));

@@ -1,7 +1,7 @@
 //! Backing up directory trees: a walk of the given paths feeds their files'
 //! bytes, then the catalog, to the backup pipeline as one segmented stream.
 
-use super::catalog::{CatalogBytes, CatalogWriter, Entry, Kind};
+use super::catalog::{CatalogBytes, CatalogWriter, Entry, Kind, Xattr};
 use super::meta::{read_xattrs, Names};
 use super::stream::{for_each_entry, tree_of};
 use super::{catalog_path, relative_path};
@@ -12,7 +12,7 @@ use crate::quarantine::Quarantined;
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions};
 use crate::snapshot::{BackupId, ChunkRef, TreeRef, CATALOG_VERSION};
-use crossbeam_channel::{bounded, Receiver};
+use crossbeam_channel::{bounded, Receiver, Sender};
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File, Metadata};
@@ -53,6 +53,16 @@ pub struct TreeBackupOptions {
 /// (<https://bford.info/cachedir/>).
 const CACHEDIR_SIGNATURE: &[u8] = b"Signature: 8a477f597d28d172789f06886806bc55";
 
+/// Threads reading small files whole, ahead of the stream and in parallel.
+const READERS: usize = 3;
+/// Files of at most this many bytes are read by the reader threads; larger
+/// ones (and files with several links) stream through the backup's own thread.
+const SMALL_FILE: u64 = 1 << 20;
+/// Objects walked ahead of the stream at most...
+const AHEAD_OBJECTS: usize = 512;
+/// ...and bytes of small files being read ahead at most.
+const AHEAD_BYTES: u64 = 32 << 20;
+
 /// A committed tree backup and what it left out.
 #[derive(Debug)]
 pub struct TreeOutcome {
@@ -84,11 +94,25 @@ pub fn default_source(host: &str, paths: &[PathBuf]) -> Result<String> {
 ///
 /// Objects that cannot be read are left out with a warning each; a path
 /// that does not exist fails the backup before anything is written.
+/// Small files are read by a few threads ahead of the stream; the stream
+/// and its catalog keep the walk's order.
 pub fn backup_tree(
     repo: &Repository,
     paths: &[PathBuf],
     tree_options: &TreeBackupOptions,
     options: &BackupOptions,
+) -> Result<TreeOutcome> {
+    backup_tree_with(repo, paths, tree_options, options, READERS)
+}
+
+/// [`backup_tree`] with `readers` threads reading small files (none: every
+/// file is read by the stream's thread).
+fn backup_tree_with(
+    repo: &Repository,
+    paths: &[PathBuf],
+    tree_options: &TreeBackupOptions,
+    options: &BackupOptions,
+    readers: usize,
 ) -> Result<TreeOutcome> {
     let stdin = tree_options
         .stdin_name
@@ -135,6 +159,14 @@ pub fn backup_tree(
         },
         None => None,
     };
+    let parent = parent.map(|(id, tree, chunks)| (id, tree, std::sync::Arc::new(chunks)));
+    let refetch = parent.as_ref().map(|(id, _, chunks)| ParentChunks {
+        repo,
+        parent: *id,
+        chunks: chunks.clone(),
+        files: Mutex::new(VecDeque::new()),
+        ahead: Mutex::new((0, Vec::new())),
+    });
     let (roots_walked, state, files_new) = match stdin {
         Some((file, entry)) => (
             Vec::new(),
@@ -174,21 +206,39 @@ pub fn backup_tree(
         },
         parent: None,
         reused: Vec::new(),
+        pending: VecDeque::new(),
+        ahead_bytes: 0,
+        walked: false,
+        jobs: None,
+        refetch: None,
     };
-    let Some((id, tree, chunks)) = parent else {
-        let outcome = backup::run(repo, Source::Segments(&mut feed), options)?;
-        return Ok(feed.outcome(outcome));
+    std::thread::scope(|s| {
+        let (jobs, queue) = bounded::<Job>(AHEAD_OBJECTS);
+        for _ in 0..readers {
+            let queue = queue.clone();
+            s.spawn(move || read_small_files(queue));
+        }
+        feed.jobs = (readers > 0).then_some(jobs);
+        let outcome = run_feed(repo, &mut feed, parent, refetch.as_ref(), options);
+        // The readers end when their queue closes.
+        feed.jobs = None;
+        outcome.map(|o| feed.outcome(o))
+    })
+}
+
+/// Runs the backup of `feed`, reusing the unchanged files of `parent`.
+fn run_feed<'a>(
+    repo: &'a Repository,
+    feed: &mut TreeFeed<'a>,
+    parent: Option<(BackupId, TreeRef, std::sync::Arc<Vec<ChunkRef>>)>,
+    refetch: Option<&'a ParentChunks<'a>>,
+    options: &BackupOptions,
+) -> Result<Outcome> {
+    let (Some((id, tree, chunks)), Some(refetch)) = (parent, refetch) else {
+        return backup::run(repo, Source::Segments(feed), options);
     };
     // The parent's catalog is read alongside the walk (both are in the same
     // order), on a thread of its own, entry by entry.
-    let chunks = std::sync::Arc::new(chunks);
-    let refetch = ParentChunks {
-        repo,
-        parent: id,
-        chunks: chunks.clone(),
-        files: Mutex::new(VecDeque::new()),
-        ahead: Mutex::new((0, Vec::new())),
-    };
     std::thread::scope(|s| {
         let (tx, rx) = bounded::<Entry>(256);
         let count = chunks.len();
@@ -202,11 +252,12 @@ pub fn backup_tree(
             chunks,
             chunk: 0,
             chunk_offset: 0,
-            refetch: &refetch,
         });
-        let outcome = backup::run_with(repo, Source::Segments(&mut feed), options, Some(&refetch));
+        feed.refetch = Some(refetch);
+        let outcome = backup::run_with(repo, Source::Segments(feed), options, Some(refetch));
         // Stops the reader if the walk ended first.
         feed.parent = None;
+        feed.refetch = None;
         let read = reader
             .join()
             .map_err(|_| Error::Pipeline("parent catalog reader panicked".into()))?;
@@ -217,7 +268,7 @@ pub fn backup_tree(
                 "catalog of parent backup {id} unreadable ({e}): unchanged files after it were read"
             ));
         }
-        Ok(feed.outcome(outcome))
+        Ok(outcome)
     })
 }
 
@@ -422,7 +473,7 @@ impl Refetch for ParentChunks<'_> {
 }
 
 /// The parent's catalog, walked in step with the file system.
-struct ParentWalk<'a> {
+struct ParentWalk {
     rx: Receiver<Entry>,
     /// The next entry not yet passed.
     next: Option<Entry>,
@@ -432,7 +483,6 @@ struct ParentWalk<'a> {
     /// The first chunk at or after `offset` and where it starts.
     chunk: usize,
     chunk_offset: u64,
-    refetch: &'a ParentChunks<'a>,
     usable: Usable,
 }
 
@@ -475,7 +525,7 @@ impl Usable {
     }
 }
 
-impl ParentWalk<'_> {
+impl ParentWalk {
     /// The parent's entry of `path` (entries before it are passed), if any.
     fn find(&mut self, path: &[u8]) -> Option<Entry> {
         loop {
@@ -505,13 +555,8 @@ impl ParentWalk<'_> {
 
     /// The parent's chunks of the file of `size` bytes at `offset` of its
     /// stream (which must start and end at chunk boundaries, as files are
-    /// cut at their ends), noted for refetching at `stream_offset`.
-    fn chunks_of(
-        &mut self,
-        offset: u64,
-        size: u64,
-        stream_offset: u64,
-    ) -> Option<Vec<(Fingerprint, u32)>> {
+    /// cut at their ends), and the first one's position in its recipe.
+    fn chunks_of(&mut self, offset: u64, size: u64) -> Option<(usize, Vec<(Fingerprint, u32)>)> {
         while self.chunk_offset < offset {
             let c = self.chunks.get(self.chunk)?;
             self.chunk_offset += u64::from(c.len);
@@ -535,14 +580,7 @@ impl ParentWalk<'_> {
         if end != offset + size || !usable {
             return None;
         }
-        if !out.is_empty() {
-            self.refetch
-                .files
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push_back((stream_offset, first, out.len()));
-        }
-        Some(out)
+        Some((first, out))
     }
 }
 
@@ -591,13 +629,26 @@ enum State {
         /// Its length before reading.
         expected: u64,
     },
-    /// An unchanged file: its chunks are the parent's.
-    Reused {
-        chunks: Vec<(Fingerprint, u32)>,
+    /// Feeding a small file read whole by a reader thread.
+    Buffered {
+        bytes: Vec<u8>,
+        at: usize,
+        entry: Box<Entry>,
+        nlink: u64,
+        /// How it changed while it was read, if it did.
+        changed: Option<String>,
+        path: PathBuf,
     },
     /// Feeding the catalog.
     Catalog(CatalogBytes),
     Done,
+}
+
+/// An unchanged file's extended attributes and chunks in the parent.
+struct UnchangedFile {
+    xattrs: Vec<Xattr>,
+    first: usize,
+    chunks: Vec<(Fingerprint, u32)>,
 }
 
 /// The segmented stream of a tree backup.
@@ -625,9 +676,83 @@ struct TreeFeed<'a> {
     notes: Vec<String>,
     tree: TreeRef,
     /// The parent's catalog (none with `--force` or without a parent).
-    parent: Option<ParentWalk<'a>>,
+    parent: Option<ParentWalk>,
     /// Chunks of the unchanged file just announced.
     reused: Vec<(Fingerprint, u32)>,
+    /// Objects walked, not yet in the stream, in walk order.
+    pending: VecDeque<Pending>,
+    /// Bytes of the pending small files.
+    ahead_bytes: u64,
+    /// The walk is done (its last objects may still be pending).
+    walked: bool,
+    /// The reader threads' queue (none: files are read by this thread).
+    jobs: Option<Sender<Job>>,
+    /// Where reused chunks are noted for refetching (with a parent).
+    refetch: Option<&'a ParentChunks<'a>>,
+}
+
+/// A walked object waiting for its turn in the stream.
+enum Pending {
+    /// An entry without bytes.
+    Entry(Box<Entry>),
+    /// An unchanged file: the parent's chunks, from `first` in its recipe.
+    Reused {
+        entry: Box<Entry>,
+        nlink: u64,
+        first: usize,
+        chunks: Vec<(Fingerprint, u32)>,
+    },
+    /// A small file being read by a reader thread.
+    Fetching {
+        entry: Box<Entry>,
+        path: PathBuf,
+        expected: u64,
+        done: Receiver<Fetched>,
+    },
+    /// A file read by this thread when its turn comes.
+    Stream {
+        file: File,
+        entry: Box<Entry>,
+        path: PathBuf,
+        nlink: u64,
+        expected: u64,
+    },
+}
+
+/// A small file for a reader thread to read whole.
+struct Job {
+    path: PathBuf,
+    follow: bool,
+    done: Sender<Fetched>,
+}
+
+/// A small file read whole, its extended attributes and its status after reading.
+struct Fetched {
+    bytes: std::io::Result<Vec<u8>>,
+    after: Option<Metadata>,
+    xattrs: std::io::Result<Vec<Xattr>>,
+}
+
+/// A reader thread: reads the queued small files whole until the queue closes.
+fn read_small_files(jobs: Receiver<Job>) {
+    for job in jobs {
+        let mut after = None;
+        // A file growing while read is read up to twice the small-file size
+        // (and noted as changed).
+        let bytes = File::open(&job.path).and_then(|mut file| {
+            let mut bytes = Vec::new();
+            (&mut file).take(2 * SMALL_FILE).read_to_end(&mut bytes)?;
+            after = file.metadata().ok();
+            Ok(bytes)
+        });
+        let xattrs = read_xattrs(&job.path, job.follow);
+        // The feed stopped waiting: its error is reported, not ours.
+        let _ = job.done.send(Fetched {
+            bytes,
+            after,
+            xattrs,
+        });
+    }
 }
 
 impl TreeFeed<'_> {
@@ -642,8 +767,9 @@ impl TreeFeed<'_> {
     /// The parent's chunks of the file at `path` if it is unchanged (same
     /// size, modification and status-change times, device and inode);
     /// counts it as new, changed or unmodified.
-    fn unchanged(&mut self, entry: &Entry, meta: &Metadata) -> Option<Vec<(Fingerprint, u32)>> {
-        let stream_offset = self.offset;
+    /// With the parent's extended attributes (unchanged as the status-change
+    /// time is) and the first chunk's position in the parent's recipe.
+    fn unchanged(&mut self, entry: &Entry, meta: &Metadata) -> Option<UnchangedFile> {
         let Some(parent) = &mut self.parent else {
             self.tree.files_new += 1;
             return None;
@@ -659,8 +785,13 @@ impl TreeFeed<'_> {
                 == (entry.mtime, entry.mtime_ns, entry.ctime, entry.ctime_ns)
             && (old.dev, old.ino) == (entry.dev, entry.ino);
         let chunks = same
-            .then(|| parent.chunks_of(parent_offset, old.size, stream_offset))
-            .flatten();
+            .then(|| parent.chunks_of(parent_offset, old.size))
+            .flatten()
+            .map(|(first, chunks)| UnchangedFile {
+                xattrs: old.xattrs,
+                first,
+                chunks,
+            });
         if chunks.is_some() {
             self.tree.files_unmodified += 1;
         } else {
@@ -693,7 +824,7 @@ impl TreeFeed<'_> {
                     match fs::symlink_metadata(parent) {
                         Ok(meta) => {
                             let e = self.entry_of(parent, &meta, Kind::Dir, Vec::new());
-                            self.catalog.push(&e)?;
+                            self.pending.push_back(Pending::Entry(Box::new(e)));
                         }
                         Err(e) => self.warn(parent, &e),
                     }
@@ -723,16 +854,24 @@ impl TreeFeed<'_> {
     /// The catalog entry of `path` (not yet counting a file's bytes), with
     /// owner names and extended attributes.
     fn entry_of(&mut self, path: &Path, meta: &Metadata, kind: Kind, target: Vec<u8>) -> Entry {
-        let xattrs = match read_xattrs(path, self.follow) {
-            Ok(x) => x,
-            Err(e) => {
-                self.notes.push(format!(
-                    "{}: extended attributes not backed up: {e}",
-                    path.display()
-                ));
-                Vec::new()
-            }
-        };
+        let mut entry = self.bare_entry(path, meta, kind, target);
+        entry.xattrs = self.xattrs_of(path, read_xattrs(path, self.follow));
+        entry
+    }
+
+    /// The extended attributes read of `path`, or none with a note.
+    fn xattrs_of(&mut self, path: &Path, read: std::io::Result<Vec<Xattr>>) -> Vec<Xattr> {
+        read.unwrap_or_else(|e| {
+            self.notes.push(format!(
+                "{}: extended attributes not backed up: {e}",
+                path.display()
+            ));
+            Vec::new()
+        })
+    }
+
+    /// The catalog entry of `path` without extended attributes.
+    fn bare_entry(&mut self, path: &Path, meta: &Metadata, kind: Kind, target: Vec<u8>) -> Entry {
         Entry {
             path: catalog_path(path),
             kind,
@@ -756,7 +895,7 @@ impl TreeFeed<'_> {
                 _ => 0,
             },
             sparse: kind == Kind::File && meta.blocks().saturating_mul(512) < meta.len(),
-            xattrs,
+            xattrs: Vec::new(),
         }
     }
 
@@ -782,92 +921,222 @@ impl TreeFeed<'_> {
         }
     }
 
-    /// Walks on to the next regular file (recording everything before it),
-    /// or to the catalog when the walk is done.
-    fn advance(&mut self) -> Result<()> {
-        while let Some(next) = self.next_path()? {
-            let path = match next {
-                Ok(p) => p,
-                Err(e) => {
-                    self.tree.skipped += 1;
-                    self.warnings.push(format!("skipped: {e}"));
-                    continue;
-                }
-            };
-            let meta = match self.metadata(&path) {
-                Ok(m) => m,
-                Err(e) => {
-                    self.warn(&path, &e);
-                    continue;
-                }
-            };
-            let t = meta.file_type();
-            let node = if t.is_dir() {
-                Some(Kind::Dir)
-            } else if t.is_fifo() {
-                Some(Kind::Fifo)
-            } else if t.is_char_device() {
-                Some(Kind::CharDevice)
-            } else if t.is_block_device() {
-                Some(Kind::BlockDevice)
-            } else {
-                None
-            };
-            if let Some(kind) = node {
-                let e = self.entry_of(&path, &meta, kind, Vec::new());
-                self.catalog.push(&e)?;
-            } else if t.is_symlink() {
-                match fs::read_link(&path) {
-                    Ok(target) => {
-                        use std::os::unix::ffi::OsStrExt;
-                        let target = target.as_os_str().as_bytes().to_vec();
-                        let e = self.entry_of(&path, &meta, Kind::Symlink, target);
-                        self.catalog.push(&e)?;
-                    }
-                    Err(e) => self.warn(&path, &e),
-                }
-            } else if t.is_file() {
-                if self.larger_than.is_some_and(|max| meta.len() > max) {
-                    continue;
-                }
-                if meta.nlink() > 1 {
-                    if let Some(first) = self.links.get(&(meta.dev(), meta.ino())).cloned() {
-                        let e = self.entry_of(&path, &meta, Kind::Hardlink, first);
-                        self.catalog.push(&e)?;
-                        continue;
-                    }
-                }
-                let mut entry = self.entry_of(&path, &meta, Kind::File, Vec::new());
-                if let Some(chunks) = self.unchanged(&entry, &meta) {
-                    entry.size = meta.len();
-                    self.offset += entry.size;
-                    self.tree.bytes_reused += entry.size;
-                    self.push_file(&entry, meta.nlink())?;
-                    self.state = State::Reused { chunks };
-                    return Ok(());
-                }
-                match File::open(&path) {
-                    Ok(file) => {
-                        let (nlink, expected) = (meta.nlink(), meta.len());
-                        self.state = State::Reading {
-                            expected,
-                            file,
-                            entry: Box::new(entry),
-                            path,
-                            nlink,
-                        };
-                        return Ok(());
-                    }
-                    Err(e) => self.warn(&path, &e),
-                }
-            } else {
-                self.notes
-                    .push(format!("{}: socket not backed up", path.display()));
+    /// Walks ahead of the stream, queueing objects in walk order and small
+    /// files for the readers, until enough is pending or the walk is done.
+    /// A file streamed by this thread ends the walk-ahead, so that a hard
+    /// link's first link is recorded before its next links are walked.
+    fn fill(&mut self) -> Result<()> {
+        while !self.walked
+            && self.pending.len() < AHEAD_OBJECTS
+            && self.ahead_bytes <= AHEAD_BYTES
+            && !matches!(self.pending.back(), Some(Pending::Stream { .. }))
+        {
+            if !self.walk_one()? {
+                // Stop reading the parent's catalog (before the back end
+                // commits, and in the lifecycle layout arranges).
+                self.walked = true;
+                self.parent = None;
             }
         }
-        // The walk is done: stop reading the parent's catalog (before the
-        // back end commits, and in the lifecycle layout arranges).
-        self.parent = None;
+        Ok(())
+    }
+
+    /// Walks one object, queueing what it contributes; `false` when every
+    /// root is done.
+    fn walk_one(&mut self) -> Result<bool> {
+        let Some(next) = self.next_path()? else {
+            return Ok(false);
+        };
+        let path = match next {
+            Ok(p) => p,
+            Err(e) => {
+                self.tree.skipped += 1;
+                self.warnings.push(format!("skipped: {e}"));
+                return Ok(true);
+            }
+        };
+        let meta = match self.metadata(&path) {
+            Ok(m) => m,
+            Err(e) => {
+                self.warn(&path, &e);
+                return Ok(true);
+            }
+        };
+        let t = meta.file_type();
+        let node = if t.is_dir() {
+            Some(Kind::Dir)
+        } else if t.is_fifo() {
+            Some(Kind::Fifo)
+        } else if t.is_char_device() {
+            Some(Kind::CharDevice)
+        } else if t.is_block_device() {
+            Some(Kind::BlockDevice)
+        } else {
+            None
+        };
+        if let Some(kind) = node {
+            let e = self.entry_of(&path, &meta, kind, Vec::new());
+            self.pending.push_back(Pending::Entry(Box::new(e)));
+        } else if t.is_symlink() {
+            match fs::read_link(&path) {
+                Ok(target) => {
+                    use std::os::unix::ffi::OsStrExt;
+                    let target = target.as_os_str().as_bytes().to_vec();
+                    let e = self.entry_of(&path, &meta, Kind::Symlink, target);
+                    self.pending.push_back(Pending::Entry(Box::new(e)));
+                }
+                Err(e) => self.warn(&path, &e),
+            }
+        } else if t.is_file() {
+            self.walk_file(path, &meta)?;
+        } else {
+            self.notes
+                .push(format!("{}: socket not backed up", path.display()));
+        }
+        Ok(true)
+    }
+
+    /// Queues the regular file at `path`: as a hard link to a file already
+    /// walked, as the parent's chunks when unchanged, for a reader when
+    /// small, or to stream.
+    fn walk_file(&mut self, path: PathBuf, meta: &Metadata) -> Result<()> {
+        if self.larger_than.is_some_and(|max| meta.len() > max) {
+            return Ok(());
+        }
+        let nlink = meta.nlink();
+        if nlink > 1 {
+            if let Some(first) = self.links.get(&(meta.dev(), meta.ino())).cloned() {
+                let e = self.entry_of(&path, meta, Kind::Hardlink, first);
+                self.pending.push_back(Pending::Entry(Box::new(e)));
+                return Ok(());
+            }
+        }
+        let mut entry = self.bare_entry(&path, meta, Kind::File, Vec::new());
+        if let Some(unchanged) = self.unchanged(&entry, meta) {
+            entry.xattrs = unchanged.xattrs;
+            entry.size = meta.len();
+            if nlink > 1 {
+                // Its next links, walked before it is in the stream, link to it.
+                self.links
+                    .insert((entry.dev, entry.ino), entry.path.clone());
+            }
+            self.pending.push_back(Pending::Reused {
+                entry: Box::new(entry),
+                nlink,
+                first: unchanged.first,
+                chunks: unchanged.chunks,
+            });
+            return Ok(());
+        }
+        let expected = meta.len();
+        match &self.jobs {
+            Some(jobs) if nlink == 1 && expected <= SMALL_FILE => {
+                let (done, rx) = bounded(1);
+                let job = Job {
+                    path: path.clone(),
+                    follow: self.follow,
+                    done,
+                };
+                jobs.send(job)
+                    .map_err(|_| Error::Pipeline("file reader threads stopped".into()))?;
+                self.ahead_bytes += expected;
+                self.pending.push_back(Pending::Fetching {
+                    entry: Box::new(entry),
+                    path,
+                    expected,
+                    done: rx,
+                });
+            }
+            _ => {
+                entry.xattrs = self.xattrs_of(&path, read_xattrs(&path, self.follow));
+                match File::open(&path) {
+                    Ok(file) => self.pending.push_back(Pending::Stream {
+                        file,
+                        entry: Box::new(entry),
+                        path,
+                        nlink,
+                        expected,
+                    }),
+                    Err(e) => self.warn(&path, &e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Puts the next pending object in the stream: what the stream reads
+    /// at once, if anything (an unchanged file's chunks).
+    fn start(&mut self, next: Pending) -> Result<Option<SegmentRead>> {
+        match next {
+            Pending::Entry(e) => self.catalog.push(&e)?,
+            Pending::Reused {
+                entry,
+                nlink,
+                first,
+                chunks,
+            } => {
+                if let (Some(refetch), false) = (self.refetch, chunks.is_empty()) {
+                    refetch
+                        .files
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push_back((self.offset, first, chunks.len()));
+                }
+                self.offset += entry.size;
+                self.tree.bytes_reused += entry.size;
+                self.push_file(&entry, nlink)?;
+                self.reused = chunks;
+                return Ok(Some(SegmentRead::Reused));
+            }
+            Pending::Fetching {
+                mut entry,
+                path,
+                expected,
+                done,
+            } => {
+                self.ahead_bytes -= expected;
+                let fetched = done
+                    .recv()
+                    .map_err(|_| Error::Pipeline("a file reader thread stopped".into()))?;
+                match fetched.bytes {
+                    Ok(bytes) => {
+                        entry.xattrs = self.xattrs_of(&path, fetched.xattrs);
+                        let changed = fetched
+                            .after
+                            .and_then(|now| changed(&now, &entry, expected, bytes.len() as u64));
+                        self.state = State::Buffered {
+                            bytes,
+                            at: 0,
+                            entry,
+                            nlink: 1,
+                            changed,
+                            path,
+                        };
+                    }
+                    Err(e) => self.warn(&path, &e),
+                }
+            }
+            Pending::Stream {
+                file,
+                entry,
+                path,
+                nlink,
+                expected,
+            } => {
+                self.state = State::Reading {
+                    file,
+                    entry,
+                    path,
+                    nlink,
+                    expected,
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    /// Ends the stream's files: the catalog follows.
+    fn finish_files(&mut self) -> Result<()> {
         self.tree.catalog_offset = self.offset;
         self.tree.files = self.files;
         self.tree.entries = self.catalog.count();
@@ -876,17 +1145,57 @@ impl TreeFeed<'_> {
         self.state = State::Catalog(bytes);
         Ok(())
     }
+
+    /// Notes that the file at `path` changed while it was read.
+    fn note_changed(&mut self, path: &Path, what: &str) {
+        self.notes.push(format!(
+            "{}: changed while it was read ({what}): backed up as read, read again next time",
+            path.display()
+        ));
+    }
 }
 
 impl Segments for TreeFeed<'_> {
     fn read(&mut self, buf: &mut [u8]) -> Result<SegmentRead> {
         loop {
             match &mut self.state {
-                State::Walking => self.advance()?,
-                State::Reused { chunks } => {
-                    self.reused = std::mem::take(chunks);
+                State::Walking => {
+                    self.fill()?;
+                    // Nothing pending: the walk is done.
+                    match self.pending.pop_front() {
+                        Some(next) => {
+                            if let Some(read) = self.start(next)? {
+                                return Ok(read);
+                            }
+                        }
+                        None => self.finish_files()?,
+                    }
+                }
+                State::Buffered {
+                    bytes,
+                    at,
+                    entry,
+                    nlink,
+                    changed,
+                    path,
+                } => {
+                    if *at < bytes.len() {
+                        let n = buf.len().min(bytes.len() - *at);
+                        buf[..n].copy_from_slice(&bytes[*at..*at + n]);
+                        *at += n;
+                        entry.size += n as u64;
+                        self.offset += n as u64;
+                        self.tree.bytes_read += n as u64;
+                        return Ok(SegmentRead::Data(n));
+                    }
+                    let (entry, nlink) = (std::mem::take(&mut **entry), *nlink);
+                    if let Some(what) = changed.take() {
+                        let path = std::mem::take(path);
+                        self.note_changed(&path, &what);
+                    }
                     self.state = State::Walking;
-                    return Ok(SegmentRead::Reused);
+                    self.push_file(&entry, nlink)?;
+                    return Ok(SegmentRead::SegmentEnd);
                 }
                 State::Reading {
                     file,
@@ -897,11 +1206,11 @@ impl Segments for TreeFeed<'_> {
                 } => match file.read(buf) {
                     Ok(0) => {
                         let (entry, nlink) = (std::mem::take(&mut **entry), *nlink);
-                        if let Some(what) = changed_while_read(file, &entry, *expected) {
-                            self.notes.push(format!(
-                                "{}: changed while it was read ({what}): backed up as read, read again next time",
-                                path.display()
-                            ));
+                        let now = file.metadata().ok();
+                        let what = now.and_then(|now| changed(&now, &entry, *expected, entry.size));
+                        if let Some(what) = what {
+                            let path = path.clone();
+                            self.note_changed(&path, &what);
                         }
                         self.state = State::Walking;
                         self.push_file(&entry, nlink)?;
@@ -948,10 +1257,10 @@ impl Segments for TreeFeed<'_> {
     }
 }
 
-/// How the file just read differs from its metadata before reading, if it
-/// does: its length or its times changed meanwhile.
-fn changed_while_read(file: &File, entry: &Entry, expected: u64) -> Option<String> {
-    let now = file.metadata().ok()?;
+/// How the file just read (`read` bytes, `expected` when opened; `now` its
+/// status after reading) differs from its `entry` taken before reading, if
+/// it does: its length or its times changed meanwhile.
+fn changed(now: &Metadata, entry: &Entry, expected: u64, read: u64) -> Option<String> {
     if !now.is_file() {
         // Standard input: a pipe has no length to compare.
         return None;
@@ -962,15 +1271,85 @@ fn changed_while_read(file: &File, entry: &Entry, expected: u64) -> Option<Strin
         now.ctime(),
         now.ctime_nsec() as u32,
     );
-    if expected != entry.size || now.len() != entry.size {
+    if expected != read || now.len() != read {
         Some(format!(
-            "{expected} bytes when opened, {} read, {} now",
-            entry.size,
+            "{expected} bytes when opened, {read} read, {} now",
             now.len()
         ))
     } else if times != (entry.mtime, entry.mtime_ns, entry.ctime, entry.ctime_ns) {
         Some("modified".into())
     } else {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    /// Data chunks and catalog entries (without access times, which reading
+    /// may change) of tree backup `id`.
+    type Listing = (Vec<(Fingerprint, u32)>, Vec<(Vec<u8>, Kind, u64, Vec<u8>)>);
+
+    fn listing(repo: &Repository, id: BackupId) -> Listing {
+        let tree = tree_of(repo, id).unwrap();
+        let chunks = repo.recipe(id).unwrap().chunks;
+        let mut entries = Vec::new();
+        for_each_entry(repo, id, &tree, chunks.len(), |e| {
+            entries.push((e.path, e.kind, e.size, e.target));
+            Ok(true)
+        })
+        .unwrap();
+        let data = chunks[..tree.catalog_chunk as usize]
+            .iter()
+            .map(|c| (c.fp, c.len))
+            .collect();
+        (data, entries)
+    }
+
+    #[test]
+    fn stream_and_catalog_do_not_depend_on_the_readers() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        // Small files of many sizes (some empty) in several directories, a
+        // file streamed for its size, and hard links.
+        for d in 0..4 {
+            fs::create_dir_all(src.join(format!("d{d}/sub"))).unwrap();
+            for f in 0..80usize {
+                let byte = (d * 80 + f) as u8;
+                fs::write(src.join(format!("d{d}/f{f:02}")), vec![byte; f * 1999]).unwrap();
+            }
+        }
+        let big: Vec<u8> = (0..3u32 << 20)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        fs::write(src.join("d2/sub/big"), big).unwrap();
+        fs::hard_link(src.join("d1/f03"), src.join("d3/sub/link")).unwrap();
+        fs::hard_link(src.join("d2/sub/big"), src.join("d3/sub/link-big")).unwrap();
+        let repo = Repository::init(&dir.path().join("r"), Config::new("test".into())).unwrap();
+        let opts = BackupOptions {
+            source: "host:/x".into(),
+            ..BackupOptions::default()
+        };
+        let paths = std::slice::from_ref(&src);
+        let mut listings = Vec::new();
+        for readers in [0, 1, READERS] {
+            let force = TreeBackupOptions {
+                force: true,
+                ..TreeBackupOptions::default()
+            };
+            let t = backup_tree_with(&repo, paths, &force, &opts, readers).unwrap();
+            assert!(t.warnings.is_empty(), "{:?}", t.warnings);
+            listings.push(listing(&repo, t.outcome.snapshot.id));
+        }
+        // Unchanged files reused from the parent, walked ahead likewise.
+        let t =
+            backup_tree_with(&repo, paths, &TreeBackupOptions::default(), &opts, READERS).unwrap();
+        let tree = t.outcome.snapshot.tree.clone().unwrap();
+        assert_eq!((tree.bytes_read, tree.files_unmodified), (0, 321));
+        listings.push(listing(&repo, t.outcome.snapshot.id));
+        assert_eq!(listings[0].1.len(), 332 + src.ancestors().count() - 2);
+        assert!(listings.iter().all(|l| l == &listings[0]));
     }
 }

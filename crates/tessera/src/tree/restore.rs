@@ -169,14 +169,24 @@ pub fn restore_tree(
     let mut with_bytes: Vec<(Vec<u8>, PathBuf, u64)> = Vec::new();
     let mut write: Vec<bool> = Vec::new();
     let mut cursor = Cursor::new(&recipe.chunks, id);
+    // The entries passes 2 and 3 need, while they fit in KEPT_BYTES (as
+    // for a few files): the catalog is then read once, not three times.
+    let mut kept = Some(Kept::default());
     let s = for_each_entry(repo, id, &tree, n_chunks, |e| {
         let extent = if e.has_bytes() {
             Some(cursor.extent(e.size)?)
         } else {
             None
         };
+        if e.kind == Kind::Dir {
+            // Pass 3 sets the metadata of every directory there, selected or not.
+            Kept::keep(&mut kept, &e, false);
+        }
         if e.kind == Kind::Gap || !select.matches(&e.path) {
             return Ok(true);
+        }
+        if e.kind == Kind::Hardlink {
+            Kept::keep(&mut kept, &e, true);
         }
         let dest = target.join(relative_path(&e.path));
         match e.kind {
@@ -210,6 +220,9 @@ pub fn restore_tree(
                 make_parent(&dest)?;
                 let wanted = keep(&e, &dest, mode)?.is_none();
                 write.push(wanted);
+                if wanted {
+                    Kept::keep(&mut kept, &e, true);
+                }
                 if !wanted {
                     stats.kept += 1;
                 } else if let Some(r) = extent.filter(|r| !r.is_empty()) {
@@ -230,8 +243,20 @@ pub fn restore_tree(
     let (tx, rx) = bounded::<Entry>(64);
     let tree = &tree;
     let write = &write;
+    let (kept_names, kept_dirs) = match kept {
+        Some(k) => (Some(k.names), Some(k.dirs)),
+        None => (None, None),
+    };
     let data = std::thread::scope(|sc| -> Result<RestoreStats> {
         let names = sc.spawn(move || {
+            if let Some(names) = kept_names {
+                for e in names {
+                    if tx.send(e).is_err() {
+                        break;
+                    }
+                }
+                return Ok(RestoreStats::default());
+            }
             let mut file = 0usize;
             for_each_entry(repo, id, tree, n_chunks, |e| {
                 if !select.matches(&e.path) {
@@ -287,16 +312,26 @@ pub fn restore_tree(
     // Pass 3: directories' metadata, now that their contents exist.
     // Every directory of the catalog that is there now was restored,
     // selected or as the parent of a selected entry.
-    let s = for_each_entry(repo, id, tree, n_chunks, |e| {
+    let set_dir = |e: &Entry| -> Result<bool> {
         if e.kind == Kind::Dir {
             let dest = target.join(relative_path(&e.path));
             if fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir()) {
-                set_metadata(&e, &dest, None, &notes)?;
+                set_metadata(e, &dest, None, &notes)?;
             }
         }
         Ok(true)
-    })?;
-    stats.add_catalog(&s);
+    };
+    match kept_dirs {
+        Some(dirs) => {
+            for e in &dirs {
+                set_dir(e)?;
+            }
+        }
+        None => {
+            let s = for_each_entry(repo, id, tree, n_chunks, |e| set_dir(&e))?;
+            stats.add_catalog(&s);
+        }
+    }
 
     // One flush of the whole file system at the end, not one per file.
     sync_target(target)?;
@@ -309,6 +344,47 @@ pub fn restore_tree(
     stats.notes = notes.lines();
     stats.seconds = started.elapsed().as_secs_f64();
     Ok(stats)
+}
+
+/// Bytes of catalog entries a restore keeps from its first reading of the
+/// catalog at most (beyond, it reads the catalog again for each pass).
+const KEPT_BYTES: usize = 16 << 20;
+
+/// Catalog entries kept from the first pass: the selected files to write
+/// and hard links (pass 2's names), and the directories (pass 3).
+#[derive(Default)]
+struct Kept {
+    names: Vec<Entry>,
+    dirs: Vec<Entry>,
+    bytes: usize,
+}
+
+impl Kept {
+    /// Keeps `e` (as a name of pass 2 if `name`, else as a directory), or
+    /// gives up keeping when the entries outgrow [`KEPT_BYTES`].
+    fn keep(kept: &mut Option<Kept>, e: &Entry, name: bool) {
+        let Some(k) = kept else {
+            return;
+        };
+        let xattrs: usize = e
+            .xattrs
+            .iter()
+            .map(|x| x.name.len() + x.value.len() + 48)
+            .sum();
+        k.bytes += std::mem::size_of::<Entry>()
+            + e.path.len()
+            + e.target.len()
+            + e.user.len()
+            + e.group.len()
+            + xattrs;
+        if k.bytes > KEPT_BYTES {
+            *kept = None;
+        } else if name {
+            k.names.push(e.clone());
+        } else {
+            k.dirs.push(e.clone());
+        }
+    }
 }
 
 /// Salvage restore: removes each restored file (of `files`, in stream
