@@ -743,7 +743,10 @@ struct InitArgs {
     /// backup used at least 50%; ehid with a Bloom filter over them), eager
     /// or lazy (on-disk table + metadata log + fingerprint cache; lazy
     /// buffers cache misses and searches them on disk a bucket at a time).
-    #[arg(long, default_value = "exact", value_parser = parse_index)]
+    /// Default: ddfs, whose memory stays bounded (Bloom filter of ~1.5
+    /// bytes per stored chunk plus --index-memory) while deduplicating
+    /// exactly like exact, which holds 47-94 bytes per chunk in memory.
+    #[arg(long, default_value = "ddfs", value_parser = parse_index)]
     index: IndexKind,
     /// HID/EHID: also look up hot misses in the cold index (maximum dedup).
     #[arg(long)]

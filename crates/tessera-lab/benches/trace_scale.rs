@@ -1,8 +1,13 @@
-//! Trace replay at scale: a generated fingerprint trace (default 1 TB
-//! logical in 100 versions) streamed straight from the generator into
-//! `backup::run` on a trace repository with the exact index: no trace files,
-//! no data. Prints per-version progress, then total time, chunks/s, logical
-//! GB/s and peak memory (VmHWM).
+//! Trace replay at scale (issue 25's scale benchmark): a generated
+//! fingerprint trace (default 1 TB logical in 100 versions) streamed
+//! straight from the generator into `backup::run` on a trace repository
+//! with the index under test (default `ddfs`, the default for new
+//! repositories): no trace files, no data. Prints per version: index
+//! memory, peak RSS of that backup (VmHWM, reset before each), on-disk
+//! lookups, deduplication ratio against the exact index (the same trace
+//! replayed through `exact` in a second pass of this run), backup time per
+//! GiB and its ratio to version 1; then deletes the oldest half of the
+//! backups and runs GC, with its peak RSS and bytes moved.
 //!
 //! ```text
 //! cargo bench -p tessera-lab --bench trace_scale                       # 1 TB, 100 versions
@@ -14,13 +19,16 @@
 //! `10GiB`, bytes; default 1TB), `TESSERA_SCALE_VERSIONS` (default 100),
 //! `TESSERA_SCALE_CHANGE_RATE` (generator default when unset),
 //! `TESSERA_SCALE_DIR` parent of the temporary repository (default the
-//! system temporary directory), `TESSERA_SCALE_KEEP=1` keeps the repository.
+//! system temporary directory), `TESSERA_SCALE_KEEP=1` keeps the repository,
+//! `TESSERA_SCALE_INDEX` the index under test (default ddfs),
+//! `TESSERA_SCALE_REFERENCE=0` skips the exact pass (no ratio printed).
 
 use std::error::Error;
 use std::time::Instant;
 use tessera::backup::{run, BackupOptions, Source};
 use tessera::config::{Config, IndexKind};
 use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
+use tessera::gc::{gc, GcOptions};
 use tessera::Repository;
 use tessera_lab::gen::{Dataset, GenOptions, TraceEvent};
 
@@ -46,55 +54,49 @@ fn peak_rss() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// Resets the peak resident set size (VmHWM) to the current one.
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
+
 fn gib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1u32 << 30)
 }
 
-fn main() -> Result<(), Box<dyn Error>> {
-    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let total = parse_total(&env("TESSERA_SCALE_SIZE").unwrap_or_else(|| "1TB".into()))?;
-    let versions: u32 = env("TESSERA_SCALE_VERSIONS").map_or(Ok(100), |v| v.parse())?;
-    if versions == 0 {
-        return Err("TESSERA_SCALE_VERSIONS must be at least 1".into());
-    }
-    let mut gen = GenOptions {
-        versions,
-        size: (total / u64::from(versions)).max(1),
-        trace: true,
-        ..GenOptions::default()
-    };
-    if let Some(r) = env("TESSERA_SCALE_CHANGE_RATE") {
-        gen.change_rate = r.parse()?;
-    }
-    let parent = env("TESSERA_SCALE_DIR").map_or_else(std::env::temp_dir, Into::into);
+/// What one version's backup measured.
+struct VersionRun {
+    logical: u64,
+    stored: u64,
+    index_memory: u64,
+    peak_rss: u64,
+    disk_lookups: u64,
+    seconds: f64,
+}
+
+/// Replays the whole generated trace into a new trace repository with
+/// `index` under `parent`; returns each version's measures and the
+/// repository (its directory).
+fn replay(
+    gen: &GenOptions,
+    index: IndexKind,
+    parent: &std::path::Path,
+    print: bool,
+) -> Result<(Vec<VersionRun>, Repository, tempfile::TempDir), Box<dyn Error>> {
     let dir = tempfile::Builder::new()
         .prefix("tessera-trace-scale-")
-        .tempdir_in(&parent)?;
+        .tempdir_in(parent)?;
     let mut config = Config::new("trace-scale".into());
     config.trace = true;
-    config.index = IndexKind::Exact;
+    config.index = index;
     config.fingerprint = FingerprintAlgo::Sha1;
     let repo = Repository::init(&dir.path().join("repo"), config)?;
-    println!(
-        "trace replay: {versions} versions x {:.2} GiB = {:.1} GB logical (change rate {}), exact index, repository {}",
-        gib(gen.size),
-        (gen.size * u64::from(versions)) as f64 / 1e9,
-        gen.change_rate,
-        dir.path().display()
-    );
-
-    let started = Instant::now();
-    let mut ds = Dataset::new(&gen)?;
-    let (mut chunks, mut logical, mut stored) = (0u64, 0u64, 0u64);
-    let mut gen_seconds = 0.0;
-    loop {
-        // Aging the tree (the generator's `advance`) is timed apart; chunk
-        // iteration runs on the backup's trace-reader thread.
-        let t = Instant::now();
-        let Some((info, lineage)) = ds.next_version() else {
-            break;
-        };
-        gen_seconds += t.elapsed().as_secs_f64();
+    let mut ds = Dataset::new(gen)?;
+    let mut runs = Vec::new();
+    while let Some((info, lineage)) = ds.next_version() {
         let mut events = lineage.chunks()?;
         let mut trace = std::iter::from_fn(|| loop {
             match events.next()? {
@@ -108,58 +110,148 @@ fn main() -> Result<(), Box<dyn Error>> {
             progress: None,
             ..Default::default()
         };
+        reset_peak_rss();
         let t = Instant::now();
         let outcome = run(&repo, Source::Trace(&mut trace), &options)?;
+        let seconds = t.elapsed().as_secs_f64();
         let s = outcome.snapshot.stats;
-        let secs = t.elapsed().as_secs_f64();
-        chunks += s.chunks;
-        logical += s.logical_bytes;
-        stored += s.stored_bytes;
-        println!(
-            "v{:>4}/{versions}: {:>6.2} GiB, {:>9} chunks, stored {:>7.3} GiB, {:>5.2} s ({:.2} M chunks/s, {:.2} GB/s), index {} entries, {:.0} MiB; total {:.1} GB in {:.0} s, peak RSS {:.0} MiB",
-            info.index,
-            gib(s.logical_bytes),
-            s.chunks,
-            gib(s.stored_bytes),
-            secs,
-            s.chunks as f64 / secs / 1e6,
-            s.logical_bytes as f64 / secs / 1e9,
-            s.index.entries,
-            s.index.memory_bytes as f64 / f64::from(1u32 << 20),
-            logical as f64 / 1e9,
-            started.elapsed().as_secs_f64(),
-            peak_rss().unwrap_or(0) as f64 / f64::from(1u32 << 20),
-        );
+        let r = VersionRun {
+            logical: s.logical_bytes,
+            stored: s.stored_bytes,
+            index_memory: s.index.memory_bytes,
+            peak_rss: peak_rss().unwrap_or(0),
+            disk_lookups: s.index.disk_lookups,
+            seconds,
+        };
+        if print {
+            println!(
+                "  v{:>4}: {:>7.2} GiB, stored {:>8.4} GiB, {:>6.2} s, index {:>7.1} MiB, peak RSS {:>7.1} MiB, {} disk lookups, index commit wrote {:.2} MiB",
+                info.index,
+                gib(r.logical),
+                gib(r.stored),
+                seconds,
+                mib(r.index_memory),
+                mib(r.peak_rss),
+                r.disk_lookups,
+                mib(s.index.commit_write_bytes),
+            );
+        }
+        runs.push(r);
     }
+    Ok((runs, repo, dir))
+}
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let total = parse_total(&env("TESSERA_SCALE_SIZE").unwrap_or_else(|| "1TB".into()))?;
+    let versions: u32 = env("TESSERA_SCALE_VERSIONS").map_or(Ok(100), |v| v.parse())?;
+    if versions == 0 {
+        return Err("TESSERA_SCALE_VERSIONS must be at least 1".into());
+    }
+    let index: IndexKind = env("TESSERA_SCALE_INDEX").map_or(Ok(IndexKind::Ddfs), |v| v.parse())?;
+    let reference = env("TESSERA_SCALE_REFERENCE").is_none_or(|v| v != "0");
+    let mut gen = GenOptions {
+        versions,
+        size: (total / u64::from(versions)).max(1),
+        trace: true,
+        ..GenOptions::default()
+    };
+    if let Some(r) = env("TESSERA_SCALE_CHANGE_RATE") {
+        gen.change_rate = r.parse()?;
+    }
+    let parent = env("TESSERA_SCALE_DIR").map_or_else(std::env::temp_dir, Into::into);
+    let name = format!("{index:?}").to_lowercase();
+    println!(
+        "trace replay: {versions} versions x {:.2} GiB = {:.1} GB logical (change rate {}), index {name}",
+        gib(gen.size),
+        (gen.size * u64::from(versions)) as f64 / 1e9,
+        gen.change_rate,
+    );
+    let started = Instant::now();
+    let (runs, repo, dir) = replay(&gen, index, &parent, true)?;
     let secs = started.elapsed().as_secs_f64();
-    let totals = repo.totals()?;
+
+    // GC after deleting the oldest half of the backups.
+    let backups = repo.backups()?;
+    for id in &backups[..backups.len() / 2] {
+        repo.delete_backup(*id)?;
+    }
+    reset_peak_rss();
+    let g = gc(&repo, GcOptions::default())?;
+    let gc_rss = peak_rss().unwrap_or(0);
+    drop(repo);
+    let kept = env("TESSERA_SCALE_KEEP").is_some_and(|v| v == "1");
+    if kept {
+        println!("repository kept at {}", dir.keep().display());
+    } else {
+        drop(dir);
+    }
+
+    let exact = if reference {
+        println!("reference pass: the same trace through the exact index");
+        let (exact, _repo, _dir) = replay(&gen, IndexKind::Exact, &parent, false)?;
+        Some(exact)
+    } else {
+        None
+    };
+
     println!("---");
     println!(
-        "versions {versions}, logical {:.3} TB ({logical} bytes), chunks {chunks}, stored {:.2} GiB, dedup {:.2}x",
+        "| version | GiB | index MiB | peak RSS MiB | disk lookups | dedup | vs exact | s/GiB | vs v1 |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let (mut logical, mut stored, mut exact_stored) = (0u64, 0u64, 0u64);
+    let per_gib = |r: &VersionRun| r.seconds / gib(r.logical).max(1e-9);
+    let first = runs.first().map(per_gib).unwrap_or(0.0);
+    let (mut worst_rss, mut worst_vs_exact, mut worst_slowdown) = (0u64, f64::MAX, 0f64);
+    for (v, r) in runs.iter().enumerate() {
+        logical += r.logical;
+        stored += r.stored;
+        let dedup = logical as f64 / stored.max(1) as f64;
+        let vs_exact = exact.as_ref().and_then(|e| e.get(v)).map(|e| {
+            exact_stored += e.stored;
+            exact_stored.max(1) as f64 / stored.max(1) as f64
+        });
+        let slowdown = per_gib(r) / first.max(1e-12);
+        worst_rss = worst_rss.max(r.peak_rss);
+        worst_vs_exact = worst_vs_exact.min(vs_exact.unwrap_or(f64::MAX));
+        worst_slowdown = worst_slowdown.max(slowdown);
+        println!(
+            "| {} | {:.2} | {:.1} | {:.1} | {} | {:.2} | {} | {:.3} | {:.2} |",
+            v + 1,
+            gib(r.logical),
+            mib(r.index_memory),
+            mib(r.peak_rss),
+            r.disk_lookups,
+            dedup,
+            vs_exact.map_or("-".into(), |x| format!("{x:.4}")),
+            per_gib(r),
+            slowdown,
+        );
+    }
+    println!("---");
+    println!(
+        "index {name}: logical {:.3} TB, stored {:.2} GiB, dedup {:.2}x, backups {secs:.1} s ({:.2} GB/s logical)",
         logical as f64 / 1e12,
         gib(stored),
-        logical as f64 / stored.max(1) as f64
+        logical as f64 / stored.max(1) as f64,
+        logical as f64 / secs / 1e9,
     );
     println!(
-        "repository: {} containers, {:.2} GiB of container objects on disk (metadata only: a trace repository)",
-        totals.containers,
-        gib(totals.physical_bytes)
+        "worst: peak RSS {:.1} MiB (target <= 512), dedup vs exact {} (target >= 0.98), s/GiB vs version 1 {:.2} (target <= 1.2)",
+        mib(worst_rss),
+        if worst_vs_exact == f64::MAX { "-".into() } else { format!("{worst_vs_exact:.4}") },
+        worst_slowdown,
     );
     println!(
-        "total time {secs:.1} s (generator advance {gen_seconds:.1} s), {:.2} M chunks/s, {:.2} GB/s logical",
-        chunks as f64 / secs / 1e6,
-        logical as f64 / secs / 1e9
+        "gc after deleting the oldest {} of {} backups: peak RSS {:.1} MiB, {:.3} GiB moved ({} chunks), {} containers reclaimed, {:.1} s",
+        backups.len() / 2,
+        backups.len(),
+        mib(gc_rss),
+        gib(g.bytes_moved),
+        g.chunks_moved,
+        g.containers_reclaimed,
+        g.seconds,
     );
-    match peak_rss() {
-        Some(b) => println!(
-            "peak memory (VmHWM) {:.0} MiB ({b} bytes)",
-            b as f64 / f64::from(1u32 << 20)
-        ),
-        None => println!("peak memory: /proc/self/status not readable"),
-    }
-    if env("TESSERA_SCALE_KEEP").is_some_and(|v| v == "1") {
-        let kept = dir.keep();
-        println!("repository kept at {}", kept.display());
-    }
     Ok(())
 }

@@ -231,11 +231,20 @@ pub(crate) fn derived_problem(key: &str, e: &Error, rebuilt: &str) -> Problem {
     )
 }
 
+/// The versions of derived objects of `kind` this code reads (the DDFS
+/// manifests are at version 2 since their tables became runs, FORMAT.md §10.2).
+fn versions(kind: &[u8; 4]) -> &'static [u32] {
+    match kind {
+        b"IDXD" => &[1, 2],
+        _ => &[1],
+    }
+}
+
 /// What is wrong with the envelope of object `key` (expected `kind`), if
 /// it exists.
 fn envelope_damage(backend: &dyn Backend, key: &str, kind: &[u8; 4]) -> Option<Error> {
     match backend.read(key) {
-        Ok(bytes) => crate::envelope::open(key, kind, 1, &bytes).err(),
+        Ok(bytes) => crate::envelope::open_versions(key, kind, versions(kind), &bytes).err(),
         Err(Error::NotFound(_)) => None,
         Err(e) => Some(e),
     }

@@ -22,29 +22,33 @@
 //! chunk that another surviving container still holds, the exact index
 //! forgets that copy, while this one can still find it through the cache.
 //!
-//! Persistence (docs/FORMAT.md, "DDFS index"), all under `index/ddfs/`:
-//! - `t{gen}.{part}`: the table parts of generation `gen` ([`super::table`]);
-//! - `b{gen}`: the Bloom filter over that table, persisted so that opening
-//!   the index reads ~1.2 bytes per entry instead of the whole table (if it is
-//!   missing or damaged it is rebuilt by scanning the table: one sequential
-//!   read of ~80 bytes per entry, and written back);
-//! - `manifest`: generation, table shape, the first container id not yet
-//!   indexed, and the containers the table names; written last, so it
-//!   switches generations atomically.
+//! Persistence (docs/FORMAT.md §10.2), all under `index/ddfs/`:
+//! - `t{gen}.{part}`: the parts of the table *run* of generation `gen`
+//!   ([`super::table`]); the table is a log-structured set of runs
+//!   ([`super::runs`]), newest wins;
+//! - `b{gen}`: the Bloom filter over run `gen`, persisted so that opening
+//!   the index reads ~1.5 bytes per entry instead of the runs (if it is
+//!   missing or damaged it is rebuilt by scanning its run and written back);
+//! - `manifest`: the runs (oldest first) and their shapes, the first
+//!   container id not yet indexed, and the containers the runs name (as
+//!   ranges); written last, so it switches the set of runs atomically.
 //!
-//! Cost of an update: every commit that has new entries (or relocations)
-//! rewrites the table: it reads the old table sequentially (part by part,
-//! 1 MiB requests) and writes a new generation of about 80 bytes per entry
-//! (4 KiB buckets at half load), merging in this backup's new fingerprints
-//! in one streaming pass; memory is one part (16 MiB) plus the sorted new
-//! entries. So a backup costs O(index size) sequential I/O at commit, the
-//! price of immutable objects (DDFS itself updates buckets in place).
+//! Cost of an update: a commit writes this backup's new entries as a new
+//! run (about 80 bytes per entry: 4 KiB buckets at half load) and its Bloom
+//! filter, then merges runs as the size-tiered compaction asks
+//! ([`runs::Compaction`]: fan-in 4 by default), each merge a streaming
+//! k-way pass holding one window per run and one output part in memory. So
+//! a fingerprint is written about log₄(entries / 4096) times over its life,
+//! and a commit's amortized work is proportional to what it adds, not to
+//! the repository. Garbage collection (relocations) and HID/EHID's hot/cold
+//! separation merge every run into one.
 //!
 //! Like every index it is a cache: a missing, damaged or stale manifest,
 //! table or bucket is rebuilt from the containers' metadata (this needs the
 //! fingerprints of all containers in memory once, 40 bytes each, to sort
 //! them into the table).
 
+use super::runs::{self, Compaction, Ranges, Source};
 use super::table::{self, order_key, Pushed, Table, TableMeta, TableWriter};
 use super::{read_cached, unusable, Chunk, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::Backend;
@@ -63,7 +67,13 @@ pub const DDFS_PREFIX: &str = "index/ddfs";
 /// Key of the manifest.
 pub const MANIFEST_KEY: &str = "index/ddfs/manifest";
 const MANIFEST_KIND: &[u8; 4] = b"IDXD";
-const MANIFEST_VERSION: u32 = 1;
+const MANIFEST_VERSION: u32 = 2;
+/// Bytes of one run's shape in the manifest.
+const RUN_LEN: usize = 32;
+/// Each run's Bloom filter is sized for this fraction of `bloom_fpr`, so
+/// that the false positives summed over the few runs a lookup meets stay
+/// near `bloom_fpr`.
+const RUN_FPR_SHARE: f64 = 0.25;
 const BLOOM_KIND: &[u8; 4] = b"IDXB";
 const BLOOM_VERSION: u32 = 1;
 /// Marks a fingerprint decided `Unique` in this backup but not yet placed.
@@ -87,6 +97,8 @@ pub struct DdfsParams {
     pub bucket_bytes: u32,
     /// Buckets per table part object.
     pub part_buckets: u32,
+    /// When the table's runs are merged.
+    pub compaction: Compaction,
 }
 
 impl DdfsParams {
@@ -97,6 +109,7 @@ impl DdfsParams {
             cache_bytes: config.index_cache_bytes,
             bucket_bytes: config.index_bucket_bytes,
             part_buckets: table::DEFAULT_PART_BUCKETS,
+            compaction: Compaction::default(),
         }
     }
 
@@ -109,6 +122,8 @@ impl DdfsParams {
         }
         if !(table::MIN_BUCKET_BYTES..=table::MAX_BUCKET_BYTES).contains(&self.bucket_bytes)
             || self.part_buckets == 0
+            || self.compaction.fan_in < 2
+            || self.compaction.min_entries == 0
         {
             return Err(Error::InvalidConfig(format!(
                 "invalid index table shape {self:?}"
@@ -125,6 +140,7 @@ impl Default for DdfsParams {
             cache_bytes: crate::config::DEFAULT_INDEX_CACHE_BYTES,
             bucket_bytes: crate::config::DEFAULT_INDEX_BUCKET_BYTES,
             part_buckets: table::DEFAULT_PART_BUCKETS,
+            compaction: Compaction::default(),
         }
     }
 }
@@ -143,6 +159,11 @@ pub(super) fn bloom_hash(fp: &Fingerprint) -> u64 {
     x ^= x >> 33;
     x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
     x ^ (x >> 33)
+}
+
+/// The Bloom filter of one run of about `expected` entries.
+fn run_bloom(expected: u64, params: &DdfsParams) -> BloomFilter {
+    new_bloom(expected, params.bloom_fpr * RUN_FPR_SHARE)
 }
 
 fn new_bloom(expected: u64, fpr: f64) -> BloomFilter {
@@ -203,33 +224,118 @@ pub(super) fn decode_bloom_in(prefix: &str, generation: u64, bytes: &[u8]) -> Re
     Ok(BloomFilter::from_vec(words).hashes(hashes))
 }
 
-/// The persisted state: which table generation is current.
+/// The persisted state: which table runs are current.
 #[derive(Clone, Debug, PartialEq)]
 struct Manifest {
     /// Containers below this id are all in the table (or were damaged).
     next_container: ContainerId,
-    table: TableMeta,
-    /// Containers the table names, ascending.
-    referenced: Vec<ContainerId>,
+    /// The runs, oldest first.
+    runs: Vec<TableMeta>,
+    /// Containers the runs name.
+    referenced: Ranges,
 }
 
 impl Manifest {
     fn encode(&self) -> Vec<u8> {
-        let mut p = Vec::with_capacity(48 + self.referenced.len() * 8);
-        table::encode_manifest_head(&self.table, self.next_container, &mut p);
-        table::encode_ids(&self.referenced, &mut p);
+        let ranges = self.referenced.ranges();
+        let mut p = Vec::with_capacity(24 + self.runs.len() * RUN_LEN + ranges.len() * 16);
+        p.extend_from_slice(&self.next_container.to_le_bytes());
+        p.extend_from_slice(&(self.runs.len() as u64).to_le_bytes());
+        for r in &self.runs {
+            p.extend_from_slice(&r.generation.to_le_bytes());
+            p.extend_from_slice(&r.buckets.to_le_bytes());
+            p.extend_from_slice(&r.entries.to_le_bytes());
+            p.extend_from_slice(&r.bucket_bytes.to_le_bytes());
+            p.extend_from_slice(&r.part_buckets.to_le_bytes());
+        }
+        p.extend_from_slice(&(ranges.len() as u64).to_le_bytes());
+        for &(first, end) in ranges {
+            p.extend_from_slice(&first.to_le_bytes());
+            p.extend_from_slice(&(end - first).to_le_bytes());
+        }
         envelope::seal(MANIFEST_KIND, MANIFEST_VERSION, &p)
     }
 
+    /// Decodes version 2, or version 1 (one table, a list of ids) as one run.
     fn decode(bytes: &[u8]) -> Result<Manifest> {
-        let p = envelope::open(MANIFEST_KEY, MANIFEST_KIND, MANIFEST_VERSION, bytes)?;
-        let (table, next_container) = table::decode_manifest_head(MANIFEST_KEY, p)?;
+        let (version, p) =
+            envelope::open_versions(MANIFEST_KEY, MANIFEST_KIND, &[1, MANIFEST_VERSION], bytes)?;
+        if version == 1 {
+            let (table, next_container) = table::decode_manifest_head(MANIFEST_KEY, p)?;
+            let ids = table::decode_ids(MANIFEST_KEY, &p[table::MANIFEST_HEAD_LEN..])?;
+            if ids.windows(2).any(|w| w[0] >= w[1]) {
+                return Err(Error::corrupt(MANIFEST_KEY, "container list not ascending"));
+            }
+            return Ok(Manifest {
+                next_container,
+                runs: vec![table],
+                referenced: Ranges::from_sorted(ids),
+            });
+        }
+        let bad = |what: &str| Error::corrupt(MANIFEST_KEY, what.to_string());
+        let u64_at = |at: usize| p.get(at..at + 8).map(|b| u64::from_le_bytes(le8(b)));
+        let next_container = u64_at(0).ok_or_else(|| bad("truncated manifest"))?;
+        let n = u64_at(8).ok_or_else(|| bad("truncated manifest"))?;
+        let runs_end = usize::try_from(n)
+            .ok()
+            .and_then(|n| n.checked_mul(RUN_LEN))
+            .and_then(|b| b.checked_add(16))
+            .filter(|&end| end <= p.len())
+            .ok_or_else(|| bad("run list does not match the manifest's size"))?;
+        let mut runs = Vec::new();
+        let mut generations = BTreeSet::new();
+        for r in p[16..runs_end].chunks_exact(RUN_LEN) {
+            let meta = TableMeta {
+                generation: u64::from_le_bytes(le8(&r[0..8])),
+                buckets: u64::from_le_bytes(le8(&r[8..16])),
+                entries: u64::from_le_bytes(le8(&r[16..24])),
+                bucket_bytes: u32::from_le_bytes(le4(&r[24..28])),
+                part_buckets: u32::from_le_bytes(le4(&r[28..32])),
+            };
+            meta.validate(MANIFEST_KEY)?;
+            if !generations.insert(meta.generation) {
+                return Err(bad("two runs of the same generation"));
+            }
+            runs.push(meta);
+        }
+        let rest = &p[runs_end..];
+        let count = rest.get(..8).map(|c| u64::from_le_bytes(le8(c)));
+        let body = rest.get(8..).unwrap_or_default();
+        if count.is_none_or(|k| body.len() as u64 != k.saturating_mul(16)) {
+            return Err(bad("container ranges do not match the manifest's size"));
+        }
+        let ranges: Vec<(u64, u64)> = body
+            .chunks_exact(16)
+            .map(|r| {
+                let first = u64::from_le_bytes(le8(&r[0..8]));
+                (
+                    first,
+                    first.saturating_add(u64::from_le_bytes(le8(&r[8..16]))),
+                )
+            })
+            .collect();
+        let referenced =
+            Ranges::from_ranges(ranges).ok_or_else(|| bad("container ranges out of order"))?;
         Ok(Manifest {
             next_container,
-            table,
-            referenced: table::decode_ids(MANIFEST_KEY, &p[table::MANIFEST_HEAD_LEN..])?,
+            runs,
+            referenced,
         })
     }
+}
+
+/// A run a merge wrote, the containers it names and the entries a
+/// separating merge left out.
+struct Written {
+    run: Run,
+    referenced: BTreeSet<ContainerId>,
+    evicted: Vec<(Fingerprint, ContainerId)>,
+}
+
+/// One run of the table and its Bloom filter.
+struct Run {
+    table: Table,
+    bloom: BloomFilter,
 }
 
 /// An LRU cache of container metadata with a memory budget: fingerprint →
@@ -329,9 +435,12 @@ impl Cache {
 pub struct Ddfs {
     backend: Arc<dyn Backend>,
     params: DdfsParams,
-    manifest: Manifest,
-    table: Table,
-    bloom: BloomFilter,
+    /// Containers below this id are all in the runs (or were damaged).
+    next_container: ContainerId,
+    /// Containers the runs name.
+    referenced: Ranges,
+    /// The table's runs, oldest first.
+    runs: Vec<Run>,
     cache: Cache,
     /// This backup's new fingerprints (`PENDING` until placed) and those of
     /// containers newer than the table.
@@ -418,52 +527,28 @@ impl Ddfs {
         let params = params.checked()?;
         let manifest = read_cached(backend.as_ref(), &layout.manifest_key(), Manifest::decode)?;
         let existing: BTreeSet<ContainerId> = containers.iter().copied().collect();
-        let Some(manifest) = manifest.filter(|m| m.referenced.iter().all(|c| existing.contains(c)))
+        let Some(manifest) = manifest.filter(|m| m.referenced.ids().all(|c| existing.contains(&c)))
         else {
             let mut index = Ddfs::rebuild_in(backend, containers, params, layout)?;
             index.stats.rebuilt = !containers.is_empty();
             return Ok(index);
         };
-        let prefix = layout.prefix.clone();
-        let table = Table::new(&prefix, manifest.table);
-        let generation = manifest.table.generation;
-        let cached = read_cached(
-            backend.as_ref(),
-            &bloom_key_in(&prefix, generation),
-            |bytes| decode_bloom_in(&prefix, generation, bytes),
-        )?;
-        let bloom = match cached {
-            Some(b) => b,
-            None => {
-                let mut bloom = new_bloom(manifest.table.entries, params.bloom_fpr);
-                let scanned = table.scan(backend.as_ref(), |fp, _| {
-                    bloom.insert_hash(bloom_hash(&fp));
-                    Ok(())
-                });
-                match scanned {
-                    Ok(()) => {
-                        backend.write(
-                            &bloom_key_in(&prefix, generation),
-                            &encode_bloom(generation, &bloom),
-                        )?;
-                        bloom
-                    }
-                    Err(e) if unusable(&e) => {
-                        let mut index = Ddfs::rebuild_in(backend, containers, params, layout)?;
-                        index.stats.rebuilt = true;
-                        return Ok(index);
-                    }
-                    Err(e) => return Err(e),
+        let mut runs = Vec::with_capacity(manifest.runs.len());
+        for meta in &manifest.runs {
+            match open_run(backend.as_ref(), &layout.prefix, *meta, &params) {
+                Ok(run) => runs.push(run),
+                Err(e) if unusable(&e) => {
+                    let mut index = Ddfs::rebuild_in(backend, containers, params, layout)?;
+                    index.stats.rebuilt = true;
+                    return Ok(index);
                 }
+                Err(e) => return Err(e),
             }
-        };
+        }
         let scan_newer = layout.from_containers;
-        let mut index = Ddfs::with_state(backend, params, manifest, bloom, containers, layout);
+        let mut index = Ddfs::with_state(backend, params, manifest, runs, containers, layout);
         let newer: Vec<_> = if scan_newer {
-            existing
-                .range(index.manifest.next_container..)
-                .copied()
-                .collect()
+            existing.range(index.next_container..).copied().collect()
         } else {
             Vec::new()
         };
@@ -510,9 +595,10 @@ impl Ddfs {
         } else {
             &[]
         };
-        let (manifest, bloom) =
+        let (manifest, run) =
             build_from_containers(backend.as_ref(), &layout.prefix, containers, params)?;
-        let mut index = Ddfs::with_state(backend, params, manifest, bloom, containers, layout);
+        let runs = run.into_iter().collect();
+        let mut index = Ddfs::with_state(backend, params, manifest, runs, containers, layout);
         index.stats.containers_scanned = containers.len() as u64;
         index.note_memory();
         Ok(index)
@@ -522,7 +608,7 @@ impl Ddfs {
         backend: Arc<dyn Backend>,
         params: DdfsParams,
         manifest: Manifest,
-        bloom: BloomFilter,
+        runs: Vec<Run>,
         containers: &[ContainerId],
         layout: Layout,
     ) -> Ddfs {
@@ -533,16 +619,16 @@ impl Ddfs {
         };
         let stats = IndexStats {
             policy: layout.policy.into(),
-            entries: manifest.table.entries,
-            table_bytes: manifest.table.total_bytes(),
+            entries: manifest.runs.iter().map(|r| r.entries).sum(),
+            table_bytes: manifest.runs.iter().map(|r| r.total_bytes()).sum(),
             ..IndexStats::default()
         };
         Ddfs {
             backend,
             params,
-            table: Table::new(&layout.prefix, manifest.table),
-            manifest,
-            bloom,
+            next_container: manifest.next_container,
+            referenced: manifest.referenced,
+            runs,
             cache: Cache::new(params.cache_bytes),
             pending: SpillMap::with_budget(PENDING_BUDGET, order_key),
             placed: 0,
@@ -560,9 +646,41 @@ impl Ddfs {
         }
     }
 
-    /// Fingerprints in the persisted table.
+    /// Entries in the persisted table's runs (a fingerprint stored again
+    /// by a later backup is in two runs until they are merged).
     pub fn table_entries(&self) -> u64 {
-        self.manifest.table.entries
+        self.runs.iter().map(|r| r.table.meta().entries).sum()
+    }
+
+    /// The number of runs of the persisted table.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Looks `fp` up in the runs, newest first (those whose Bloom filter
+    /// may hold it, or all without filters): the container of the newest
+    /// entry that survives the relocations not yet committed. Counts the
+    /// bucket reads; `screened` is set when a filter let a lookup through.
+    fn lookup_runs(
+        &mut self,
+        fp: &Fingerprint,
+        screen: bool,
+        screened: &mut bool,
+    ) -> Result<Option<ContainerId>> {
+        let h = bloom_hash(fp);
+        for i in (0..self.runs.len()).rev() {
+            let run = &self.runs[i];
+            if screen && !run.bloom.contains_hash(h) {
+                continue;
+            }
+            *screened = true;
+            self.stats.disk_lookups += 1;
+            let found = run.table.lookup(self.backend.as_ref(), fp)?;
+            if let Some(c) = found.and_then(|c| self.relocated(fp, c)) {
+                return Ok(Some(c));
+            }
+        }
+        Ok(None)
     }
 
     /// Where a table entry points after the relocations not yet committed
@@ -581,28 +699,26 @@ impl Ddfs {
             Some(c) => return Ok(Decision::Duplicate(c)),
             None => {}
         }
-        if self.layout.bloom && !self.bloom.contains_hash(bloom_hash(fp)) {
-            self.stats.bloom_negatives += 1;
-            self.pending.insert(*fp, PENDING)?;
-            return Ok(Decision::Unique);
-        }
-        self.stats.disk_lookups += 1;
-        let found = match self.table.lookup(self.backend.as_ref(), fp) {
+        let mut screened = false;
+        let screen = self.layout.bloom;
+        let found = match self.lookup_runs(fp, screen, &mut screened) {
             Ok(found) => found,
             Err(e) if unusable(&e) && !self.rebuilt_here => {
                 self.rebuild_here()?;
-                self.table.lookup(self.backend.as_ref(), fp)?
+                self.lookup_runs(fp, screen, &mut screened)?
             }
             Err(e) => return Err(e),
         };
-        match found.and_then(|c| self.relocated(fp, c)) {
+        match found {
             Some(c) => {
                 self.load_container(c)?;
                 Ok(Decision::Duplicate(c))
             }
             None => {
-                if self.layout.bloom {
-                    self.stats.bloom_false_positives += 1;
+                match (self.layout.bloom, screened) {
+                    (false, _) => {}
+                    (true, true) => self.stats.bloom_false_positives += 1,
+                    (true, false) => self.stats.bloom_negatives += 1,
                 }
                 self.pending.insert(*fp, PENDING)?;
                 Ok(Decision::Unique)
@@ -647,114 +763,185 @@ impl Ddfs {
     /// A lookup met a damaged table: rebuild it from the containers that
     /// existed at open (this backup's own are in `pending`).
     fn rebuild_here(&mut self) -> Result<()> {
-        let (manifest, bloom) = build_from_containers(
+        let (manifest, run) = build_from_containers(
             self.backend.as_ref(),
             &self.layout.prefix,
             &self.containers,
             self.params,
         )?;
-        self.table = Table::new(&self.layout.prefix, manifest.table);
-        self.manifest = manifest;
-        self.bloom = bloom;
+        self.next_container = manifest.next_container;
+        self.referenced = manifest.referenced;
+        self.runs = run.into_iter().collect();
         self.rebuilt_here = true;
         self.stats.rebuilt = true;
         self.stats.containers_scanned += self.containers.len() as u64;
         Ok(())
     }
 
-    /// Writes a new table generation: the old table (with relocations
-    /// applied) merged with the placed entries of `pending`.
-    fn merge(&mut self, next_container: ContainerId, hook: Option<EvictHook>) -> Result<()> {
-        let upper = self.manifest.table.entries + self.placed;
-        let generation = self.manifest.table.generation + 1;
+    /// Writes run `generation` by merging this backup's entries (when
+    /// `fresh`) and the runs in `merged`, newest first, applying the
+    /// relocations and (when `hook`) `keep`; grows the bucket count until
+    /// no bucket overflows.
+    fn write_run(
+        &mut self,
+        generation: u64,
+        fresh: bool,
+        merged: std::ops::Range<usize>,
+        hook: bool,
+    ) -> Result<Written> {
+        let upper = self.runs[merged.clone()]
+            .iter()
+            .map(|r| r.table.meta().entries)
+            .sum::<u64>()
+            + if fresh { self.placed } else { 0 };
         let mut buckets = table::buckets_for(upper, self.params.bucket_bytes);
         let mut doublings = 0;
-        let backend = self.backend.clone();
-        let prefix = self.layout.prefix.clone();
+        let backend = self.backend.as_ref();
         let (removed, moved) = (&self.removed, &self.moved);
-        let (table, bloom, referenced, evicted) = loop {
+        let keep = if hook { self.keep.as_ref() } else { None };
+        loop {
             let mut m = Merger {
                 writer: TableWriter::new(
-                    backend.as_ref(),
-                    &prefix,
+                    backend,
+                    &self.layout.prefix,
                     generation,
                     buckets,
                     self.params.bucket_bytes,
                     self.params.part_buckets,
                 )?,
-                bloom: new_bloom(upper, self.params.bloom_fpr),
+                bloom: run_bloom(upper, &self.params),
                 referenced: BTreeSet::new(),
                 overflow: false,
-                keep: self.keep.as_ref(),
+                keep,
                 evicted: Vec::new(),
             };
-            let mut fresh = self.pending.sorted()?;
-            let scanned = self.table.scan(backend.as_ref(), |fp, c| {
-                let key = order_key(&fp);
-                let mut new = None;
-                while let Some((nfp, nc)) = fresh.peek()? {
-                    if order_key(&nfp) > key {
-                        break;
-                    }
-                    fresh.next()?;
-                    match (nfp == fp, nc) {
-                        (_, PENDING) => {}
-                        (true, _) => new = Some(nc),
-                        (false, _) => m.emit(nfp, nc)?,
-                    }
-                }
-                // A fresh entry (a copy this backup stored: a rewritten
-                // duplicate) wins, as in the exact index and in HAR's
-                // design, so later backups deduplicate against the newest
-                // copy; a separating merge that drops the old entry keeps
-                // both (the old one is evicted).
-                match (follow(removed, moved, &fp, c), new) {
-                    (Some(old), Some(new)) if m.keep.is_some_and(|k| !k.contains(&old)) => {
-                        m.emit(fp, old)?;
-                        m.emit(fp, new)
-                    }
-                    (old, fresh) => match fresh.or(old) {
-                        Some(c) => m.emit(fp, c),
-                        None => Ok(()),
-                    },
-                }
-            });
-            match scanned {
-                Ok(()) => {}
-                Err(e) if unusable(&e) && !self.rebuilt_here => {
-                    // The old table is damaged: rebuild it, then merge again.
-                    drop(fresh);
-                    self.rebuild_here()?;
-                    return self.merge(next_container, hook);
-                }
-                Err(e) => return Err(e),
+            let mut sources = Vec::with_capacity(merged.len() + 1);
+            if fresh {
+                sources.push(Source::Fresh(self.pending.sorted()?, PENDING));
             }
-            while let Some((fp, c)) = fresh.next()? {
-                if c != PENDING {
-                    m.emit(fp, c)?;
-                }
+            for run in self.runs[merged.clone()].iter().rev() {
+                sources.push(Source::Run(run.table.cursor(backend)));
             }
+            runs::merge(&mut sources, |fp, versions| {
+                // The newest surviving entry wins (a copy stored again, a
+                // rewritten duplicate, names its newest copy, as in the
+                // exact index and HAR's design); a separating merge also
+                // hands on the older entries it does not keep.
+                let mut live = versions
+                    .iter()
+                    .filter_map(|&c| follow(removed, moved, &fp, c));
+                let Some(winner) = live.next() else {
+                    return Ok(());
+                };
+                if let Some(k) = m.keep {
+                    for old in live.filter(|&c| c != winner && !k.contains(&c)) {
+                        m.evicted.push((fp, old));
+                    }
+                }
+                m.emit(fp, winner)
+            })?;
             if m.overflow {
                 buckets = table::grow(buckets, doublings)?;
                 doublings += 1;
                 continue;
             }
-            break (m.writer.finish()?, m.bloom, m.referenced, m.evicted);
-        };
-        if let Some(hook) = hook {
-            hook(evicted)?;
+            let table = m.writer.finish()?;
+            backend.write(
+                &bloom_key_in(&self.layout.prefix, generation),
+                &encode_bloom(generation, &m.bloom),
+            )?;
+            self.stats.commit_write_bytes +=
+                table.meta().total_bytes() + (m.bloom.num_bits() / 8) as u64;
+            let run = Run {
+                table,
+                bloom: m.bloom,
+            };
+            return Ok(Written {
+                run,
+                referenced: m.referenced,
+                evicted: m.evicted,
+            });
         }
-        let manifest = Manifest {
-            next_container,
-            table: *table.meta(),
-            referenced: referenced.into_iter().collect(),
-        };
-        persist(backend.as_ref(), &self.layout, &manifest, &bloom)?;
-        self.stats.commit_write_bytes = table.meta().total_bytes();
-        self.table = table;
-        self.manifest = manifest;
-        self.bloom = bloom;
-        Ok(())
+    }
+
+    /// The commit's table work: with relocations or `keep`, every run and
+    /// this backup's entries merge into one run; otherwise this backup's
+    /// entries become a new run and the compaction merges what is due.
+    fn write_runs(&mut self, hook: Option<EvictHook>) -> Result<()> {
+        let mut generation = next_generation(self.backend.as_ref(), &self.layout.prefix)?;
+        let full = self.keep.is_some() || !self.removed.is_empty() || !self.moved.is_empty();
+        if full {
+            let Written {
+                run,
+                referenced,
+                evicted,
+            } = self.write_run(generation, true, 0..self.runs.len(), true)?;
+            if let Some(hook) = hook {
+                hook(evicted)?;
+            }
+            self.referenced = Ranges::from_sorted(referenced);
+            // An empty run is left out (its objects go with the switch).
+            self.runs = if run.table.meta().entries > 0 {
+                vec![run]
+            } else {
+                Vec::new()
+            };
+            return Ok(());
+        }
+        if self.placed > 0 {
+            let end = self.runs.len();
+            let Written {
+                run, referenced, ..
+            } = self.write_run(generation, true, end..end, false)?;
+            generation += 1;
+            self.referenced = self.referenced.union(&Ranges::from_sorted(referenced));
+            self.runs.push(run);
+        }
+        loop {
+            let sizes: Vec<u64> = self.runs.iter().map(|r| r.table.meta().entries).collect();
+            let Some(start) = self.params.compaction.plan(&sizes) else {
+                return Ok(());
+            };
+            let run = self
+                .write_run(generation, false, start..self.runs.len(), false)?
+                .run;
+            generation += 1;
+            self.runs.truncate(start);
+            self.runs.push(run);
+        }
+    }
+
+    /// Persists the table: new runs, then the manifest (the switch), then
+    /// deletes the objects of runs no longer current. A damaged run met
+    /// on the way is rebuilt from the containers (once) and the commit redone.
+    fn persist_runs(&mut self, next_container: ContainerId, hook: Option<EvictHook>) -> Result<()> {
+        let mut hook = hook;
+        match self.write_runs(hook.as_mut().map(|h| &mut **h as EvictHook)) {
+            Ok(()) => {}
+            Err(e) if unusable(&e) && !self.rebuilt_here => {
+                self.rebuild_here()?;
+                self.write_runs(hook)?;
+            }
+            Err(e) => return Err(e),
+        }
+        self.next_container = next_container;
+        let manifest = self.manifest();
+        let bytes = manifest.encode();
+        self.stats.commit_write_bytes += bytes.len() as u64;
+        persist_manifest(
+            self.backend.as_ref(),
+            &self.layout.prefix,
+            &manifest,
+            &bytes,
+        )
+    }
+
+    fn manifest(&self) -> Manifest {
+        Manifest {
+            next_container: self.next_container,
+            runs: self.runs.iter().map(|r| *r.table.meta()).collect(),
+            referenced: self.referenced.clone(),
+        }
     }
 
     /// Makes the next commit keep only entries naming `keep` (all when `None`).
@@ -772,25 +959,24 @@ impl Ddfs {
         self.sizes.as_ref()?.get(&c).copied()
     }
 
-    /// Whether the Bloom filter may hold `fp` (no I/O).
+    /// Whether a run's Bloom filter may hold `fp` (no I/O).
     pub(crate) fn may_contain(&self, fp: &Fingerprint) -> bool {
-        self.bloom.contains_hash(bloom_hash(fp))
+        let h = bloom_hash(fp);
+        self.runs.iter().any(|r| r.bloom.contains_hash(h))
     }
 
     /// Looks `fp` up in the table only (Bloom filter, then one bucket read),
     /// without recording anything for this backup.
     pub(crate) fn find(&mut self, fp: &Fingerprint) -> Result<Option<ContainerId>> {
-        if self.manifest.table.entries == 0 || !self.may_contain(fp) {
+        if self.table_entries() == 0 || !self.may_contain(fp) {
             return Ok(None);
         }
-        self.stats.disk_lookups += 1;
-        let found = match self.table.lookup(self.backend.as_ref(), fp) {
-            Ok(found) => found,
+        match self.lookup_runs(fp, true, &mut false) {
+            Ok(found) => Ok(found),
             // A damaged table part of a part that may start empty: treat as a miss.
-            Err(e) if unusable(&e) && !self.layout.from_containers => None,
-            Err(e) => return Err(e),
-        };
-        Ok(found.and_then(|c| self.relocated(fp, c)))
+            Err(e) if unusable(&e) && !self.layout.from_containers => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Makes `fp`, decided `Unique` by [`Ddfs::decide`] this backup, a
@@ -813,13 +999,17 @@ impl Ddfs {
 
     fn note_memory(&mut self) {
         self.cache.note();
-        let bloom = (self.bloom.num_bits() / 8) as u64;
+        let bloom: u64 = self
+            .runs
+            .iter()
+            .map(|r| (r.bloom.num_bits() / 8) as u64)
+            .sum();
         let now = bloom + self.cache.memory() + self.pending.memory();
         self.stats.memory_bytes = self.stats.memory_bytes.max(now);
         self.stats.bloom_bytes = bloom;
         self.stats.cache_peak_bytes = self.cache.peak;
-        self.stats.entries = self.manifest.table.entries + self.placed;
-        self.stats.table_bytes = self.manifest.table.total_bytes();
+        self.stats.entries = self.table_entries() + self.placed;
+        self.stats.table_bytes = self.runs.iter().map(|r| r.table.meta().total_bytes()).sum();
     }
 }
 
@@ -876,13 +1066,43 @@ impl Merger<'_> {
     }
 }
 
-/// Builds and persists a new generation from the containers' metadata.
+/// Opens run `meta`: reads its Bloom filter, or rebuilds it by scanning the
+/// run (and writes it back) when it is missing or damaged.
+fn open_run(
+    backend: &dyn Backend,
+    prefix: &str,
+    meta: TableMeta,
+    params: &DdfsParams,
+) -> Result<Run> {
+    let table = Table::new(prefix, meta);
+    let generation = meta.generation;
+    let key = bloom_key_in(prefix, generation);
+    let cached = read_cached(backend, &key, |bytes| {
+        decode_bloom_in(prefix, generation, bytes)
+    })?;
+    let bloom = match cached {
+        Some(bloom) => bloom,
+        None => {
+            let mut bloom = run_bloom(meta.entries, params);
+            table.scan(backend, |fp, _| {
+                bloom.insert_hash(bloom_hash(&fp));
+                Ok(())
+            })?;
+            backend.write(&key, &encode_bloom(generation, &bloom))?;
+            bloom
+        }
+    };
+    Ok(Run { table, bloom })
+}
+
+/// Builds and persists a table of one run (none without entries) from the
+/// containers' metadata.
 fn build_from_containers(
     backend: &dyn Backend,
     prefix: &str,
     containers: &[ContainerId],
     params: DdfsParams,
-) -> Result<(Manifest, BloomFilter)> {
+) -> Result<(Manifest, Option<Run>)> {
     let mut entries = Vec::new();
     super::scan_containers(backend, containers, |id, metas| {
         entries.extend(metas.iter().map(|m| (m.fp, id)));
@@ -890,6 +1110,15 @@ fn build_from_containers(
     // The first container holding a fingerprint wins, as in the exact index.
     entries.sort_unstable_by_key(|e| (order_key(&e.0), e.1));
     entries.dedup_by_key(|e| e.0);
+    if entries.is_empty() {
+        let manifest = Manifest {
+            next_container: containers.last().map_or(0, |c| c + 1),
+            runs: Vec::new(),
+            referenced: Ranges::default(),
+        };
+        persist_manifest(backend, prefix, &manifest, &manifest.encode())?;
+        return Ok((manifest, None));
+    }
     let generation = next_generation(backend, prefix)?;
     let table = table::write_sorted(
         backend,
@@ -899,19 +1128,23 @@ fn build_from_containers(
         params.part_buckets,
         &entries,
     )?;
-    let mut bloom = new_bloom(entries.len() as u64, params.bloom_fpr);
+    let mut bloom = run_bloom(entries.len() as u64, &params);
     let mut referenced = BTreeSet::new();
     for (fp, c) in &entries {
         bloom.insert_hash(bloom_hash(fp));
         referenced.insert(*c);
     }
+    backend.write(
+        &bloom_key_in(prefix, generation),
+        &encode_bloom(generation, &bloom),
+    )?;
     let manifest = Manifest {
         next_container: containers.last().map_or(0, |c| c + 1),
-        table: *table.meta(),
-        referenced: referenced.into_iter().collect(),
+        runs: vec![*table.meta()],
+        referenced: Ranges::from_sorted(referenced),
     };
-    persist_in(backend, prefix, &manifest, &bloom)?;
-    Ok((manifest, bloom))
+    persist_manifest(backend, prefix, &manifest, &manifest.encode())?;
+    Ok((manifest, Some(Run { table, bloom })))
 }
 
 /// A generation above every one present.
@@ -934,32 +1167,18 @@ fn object_generation(name: &str) -> Option<u64> {
     (hex.len() == 16).then(|| u64::from_str_radix(hex, 16).ok())?
 }
 
-/// Writes the Bloom filter and then the manifest (the table parts are
-/// written already), and deletes the objects of other generations.
-fn persist(
-    backend: &dyn Backend,
-    layout: &Layout,
-    manifest: &Manifest,
-    bloom: &BloomFilter,
-) -> Result<()> {
-    persist_in(backend, &layout.prefix, manifest, bloom)
-}
-
-/// [`persist`] under `prefix`.
-fn persist_in(
+/// Writes the manifest `encoded` (its runs' parts and Bloom filters are
+/// written already), then deletes the objects of runs it does not name.
+fn persist_manifest(
     backend: &dyn Backend,
     prefix: &str,
     manifest: &Manifest,
-    bloom: &BloomFilter,
+    encoded: &[u8],
 ) -> Result<()> {
-    let generation = manifest.table.generation;
-    backend.write(
-        &bloom_key_in(prefix, generation),
-        &encode_bloom(generation, bloom),
-    )?;
-    backend.write(&format!("{prefix}/manifest"), &manifest.encode())?;
+    backend.write(&format!("{prefix}/manifest"), encoded)?;
+    let current: BTreeSet<u64> = manifest.runs.iter().map(|r| r.generation).collect();
     for name in backend.list(prefix)? {
-        if object_generation(&name).is_some_and(|g| g != generation) {
+        if object_generation(&name).is_some_and(|g| !current.contains(&g)) {
             backend.delete(&format!("{prefix}/{name}"))?;
         }
     }
@@ -1041,19 +1260,20 @@ impl Ddfs {
         hook: Option<EvictHook>,
     ) -> Result<()> {
         self.stats.commit_write_bytes = 0;
-        let next_container = next_container.max(self.manifest.next_container);
+        let next_container = next_container.max(self.next_container);
         if self.dirty || self.keep.is_some() {
-            self.merge(next_container, hook)?;
+            self.persist_runs(next_container, hook)?;
             self.pending
                 .retain_map(|_, c| (c == PENDING).then_some(c))?;
             self.placed = 0;
             self.removed.clear();
             self.moved.clear();
             self.dirty = false;
-        } else if next_container > self.manifest.next_container {
-            self.manifest.next_container = next_container;
-            self.backend
-                .write(&self.layout.manifest_key(), &self.manifest.encode())?;
+        } else if next_container > self.next_container {
+            self.next_container = next_container;
+            let bytes = self.manifest().encode();
+            self.stats.commit_write_bytes = bytes.len() as u64;
+            self.backend.write(&self.layout.manifest_key(), &bytes)?;
         }
         self.note_memory();
         Ok(())

@@ -13,6 +13,7 @@ mod ehid;
 mod exact;
 mod lazy;
 pub mod metalog;
+pub mod runs;
 pub mod table;
 #[cfg(test)]
 mod test_mem;
@@ -23,6 +24,7 @@ pub use ehid::{
 };
 pub use exact::Exact;
 pub use lazy::{Lazy, LazyParams, Mode as LazyMode, LAZY_PREFIX};
+pub use runs::Compaction;
 
 use crate::backend::Backend;
 use crate::container::{self, ContainerId};

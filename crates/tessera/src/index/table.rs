@@ -401,50 +401,105 @@ impl Table {
         backend: &dyn Backend,
         mut f: impl FnMut(Fingerprint, ContainerId) -> Result<()>,
     ) -> Result<()> {
-        let b = self.meta.bucket_bytes as usize;
-        let window = (SCAN_WINDOW_BYTES / b).max(1) as u64;
-        let mut entries = Vec::new();
-        let mut seen = 0u64;
-        for part in 0..self.meta.parts() {
-            let key = self.part_key(part);
-            let (first, count) = part_range(&self.meta, part);
-            let header = backend.read_range(&key, 0, PART_HEADER_LEN as u64)?;
-            self.check_part_header(&key, part, &header)?;
-            let mut done = 0u64;
-            while done < count {
-                let n = window.min(count - done);
-                let offset = PART_HEADER_LEN as u64 + done * b as u64;
-                let bytes = backend.read_range(&key, offset, n * b as u64)?;
-                if bytes.len() as u64 != n * b as u64 {
-                    return Err(Error::corrupt(&key, "table part truncated"));
-                }
-                for (i, bucket) in bytes.chunks_exact(b).enumerate() {
-                    entries.clear();
-                    self.decode_bucket(&key, first + done + i as u64, bucket, &mut entries)?;
-                    for &(fp, c) in &entries {
-                        seen += 1;
-                        f(fp, c)?;
-                    }
-                }
-                done += n;
-            }
-        }
-        if seen != self.meta.entries {
-            return Err(Error::corrupt(
-                self.part_key(0),
-                format!(
-                    "table holds {seen} entries, its manifest says {}",
-                    self.meta.entries
-                ),
-            ));
+        let mut cursor = self.cursor(backend);
+        while let Some((fp, c)) = cursor.next()? {
+            f(fp, c)?;
         }
         Ok(())
+    }
+
+    /// A reader of every entry in table order, one window of about 1 MiB
+    /// in memory at a time (for merging several tables in one pass).
+    pub fn cursor<'a>(&'a self, backend: &'a dyn Backend) -> Cursor<'a> {
+        Cursor {
+            table: self,
+            backend,
+            part: 0,
+            done: 0,
+            entries: std::collections::VecDeque::new(),
+            seen: 0,
+            finished: false,
+        }
     }
 
     /// Deletes the table's part objects.
     pub fn delete(&self, backend: &dyn Backend) -> Result<()> {
         for part in 0..self.meta.parts() {
             backend.delete(&self.part_key(part))?;
+        }
+        Ok(())
+    }
+}
+
+/// Reads a table's entries in table order (see [`Table::cursor`]); every
+/// part header and bucket is checked, and the entry count against the shape.
+pub struct Cursor<'a> {
+    table: &'a Table,
+    backend: &'a dyn Backend,
+    /// The part being read and the buckets of it read so far.
+    part: u64,
+    done: u64,
+    entries: std::collections::VecDeque<(Fingerprint, ContainerId)>,
+    seen: u64,
+    finished: bool,
+}
+
+impl Cursor<'_> {
+    /// The next entry, without taking it.
+    pub fn peek(&mut self) -> Result<Option<(Fingerprint, ContainerId)>> {
+        while self.entries.is_empty() && !self.finished {
+            self.fill()?;
+        }
+        Ok(self.entries.front().copied())
+    }
+
+    /// Takes the next entry.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<(Fingerprint, ContainerId)>> {
+        self.peek()?;
+        Ok(self.entries.pop_front())
+    }
+
+    /// Reads the next window of buckets (or notes the end).
+    fn fill(&mut self) -> Result<()> {
+        let t = self.table;
+        if self.part >= t.meta.parts() {
+            self.finished = true;
+            if self.seen != t.meta.entries {
+                return Err(Error::corrupt(
+                    t.part_key(0),
+                    format!(
+                        "table holds {} entries, its manifest says {}",
+                        self.seen, t.meta.entries
+                    ),
+                ));
+            }
+            return Ok(());
+        }
+        let b = t.meta.bucket_bytes as usize;
+        let window = (SCAN_WINDOW_BYTES / b).max(1) as u64;
+        let key = t.part_key(self.part);
+        let (first, count) = part_range(&t.meta, self.part);
+        if self.done == 0 {
+            let header = self.backend.read_range(&key, 0, PART_HEADER_LEN as u64)?;
+            t.check_part_header(&key, self.part, &header)?;
+        }
+        let n = window.min(count - self.done);
+        let offset = PART_HEADER_LEN as u64 + self.done * b as u64;
+        let bytes = self.backend.read_range(&key, offset, n * b as u64)?;
+        if bytes.len() as u64 != n * b as u64 {
+            return Err(Error::corrupt(&key, "table part truncated"));
+        }
+        let mut decoded = Vec::new();
+        for (i, bucket) in bytes.chunks_exact(b).enumerate() {
+            t.decode_bucket(&key, first + self.done + i as u64, bucket, &mut decoded)?;
+        }
+        self.seen += decoded.len() as u64;
+        self.entries.extend(decoded);
+        self.done += n;
+        if self.done >= count {
+            self.part += 1;
+            self.done = 0;
         }
         Ok(())
     }
