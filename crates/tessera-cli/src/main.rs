@@ -3,15 +3,14 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
-use indicatif::{ProgressBar, ProgressStyle};
 use std::fs::File;
-use std::io::{self, IsTerminal, Read, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera::backend::{Backend, Location, LockMode};
 use tessera::backup::{run as run_backup, BackupOptions, Source};
-use tessera::check::{check, CheckOptions, ProblemKind};
+use tessera::check::{check_with_progress, CheckOptions, ProblemKind};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
 use tessera::config::IndexKind;
@@ -22,8 +21,8 @@ use tessera::delta::{DeltaKind, DeltaParams};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
 use tessera::forget::{forget, parse_group_by, ForgetOptions, ForgetReport};
-use tessera::gc::{gc, Defrag, GcOptions};
-use tessera::repair::{repair, RepairOptions};
+use tessera::gc::{gc_with_progress, Defrag, GcOptions};
+use tessera::repair::{repair_with_progress, RepairOptions};
 use tessera::restore::{
     restore, restore_to_path, ExistingFile, RestoreOptions, DEFAULT_CACHE_CONTAINERS,
 };
@@ -48,8 +47,10 @@ use tessera_lab::trace::TraceFile;
 
 mod browse;
 mod mount;
+mod progress;
 mod secrets;
 use browse::FilterArgs;
+use progress::{bytes_bar as progress_bar, quiet, Phases};
 use secrets::{
     key_cmd, new_repo_key, open_repo, tuned, Access, KdfArgs, KeyCommand, PasswordArgs,
     ToPasswordArgs, Transfer,
@@ -97,6 +98,14 @@ struct Cli {
     /// Object stores: download at most this many KiB per second.
     #[arg(long, global = true, value_name = "KIB_PER_S")]
     limit_download: Option<u64>,
+    /// Print only errors and the results asked for: no progress bars,
+    /// no summaries of maintenance commands.
+    #[arg(short = 'q', long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
+    /// Say more: the count and time of every phase of check, gc, prune,
+    /// arrange and repair (on standard error).
+    #[arg(short = 'v', long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
     #[command(flatten)]
     password: PasswordArgs,
 }
@@ -905,6 +914,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    progress::set_verbosity(cli.quiet, cli.verbose);
     let access = Access {
         wait: cli.wait,
         password: cli.password,
@@ -1111,10 +1121,10 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
         }
         Command::Arrange { repo, json } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
-            let s = tessera::lifecycle::arrange(&r)?;
+            let s = tessera::lifecycle::arrange_with_progress(&r, &Phases::default())?;
             if json {
                 println!("{}", serde_json::to_string(&s)?);
-            } else {
+            } else if !quiet() {
                 println!(
                     "arranged {} round(s): {} categories split, {} volumes written, {} read, {} written, {:.2} s",
                     s.rounds,
@@ -1276,7 +1286,11 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 && r.config().layout == Layout::Container
                 && !report.removed.is_empty()
             {
-                Some(gc(&r, GcOptions::default())?)
+                Some(gc_with_progress(
+                    &r,
+                    GcOptions::default(),
+                    &Phases::default(),
+                )?)
             } else {
                 None
             };
@@ -1306,7 +1320,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 segment,
                 split_threshold,
             };
-            print_gc(&gc(&r, options)?, json)?;
+            print_gc(&gc_with_progress(&r, options, &Phases::default())?, json)?;
         }
         Command::Prune {
             repo,
@@ -1328,10 +1342,10 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 defrag,
                 dry_run,
             };
-            let report = tessera::prune::prune(&r, &options)?;
+            let report = tessera::prune::prune_with_progress(&r, &options, &Phases::default())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
-            } else {
+            } else if !quiet() {
                 print_prune(&report)?;
             }
         }
@@ -1516,7 +1530,7 @@ impl ForgetArgs {
 fn print_gc(s: &tessera::gc::GcStats, json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string(s)?);
-    } else {
+    } else if !quiet() {
         println!(
             "gc: {} of {} containers involved, {} reclaimed, {} produced; {} live chunks ({}) moved; {} read, {} written, {} freed; {:.2} s",
             s.containers_involved,
@@ -1721,24 +1735,6 @@ fn random_id(location: &str) -> String {
         .map_or(0, |d| d.as_nanos());
     let seed = format!("{location}|{nanos}|{}", std::process::id());
     FingerprintAlgo::Blake3.hash(seed.as_bytes()).hex(16)
-}
-
-fn progress_bar(total: Option<u64>) -> ProgressBar {
-    if !io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    match total {
-        Some(n) => ProgressBar::new(n).with_style(
-            ProgressStyle::with_template(
-                "{bar:40} {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        ),
-        None => ProgressBar::new_spinner().with_style(
-            ProgressStyle::with_template("{spinner} {bytes} {bytes_per_sec}")
-                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
-        ),
-    }
 }
 
 /// Exit status of a backup that committed but left out objects it could not read.
@@ -2162,7 +2158,8 @@ fn repair_cmd(
     access: &Access,
 ) -> Result<ExitCode> {
     let r = open(repo, LockMode::Exclusive, access)?;
-    let report = repair(&r, options).context("repairing the repository")?;
+    let report = repair_with_progress(&r, options, &Phases::default())
+        .context("repairing the repository")?;
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -2174,7 +2171,7 @@ fn repair_cmd(
             let state = if u.forgotten { "forgotten" } else { "kept" };
             println!("unrepaired: backup {} ({state}): {}", u.backup, u.reason);
         }
-        if report.actions.is_empty() && report.unrepaired.is_empty() {
+        if report.actions.is_empty() && report.unrepaired.is_empty() && !quiet() {
             println!("nothing to repair");
         }
     }
@@ -2190,7 +2187,7 @@ fn repair_cmd(
 
 fn check_cmd(repo: &Location, read_data: bool, json: bool, access: &Access) -> Result<ExitCode> {
     let r = open(repo, LockMode::Read, access)?;
-    let report = check(&r, CheckOptions { read_data })?;
+    let report = check_with_progress(&r, CheckOptions { read_data }, &Phases::default())?;
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -2208,31 +2205,35 @@ fn check_cmd(repo: &Location, read_data: bool, json: bool, access: &Access) -> R
                 }
             );
         }
-        println!(
-            "checked {} containers ({} chunks{}), {} backups ({} references): {}{}",
-            report.containers,
-            report.stored_chunks,
-            if read_data {
-                format!(", {} re-hashed", report.chunks_verified)
-            } else {
-                String::new()
-            },
-            report.backups,
-            report.references,
-            if report.is_ok() {
-                "no problems".to_string()
-            } else {
-                format!("{} problem(s)", report.problems.len())
-            },
-            if report.unreferenced_containers + report.uncommitted_recipes > 0 {
-                format!(
+        if quiet() {
+            // Problems are listed above; the summary is chatter.
+        } else {
+            println!(
+                "checked {} containers ({} chunks{}), {} backups ({} references): {}{}",
+                report.containers,
+                report.stored_chunks,
+                if read_data {
+                    format!(", {} re-hashed", report.chunks_verified)
+                } else {
+                    String::new()
+                },
+                report.backups,
+                report.references,
+                if report.is_ok() {
+                    "no problems".to_string()
+                } else {
+                    format!("{} problem(s)", report.problems.len())
+                },
+                if report.unreferenced_containers + report.uncommitted_recipes > 0 {
+                    format!(
                     "; {} unreferenced container(s) and {} uncommitted recipe(s) left by interrupted backups",
                     report.unreferenced_containers, report.uncommitted_recipes
                 )
-            } else {
-                String::new()
-            }
-        );
+                } else {
+                    String::new()
+                }
+            );
+        }
     }
     if report.is_ok() {
         Ok(ExitCode::SUCCESS)

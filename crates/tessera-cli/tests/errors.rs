@@ -356,6 +356,14 @@ fn usage_errors_name_what_is_missing_and_suggest() {
     );
     let line = fail(["restore", "/nonexistent-repo", "1"]);
     assert!(line.contains("<OUTPUT>"), "{line}");
+    // A misspelt option gets a suggestion too.
+    let out = run(["forget", "/nonexistent-repo", "--keep-dayly", "7"]);
+    assert_eq!(out.status.code(), Some(2));
+    let line = assert_one_line_error(&["forget".into()], &out);
+    assert!(
+        line.contains("unexpected argument '--keep-dayly'") && line.contains("'--keep-daily'"),
+        "{line}"
+    );
 }
 
 /// `init REPO OPTS...` fails with one line containing every part of

@@ -29,6 +29,7 @@ pub mod index;
 pub mod lifecycle;
 pub mod mount;
 pub(crate) mod pipe;
+pub mod progress;
 pub mod prune;
 pub mod quarantine;
 pub mod ranges;

@@ -5,10 +5,12 @@
 //! ids/<ID>                 each backup: a tree backup's directory tree, a stream backup as one file
 //! sources/<SOURCE>/<ID>    symbolic link to ../../ids/<ID>, for each backup of SOURCE
 //! sources/<SOURCE>/latest  symbolic link to the newest backup of SOURCE
+//! tags/<TAG>/<ID>          symbolic link to ../../ids/<ID>, for each backup tagged TAG
+//! tags/<TAG>/latest        symbolic link to the newest backup tagged TAG
 //! latest                   symbolic link to ids/<ID> of the newest backup overall
 //! ```
 //!
-//! A source name is shown with `%` as `%25` and `/` as `%2F` (and a name
+//! A source or tag name is shown with `%` as `%25` and `/` as `%2F` (and a name
 //! of `.` or `..` with its dots so escaped). The backups are those
 //! committed when the file system was created. A backup's catalog is read
 //! when its tree is first visited and kept for the [`TREES_KEPT`] most
@@ -79,9 +81,10 @@ pub struct Attr {
 enum Node {
     Root,
     Ids,
-    Sources,
-    /// `sources/<name>`: index into the sources.
-    Source(usize),
+    /// `sources` or `tags`.
+    Groups(View),
+    /// `sources/<name>` or `tags/<name>`: index into the view's groups.
+    Group(View, usize),
     /// A symbolic link to this target.
     Link(Vec<u8>),
     /// `ids/<ID>`: the tree's root, or the stream as a file.
@@ -91,6 +94,15 @@ enum Node {
         id: BackupId,
         node: u32,
     },
+}
+
+/// A directory of backups grouped by a property.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum View {
+    /// `sources/`: by source.
+    Sources,
+    /// `tags/`: by tag (a backup with several tags is in each).
+    Tags,
 }
 
 /// Nodes created so far: inode `i + 1` is `nodes[i]`; each (parent, name)
@@ -112,6 +124,8 @@ pub struct MountedRepo {
     backups: BTreeMap<BackupId, Snapshot>,
     /// Source names, and the backups of each in id order.
     sources: Vec<(String, Vec<BackupId>)>,
+    /// Tags, and the backups of each in id order.
+    tags: Vec<(String, Vec<BackupId>)>,
     inodes: Mutex<Inodes>,
     caches: Mutex<Caches>,
 }
@@ -132,12 +146,16 @@ impl MountedRepo {
         }
         let mut backups = BTreeMap::new();
         let mut by_source: BTreeMap<String, Vec<BackupId>> = BTreeMap::new();
+        let mut by_tag: BTreeMap<String, Vec<BackupId>> = BTreeMap::new();
         for listed in repo.listing()? {
             if let Ok(snap) = listed.snapshot {
                 by_source
                     .entry(snap.source.clone())
                     .or_default()
                     .push(snap.id);
+                for tag in &snap.tags {
+                    by_tag.entry(tag.clone()).or_default().push(snap.id);
+                }
                 backups.insert(snap.id, snap);
             }
         }
@@ -146,6 +164,7 @@ impl MountedRepo {
             repo,
             backups,
             sources: by_source.into_iter().collect(),
+            tags: by_tag.into_iter().collect(),
             inodes: Mutex::new(Inodes {
                 nodes: vec![Node::Root],
                 named: HashMap::new(),
@@ -289,7 +308,8 @@ impl MountedRepo {
                         Node::Link(format!("ids/{id}").into_bytes()),
                     ));
                 }
-                v.push((b"sources".to_vec(), Node::Sources));
+                v.push((b"sources".to_vec(), Node::Groups(View::Sources)));
+                v.push((b"tags".to_vec(), Node::Groups(View::Tags)));
                 v
             }
             Node::Ids => self
@@ -297,18 +317,14 @@ impl MountedRepo {
                 .keys()
                 .map(|&id| (id.to_string().into_bytes(), Node::Backup(id)))
                 .collect(),
-            Node::Sources => self
-                .sources
+            Node::Groups(view) => self
+                .groups(*view)
                 .iter()
                 .enumerate()
-                .map(|(i, (name, _))| (escape_name(name).into_bytes(), Node::Source(i)))
+                .map(|(i, (name, _))| (escape_name(name).into_bytes(), Node::Group(*view, i)))
                 .collect(),
-            Node::Source(i) => {
-                let ids = self
-                    .sources
-                    .get(*i)
-                    .map(|s| s.1.as_slice())
-                    .unwrap_or_default();
+            Node::Group(view, i) => {
+                let ids = self.group(*view, *i);
                 let mut v: Vec<(Vec<u8>, Node)> = ids
                     .iter()
                     .map(|&id| (id.to_string().into_bytes(), link_to(id)))
@@ -322,6 +338,22 @@ impl MountedRepo {
             Node::InTree { id, node } => self.tree_children(*id, *node)?,
             Node::Backup(_) | Node::Link(_) => Vec::new(),
         })
+    }
+
+    /// The groups of a view: names and their backups.
+    fn groups(&self, view: View) -> &[(String, Vec<BackupId>)] {
+        match view {
+            View::Sources => &self.sources,
+            View::Tags => &self.tags,
+        }
+    }
+
+    /// The backups of group `i` of a view, in id order.
+    fn group(&self, view: View, i: usize) -> &[BackupId] {
+        self.groups(view)
+            .get(i)
+            .map(|g| g.1.as_slice())
+            .unwrap_or_default()
     }
 
     fn tree_children(&self, id: BackupId, node: u32) -> Result<Vec<(Vec<u8>, Node)>> {
@@ -352,14 +384,10 @@ impl MountedRepo {
         };
         let newest = self.backups.values().map(|s| s.time).max().unwrap_or(0) as i64;
         Ok(match node {
-            Node::Root | Node::Ids | Node::Sources => dir(newest),
-            Node::Source(i) => {
-                let ids = self
-                    .sources
-                    .get(*i)
-                    .map(|s| s.1.as_slice())
-                    .unwrap_or_default();
-                let time = ids
+            Node::Root | Node::Ids | Node::Groups(_) => dir(newest),
+            Node::Group(view, i) => {
+                let time = self
+                    .group(*view, *i)
                     .iter()
                     .filter_map(|id| self.backups.get(id))
                     .map(|s| s.time)
@@ -402,17 +430,25 @@ impl MountedRepo {
         })
     }
 
+    /// The value `slot` of the caches holds for `id`, made by `load` (the
+    /// caches unlocked meanwhile) when absent.
+    fn cached<T>(
+        &self,
+        id: BackupId,
+        slot: fn(&mut Caches) -> &mut LruCache<BackupId, Arc<T>>,
+        load: impl FnOnce() -> Result<T>,
+    ) -> Result<Arc<T>> {
+        let lock = || self.caches.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(v) = slot(&mut lock()).get(&id) {
+            return Ok(v.clone());
+        }
+        let v = Arc::new(load()?);
+        slot(&mut lock()).put(id, v.clone());
+        Ok(v)
+    }
+
     /// The tree of backup `id`, its catalog read on first use.
     fn tree(&self, id: BackupId) -> Result<Arc<TreeIndex>> {
-        if let Some(t) = self
-            .caches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .trees
-            .get(&id)
-        {
-            return Ok(t.clone());
-        }
         let time = self.backups.get(&id).map_or(0, |s| s.time) as i64;
         let root = Entry {
             kind: Kind::Dir,
@@ -421,27 +457,16 @@ impl MountedRepo {
             ctime: time,
             ..Entry::default()
         };
-        let tree = Arc::new(TreeIndex::load(&self.repo, id, root)?);
-        let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
-        caches.trees.put(id, tree.clone());
-        Ok(tree)
+        self.cached(
+            id,
+            |c| &mut c.trees,
+            || TreeIndex::load(&self.repo, id, root),
+        )
     }
 
     /// The stream map (recipe) of backup `id`.
     fn map(&self, id: BackupId) -> Result<Arc<StreamMap>> {
-        if let Some(m) = self
-            .caches
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .maps
-            .get(&id)
-        {
-            return Ok(m.clone());
-        }
-        let map = Arc::new(StreamMap::load(&self.repo, id)?);
-        let mut caches = self.caches.lock().unwrap_or_else(|e| e.into_inner());
-        caches.maps.put(id, map.clone());
-        Ok(map)
+        self.cached(id, |c| &mut c.maps, || StreamMap::load(&self.repo, id))
     }
 }
 
@@ -529,6 +554,7 @@ mod tests {
         let repo = Repository::init(&dir.path().join("r"), Config::new("test".into())).unwrap();
         let opts = BackupOptions {
             source: "host:/x".into(),
+            tags: vec!["daily".into(), "a/b".into()],
             ..BackupOptions::default()
         };
         let t = backup_tree(
@@ -553,7 +579,14 @@ mod tests {
         assert_eq!(get(&format!("/ids/{}", s.id)), Some(b"stream".to_vec()));
         assert_eq!(get("/latest"), Some(format!("ids/{}", s.id).into_bytes()));
         let link = format!("../../ids/{}", t.outcome.snapshot.id).into_bytes();
-        assert_eq!(get("/sources/host:%2Fx/latest"), Some(link));
+        assert_eq!(get("/sources/host:%2Fx/latest"), Some(link.clone()));
+        let id = t.outcome.snapshot.id;
+        assert_eq!(get("/tags/daily/latest"), Some(link.clone()));
+        assert_eq!(get(&format!("/tags/a%2Fb/{id}")), Some(link));
+        // The untagged stream backup is in no tag's directory.
+        assert!(!seen
+            .iter()
+            .any(|(p, _)| p == &format!("/tags/daily/{}", s.id)));
         assert!(m.lookup(ROOT_INO, b"nope").unwrap().is_none());
         assert_eq!(escape_name(".."), "%2E%2E");
         assert_eq!(escape_name("a%/b"), "a%25%2Fb");

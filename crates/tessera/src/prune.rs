@@ -15,8 +15,9 @@ use serde::Serialize;
 use crate::backend::LockMode;
 use crate::config::Layout;
 use crate::error::{Error, Result};
-use crate::gc::{gc, survey, ContainerUse, Defrag, GcOptions, GcStats};
+use crate::gc::{gc_with_progress, survey_with_progress, ContainerUse, Defrag, GcOptions, GcStats};
 use crate::lifecycle::DeleteStats;
+use crate::progress::{Progress, Silent};
 use crate::repo::Repository;
 
 /// How much unused space may stay in partly dead containers.
@@ -188,6 +189,16 @@ pub fn plan(usage: &[ContainerUse], options: &PruneOptions) -> PrunePlan {
 
 /// Prunes `repo` (open exclusively unless a dry run).
 pub fn prune(repo: &Repository, options: &PruneOptions) -> Result<PruneReport> {
+    prune_with_progress(repo, options, &Silent)
+}
+
+/// Prunes `repo`, reporting the progress of the survey and of the GC
+/// (container layout) to `progress`.
+pub fn prune_with_progress(
+    repo: &Repository,
+    options: &PruneOptions,
+    progress: &dyn Progress,
+) -> Result<PruneReport> {
     if repo.config().layout == Layout::Lifecycle {
         let lifecycle = if options.dry_run {
             None
@@ -204,17 +215,18 @@ pub fn prune(repo: &Repository, options: &PruneOptions) -> Result<PruneReport> {
     if !options.dry_run {
         repo.require(LockMode::Exclusive, "pruning")?;
     }
-    let plan = plan(&survey(repo)?, options);
+    let plan = plan(&survey_with_progress(repo, progress)?, options);
     let gc = if options.dry_run {
         None
     } else {
-        Some(gc(
+        Some(gc_with_progress(
             repo,
             GcOptions {
                 threshold_pct: plan.threshold_pct,
                 defrag: options.defrag,
                 ..GcOptions::default()
             },
+            progress,
         )?)
     };
     Ok(PruneReport {

@@ -37,6 +37,7 @@ use crate::config::Layout;
 use crate::container::{self, Container, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap};
+use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
 use crate::snapshot::{self, BackupId, Snapshot};
 use lru::LruCache;
@@ -108,6 +109,16 @@ impl RepairReport {
 
 /// Repairs `repo`, which must be open with [`LockMode::Exclusive`].
 pub fn repair(repo: &Repository, options: RepairOptions) -> Result<RepairReport> {
+    repair_with_progress(repo, options, &Silent)
+}
+
+/// Repairs `repo`, reporting progress to `progress`: snapshots (objects),
+/// then in the container layout scan (containers) and recipes (backups).
+pub fn repair_with_progress(
+    repo: &Repository,
+    options: RepairOptions,
+    progress: &dyn Progress,
+) -> Result<RepairReport> {
     repo.require(LockMode::Exclusive, "repairing the repository")?;
     let dry = options.dry_run;
     let backend = repo.backend().as_ref();
@@ -133,9 +144,9 @@ pub fn repair(repo: &Repository, options: RepairOptions) -> Result<RepairReport>
             );
         }
     }
-    recover_snapshots(repo, dry, &mut report)?;
+    recover_snapshots(repo, dry, &mut report, progress)?;
     if repo.config().layout == Layout::Container && !repo.config().trace {
-        repoint(repo, dry, &mut report)?;
+        repoint(repo, dry, &mut report, progress)?;
     }
     if repo.config().layout == Layout::Lifecycle && !repo.config().trace {
         repair_lineages(repo, dry, &mut report)?;
@@ -189,11 +200,23 @@ fn repair_lineage_state(backend: &dyn Backend, name: &str, dry: bool) -> Result<
 
 /// Recovers missing or damaged snapshots from commit marks and recipes;
 /// rewrites damaged commit marks of intact snapshots.
-fn recover_snapshots(repo: &Repository, dry: bool, report: &mut RepairReport) -> Result<()> {
+fn recover_snapshots(
+    repo: &Repository,
+    dry: bool,
+    report: &mut RepairReport,
+    progress: &dyn Progress,
+) -> Result<()> {
     let backend = repo.backend().as_ref();
     let snapshots: BTreeSet<BackupId> = repo.backups()?.into_iter().collect();
     let marks: BTreeSet<BackupId> = repo.commit_marks()?.into_iter().collect();
+    let phase = Phase::begin(
+        progress,
+        "snapshots",
+        Unit::Objects,
+        Some(snapshots.union(&marks).count() as u64),
+    );
     for &id in snapshots.union(&marks) {
+        phase.add(1);
         let snap = match repo.snapshot(id) {
             Ok(s) => Some(s),
             Err(Error::NoSuchBackup(_)) => None,
@@ -293,6 +316,7 @@ fn recover_snapshots(repo: &Repository, dry: bool, report: &mut RepairReport) ->
             }
         }
     }
+    phase.end();
     Ok(())
 }
 
@@ -362,7 +386,7 @@ impl Scan {
 
 /// Reads every container and verifies every chunk (deltas decoded against
 /// their bases).
-fn scan(repo: &Repository) -> Result<Scan> {
+fn scan(repo: &Repository, progress: &dyn Progress) -> Result<Scan> {
     let backend = repo.backend().as_ref();
     let algo = repo.fingerprinter();
     let mut out = Scan::default();
@@ -378,7 +402,15 @@ fn scan(repo: &Repository) -> Result<Scan> {
             Err(e) => Err(e),
         }
     };
-    for id in repo.containers()? {
+    let containers = repo.containers()?;
+    let phase = Phase::begin(
+        progress,
+        "scan",
+        Unit::Containers,
+        Some(containers.len() as u64),
+    );
+    for id in containers {
+        phase.add(1);
         let Some(ct) = load(id)? else {
             out.damaged_containers.insert(id);
             // Unreadable as a whole: every chunk its metadata names is damaged.
@@ -421,17 +453,31 @@ fn scan(repo: &Repository) -> Result<Scan> {
             }
         }
     }
+    phase.end();
     Ok(out)
 }
 
 /// Re-points recipe references to damaged or missing chunks to intact
 /// copies; lists the backups left with holes; rebuilds the index without
 /// the damaged chunks.
-fn repoint(repo: &Repository, dry: bool, report: &mut RepairReport) -> Result<()> {
+fn repoint(
+    repo: &Repository,
+    dry: bool,
+    report: &mut RepairReport,
+    progress: &dyn Progress,
+) -> Result<()> {
     let backend = repo.backend().as_ref();
-    let scan = scan(repo)?;
+    let scan = scan(repo, progress)?;
     let already: BTreeSet<BackupId> = report.unrepaired.iter().map(|u| u.backup).collect();
-    for id in repo.retained_backups()? {
+    let retained = repo.retained_backups()?;
+    let phase = Phase::begin(
+        progress,
+        "recipes",
+        Unit::Backups,
+        Some(retained.len() as u64),
+    );
+    for id in retained {
+        phase.add(1);
         if already.contains(&id) {
             continue;
         }
@@ -497,6 +543,7 @@ fn repoint(repo: &Repository, dry: bool, report: &mut RepairReport) -> Result<()
             });
         }
     }
+    phase.end();
     if !scan.damaged_containers.is_empty() {
         // Quarantine the damaged chunks (persistently: every later index
         // rebuild leaves them out), then rebuild the index without them.

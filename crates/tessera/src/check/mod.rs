@@ -8,6 +8,7 @@ use crate::container::{self, BaseRef, Container, ContainerId};
 use crate::delta;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
+use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
 use crate::snapshot::BackupId;
 use rayon::prelude::*;
@@ -117,8 +118,18 @@ type ChunkSet = hashbrown::HashSet<(Fingerprint, ContainerId), FingerprintHashBu
 
 /// Checks `repo`.
 pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
+    check_with_progress(repo, options, &Silent)
+}
+
+/// Checks `repo`, reporting progress to `progress`: containers (or, in
+/// the lifecycle layout, objects), then backups.
+pub fn check_with_progress(
+    repo: &Repository,
+    options: CheckOptions,
+    progress: &dyn Progress,
+) -> Result<CheckReport> {
     if repo.config().layout == crate::config::Layout::Lifecycle {
-        return crate::lifecycle::check(repo, options);
+        return crate::lifecycle::check_with_progress(repo, options, progress);
     }
     let mut report = CheckReport::default();
     let algo = repo.fingerprinter();
@@ -129,7 +140,14 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
     // Delta entries (container, fingerprint, base); with `read_data` also their bytes.
     let mut deltas: Vec<(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)> = Vec::new();
     let containers = repo.containers()?;
+    let phase = Phase::begin(
+        progress,
+        "containers",
+        Unit::Containers,
+        Some(containers.len() as u64),
+    );
     for &cid in &containers {
+        phase.add(1);
         report.containers += 1;
         let metas = if options.read_data {
             let parsed = repo
@@ -219,6 +237,7 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             Err(e) => return Err(e),
         }
     }
+    phase.end();
 
     // A container that only bases of deltas use is referenced through them.
     let mut referenced: BTreeSet<ContainerId> = deltas.iter().map(|d| d.2.container).collect();
@@ -239,7 +258,14 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         BTreeMap::new();
     let retained = records::check_records(repo, &mut report)?;
     records::check_derived(repo, &mut report)?;
+    let phase = Phase::begin(
+        progress,
+        "backups",
+        Unit::Backups,
+        Some(retained.len() as u64),
+    );
     for b in &retained {
+        phase.add(1);
         let id = b.id;
         let recipe = match repo.recipe(id) {
             Ok(r) => r,
@@ -296,6 +322,7 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             _ => {}
         }
     }
+    phase.end();
     quarantine_damage(repo, &bad_containers, &missing_containers, &bad_chunks)?;
     for (cid, detail) in bad_containers {
         report.problems.push(Problem {

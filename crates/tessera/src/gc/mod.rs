@@ -25,6 +25,7 @@ use crate::container::{self, Builder, Container, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::index::Relocations;
+use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
 use crate::snapshot::{self, BackupId, Snapshot};
 use serde::Serialize;
@@ -219,6 +220,17 @@ struct Selected {
 
 /// Collects garbage in `repo` (open exclusively).
 pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
+    gc_with_progress(repo, options, &Silent)
+}
+
+/// Collects garbage in `repo` (open exclusively), reporting progress to
+/// `progress`: mark (backups), select (containers), sweep (containers
+/// copied forward), recipes (backups), delete (containers).
+pub fn gc_with_progress(
+    repo: &Repository,
+    options: GcOptions,
+    progress: &dyn Progress,
+) -> Result<GcStats> {
     repo.require(LockMode::Exclusive, "garbage collection")?;
     if repo.config().layout == crate::config::Layout::Lifecycle {
         return Err(Error::InvalidConfig(format!(
@@ -242,7 +254,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         retained,
         mut live,
         owners,
-    } = mark(repo, options.defrag == Defrag::Gccdf)?;
+    } = mark(repo, options.defrag == Defrag::Gccdf, progress)?;
     let containers = repo.containers()?;
     stats.stage_seconds.mark = t.elapsed().as_secs_f64();
 
@@ -252,12 +264,20 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     let keep_fraction = 1.0 - options.threshold_pct / 100.0;
     let (selected, pinned) = if repo.config().delta.kind == crate::delta::DeltaKind::None {
         let mut selected = Vec::new();
+        let phase = Phase::begin(
+            progress,
+            "select",
+            Unit::Containers,
+            Some(containers.len() as u64),
+        );
         for &cid in &containers {
+            phase.add(1);
             // A damaged container is left alone: check reports it, GC must not hide it.
             if let Some((header, metas)) = readable_meta(backend, cid)? {
                 selected.extend(choose(&header, &metas, &live, keep_fraction));
             }
         }
+        phase.end();
         (selected, LiveSet::default())
     } else {
         select_pinning_bases(backend, &containers, &mut live, keep_fraction)?
@@ -311,7 +331,14 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         .filter(|s| s.has_live)
         .map(|s| s.id)
         .collect();
+    let phase = Phase::begin(
+        progress,
+        "sweep",
+        Unit::Containers,
+        Some(with_live.len() as u64),
+    );
     for group in with_live.chunks(segment) {
+        phase.add(group.len() as u64);
         stats.segments += 1;
         let t = Instant::now();
         let mut cache: Vec<LiveChunk> = Vec::new();
@@ -402,6 +429,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         }
         stats.stage_seconds.sweep_write += t.elapsed().as_secs_f64();
     }
+    phase.end();
     let t = Instant::now();
     writer.seal()?;
     stats.stage_seconds.sweep_write += t.elapsed().as_secs_f64();
@@ -418,7 +446,14 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         index.relocate(&removed, &moved)?;
         index.commit(next_id)?;
     }
+    let phase = Phase::begin(
+        progress,
+        "recipes",
+        Unit::Backups,
+        Some(retained.len() as u64),
+    );
     for &id in &retained {
+        phase.add(1);
         let mut recipe = repo.recipe(id)?;
         let mut changed = false;
         for c in &mut recipe.chunks {
@@ -438,6 +473,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
             stats.recipes_rewritten += 1;
         }
     }
+    phase.end();
     stats.stage_seconds.update = t.elapsed().as_secs_f64();
 
     if repo.config().delta.kind == crate::delta::DeltaKind::Pfc && !removed.is_empty() {
@@ -453,7 +489,14 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
     // interruption never leaves a delta whose base is gone.
     let mut newest_first: Vec<&Selected> = selected.iter().collect();
     newest_first.sort_unstable_by_key(|s| std::cmp::Reverse(s.id));
+    let phase = Phase::begin(
+        progress,
+        "delete",
+        Unit::Containers,
+        Some(newest_first.len() as u64),
+    );
     for s in newest_first {
+        phase.add(1);
         let kept = if s.has_live && holds_pinned.contains(&s.id) {
             compact(backend, s.id, &stay, writer.capacity, writer.encoding)?
         } else {
@@ -462,6 +505,7 @@ pub fn gc(repo: &Repository, options: GcOptions) -> Result<GcStats> {
         };
         freed += s.size.saturating_sub(kept);
     }
+    phase.end();
     stats.containers_reclaimed = selected.len() as u64;
     for id in repo.recipes()? {
         if !retained.contains(&id) {
@@ -491,11 +535,13 @@ struct Marked {
 }
 
 /// Walks every retained recipe.
-fn mark(repo: &Repository, with_owners: bool) -> Result<Marked> {
+fn mark(repo: &Repository, with_owners: bool, progress: &dyn Progress) -> Result<Marked> {
     let retained = repo.retained_backups()?;
     let mut live = LiveSet::default();
     let mut owners = gccdf::Owners::default();
+    let phase = Phase::begin(progress, "mark", Unit::Backups, Some(retained.len() as u64));
     for &id in &retained {
+        phase.add(1);
         let recipe = repo.recipe(id)?;
         for c in &recipe.chunks {
             live.insert((c.container, c.fp));
@@ -504,6 +550,7 @@ fn mark(repo: &Repository, with_owners: bool) -> Result<Marked> {
             owners.add_backup(id, &recipe.chunks);
         }
     }
+    phase.end();
     Ok(Marked {
         retained,
         live,
@@ -528,16 +575,33 @@ pub struct ContainerUse {
 /// layout): what a GC would find, without changing anything. Damaged
 /// containers are left out (GC leaves them alone too).
 pub fn survey(repo: &Repository) -> Result<Vec<ContainerUse>> {
+    survey_with_progress(repo, &Silent)
+}
+
+/// [`survey`], reporting progress to `progress`: mark (backups), then
+/// survey (containers).
+pub fn survey_with_progress(
+    repo: &Repository,
+    progress: &dyn Progress,
+) -> Result<Vec<ContainerUse>> {
     if repo.config().layout == crate::config::Layout::Lifecycle {
         return Err(Error::InvalidConfig(format!(
             "{}: the lifecycle layout frees space when backups are deleted and needs no GC",
             repo.backend().location()
         )));
     }
-    let Marked { live, .. } = mark(repo, false)?;
+    let Marked { live, .. } = mark(repo, false, progress)?;
     let backend = repo.backend().as_ref();
     let mut out = Vec::new();
-    for cid in repo.containers()? {
+    let containers = repo.containers()?;
+    let phase = Phase::begin(
+        progress,
+        "survey",
+        Unit::Containers,
+        Some(containers.len() as u64),
+    );
+    for cid in containers {
+        phase.add(1);
         if let Some((header, metas)) = readable_meta(backend, cid)? {
             out.push(ContainerUse {
                 id: cid,
@@ -551,6 +615,7 @@ pub fn survey(repo: &Repository) -> Result<Vec<ContainerUse>> {
             });
         }
     }
+    phase.end();
     Ok(out)
 }
 

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::backend::{Backend as _, LockMode};
 use crate::error::{Error, Result};
+use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -76,15 +77,29 @@ pub fn arrange(repo: &Repository) -> Result<ArrangeStats> {
     arrange_rounds(repo, None)
 }
 
+/// Like [`arrange`], reporting progress to `progress`: the rounds of
+/// each lineage, one phase a lineage.
+pub fn arrange_with_progress(repo: &Repository, progress: &dyn Progress) -> Result<ArrangeStats> {
+    arrange_rounds_with_progress(repo, None, progress)
+}
+
 /// Like [`arrange`], but runs at most `limit` rounds per lineage (arranging
 /// that catches up gradually).
 pub fn arrange_rounds(repo: &Repository, limit: Option<u64>) -> Result<ArrangeStats> {
+    arrange_rounds_with_progress(repo, limit, &Silent)
+}
+
+fn arrange_rounds_with_progress(
+    repo: &Repository,
+    limit: Option<u64>,
+    progress: &dyn Progress,
+) -> Result<ArrangeStats> {
     require_layout(repo)?;
     repo.require(LockMode::Exclusive, "arranging")?;
     let started = Instant::now();
     let mut total = ArrangeStats::default();
     for mut l in lineages(repo.backend().as_ref())? {
-        let s = arrange_lineage(repo, &mut l, limit)?;
+        let s = arrange_lineage(repo, &mut l, limit, progress)?;
         total.add(&s);
     }
     total.seconds = started.elapsed().as_secs_f64();
@@ -97,6 +112,7 @@ pub(crate) fn arrange_lineage(
     repo: &Repository,
     lineage: &mut Lineage,
     limit: Option<u64>,
+    progress: &dyn Progress,
 ) -> Result<ArrangeStats> {
     let started = Instant::now();
     let io_before = repo.io_stats();
@@ -107,11 +123,20 @@ pub(crate) fn arrange_lineage(
     }
     cleanup(repo, lineage, &mut stats)?;
     let live = lineage.live_versions(&live_ids(repo)?);
+    let pending = lineage.state.last() - lineage.state.arranged;
+    let phase = Phase::begin(
+        progress,
+        &format!("lineage {}", lineage.name),
+        Unit::Rounds,
+        Some(limit.map_or(pending, |n| n.min(pending))),
+    );
     while lineage.state.arranged < lineage.state.last() && limit.is_none_or(|n| stats.rounds < n) {
         let v = lineage.state.arranged + 1;
         round(repo, lineage, v, &live, &mut stats)?;
         stats.rounds += 1;
+        phase.add(1);
     }
+    phase.end();
     stats.pending_rounds = lineage.state.last() - lineage.state.arranged;
     let io = repo.io_stats().since(&io_before);
     stats.bytes_read = io.read_bytes;

@@ -323,7 +323,7 @@ pub(crate) fn backup_stream(
         // The backup is committed: a damaged object arranging must read
         // defers arranging (an interrupted round, resumed later) instead
         // of failing the backup.
-        true => match arrange_lineage(repo, &mut lineage, None) {
+        true => match arrange_lineage(repo, &mut lineage, None, &crate::progress::Silent) {
             Ok(s) => Some(s),
             Err(e) if e.is_damage() => None,
             Err(e) => return Err(e),

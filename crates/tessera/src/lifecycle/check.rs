@@ -14,6 +14,7 @@ use crate::check::{
 };
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
+use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
 use crate::snapshot::BackupId;
 use std::collections::{BTreeMap, BTreeSet};
@@ -78,6 +79,16 @@ fn check_object(
 
 /// Checks `repo` (lifecycle layout).
 pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
+    check_with_progress(repo, options, &Silent)
+}
+
+/// Checks `repo` (lifecycle layout), reporting progress to `progress`:
+/// the objects of each lineage, one phase a lineage.
+pub fn check_with_progress(
+    repo: &Repository,
+    options: CheckOptions,
+    progress: &dyn Progress,
+) -> Result<CheckReport> {
     require_layout(repo)?;
     let backend = repo.backend().as_ref();
     let mut report = CheckReport::default();
@@ -100,7 +111,16 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
         let mut bad_objects: BTreeSet<String> = BTreeSet::new();
         // Parts the state lists but that are gone are checked too: missing.
         let cats = l.all_cat_objects(backend)?;
+        let volumes = l.all_volumes(backend)?;
+        let objects = cats.len() + volumes.values().map(Vec::len).sum::<usize>();
+        let phase = Phase::begin(
+            progress,
+            &format!("lineage {}", l.name),
+            Unit::Objects,
+            Some(objects as u64),
+        );
         for &(i, j, p) in &cats {
+            phase.add(1);
             let key = cat_key(&l.name, i, j, p);
             let active = j == r && i <= r && r > 0;
             let pending = i == j && j > r && j <= last;
@@ -121,8 +141,9 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
             problem(&mut report, &key, &e, backups_of(&mut (i..=last)));
             bad_objects.insert(key);
         }
-        for (j, parts) in l.all_volumes(backend)? {
+        for (j, parts) in volumes {
             for (n, &(p, first)) in parts.iter().enumerate() {
+                phase.add(1);
                 let key = vol_key(&l.name, j, p, first);
                 if j >= r {
                     report.unreferenced_containers += 1;
@@ -142,6 +163,7 @@ pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
                 }
             }
         }
+        phase.end();
         check_ndf_tables(repo, &l, &mut report)?;
         let jkey = journal_key(&l.name);
         match backend.read(&jkey) {

@@ -32,10 +32,10 @@ mod manage;
 mod repair;
 mod restore;
 
-pub use arrange::{arrange, arrange_rounds, ArrangeStats};
+pub use arrange::{arrange, arrange_rounds, arrange_with_progress, ArrangeStats};
 pub(crate) use backup::backup_stream;
 pub use backup::{backup, BackupOutcome, LifecycleBackupOptions};
-pub use check::check;
+pub use check::{check, check_with_progress};
 pub use manage::{
     delete_backups, forget_keep_last, reclaim, space, totals, trend, DeleteStats, VersionSpace,
 };
