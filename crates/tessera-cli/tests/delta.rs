@@ -124,7 +124,16 @@ fn delta_options_are_checked_at_init() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
     let r = repo.to_str().unwrap();
-    let err = fail(["init", r, "--delta", "pfc", "--rewrite", "capping", "--index", "exact"]);
+    let err = fail([
+        "init",
+        r,
+        "--delta",
+        "pfc",
+        "--rewrite",
+        "capping",
+        "--index",
+        "exact",
+    ]);
     assert!(err.contains("ddfs, hid or ehid"), "{err}");
     let err = fail(["init", r, "--delta", "pfc", "--index", "ddfs"]);
     assert!(err.contains("rewriting policy"), "{err}");

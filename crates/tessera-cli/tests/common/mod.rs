@@ -22,7 +22,17 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<std::ffi::OsStr>,
 {
-    let mut c = Command::new(bin());
+    cmd_of(Path::new(bin()), args)
+}
+
+/// A command running `program` (a copy of the `tessera` binary) with `args`
+/// and the test environment.
+pub fn cmd_of<I, S>(program: &Path, args: I) -> Command
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let mut c = Command::new(program);
     c.args(args);
     // Repositories are encrypted by default: every command gets the test
     // password, and new keys cheap key derivation so that tests stay fast.
