@@ -8,7 +8,7 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 use tessera::backend::{Location, LockMode};
-use tessera::crypto::{self, Credentials, KdfParams, NewKey};
+use tessera::crypto::{Credentials, KdfParams, NewKey};
 use tessera::Repository;
 use zeroize::Zeroizing;
 
@@ -292,8 +292,8 @@ pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
     match command {
         KeyCommand::List { repo, json } => {
             let r = open_repo(&repo, LockMode::Read, access)?;
-            let keys = crypto::list_keys(&r)?;
-            let current = crypto::current_key(&r);
+            let keys = tessera::key::list_keys(&r)?;
+            let current = tessera::key::current_key(&r);
             if json {
                 println!(
                     "{}",
@@ -324,17 +324,17 @@ pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
         }
         KeyCommand::Add { repo, new } => {
             let r = open_repo(&repo, LockMode::Backup, access)?;
-            let id = crypto::add_key(&r, &new.key()?)?;
+            let id = tessera::key::add_key(&r, &new.key()?)?;
             println!("added key {id}");
         }
         KeyCommand::Remove { repo, id } => {
             let r = open_repo(&repo, LockMode::Backup, access)?;
-            crypto::remove_key(&r, &id)?;
+            tessera::key::remove_key(&r, &id)?;
             println!("removed key {id}");
         }
         KeyCommand::Passwd { repo, new } => {
             let r = open_repo(&repo, LockMode::Backup, access)?;
-            let id = crypto::change_password(&r, &new.key()?)?;
+            let id = tessera::key::change_password(&r, &new.key()?)?;
             println!("password changed: key {id} replaces the key used to open the repository");
         }
     }

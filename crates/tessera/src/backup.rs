@@ -687,7 +687,7 @@ fn backup_containers(
         duplicates: totals.duplicates,
         rewritten: totals.rewritten,
         containers_written: totals.containers_written,
-        dedup_ratio: ratio(logical_bytes, stored_bytes),
+        dedup_ratio: crate::units::ratio(logical_bytes, stored_bytes),
         stage_seconds: StageSeconds {
             chunk: totals.read_time.as_secs_f64(),
             fingerprint: totals.hash_time.as_secs_f64(),
@@ -747,18 +747,7 @@ const HISTORY_VERSION: u32 = 1;
 
 /// Key of the rewrite history of source lineage `source` (hex of its name).
 pub fn rewrite_history_key(source: &str) -> String {
-    format!("rewrite/s{}", source_hex(source))
-}
-
-/// A source lineage's name as lower-case hex of its UTF-8 bytes (how keys of
-/// per-source objects name it).
-pub fn source_hex(source: &str) -> String {
-    source.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Logical / stored bytes; `None` when nothing was stored.
-pub fn ratio(logical: u64, stored: u64) -> Option<f64> {
-    (stored > 0).then(|| logical as f64 / stored as f64)
+    format!("rewrite/s{}", crate::source_key::source_hex(source))
 }
 
 fn join<T>(handle: std::thread::ScopedJoinHandle<'_, Result<T>>, stage: &str) -> Result<T> {

@@ -6,7 +6,6 @@
 
 use crate::backend::Backend;
 use crate::compression::{self, Compression, EncodeCounts};
-use crate::delta::features::SUPER_FEATURES;
 use crate::envelope::{le4, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
@@ -28,6 +27,9 @@ pub const FEATURE_META_ENTRY_LEN: usize = DELTA_META_ENTRY_LEN + 8 * SUPER_FEATU
 /// Bytes of one metadata entry of a container with [`FLAG_CHUNK_CRCS`]: the
 /// feature entry, then the CRC-32C of the chunk's stored bytes.
 pub const CRC_META_ENTRY_LEN: usize = FEATURE_META_ENTRY_LEN + 4;
+/// Number of super-features per chunk (`crate::delta::features` computes
+/// them; a container with [`FLAG_FEATURES`] stores as many per entry).
+pub const SUPER_FEATURES: usize = 3;
 /// A whole chunk's super-features (`crate::delta::features`), kept in the
 /// container so that a base chunk cache need not compute them again.
 pub type SuperFeatures = [u64; SUPER_FEATURES];

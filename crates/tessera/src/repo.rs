@@ -71,8 +71,8 @@ impl RepoTotals {
                 n => (b + c.bytes_before, a + n),
             }
         });
-        let compression_ratio = crate::backup::ratio(before, after);
-        let total_ratio = crate::backup::ratio(logical_bytes, physical_bytes);
+        let compression_ratio = crate::units::ratio(before, after);
+        let total_ratio = crate::units::ratio(logical_bytes, physical_bytes);
         RepoTotals {
             backups: snapshots.len() as u64,
             logical_bytes,

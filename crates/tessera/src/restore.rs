@@ -44,9 +44,6 @@ const READ_AHEAD: usize = 4;
 const READERS: usize = 2;
 /// Bytes of chunks verified together in parallel.
 const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
-/// Recently loaded containers kept for the bases of delta-encoded chunks
-/// (PFC-delta's `referenced` base scope takes bases only from as many).
-pub const BASE_CONTAINERS: usize = 16;
 
 /// Options of one restore.
 pub struct RestoreOptions<'a> {
@@ -614,7 +611,7 @@ impl Bases<'_> {
         }
         self.recent.retain(|c| c.header.id != id);
         self.recent.push_front(ct.clone());
-        self.recent.truncate(BASE_CONTAINERS);
+        self.recent.truncate(crate::delta::BASE_CONTAINERS);
     }
 
     /// A pending delta will need container `id`, which the caller may hold

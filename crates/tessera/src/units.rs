@@ -1,4 +1,10 @@
-//! Sizes written for people: `8KiB`, `4MiB`, `16MB` or `4096`.
+//! Sizes written for people (`8KiB`, `4MiB`, `16MB` or `4096`) and ratios
+//! of sizes.
+
+/// Logical / stored bytes; `None` when nothing was stored.
+pub fn ratio(logical: u64, stored: u64) -> Option<f64> {
+    (stored > 0).then(|| logical as f64 / stored as f64)
+}
 
 /// Parses a size with an optional unit (B, KiB, MiB, GiB, KB, MB, GB; case-insensitive).
 pub fn parse_size(text: &str) -> Result<u64, String> {

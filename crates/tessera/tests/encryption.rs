@@ -11,7 +11,7 @@ use tessera::backend::{Backend, LockMode};
 use tessera::backup::{backup, BackupOptions};
 use tessera::check::{check, CheckOptions};
 use tessera::config::{Config, Encryption, IndexKind, Layout};
-use tessera::crypto::{self, Credentials, KdfParams, NewKey};
+use tessera::crypto::{Credentials, KdfParams, NewKey};
 use tessera::fingerprint::FingerprintAlgo;
 use tessera::restore::{restore, RestoreOptions};
 use tessera::rewrite::RewriteKind;
@@ -251,31 +251,31 @@ fn passwords_and_key_files() {
 
     // Add a second key; both open; list shows both, the current one marked.
     let repo = open(&path, LockMode::Backup, PASSWORD).unwrap();
-    let first = crypto::current_key(&repo).unwrap().to_string();
-    let second = crypto::add_key(&repo, &new_key("second")).unwrap();
-    assert_eq!(crypto::list_keys(&repo).unwrap().len(), 2);
+    let first = tessera::key::current_key(&repo).unwrap().to_string();
+    let second = tessera::key::add_key(&repo, &new_key("second")).unwrap();
+    assert_eq!(tessera::key::list_keys(&repo).unwrap().len(), 2);
     drop(repo);
     let repo = open(&path, LockMode::Backup, "second").unwrap();
-    assert_eq!(crypto::current_key(&repo), Some(second.as_str()));
+    assert_eq!(tessera::key::current_key(&repo), Some(second.as_str()));
 
     // Change the second key's password: the old one no longer opens.
-    let third = crypto::change_password(&repo, &new_key("third")).unwrap();
+    let third = tessera::key::change_password(&repo, &new_key("third")).unwrap();
     drop(repo);
     assert!(matches!(
         open(&path, LockMode::Read, "second"),
         Err(Error::WrongPassword(_))
     ));
     let repo = open(&path, LockMode::Backup, "third").unwrap();
-    assert_eq!(crypto::current_key(&repo), Some(third.as_str()));
+    assert_eq!(tessera::key::current_key(&repo), Some(third.as_str()));
 
     // Remove the first key; the last one cannot be removed.
-    crypto::remove_key(&repo, &first).unwrap();
+    tessera::key::remove_key(&repo, &first).unwrap();
     assert!(matches!(
-        crypto::remove_key(&repo, &third),
+        tessera::key::remove_key(&repo, &third),
         Err(Error::LastKey(_))
     ));
     assert!(matches!(
-        crypto::remove_key(&repo, "0000000000000000"),
+        tessera::key::remove_key(&repo, "0000000000000000"),
         Err(Error::NotFound(_))
     ));
     drop(repo);

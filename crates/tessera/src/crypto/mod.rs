@@ -8,12 +8,10 @@
 
 mod backend;
 pub mod keyfile;
-mod keys;
 mod object;
 
 pub use backend::Encrypting;
 pub use keyfile::{KdfParams, KeyInfo, KEYS_DIR};
-pub use keys::{add_key, change_password, current_key, list_keys, remove_key};
 pub(crate) use object::ObjectCipher;
 
 use crate::error::{Error, Result};
@@ -90,6 +88,16 @@ pub(crate) struct Unlocked {
 }
 
 impl Unlocked {
+    /// The master key.
+    pub(crate) fn master(&self) -> &MasterKey {
+        &self.master
+    }
+
+    /// The id of the key file the master key came from.
+    pub(crate) fn key_id(&self) -> &str {
+        &self.key_id
+    }
+
     /// The cipher of the repository's objects.
     pub(crate) fn cipher(&self) -> ObjectCipher {
         self.master.object_cipher()

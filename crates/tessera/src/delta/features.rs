@@ -24,8 +24,7 @@
 
 use super::gear;
 
-/// Number of super-features per chunk.
-pub const SUPER_FEATURES: usize = 3;
+pub use crate::container::SUPER_FEATURES;
 /// Features grouped into one super-feature.
 const PER_SUPER_FEATURE: usize = 4;
 /// Number of features (linear transforms).

@@ -33,6 +33,11 @@
 //! objects, and the decoded chunk is verified against its fingerprint like
 //! any stored chunk.
 
+/// Recently loaded containers a restore keeps for the bases of
+/// delta-encoded chunks: PFC-delta's `referenced` base scope takes bases only
+/// from as many, so every base is still held when its target is restored.
+pub const BASE_CONTAINERS: usize = 16;
+
 pub mod cache;
 mod compare;
 mod edelta;

@@ -39,7 +39,7 @@ const GENERATIONS: usize = 2;
 
 /// Key of the PFC state of source lineage `source` (hex of its name).
 pub fn state_key(source: &str) -> String {
-    format!("{PFC_DIR}/s{}", crate::backup::source_hex(source))
+    format!("{PFC_DIR}/s{}", crate::source_key::source_hex(source))
 }
 
 /// The container-id sets one backup left.

@@ -12,13 +12,13 @@
 use super::cache::{BaseCache, Found, MIN_DELTA_LEN};
 use super::features::{super_features, FeatureKind, SUPER_FEATURES};
 use super::pfc::PfcTracker;
+use super::BASE_CONTAINERS;
 use super::{encode, Method};
 use crate::backend::Backend;
 use crate::container::{self, BaseRef, Builder, Container, ContainerId};
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
-use crate::restore::BASE_CONTAINERS;
 use crate::rewrite::RewriteKind;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};

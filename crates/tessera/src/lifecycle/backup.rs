@@ -282,7 +282,7 @@ pub(crate) fn backup_stream(
         internal_duplicates: internal,
         duplicates: adjacent,
         containers_written: 1,
-        dedup_ratio: crate::backup::ratio(logical, unique.bytes),
+        dedup_ratio: crate::units::ratio(logical, unique.bytes),
         stage_seconds: StageSeconds {
             index: index_time.as_secs_f64(),
             store: store_time.as_secs_f64(),

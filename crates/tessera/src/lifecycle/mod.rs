@@ -62,7 +62,7 @@ pub const STATE_COPY_DIR: &str = "lifecycle/state-copy";
 
 /// The directory name of the lineage of `source`: `s` and the hex of its bytes.
 pub fn lineage_name(source: &str) -> String {
-    format!("s{}", crate::backup::source_hex(source))
+    format!("s{}", crate::source_key::source_hex(source))
 }
 
 /// Key of lineage `l`'s state.

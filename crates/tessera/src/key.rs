@@ -1,13 +1,13 @@
-//! Managing the key files of an open encrypted repository: list, add,
-//! remove, change the password (`tessera key …`).
+//! `tessera key`: managing the key files of an open encrypted repository
+//! (list, add, remove, change the password).
 
-use super::{keyfile, KeyInfo, NewKey};
 use crate::backend::{Backend, LockMode};
+use crate::crypto::{keyfile, KeyInfo, NewKey, Unlocked};
 use crate::error::{Error, Result};
 use crate::repo::Repository;
 
 /// The unlocked master key of `repo`, or an error if it is not encrypted.
-fn unlocked(repo: &Repository) -> Result<&super::Unlocked> {
+fn unlocked(repo: &Repository) -> Result<&Unlocked> {
     repo.unlocked().ok_or_else(|| {
         Error::InvalidConfig(format!(
             "{}: the repository is not encrypted: it has no keys",
@@ -24,7 +24,7 @@ pub fn list_keys(repo: &Repository) -> Result<Vec<KeyInfo>> {
 
 /// The id of the key file `repo` was opened with.
 pub fn current_key(repo: &Repository) -> Option<&str> {
-    repo.unlocked().map(|u| u.key_id.as_str())
+    repo.unlocked().map(Unlocked::key_id)
 }
 
 /// Adds a key file for `key` to `repo` (opened for a backup or more, so
@@ -34,7 +34,7 @@ pub fn add_key(repo: &Repository, key: &NewKey) -> Result<String> {
     let u = unlocked(repo)?;
     keyfile::add(
         repo.backend().as_ref(),
-        &u.master,
+        u.master(),
         key.password.as_bytes(),
         key.kdf,
     )
@@ -50,7 +50,7 @@ pub fn remove_key(repo: &Repository, id: &str) -> Result<()> {
 /// Replaces the key file `repo` was opened with by one for `key`: the new
 /// file is written before the old one is removed. Returns the new id.
 pub fn change_password(repo: &Repository, key: &NewKey) -> Result<String> {
-    let old = unlocked(repo)?.key_id.clone();
+    let old = unlocked(repo)?.key_id().to_string();
     let new = add_key(repo, key)?;
     repo.backend()
         .delete(&format!("{}/{old}", keyfile::KEYS_DIR))?;
