@@ -430,7 +430,8 @@ fn main() {
         STAGES.map(|n| format!("{n:>6}")).join(" | ")
     );
     println!("|-----------|{}", "-------:|".repeat(STAGES.len()));
-    let per_stage: [(&str, fn(&Run) -> [f64; 6]); 2] = [
+    type Stages = fn(&Run) -> [f64; 6];
+    let per_stage: [(&str, Stages); 2] = [
         ("(a) fresh", |r| r.stages_fresh),
         ("(b) dup", |r| r.stages_dup),
     ];
