@@ -189,6 +189,24 @@ struct Run {
     cpu_dup: f64,
     cpu_read: f64,
     cpu_restore: f64,
+    /// Stage seconds of (a) and (b), in [`STAGES`] order.
+    stages_fresh: [f64; 6],
+    stages_dup: [f64; 6],
+}
+
+/// The backup stages the snapshot times (docs/ARCHITECTURE.md, the pipeline).
+const STAGES: [&str; 6] = ["chunk", "fp", "index", "store", "write", "commit"];
+
+fn stage_array(s: &Snapshot) -> [f64; 6] {
+    let st = &s.stats.stage_seconds;
+    [
+        st.chunk,
+        st.fingerprint,
+        st.index,
+        st.store,
+        st.write,
+        st.commit,
+    ]
 }
 
 impl Run {
@@ -204,11 +222,12 @@ impl Run {
 }
 
 fn stages(s: &Snapshot) -> String {
-    let st = &s.stats.stage_seconds;
-    format!(
-        "chunk {:.2}s fp {:.2}s index {:.2}s store {:.2}s write {:.2}s commit {:.2}s",
-        st.chunk, st.fingerprint, st.index, st.store, st.write, st.commit
-    )
+    STAGES
+        .iter()
+        .zip(stage_array(s))
+        .map(|(name, t)| format!("{name} {t:.2}s"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
@@ -269,6 +288,8 @@ fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
         cpu_dup,
         cpu_read,
         cpu_restore,
+        stages_fresh: stage_array(&first),
+        stages_dup: stage_array(&second),
     };
     if !o.quiet {
         println!(
@@ -294,8 +315,30 @@ fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
     r
 }
 
+/// The CPU model (from /proc/cpuinfo) and the load average, for the report.
+fn machine() -> (String, String) {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, m)| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into());
+    (cpu, load)
+}
+
 fn main() {
     let o = options();
+    let (cpu, load) = machine();
+    println!(
+        "CPU: {cpu}, {} logical CPUs; load average before: {load}",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
     std::fs::create_dir_all(&o.dir).expect("creating the bench directory");
     let len = o.size_mib * 1024 * 1024;
     println!(
@@ -334,7 +377,7 @@ fn main() {
             "(a) backup, fresh data / chunk+BLAKE3",
             |r| r.fresh,
             |r| r.base_a,
-            0.7,
+            0.85,
             |r| r.cpu_fresh,
             |r| r.cpu_base,
         ),
@@ -342,7 +385,7 @@ fn main() {
             "(b) backup, all duplicate / chunk+BLAKE3",
             |r| r.dup,
             |r| r.base_b,
-            0.85,
+            0.95,
             |r| r.cpu_dup,
             |r| r.cpu_base,
         ),
@@ -350,7 +393,7 @@ fn main() {
             "(c) restore to sink / sequential fs reads",
             |r| r.restore,
             |r| r.read,
-            0.8,
+            1.0,
             |r| r.cpu_restore,
             |r| r.cpu_read,
         ),
@@ -380,4 +423,28 @@ fn main() {
     println!(
         "fastest run of a measure over the fastest run of its baseline (the least disturbed runs)."
     );
+    println!();
+    println!("Per-stage seconds of the backups (medians; fp is summed over the hashing threads, write is the busiest writer; stages overlap):");
+    println!(
+        "| backup    | {} |",
+        STAGES.map(|n| format!("{n:>6}")).join(" | ")
+    );
+    println!("|-----------|{}", "-------:|".repeat(STAGES.len()));
+    type Stages = fn(&Run) -> [f64; 6];
+    let per_stage: [(&str, Stages); 2] = [
+        ("(a) fresh", |r| r.stages_fresh),
+        ("(b) dup", |r| r.stages_dup),
+    ];
+    for (name, stages) in per_stage {
+        let cols: Vec<String> = (0..STAGES.len())
+            .map(|i| {
+                format!(
+                    "{:>6.3}",
+                    median(runs.iter().map(|r| stages(r)[i]).collect())
+                )
+            })
+            .collect();
+        println!("| {name:<9} | {} |", cols.join(" | "));
+    }
+    println!("load average after: {}", machine().1);
 }

@@ -389,8 +389,15 @@ impl AlignedBuf {
         self.buf.truncate(self.start);
     }
 
+    /// The vector holding the contents after the alignment gap, to append
+    /// to (appending within [`AlignedBuf::capacity`] keeps the alignment;
+    /// nothing but appending may change it).
+    pub(crate) fn vec_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
     /// Makes room for `capacity` bytes in all, in a new aligned allocation if needed.
-    fn reserve_total(&mut self, capacity: usize) {
+    pub(crate) fn reserve_total(&mut self, capacity: usize) {
         if self.capacity() < capacity {
             let mut bigger = AlignedBuf::with_capacity(capacity);
             bigger.extend_from_slice(self.as_slice());

@@ -42,6 +42,11 @@ const READ_AHEAD: usize = 4;
 /// Containers read concurrently (more requests in flight than one
 /// sequential reader keeps the device busier).
 const READERS: usize = 2;
+/// Containers announced to the backend ([`Backend::will_read`]) ahead of
+/// the one being dispatched, so that the device (the kernel's readahead, or
+/// an object store's prefetching, which keeps up to 8 by default) fetches
+/// them while earlier ones are read and assembled.
+const HINT_AHEAD: usize = 4;
 /// Bytes of chunks verified together in parallel.
 const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
 
@@ -490,8 +495,19 @@ fn execute(
             })
             .collect();
         drop(job_rx);
+        let hints = backend.as_ref();
         let dispatcher = s.spawn(move || {
-            for &cid in loads {
+            let mut hinted = 0;
+            for (k, &cid) in loads.iter().enumerate() {
+                let ahead = (k + 1 + HINT_AHEAD).min(loads.len());
+                if hinted < ahead {
+                    let keys: Vec<String> = loads[hinted.max(k)..ahead]
+                        .iter()
+                        .map(|&c| container::key(c))
+                        .collect();
+                    hints.will_read(&keys);
+                    hinted = ahead;
+                }
                 let (result_tx, result_rx) = bounded(1);
                 if slot_tx.send(result_rx).is_err() || job_tx.send((cid, result_tx)).is_err() {
                     break;
@@ -577,8 +593,10 @@ pub fn restore_to_path(
     })
 }
 
+/// Loads and checks container `id`, mapped rather than copied where the
+/// backend can (its pages were usually read ahead on a hint).
 fn load_container(backend: &dyn Backend, id: ContainerId) -> Result<Arc<Container>> {
-    let bytes = backend.read(&container::key(id))?;
+    let bytes = backend.read_shared(&container::key(id))?;
     Ok(Arc::new(Container::parse(id, bytes)?))
 }
 

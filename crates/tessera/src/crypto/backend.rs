@@ -5,6 +5,7 @@
 use super::object::{self, auth_failed, ObjectCipher, HEADER_LEN};
 use super::KEYS_DIR;
 use crate::backend::{Backend, LockGuard, LockMode, CONFIG_KEY};
+use crate::container::AlignedBuf;
 use crate::error::Result;
 
 /// A backend whose objects are encrypted in `inner` (docs/FORMAT.md §23.3).
@@ -18,6 +19,40 @@ impl Encrypting {
     /// Encrypts the objects of `inner` with `cipher`.
     pub(crate) fn new(inner: Box<dyn Backend>, cipher: ObjectCipher) -> Self {
         Encrypting { inner, cipher }
+    }
+}
+
+/// Sealed objects of up to this many bytes keep their buffer for the
+/// thread's next one (a container writer seals one container after another).
+const KEEP_SEAL_BUFFER: usize = 32 << 20;
+
+thread_local! {
+    /// The buffer this thread seals objects into, reused.
+    static SEAL_BUF: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::default());
+}
+
+impl Encrypting {
+    /// Seals `parts` as object `key` into this thread's buffer, aligned in
+    /// memory (so that a local backend writes it with direct I/O, without
+    /// a copy into the page cache), and hands it to `write`.
+    fn sealed(
+        &self,
+        key: &str,
+        parts: &[&[u8]],
+        write: impl FnOnce(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let plain: usize = parts.iter().map(|p| p.len()).sum();
+        let mut buf = SEAL_BUF.take();
+        buf.clear();
+        buf.reserve_total(object::sealed_len(plain as u64) as usize);
+        let written = self
+            .cipher
+            .seal_append(key, parts, buf.vec_mut())
+            .and_then(|()| write(buf.as_slice()));
+        if buf.capacity() <= KEEP_SEAL_BUFFER {
+            SEAL_BUF.set(buf);
+        }
+        written
     }
 }
 
@@ -38,7 +73,7 @@ impl Backend for Encrypting {
         let stored = self.inner.read(key)?;
         match is_plain(key) {
             true => Ok(stored),
-            false => self.cipher.open(key, &stored),
+            false => self.cipher.open_owned(key, stored),
         }
     }
 
@@ -50,18 +85,18 @@ impl Backend for Encrypting {
             return Ok(Vec::new());
         }
         let (first, start, span) = object::sealed_span(offset, len);
-        let (header, sealed) = if first == 0 {
-            let mut stored = self.inner.read_range(key, 0, start + span)?;
-            if stored.len() < HEADER_LEN {
-                return Err(auth_failed(key));
-            }
-            let sealed = stored.split_off(HEADER_LEN);
-            (stored, sealed)
+        // The sealed segments are decrypted where they were read: at
+        // `buf[body..]`, after the header when it was read with them.
+        let (header, mut buf, body) = if first == 0 {
+            let stored = self.inner.read_range(key, 0, start + span)?;
+            let header = stored.get(..HEADER_LEN).ok_or_else(|| auth_failed(key))?;
+            (header.to_vec(), stored, HEADER_LEN)
         } else {
             let header = self.inner.read_range(key, 0, HEADER_LEN as u64)?;
-            (header, self.inner.read_range(key, start, span)?)
+            (header, self.inner.read_range(key, start, span)?, 0)
         };
-        if sealed.is_empty() {
+        let sealed = buf.len() - body;
+        if sealed == 0 {
             // The range starts at or beyond the end: nothing to return
             // (a shorter read than asked is how callers see truncation).
             return Ok(Vec::new());
@@ -69,14 +104,15 @@ impl Backend for Encrypting {
         // The extra byte read past the last needed segment is there iff
         // that segment is not the object's last.
         let needed = (span - 1) as usize;
-        let to_end = sealed.len() <= needed;
-        let sealed = &sealed[..sealed.len().min(needed)];
-        let plain = self
-            .cipher
-            .open_segments(key, &header, first, sealed, to_end)?;
-        let skip = (offset - first * object::SEGMENT) as usize;
-        let end = skip.saturating_add(len as usize).min(plain.len());
-        Ok(plain.get(skip..end).unwrap_or_default().to_vec())
+        let to_end = sealed <= needed;
+        buf.truncate(body + sealed.min(needed));
+        self.cipher
+            .open_in_place(key, &header, first, &mut buf, body, to_end)?;
+        let skip = ((offset - first * object::SEGMENT) as usize).min(buf.len());
+        let end = skip.saturating_add(len as usize).min(buf.len());
+        buf.truncate(end);
+        buf.drain(..skip);
+        Ok(buf)
     }
 
     fn size(&self, key: &str) -> Result<u64> {
@@ -94,14 +130,14 @@ impl Backend for Encrypting {
     fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         match is_plain(key) {
             true => self.inner.write_parts(key, parts),
-            false => self.inner.write(key, &self.cipher.seal(key, parts)?),
+            false => self.sealed(key, parts, |sealed| self.inner.write_parts(key, &[sealed])),
         }
     }
 
     fn write_new(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         match is_plain(key) {
             true => self.inner.write_new(key, parts),
-            false => self.inner.write_new(key, &[&self.cipher.seal(key, parts)?]),
+            false => self.sealed(key, parts, |sealed| self.inner.write_new(key, &[sealed])),
         }
     }
 

@@ -44,13 +44,22 @@ impl ObjectCipher {
 
     /// The concatenation of `parts` as the encrypted object `key`.
     pub(crate) fn seal(&self, key: &str, parts: &[&[u8]]) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.seal_append(key, parts, &mut out)?;
+        Ok(out)
+    }
+
+    /// Appends the concatenation of `parts`, sealed as the encrypted object
+    /// `key` ([`sealed_len`] bytes), to `out`: each segment is copied once
+    /// and encrypted where it lands.
+    pub(crate) fn seal_append(&self, key: &str, parts: &[&[u8]], out: &mut Vec<u8>) -> Result<()> {
         let mut header = [0u8; HEADER_LEN];
         header[..4].copy_from_slice(MAGIC);
         header[4..8].copy_from_slice(&VERSION.to_le_bytes());
         crate::crypto::random_bytes(&mut header[8..8 + PREFIX_LEN])?;
         let plain_len: usize = parts.iter().map(|p| p.len()).sum();
         let segments = segment_count(plain_len as u64);
-        let mut out = Vec::with_capacity(HEADER_LEN + plain_len + TAG_LEN * segments as usize);
+        out.reserve(sealed_len(plain_len as u64) as usize);
         out.extend_from_slice(&header);
         let aad = associated_data(&header, key);
         // (part, offset in it) of the next plaintext byte; copied a slice
@@ -77,29 +86,40 @@ impl ObjectCipher {
                 .map_err(|_| Error::Pipeline(format!("{key}: encryption failed")))?;
             out.extend_from_slice(&tag);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The plaintext of the whole encrypted object `key`.
     pub(crate) fn open(&self, key: &str, object: &[u8]) -> Result<Vec<u8>> {
-        if object.len() < HEADER_LEN {
-            return Err(auth_failed(key));
-        }
-        let (header, body) = object.split_at(HEADER_LEN);
-        self.open_segments(key, header, 0, body, true)
+        self.open_owned(key, object.to_vec())
     }
 
-    /// Opens the consecutive sealed segments `sealed`, the first of which is
-    /// segment `first`, of object `key` with `header`. `to_end`: the last
-    /// of them is the object's last segment.
-    pub(crate) fn open_segments(
+    /// The plaintext of the whole encrypted object `key`, decrypted in the
+    /// buffer `object` was read into (no second buffer, no copy beyond
+    /// moving each segment over the gaps of the header and tags).
+    pub(crate) fn open_owned(&self, key: &str, mut object: Vec<u8>) -> Result<Vec<u8>> {
+        let header: [u8; HEADER_LEN] = object
+            .get(..HEADER_LEN)
+            .and_then(|h| h.try_into().ok())
+            .ok_or_else(|| auth_failed(key))?;
+        self.open_in_place(key, &header, 0, &mut object, HEADER_LEN, true)?;
+        Ok(object)
+    }
+
+    /// Opens the consecutive sealed segments at `buf[body..]`, the first of
+    /// which is segment `first`, of object `key` with `header`, leaving
+    /// their plaintext at the start of `buf` (truncated to it). `to_end`:
+    /// the last of them is the object's last segment. On failure `buf`
+    /// holds garbage.
+    pub(crate) fn open_in_place(
         &self,
         key: &str,
         header: &[u8],
         first: u64,
-        sealed: &[u8],
+        buf: &mut Vec<u8>,
+        body: usize,
         to_end: bool,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<()> {
         let header: &[u8; HEADER_LEN] = header.try_into().map_err(|_| auth_failed(key))?;
         if &header[..4] != MAGIC {
             return Err(Error::corrupt(key, "not an encrypted Tessera object"));
@@ -113,32 +133,42 @@ impl ObjectCipher {
             });
         }
         let aad = associated_data(header, key);
-        let pieces: Vec<&[u8]> = sealed.chunks(SEALED_SEGMENT as usize).collect();
-        if to_end && pieces.is_empty() {
+        let sealed = buf.len().saturating_sub(body);
+        let pieces = sealed.div_ceil(SEALED_SEGMENT as usize);
+        if to_end && pieces == 0 {
             return Err(auth_failed(key));
         }
-        let mut out = Vec::with_capacity(sealed.len());
-        for (n, piece) in pieces.iter().enumerate() {
-            if piece.len() < TAG_LEN {
-                return Err(auth_failed(key));
-            }
-            let last = to_end && n + 1 == pieces.len();
-            let (text, tag) = piece.split_at(piece.len() - TAG_LEN);
-            let start = out.len();
-            out.extend_from_slice(text);
+        // Segment n moves from `body + n * SEALED_SEGMENT` down to
+        // `n * SEGMENT`: never onto a later segment nor onto its own tag.
+        let mut plain = 0;
+        for n in 0..pieces {
+            let src = body + n * SEALED_SEGMENT as usize;
+            let end = (src + SEALED_SEGMENT as usize).min(buf.len());
+            let text = (end - src)
+                .checked_sub(TAG_LEN)
+                .ok_or_else(|| auth_failed(key))?;
+            let tag = Tag::try_from(&buf[src + text..end]).map_err(|_| auth_failed(key))?;
+            buf.copy_within(src..src + text, plain);
+            let last = to_end && n + 1 == pieces;
             let nonce = nonce(header, first + n as u64, last);
-            let tag = Tag::try_from(tag).map_err(|_| auth_failed(key))?;
             self.aead
-                .decrypt_inout_detached(&nonce, &aad, (&mut out[start..]).into(), &tag)
+                .decrypt_inout_detached(&nonce, &aad, (&mut buf[plain..plain + text]).into(), &tag)
                 .map_err(|_| auth_failed(key))?;
+            plain += text;
         }
-        Ok(out)
+        buf.truncate(plain);
+        Ok(())
     }
 }
 
 /// Number of segments of a plaintext of `len` bytes (an empty one has one).
 fn segment_count(len: u64) -> u64 {
     len.div_ceil(SEGMENT).max(1)
+}
+
+/// Size of the encrypted object of a plaintext of `plain` bytes.
+pub(crate) fn sealed_len(plain: u64) -> u64 {
+    HEADER_LEN as u64 + plain + segment_count(plain) * TAG_LEN as u64
 }
 
 /// Size of the plaintext of an encrypted object of `stored` bytes; `None`
