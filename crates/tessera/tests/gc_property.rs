@@ -144,6 +144,7 @@ proptest! {
                         defrag,
                         segment,
                         split_threshold: 2048,
+                fill: true,
                     };
                     let stats = gc(&repo, options).unwrap();
                     prop_assert!(stats.containers_reclaimed <= stats.containers_total);
@@ -231,6 +232,7 @@ proptest! {
                 defrag,
                 segment,
                 split_threshold: 2048,
+                fill: true,
             };
             gc(&repo, options).unwrap();
             verify(&repo, &live);
@@ -242,4 +244,35 @@ proptest! {
             prop_assert!(under <= 1, "{under} containers below half the container size");
         }
     }
+}
+
+/// GCCDF after every backup of small edits: each backup's partial container
+/// is merged by the next GC (`containers_refilled`), and at most one
+/// container stays below half the container size.
+#[test]
+fn gccdf_fill_merges_the_partial_containers_of_backups() {
+    let config = small_config(RewriteKind::None, DeltaKind::None);
+    let half = u64::from(config.container_size) / 2;
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Repository::init(&dir.path().join("r"), config).unwrap();
+    let mut current = Rng(11).bytes(120_000);
+    let mut live: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
+    let mut refilled = 0;
+    for v in 0..8u64 {
+        current = edit(&current, 3, 3000, v);
+        let snap = backup(&repo, &mut &current[..], "mem", &BackupOptions::default()).unwrap();
+        live.insert(snap.id, current.clone());
+        for id in forget_keep_last(&repo, 3, false).unwrap() {
+            live.remove(&id);
+        }
+        let options = GcOptions {
+            defrag: Defrag::Gccdf,
+            ..GcOptions::default()
+        };
+        refilled += gc(&repo, options).unwrap().containers_refilled;
+        verify(&repo, &live);
+        let survey = tessera::gc::survey(&repo).unwrap();
+        assert!(survey.iter().filter(|c| c.size < half).count() <= 1);
+    }
+    assert!(refilled > 0, "no partial container was merged");
 }

@@ -88,6 +88,9 @@ pub struct GcOptions {
     pub segment: usize,
     /// GCCDF: a cluster smaller than this many bytes is not split further.
     pub split_threshold: u64,
+    /// GCCDF and random: also copy forward wholly live containers stored
+    /// below half the container size, to fill containers ([`Fill`]).
+    pub fill: bool,
 }
 
 impl GcOptions {
@@ -120,6 +123,7 @@ impl Default for GcOptions {
             defrag: Defrag::None,
             segment: 100,
             split_threshold: 64 * 1024,
+            fill: true,
         }
     }
 }
@@ -705,7 +709,9 @@ struct Fill {
 impl Fill {
     fn new(options: &GcOptions, container_size: u64) -> Fill {
         Fill {
-            enabled: options.defrag != Defrag::None && options.threshold_pct < 100.0,
+            enabled: options.fill
+                && options.defrag != Defrag::None
+                && options.threshold_pct < 100.0,
             below: container_size / 2,
             candidates: Vec::new(),
         }
