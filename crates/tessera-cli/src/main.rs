@@ -498,6 +498,10 @@ enum Command {
         /// GCCDF: clusters smaller than this are not split further.
         #[arg(long, default_value = "64KiB", value_parser = parse_size)]
         split_threshold: u64,
+        /// GCCDF and random: do not copy forward wholly live containers
+        /// below half the container size (no container fill).
+        #[arg(long)]
+        no_fill: bool,
         /// Print the metrics as JSON.
         #[arg(long)]
         json: bool,
@@ -1311,6 +1315,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             defrag,
             segment,
             split_threshold,
+            no_fill,
             json,
         } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
@@ -1319,6 +1324,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 defrag,
                 segment,
                 split_threshold,
+                fill: !no_fill,
             };
             print_gc(&gc_with_progress(&r, options, &Phases::default())?, json)?;
         }

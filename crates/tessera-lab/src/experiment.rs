@@ -341,6 +341,9 @@ pub struct SystemSpec {
     /// GCCDF: clusters smaller than this are not split further (e.g. "64KiB").
     #[serde(default = "default_split")]
     pub gc_split_threshold: String,
+    /// GCCDF and random: container fill (as `gc` without `--no-fill`).
+    #[serde(default = "default_fill")]
+    pub gc_fill: bool,
     /// Restore cache policy: lru, opt or faa.
     #[serde(default = "default_cache_policy")]
     pub cache: String,
@@ -388,6 +391,10 @@ fn default_layout() -> String {
 
 fn default_split() -> String {
     "64KiB".into()
+}
+
+fn default_fill() -> bool {
+    true
 }
 
 fn default_index() -> String {
@@ -553,6 +560,7 @@ impl SystemSpec {
             segment: self.gc_segment,
             split_threshold: parse_size(&self.gc_split_threshold)
                 .map_err(|e| format!("gc_split_threshold: {e}"))?,
+            fill: self.gc_fill,
         })
     }
 }

@@ -224,6 +224,8 @@ pub fn prune_with_progress(
             GcOptions {
                 threshold_pct: plan.threshold_pct,
                 defrag: options.defrag,
+                // Container fill copies more than the plan: not under a repack bound.
+                fill: options.max_repack.is_none(),
                 ..GcOptions::default()
             },
             progress,

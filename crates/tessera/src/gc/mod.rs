@@ -88,6 +88,9 @@ pub struct GcOptions {
     pub segment: usize,
     /// GCCDF: a cluster smaller than this many bytes is not split further.
     pub split_threshold: u64,
+    /// GCCDF and random: also copy forward wholly live containers stored
+    /// below half the container size, to fill containers ([`Fill`]).
+    pub fill: bool,
 }
 
 impl GcOptions {
@@ -120,6 +123,7 @@ impl Default for GcOptions {
             defrag: Defrag::None,
             segment: 100,
             split_threshold: 64 * 1024,
+            fill: true,
         }
     }
 }
@@ -173,6 +177,10 @@ pub struct GcStats {
     pub uncommitted_recipes_removed: u64,
     /// Temporary files of interrupted writes removed (only with the exclusive lock).
     pub temporaries_removed: u64,
+    /// Wholly live containers filled below half the container size that
+    /// were copied forward to fill containers (GCCDF and its random
+    /// ablation; see [`Fill`]).
+    pub containers_refilled: u64,
     /// Segments the selected containers were processed in.
     pub segments: u64,
     /// GCCDF: clusters (binary tree leaves), summed over segments.
@@ -270,14 +278,19 @@ pub fn gc_with_progress(
             Unit::Containers,
             Some(containers.len() as u64),
         );
+        let mut fill = Fill::new(&options, u64::from(repo.config().container_size));
         for &cid in &containers {
             phase.add(1);
             // A damaged container is left alone: check reports it, GC must not hide it.
             if let Some((header, metas)) = readable_meta(backend, cid)? {
-                selected.extend(choose(&header, &metas, &live, keep_fraction));
+                match choose(&header, &metas, &live, keep_fraction) {
+                    Some(s) => selected.push(s),
+                    None => fill.offer(&header),
+                }
             }
         }
         phase.end();
+        stats.containers_refilled = fill.add_to(&mut selected);
         (selected, LiveSet::default())
     } else {
         select_pinning_bases(backend, &containers, &mut live, keep_fraction)?
@@ -672,6 +685,62 @@ fn choose(
         Some(selected(true))
     } else {
         None
+    }
+}
+
+/// Container fill for the reordering copy-forwards (GCCDF and its random
+/// ablation). Each backup ends with a partly filled container, and so does
+/// each GC round; naive GC copies those forward again when one of their
+/// chunks dies, but GCCDF's ownership clusters die whole or stay wholly
+/// live, so they would never be selected and restores would read ever more,
+/// smaller containers. A wholly live container whose stored size is below
+/// half the container size is therefore copied forward too (merged into
+/// the containers GC writes) when that lowers the number of partly filled
+/// containers: when there are at least two of them, or when GC copies
+/// other chunks forward anyway. Not with threshold 100% (GC that never
+/// copies forward) nor in delta-compressing repositories (bases are pinned).
+struct Fill {
+    enabled: bool,
+    /// Containers stored below this many bytes are under-filled.
+    below: u64,
+    candidates: Vec<Selected>,
+}
+
+impl Fill {
+    fn new(options: &GcOptions, container_size: u64) -> Fill {
+        Fill {
+            enabled: options.fill
+                && options.defrag != Defrag::None
+                && options.threshold_pct < 100.0,
+            below: container_size / 2,
+            candidates: Vec::new(),
+        }
+    }
+
+    /// Notes a container GC did not select.
+    fn offer(&mut self, header: &container::Header) {
+        let size = header.total_len() as u64;
+        if self.enabled && size < self.below {
+            self.candidates.push(Selected {
+                id: header.id,
+                size,
+                has_live: true,
+            });
+        }
+    }
+
+    /// Adds the under-filled containers to `selected` (kept in container
+    /// order) when merging them saves containers; returns how many.
+    fn add_to(self, selected: &mut Vec<Selected>) -> u64 {
+        let copying = selected.iter().any(|s| s.has_live);
+        let n = self.candidates.len();
+        if n >= 2 || (n == 1 && copying) {
+            selected.extend(self.candidates);
+            selected.sort_unstable_by_key(|s| s.id);
+            n as u64
+        } else {
+            0
+        }
     }
 }
 

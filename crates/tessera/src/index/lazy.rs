@@ -36,6 +36,22 @@
 //! cycle; at most 10 postlookups per fingerprint, after which it leaves its
 //! cycle and is found without prefetching).
 //!
+//! **Adaptive** (what `Mode::Lazy` does): the paper's method only pays
+//! when one bucket read decides several fingerprints, each of which eager
+//! would have looked up on disk; on streams whose locality lets one
+//! prefetch serve a whole run, buffering only delays the prefetch, and
+//! forced flushes of one fingerprint are reads eager never makes. So the
+//! index looks each prelookup miss up at once, exactly as eager does (its
+//! cache then holds what eager's would), and records the miss's hash slot
+//! ([`Shadow`]). It starts buffering when a miss falls in the slot of an
+//! earlier recorded miss that a buffer of its budget would still hold (new
+//! chunks and misses since then within the buffer's bytes): a buffer would
+//! have searched the two with one read where eager made two. It stops
+//! buffering (back to immediate lookups; what is buffered stays until its
+//! bucket is searched) after a search that decided at most one fingerprint
+//! the cache did not: that read saved nothing over eager's. The cache uses
+//! the whole budget less the chunk bytes the buffer holds at the moment.
+//!
 //! Decisions arrive out of stream order; the pipeline restores the order,
 //! holding every chunk decided after the oldest undecided one (duplicates
 //! without their bytes, unless a rewriting policy may store them). The
@@ -220,9 +236,10 @@ impl LazyParams {
         (budget / per_bucket.max(1)).max(1) as usize
     }
 
+    /// Fingerprints the cache holds at most: the whole budget (lazy gives
+    /// back what the buffer holds, see [`Lazy::trim_cache`]).
     fn cache_entries(&self) -> usize {
-        let bytes = self.memory_bytes - self.buffer_bytes();
-        (bytes / CACHE_ENTRY_BYTES).max(1) as usize
+        (self.memory_bytes / CACHE_ENTRY_BYTES).max(1) as usize
     }
 
     fn new_bloom(&self, entries: u64) -> BloomFilter {
@@ -333,6 +350,11 @@ pub struct Lazy {
     uniques: u32,
     rank: u32,
     cycle: u64,
+    /// Adaptive lazy: whether prelookup misses are buffered now (else
+    /// looked up at once, as eager does).
+    buffering: bool,
+    /// Adaptive lazy: the misses looked up at once, to tell when buffering pays.
+    shadow: Shadow,
     /// The index must be rebuilt from the containers at commit (GC moved
     /// chunks, or an index object was found damaged).
     stale: bool,
@@ -452,6 +474,8 @@ impl Lazy {
             uniques: 0,
             rank: 0,
             cycle: 0,
+            buffering: false,
+            shadow: Shadow::new(params.slots()),
             stale: false,
             params,
         }
@@ -538,6 +562,7 @@ impl Lazy {
         }
         if !self.bloom.contains_hash(bloom_hash(&fp)) {
             self.stats.bloom_negatives += 1;
+            self.shadow.held += u64::from(chunk.len);
             self.count_unique();
             self.emit(vec![chunk], Decision::Unique, decided)?;
             return Ok(());
@@ -554,6 +579,20 @@ impl Lazy {
         }
         match self.params.mode {
             Mode::Eager => {
+                let d = self.lookup_one(&fp)?;
+                self.emit(vec![chunk], d, decided)?;
+            }
+            Mode::Lazy if !self.buffering => {
+                // Adaptive: eager until a buffer would have searched this
+                // miss together with an earlier one.
+                self.shadow.held += u64::from(chunk.len);
+                let slot = self.buffer_bucket(&fp);
+                if self.shadow.shares(slot, self.params.buffer_bytes()) {
+                    self.buffering = true;
+                    self.rank = 0;
+                    self.cycle += 1;
+                }
+                self.stats.immediate_lookups += 1;
                 let d = self.lookup_one(&fp)?;
                 self.emit(vec![chunk], d, decided)?;
             }
@@ -596,7 +635,20 @@ impl Lazy {
             self.stats.forced_flushes += 1;
             self.flush(bucket, decided)?;
         }
+        self.trim_cache();
         Ok(())
+    }
+
+    /// Lazy: shrinks the cache so that it and the chunk bytes held back
+    /// stay within the memory budget together.
+    fn trim_cache(&mut self) {
+        if self.params.mode == Mode::Lazy {
+            let held = self.buffered_bytes + self.waiting_bytes;
+            let room = self.params.memory_bytes.saturating_sub(held) / CACHE_ENTRY_BYTES;
+            while self.cache.len() as u64 > room.max(1) {
+                self.cache.pop_lru();
+            }
+        }
     }
 
     fn seq_of(&self, fp: &Fingerprint) -> u64 {
@@ -749,11 +801,14 @@ impl Lazy {
             found.extend(entries.into_iter().filter(|e| wanted.contains(&e.0)));
         }
         fps.sort_by_key(|fp| self.seq_of(fp));
+        // Fingerprints this search decided that the cache did not.
+        let mut searched = 0u32;
         for fp in fps {
             let Some(b) = self.take_buffered(&fp) else {
                 continue; // decided by a postlookup of this flush
             };
             let Some(&pos) = found.get(&fp) else {
+                searched += 1;
                 self.stats.bloom_false_positives += 1;
                 self.emit(b.chunks, Decision::Unique, decided)?;
                 continue;
@@ -766,6 +821,7 @@ impl Lazy {
                 self.emit(b.chunks, Decision::Duplicate(c), decided)?;
                 continue;
             }
+            searched += 1;
             let rank = b.cycle.map(|_| b.rank);
             let decision = match self.fetch(pos, rank, &fp)? {
                 Some(c) => Decision::Duplicate(c),
@@ -775,6 +831,10 @@ impl Lazy {
             if let Some(cycle) = b.cycle {
                 self.postlookup(cycle, decided)?;
             }
+        }
+        if searched <= 1 {
+            // The read served one fingerprint, as eager's would: stop buffering.
+            self.buffering = false;
         }
         Ok(())
     }
@@ -974,6 +1034,50 @@ impl Lazy {
         self.stats.bloom_bytes = bloom;
         self.stats.entries = self.manifest.table.entries + self.placed_new;
         self.stats.table_bytes = self.manifest.table.total_bytes();
+    }
+}
+
+/// The adaptive lazy index's record of the prelookup misses it looked up at
+/// once: the buffer bucket (hash slot) of each, with the bytes a buffer
+/// would have held when it came (`held`: the new chunks and misses of the
+/// backup so far). A miss whose slot an earlier recorded miss shares, within
+/// the buffer's budget of held bytes, is one a buffer would have searched
+/// together with that one: one on-disk read where eager made two.
+struct Shadow {
+    held: u64,
+    recent: VecDeque<(u64, usize)>,
+    per_slot: Vec<u32>,
+}
+
+impl Shadow {
+    fn new(slots: usize) -> Shadow {
+        Shadow {
+            held: 0,
+            recent: VecDeque::new(),
+            per_slot: vec![0; slots],
+        }
+    }
+
+    /// Records a miss of slot `slot`; returns whether a buffer of `budget`
+    /// bytes would have searched it together with a recorded one (and then
+    /// forgets them all: the index buffers from now on).
+    fn shares(&mut self, slot: usize, budget: u64) -> bool {
+        while let Some(&(at, s)) = self.recent.front() {
+            if self.held - at <= budget {
+                break;
+            }
+            self.recent.pop_front();
+            self.per_slot[s] -= 1;
+        }
+        if self.per_slot[slot] > 0 {
+            for (_, s) in self.recent.drain(..) {
+                self.per_slot[s] -= 1;
+            }
+            return true;
+        }
+        self.recent.push_back((self.held, slot));
+        self.per_slot[slot] += 1;
+        false
     }
 }
 

@@ -229,6 +229,78 @@ fn lazy_needs_fewer_disk_reads_than_eager() {
     assert!(lazy_small.disk_lookups < eager_small.disk_lookups);
 }
 
+/// Versions of a 6000-chunk stream that keep its order, as releases of a
+/// source tree do: each changes about one chunk in 50 in place and appends
+/// a few new ones.
+fn local_versions(n: usize) -> Vec<Vec<u32>> {
+    let mut v: Vec<u32> = (0..6000).collect();
+    let mut next = 10_000;
+    let mut out = Vec::new();
+    for k in 0..n {
+        for (i, c) in v.iter_mut().enumerate() {
+            if (i * 7 + k * 13) % 50 == 0 {
+                *c = next;
+                next += 1;
+            }
+        }
+        v.extend(next..next + 20);
+        next += 20;
+        out.push(v.clone());
+    }
+    out
+}
+
+/// On-disk lookups of `mode` summed over backups of `streams`.
+fn total_disk_lookups(mode: Mode, p: LazyParams, streams: &[Vec<u32>]) -> u64 {
+    let mut sim = Sim::new(mem(), 64, CHUNK_LEN);
+    let p = LazyParams { mode, ..p };
+    let mut total = 0;
+    for stream in streams {
+        let ids = sim.ids();
+        let mut index = Lazy::open(sim.backend.clone(), &ids, p).unwrap();
+        sim.backup_deferred(&mut index, stream, 512);
+        total += index.stats().disk_lookups;
+    }
+    total
+}
+
+/// The adaptive lazy index makes no more on-disk lookups than eager where
+/// the cache already serves the stream (a small and a large budget), and at
+/// most half as many where the index is forced to disk.
+#[test]
+fn adaptive_lazy_reads_no_more_than_eager() {
+    let local = local_versions(6);
+    for memory in [48 << 10, 1 << 20] {
+        let p = LazyParams {
+            memory_bytes: memory,
+            bft: 8,
+            prefetch: 64,
+            part_buckets: 4096,
+            ..params(Mode::Lazy)
+        };
+        let eager = total_disk_lookups(Mode::Eager, p, &local);
+        let lazy = total_disk_lookups(Mode::Lazy, p, &local);
+        eprintln!("locality-rich, {memory} bytes: eager {eager}, lazy {lazy}");
+        assert!(eager > 0);
+        assert!(lazy <= eager, "{memory} bytes: lazy {lazy} > eager {eager}");
+    }
+    let p = LazyParams {
+        memory_bytes: 200 << 10,
+        bft: 8,
+        prefetch: 64,
+        part_buckets: 4096,
+        ..params(Mode::Lazy)
+    };
+    let forced = versions(4);
+    let eager = total_disk_lookups(Mode::Eager, p, &forced);
+    let lazy = total_disk_lookups(Mode::Lazy, p, &forced);
+    eprintln!("forced to disk: eager {eager}, lazy {lazy}");
+    assert!(
+        2 * lazy <= eager,
+        "forced to disk: lazy {lazy}, eager {eager}"
+    );
+}
+
 #[test]
 fn buffer_stays_within_its_budget() {
     let backend = mem();

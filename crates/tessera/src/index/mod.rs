@@ -125,6 +125,9 @@ pub struct IndexStats {
     pub prelookup_hits: u64,
     /// Buffered fingerprints found in the cache after a prefetch (lazy).
     pub postlookup_hits: u64,
+    /// Prelookup misses the adaptive lazy index looked up at once, as eager
+    /// does, instead of buffering them (lazy).
+    pub immediate_lookups: u64,
     /// Buffer buckets searched before they were full, to bound the bytes
     /// held back behind the oldest undecided chunk (lazy).
     pub forced_flushes: u64,
