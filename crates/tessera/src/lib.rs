@@ -42,6 +42,7 @@ pub mod retention;
 pub mod rewrite;
 pub mod salvage;
 pub mod snapshot;
+pub(crate) mod sorted_pairs;
 pub(crate) mod spill;
 pub mod tags;
 pub mod tree;
