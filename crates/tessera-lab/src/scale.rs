@@ -38,9 +38,9 @@ impl VersionRun {
         self.seconds / gib(self.logical).max(1e-9)
     }
 
-    /// On-disk lookups (bucket reads) per GiB of the version.
-    pub fn disk_lookups_per_gib(&self) -> f64 {
-        self.index.disk_lookups as f64 / gib(self.logical).max(1e-9)
+    /// `count` (of some event of this backup) per GiB of the version.
+    pub fn per_gib(&self, count: u64) -> f64 {
+        count as f64 / gib(self.logical).max(1e-9)
     }
 }
 

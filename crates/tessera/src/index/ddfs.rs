@@ -22,6 +22,14 @@
 //! chunk that another surviving container still holds, the exact index
 //! forgets that copy, while this one can still find it through the cache.
 //!
+//! Memory is bounded by configuration at any size: the runs' Bloom
+//! filters stay within `bloom_budget` (each new run's filter is sized for
+//! its share of a quarter of it; filters that do not fit, the oldest and
+//! largest run's first, are not held, and a lookup reads the bucket of
+//! every run without a filter: the same decisions, more disk lookups), the
+//! cache within `cache_bytes`, this backup's new fingerprints within
+//! [`PENDING_BUDGET`] (then spilled).
+//!
 //! Persistence (docs/FORMAT.md §10.2), all under `index/ddfs/`:
 //! - `t{gen}.{part}`: the parts of the table *run* of generation `gen`
 //!   ([`super::table`]); the table is a log-structured set of runs
