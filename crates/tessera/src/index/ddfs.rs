@@ -28,7 +28,7 @@
 //! largest run's first, are not held, and a lookup reads the bucket of
 //! every run without a filter: the same decisions, more disk lookups), the
 //! cache within `cache_bytes`, this backup's new fingerprints within
-//! [`PENDING_BUDGET`] (then spilled).
+//! `PENDING_BUDGET` (then spilled).
 //!
 //! Persistence (docs/FORMAT.md §10.2), all under `index/ddfs/`:
 //! - `t{gen}.{part}`: the parts of the table *run* of generation `gen`
