@@ -774,7 +774,9 @@ struct InitArgs {
     /// and buffer together).
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     index_memory: u64,
-    /// Eager, lazy: size of the Bloom filter (default: sized for --bloom-fpr).
+    /// Eager, lazy: size of the Bloom filter (default: sized for
+    /// --bloom-fpr). DDFS, HID/EHID: memory budget of the Bloom filters
+    /// (default 256MiB; runs whose filter does not fit are looked up on disk).
     #[arg(long, value_parser = parse_bloom_size)]
     bloom_size: Option<u64>,
     /// Lazy: buffer fingerprint threshold (fingerprints a buffer bucket

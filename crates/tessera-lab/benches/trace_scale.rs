@@ -25,12 +25,11 @@
 
 use std::error::Error;
 use std::time::Instant;
-use tessera::backup::{run, BackupOptions, Source};
+use tessera::check::{check, CheckOptions};
 use tessera::config::{Config, IndexKind};
-use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
 use tessera::gc::{gc, GcOptions};
-use tessera::Repository;
-use tessera_lab::gen::{Dataset, GenOptions, TraceEvent};
+use tessera_lab::gen::GenOptions;
+use tessera_lab::scale::{gib, peak_rss, replay, reset_peak_rss, VersionRun};
 
 /// Parses sizes with the engine's units plus TB / TiB.
 fn parse_total(text: &str) -> Result<u64, String> {
@@ -46,99 +45,31 @@ fn parse_total(text: &str) -> Result<u64, String> {
     tessera::units::parse_size(&t)
 }
 
-/// Peak resident set size (VmHWM) of this process, in bytes.
-fn peak_rss() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
-
-/// Resets the peak resident set size (VmHWM) to the current one.
-fn reset_peak_rss() {
-    let _ = std::fs::write("/proc/self/clear_refs", "5");
-}
-
 fn mib(bytes: u64) -> f64 {
     bytes as f64 / f64::from(1u32 << 20)
 }
 
-fn gib(bytes: u64) -> f64 {
-    bytes as f64 / f64::from(1u32 << 30)
-}
-
-/// What one version's backup measured.
-struct VersionRun {
-    logical: u64,
-    stored: u64,
-    index_memory: u64,
-    peak_rss: u64,
-    disk_lookups: u64,
-    seconds: f64,
-}
-
-/// Replays the whole generated trace into a new trace repository with
-/// `index` under `parent`; returns each version's measures and the
-/// repository (its directory).
-fn replay(
-    gen: &GenOptions,
-    index: IndexKind,
-    parent: &std::path::Path,
-    print: bool,
-) -> Result<(Vec<VersionRun>, Repository, tempfile::TempDir), Box<dyn Error>> {
-    let dir = tempfile::Builder::new()
-        .prefix("tessera-trace-scale-")
-        .tempdir_in(parent)?;
+/// A repository configuration with `index` (defaults otherwise).
+fn config_with(index: IndexKind) -> Config {
     let mut config = Config::new("trace-scale".into());
-    config.trace = true;
     config.index = index;
-    config.fingerprint = FingerprintAlgo::Sha1;
-    let repo = Repository::init(&dir.path().join("repo"), config)?;
-    let mut ds = Dataset::new(gen)?;
-    let mut runs = Vec::new();
-    while let Some((info, lineage)) = ds.next_version() {
-        let mut events = lineage.chunks()?;
-        let mut trace = std::iter::from_fn(|| loop {
-            match events.next()? {
-                TraceEvent::Chunk(c) => return Some(Ok((Fingerprint(c.fp), c.size))),
-                TraceEvent::FileStart(_) | TraceEvent::FileEnd => {}
-            }
-        });
-        let options = BackupOptions {
-            label: info.file_name.clone(),
-            source: info.source.clone(),
-            progress: None,
-            ..Default::default()
-        };
-        reset_peak_rss();
-        let t = Instant::now();
-        let outcome = run(&repo, Source::Trace(&mut trace), &options)?;
-        let seconds = t.elapsed().as_secs_f64();
-        let s = outcome.snapshot.stats;
-        let r = VersionRun {
-            logical: s.logical_bytes,
-            stored: s.stored_bytes,
-            index_memory: s.index.memory_bytes,
-            peak_rss: peak_rss().unwrap_or(0),
-            disk_lookups: s.index.disk_lookups,
-            seconds,
-        };
-        if print {
-            println!(
-                "  v{:>4}: {:>7.2} GiB, stored {:>8.4} GiB, {:>6.2} s, index {:>7.1} MiB, peak RSS {:>7.1} MiB, {} disk lookups, index commit wrote {:.2} MiB",
-                info.index,
-                gib(r.logical),
-                gib(r.stored),
-                seconds,
-                mib(r.index_memory),
-                mib(r.peak_rss),
-                r.disk_lookups,
-                mib(s.index.commit_write_bytes),
-            );
-        }
-        runs.push(r);
-    }
-    Ok((runs, repo, dir))
+    config
+}
+
+/// Prints one version's line.
+fn print_version(r: &VersionRun) {
+    println!(
+        "  v{:>4}: {:>7.2} GiB, stored {:>8.4} GiB, {:>6.2} s, index {:>7.1} MiB (Bloom {:.1}), peak RSS {:>7.1} MiB, {} disk lookups, index commit wrote {:.2} MiB",
+        r.version,
+        gib(r.logical),
+        gib(r.stored),
+        r.seconds,
+        mib(r.index.memory_bytes),
+        mib(r.index.bloom_bytes),
+        mib(r.peak_rss),
+        r.index.disk_lookups,
+        mib(r.index.commit_write_bytes),
+    );
 }
 
 fn main() -> Result<(), Box<dyn Error>> {
@@ -167,8 +98,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         (gen.size * u64::from(versions)) as f64 / 1e9,
         gen.change_rate,
     );
+    let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average at start: {}", load().trim());
     let started = Instant::now();
-    let (runs, repo, dir) = replay(&gen, index, &parent, true)?;
+    let dir = tempfile::Builder::new()
+        .prefix("tessera-trace-scale-")
+        .tempdir_in(&parent)?;
+    let (runs, repo) = replay(
+        &gen,
+        config_with(index),
+        &dir.path().join("repo"),
+        print_version,
+    )?;
     let secs = started.elapsed().as_secs_f64();
 
     // GC after deleting the oldest half of the backups.
@@ -179,6 +120,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     reset_peak_rss();
     let g = gc(&repo, GcOptions::default())?;
     let gc_rss = peak_rss().unwrap_or(0);
+    // Then a check of what is left (metadata: trace containers hold no data).
+    reset_peak_rss();
+    let t = Instant::now();
+    let c = check(&repo, CheckOptions::default())?;
+    let check_secs = t.elapsed().as_secs_f64();
+    let check_rss = peak_rss().unwrap_or(0);
     drop(repo);
     let kept = env("TESSERA_SCALE_KEEP").is_some_and(|v| v == "1");
     if kept {
@@ -189,19 +136,28 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     let exact = if reference {
         println!("reference pass: the same trace through the exact index");
-        let (exact, _repo, _dir) = replay(&gen, IndexKind::Exact, &parent, false)?;
+        let dir = tempfile::Builder::new()
+            .prefix("tessera-trace-scale-")
+            .tempdir_in(&parent)?;
+        let (exact, _repo) = replay(
+            &gen,
+            config_with(IndexKind::Exact),
+            &dir.path().join("repo"),
+            |_| {},
+        )?;
         Some(exact)
     } else {
         None
     };
 
+    println!("load average at end: {}", load().trim());
     println!("---");
     println!(
         "| version | GiB | index MiB | peak RSS MiB | disk lookups | dedup | vs exact | s/GiB | vs v1 |"
     );
     println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let (mut logical, mut stored, mut exact_stored) = (0u64, 0u64, 0u64);
-    let per_gib = |r: &VersionRun| r.seconds / gib(r.logical).max(1e-9);
+    let per_gib = VersionRun::seconds_per_gib;
     let first = runs.first().map(per_gib).unwrap_or(0.0);
     let (mut worst_rss, mut worst_vs_exact, mut worst_slowdown) = (0u64, f64::MAX, 0f64);
     for (v, r) in runs.iter().enumerate() {
@@ -220,9 +176,9 @@ fn main() -> Result<(), Box<dyn Error>> {
             "| {} | {:.2} | {:.1} | {:.1} | {} | {:.2} | {} | {:.3} | {:.2} |",
             v + 1,
             gib(r.logical),
-            mib(r.index_memory),
+            mib(r.index.memory_bytes),
             mib(r.peak_rss),
-            r.disk_lookups,
+            r.index.disk_lookups,
             dedup,
             vs_exact.map_or("-".into(), |x| format!("{x:.4}")),
             per_gib(r),
@@ -244,7 +200,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         worst_slowdown,
     );
     println!(
-        "gc after deleting the oldest {} of {} backups: peak RSS {:.1} MiB, {:.3} GiB moved ({} chunks), {} containers reclaimed, {:.1} s",
+        "gc after deleting the oldest {} of {} backups: peak RSS {:.1} MiB, {:.3} GiB moved ({} chunks), {} containers reclaimed, {:.1} s ({:.2} s per GiB of repository before, {:.2} GiB stored)",
         backups.len() / 2,
         backups.len(),
         mib(gc_rss),
@@ -252,6 +208,18 @@ fn main() -> Result<(), Box<dyn Error>> {
         g.chunks_moved,
         g.containers_reclaimed,
         g.seconds,
+        g.seconds / gib(stored).max(1e-9),
+        gib(stored),
+    );
+    println!(
+        "check after gc: peak RSS {:.1} MiB, {} containers, {} stored chunks, {} references, {} problems, {:.1} s ({:.2} s per GiB of repository before gc)",
+        mib(check_rss),
+        c.containers,
+        c.stored_chunks,
+        c.references,
+        c.problems.len(),
+        check_secs,
+        check_secs / gib(stored).max(1e-9),
     );
     Ok(())
 }

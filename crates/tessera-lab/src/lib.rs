@@ -6,4 +6,5 @@ pub mod chunks;
 pub mod experiment;
 pub mod gen;
 pub mod report;
+pub mod scale;
 pub mod trace;

@@ -89,6 +89,9 @@ impl std::str::FromStr for IndexKind {
 pub const DEFAULT_BLOOM_FPR: f64 = 0.01;
 /// Default memory budget of the DDFS container-metadata cache: 64 MiB.
 pub const DEFAULT_INDEX_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// Default memory budget of the DDFS Bloom filters (`bloom_bytes` 0): 256 MiB,
+/// enough for ~170 million chunks (~1.4 TB stored at 8 KiB) at the target rate.
+pub const DEFAULT_DDFS_BLOOM_BUDGET: u64 = 256 * 1024 * 1024;
 /// Default bucket size of on-disk fingerprint tables: 4 KiB.
 pub const DEFAULT_INDEX_BUCKET_BYTES: u32 = 4096;
 
@@ -255,7 +258,9 @@ pub struct Config {
     /// Bucket size in bytes of the on-disk fingerprint table (DDFS).
     #[serde(default = "default_index_bucket_bytes")]
     pub index_bucket_bytes: u32,
-    /// Bytes of the Bloom filter (eager/lazy); 0 sizes it for `bloom_fpr`.
+    /// Bytes of the Bloom filter (eager/lazy; 0 sizes it for `bloom_fpr`),
+    /// or the memory budget of the Bloom filters (DDFS, HID/EHID; 0 is
+    /// [`DEFAULT_DDFS_BLOOM_BUDGET`]).
     #[serde(default)]
     pub bloom_bytes: u64,
     /// Lazy: fingerprints a buffer bucket collects before its on-disk search.
@@ -361,6 +366,15 @@ impl Config {
                 self.version
             ))),
             (None, _) => Ok(None),
+        }
+    }
+
+    /// The memory budget of the DDFS Bloom filters: `bloom_bytes`, or
+    /// [`DEFAULT_DDFS_BLOOM_BUDGET`] when it is 0.
+    pub fn ddfs_bloom_budget(&self) -> u64 {
+        match self.bloom_bytes {
+            0 => DEFAULT_DDFS_BLOOM_BUDGET,
+            n => n,
         }
     }
 

@@ -44,6 +44,7 @@ pub mod rewrite;
 pub mod salvage;
 pub mod snapshot;
 pub mod source_key;
+pub(crate) mod sorted_pairs;
 pub(crate) mod spill;
 pub mod tags;
 pub mod tree;

@@ -28,6 +28,7 @@ use crate::index::Relocations;
 use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
 use crate::snapshot::{self, BackupId, Snapshot};
+use crate::sorted_pairs::{PairSorter, SortedPairs};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -36,6 +37,12 @@ use std::time::Instant;
 mod gccdf;
 
 type LiveSet = hashbrown::HashSet<(ContainerId, Fingerprint), FingerprintHashBuilder>;
+
+/// Memory of the mark phase's buffer of live (container, fingerprint)
+/// pairs, beyond which they are sorted to temporary files: the mark,
+/// select and sweep phases then hold one container's live chunks at a time
+/// (the delta-compressing repositories' selection still loads them all).
+const LIVE_BUDGET: u64 = 32 << 20;
 
 /// How the copy-forward orders the live chunks it migrates.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -260,7 +267,7 @@ pub fn gc_with_progress(
     let t = Instant::now();
     let Marked {
         retained,
-        mut live,
+        live,
         owners,
     } = mark(repo, options.defrag == Defrag::Gccdf, progress)?;
     let containers = repo.containers()?;
@@ -270,45 +277,56 @@ pub fn gc_with_progress(
     let t = Instant::now();
     stats.containers_total = containers.len() as u64;
     let keep_fraction = 1.0 - options.threshold_pct / 100.0;
-    let (selected, pinned) = if repo.config().delta.kind == crate::delta::DeltaKind::None {
-        let mut selected = Vec::new();
-        let phase = Phase::begin(
-            progress,
-            "select",
-            Unit::Containers,
-            Some(containers.len() as u64),
-        );
-        let mut fill = Fill::new(&options, u64::from(repo.config().container_size));
-        for &cid in &containers {
-            phase.add(1);
-            // A damaged container is left alone: check reports it, GC must not hide it.
-            if let Some((header, metas)) = readable_meta(backend, cid)? {
-                match choose(&header, &metas, &live, keep_fraction) {
-                    Some(s) => selected.push(s),
-                    None => fill.offer(&header),
+    let (selected, pinned, stay, holds_pinned) =
+        if repo.config().delta.kind == crate::delta::DeltaKind::None {
+            let mut selected = Vec::new();
+            let phase = Phase::begin(
+                progress,
+                "select",
+                Unit::Containers,
+                Some(containers.len() as u64),
+            );
+            let mut fill = Fill::new(&options, u64::from(repo.config().container_size));
+            let mut stream = live.stream()?;
+            for &cid in &containers {
+                phase.add(1);
+                let here = fingerprint_set(stream.take(cid)?);
+                // A damaged container is left alone: check reports it, GC must not hide it.
+                if let Some((header, metas)) = readable_meta(backend, cid)? {
+                    match choose(&header, &metas, |fp| here.contains(fp), keep_fraction) {
+                        Some(s) => selected.push(s),
+                        None => fill.offer(&header),
+                    }
                 }
             }
-        }
-        phase.end();
-        stats.containers_refilled = fill.add_to(&mut selected);
-        (selected, LiveSet::default())
-    } else {
-        select_pinning_bases(backend, &containers, &mut live, keep_fraction)?
-    };
+            phase.end();
+            stats.containers_refilled = fill.add_to(&mut selected);
+            let none = LiveSet::default();
+            (selected, none.clone(), none, BTreeSet::new())
+        } else {
+            let mut all = LiveSet::default();
+            let mut stream = live.stream()?;
+            while let Some(pair) = stream.next()? {
+                all.insert(pair);
+            }
+            let (selected, pinned) =
+                select_pinning_bases(backend, &containers, &mut all, keep_fraction)?;
+            // A selected container holding pinned bases is compacted in place with
+            // all its live chunks, not only the bases: the backups whose deltas
+            // use a base are those that read its neighbours (bases are taken from
+            // containers a backup references), so a restore that reads the
+            // container for those finds the base there too, instead of reading a
+            // container kept for the base alone.
+            let holds_pinned: BTreeSet<ContainerId> = pinned.iter().map(|(c, _)| *c).collect();
+            let mut stay = pinned.clone();
+            stay.extend(
+                all.iter()
+                    .filter(|(c, _)| holds_pinned.contains(c))
+                    .copied(),
+            );
+            (selected, pinned, stay, holds_pinned)
+        };
     stats.containers_involved = selected.len() as u64;
-    // A selected container holding pinned bases is compacted in place with
-    // all its live chunks, not only the bases: the backups whose deltas
-    // use a base are those that read its neighbours (bases are taken from
-    // containers a backup references), so a restore that reads the
-    // container for those finds the base there too, instead of reading a
-    // container kept for the base alone.
-    let holds_pinned: BTreeSet<ContainerId> = pinned.iter().map(|(c, _)| *c).collect();
-    let mut stay = pinned.clone();
-    stay.extend(
-        live.iter()
-            .filter(|(c, _)| holds_pinned.contains(c))
-            .copied(),
-    );
     stats.stage_seconds.select = t.elapsed().as_secs_f64();
 
     // Sweep: copy live chunks forward, a segment of containers at a time, in
@@ -339,11 +357,14 @@ pub fn gc_with_progress(
         Defrag::None => 1,
         Defrag::Gccdf | Defrag::Random => options.segment,
     };
-    let with_live: Vec<ContainerId> = selected
+    // Ascending, as the live pairs stream.
+    let mut with_live: Vec<ContainerId> = selected
         .iter()
         .filter(|s| s.has_live)
         .map(|s| s.id)
         .collect();
+    with_live.sort_unstable();
+    let mut stream = live.stream()?;
     let phase = Phase::begin(
         progress,
         "sweep",
@@ -356,9 +377,12 @@ pub fn gc_with_progress(
         let t = Instant::now();
         let mut cache: Vec<LiveChunk> = Vec::new();
         for &cid in group {
+            // Pinned bases are live too.
+            let here = fingerprint_set(stream.take(cid)?);
             let ct = Arc::new(Container::parse(cid, backend.read(&container::key(cid))?)?);
             for (i, m) in ct.metas.iter().enumerate() {
-                if !live.contains(&(cid, m.fp)) || moved.contains_key(&(cid, m.fp)) {
+                let is_live = here.contains(&m.fp) || pinned.contains(&(cid, m.fp));
+                if !is_live || moved.contains_key(&(cid, m.fp)) {
                     continue;
                 }
                 if stay.contains(&(cid, m.fp)) {
@@ -542,7 +566,7 @@ struct Marked {
     /// but whose commit mark and recipe remain (they can still be recovered).
     retained: BTreeSet<BackupId>,
     /// Every (container, fingerprint) a retained recipe references.
-    live: LiveSet,
+    live: SortedPairs,
     /// GCCDF: which backups own which chunks (empty unless asked for).
     owners: gccdf::Owners,
 }
@@ -550,14 +574,14 @@ struct Marked {
 /// Walks every retained recipe.
 fn mark(repo: &Repository, with_owners: bool, progress: &dyn Progress) -> Result<Marked> {
     let retained = repo.retained_backups()?;
-    let mut live = LiveSet::default();
+    let mut live = PairSorter::with_budget(LIVE_BUDGET);
     let mut owners = gccdf::Owners::default();
     let phase = Phase::begin(progress, "mark", Unit::Backups, Some(retained.len() as u64));
     for &id in &retained {
         phase.add(1);
         let recipe = repo.recipe(id)?;
         for c in &recipe.chunks {
-            live.insert((c.container, c.fp));
+            live.push(c.container, c.fp)?;
         }
         if with_owners {
             owners.add_backup(id, &recipe.chunks);
@@ -566,9 +590,16 @@ fn mark(repo: &Repository, with_owners: bool, progress: &dyn Progress) -> Result
     phase.end();
     Ok(Marked {
         retained,
-        live,
+        live: live.finish()?,
         owners,
     })
+}
+
+/// The fingerprints of one container's live chunks, as a set.
+fn fingerprint_set(
+    fps: Vec<Fingerprint>,
+) -> hashbrown::HashSet<Fingerprint, FingerprintHashBuilder> {
+    fps.into_iter().collect()
 }
 
 /// How much of one container is live.
@@ -613,8 +644,10 @@ pub fn survey_with_progress(
         Unit::Containers,
         Some(containers.len() as u64),
     );
+    let mut stream = live.stream()?;
     for cid in containers {
         phase.add(1);
+        let here = fingerprint_set(stream.take(cid)?);
         if let Some((header, metas)) = readable_meta(backend, cid)? {
             out.push(ContainerUse {
                 id: cid,
@@ -622,7 +655,7 @@ pub fn survey_with_progress(
                 chunk_bytes: metas.iter().map(|m| u64::from(m.len)).sum(),
                 live_bytes: metas
                     .iter()
-                    .filter(|m| live.contains(&(cid, m.fp)))
+                    .filter(|m| here.contains(&m.fp))
                     .map(|m| u64::from(m.len))
                     .sum(),
             });
@@ -659,19 +692,19 @@ fn readable_meta(
     }
 }
 
-/// Whether GC selects a container, given its `live` chunks: for deletion
+/// Whether GC selects a container, given which of its chunks are live: for deletion
 /// (none live) or copy-forward (live bytes at most `keep_fraction` of its bytes).
 fn choose(
     header: &container::Header,
     metas: &[container::ChunkMeta],
-    live: &LiveSet,
+    is_live: impl Fn(&Fingerprint) -> bool,
     keep_fraction: f64,
 ) -> Option<Selected> {
     let cid = header.id;
     let total: u64 = metas.iter().map(|m| u64::from(m.len)).sum();
     let live_bytes: u64 = metas
         .iter()
-        .filter(|m| live.contains(&(cid, m.fp)))
+        .filter(|m| is_live(&m.fp))
         .map(|m| u64::from(m.len))
         .sum();
     let selected = |has_live| Selected {
@@ -765,7 +798,7 @@ fn select_pinning_bases(
     loop {
         let selected: Vec<Selected> = metas
             .iter()
-            .filter_map(|(h, m)| choose(h, m, live, keep_fraction))
+            .filter_map(|(h, m)| choose(h, m, |fp| live.contains(&(h.id, *fp)), keep_fraction))
             .collect();
         let dropped: BTreeSet<ContainerId> = selected.iter().map(|s| s.id).collect();
         let before = pinned.len();

@@ -22,6 +22,14 @@
 //! chunk that another surviving container still holds, the exact index
 //! forgets that copy, while this one can still find it through the cache.
 //!
+//! Memory is bounded by configuration at any size: the runs' Bloom
+//! filters stay within `bloom_budget` (each new run's filter is sized for
+//! its share of a quarter of it; filters that do not fit, the oldest and
+//! largest run's first, are not held, and a lookup reads the bucket of
+//! every run without a filter: the same decisions, more disk lookups), the
+//! cache within `cache_bytes`, this backup's new fingerprints within
+//! `PENDING_BUDGET` (then spilled).
+//!
 //! Persistence (docs/FORMAT.md §10.2), all under `index/ddfs/`:
 //! - `t{gen}.{part}`: the parts of the table *run* of generation `gen`
 //!   ([`super::table`]); the table is a log-structured set of runs
@@ -74,6 +82,12 @@ const RUN_LEN: usize = 32;
 /// that the false positives summed over the few runs a lookup meets stay
 /// near `bloom_fpr`.
 const RUN_FPR_SHARE: f64 = 0.25;
+/// A new run's filter gets at most its share of `bloom_budget / this`.
+const BUDGET_SHARE_DIVISOR: f64 = 4.0;
+/// The smallest filter written (one 512-bit block).
+const MIN_BLOOM_BITS: usize = 512;
+/// Bytes a stored filter object may hold besides the filter's bits.
+const BLOOM_HEADER_ALLOWANCE: u64 = 1024;
 const BLOOM_KIND: &[u8; 4] = b"IDXB";
 const BLOOM_VERSION: u32 = 1;
 /// Marks a fingerprint decided `Unique` in this backup but not yet placed.
@@ -99,6 +113,10 @@ pub struct DdfsParams {
     pub part_buckets: u32,
     /// When the table's runs are merged.
     pub compaction: Compaction,
+    /// Memory budget of the runs' Bloom filters, in bytes: a run's filter
+    /// is sized for at most its share of a quarter of it, and a filter that
+    /// does not fit is not held (its run is then looked up on disk).
+    pub bloom_budget: u64,
 }
 
 impl DdfsParams {
@@ -110,6 +128,7 @@ impl DdfsParams {
             bucket_bytes: config.index_bucket_bytes,
             part_buckets: table::DEFAULT_PART_BUCKETS,
             compaction: Compaction::default(),
+            bloom_budget: config.ddfs_bloom_budget(),
         }
     }
 
@@ -141,6 +160,7 @@ impl Default for DdfsParams {
             bucket_bytes: crate::config::DEFAULT_INDEX_BUCKET_BYTES,
             part_buckets: table::DEFAULT_PART_BUCKETS,
             compaction: Compaction::default(),
+            bloom_budget: crate::config::DEFAULT_DDFS_BLOOM_BUDGET,
         }
     }
 }
@@ -161,9 +181,22 @@ pub(super) fn bloom_hash(fp: &Fingerprint) -> u64 {
     x ^ (x >> 33)
 }
 
-/// The Bloom filter of one run of about `expected` entries.
-fn run_bloom(expected: u64, params: &DdfsParams) -> BloomFilter {
-    new_bloom(expected, params.bloom_fpr * RUN_FPR_SHARE)
+/// The Bloom filter of one run of about `expected` entries, in a table of
+/// about `total` entries (this run's included): sized for `bloom_fpr / 4`,
+/// but to at most `expected / total` of a quarter of the memory budget
+/// (a higher false-positive rate then), so that the filters of all runs fit
+/// in the budget (under the compaction's invariant the sum over the runs
+/// of `entries / total` at their writing stays below about 3.6).
+fn run_bloom(expected: u64, total: u64, params: &DdfsParams) -> BloomFilter {
+    let expected = expected.max(MIN_BLOOM_ENTRIES);
+    let share = (params.bloom_budget as f64 / BUDGET_SHARE_DIVISOR) * expected as f64
+        / total.max(expected) as f64;
+    let cap_bits = (share * 8.0) as usize;
+    let fpr_bits = fastbloom::optimal_size(expected as usize, params.bloom_fpr * RUN_FPR_SHARE);
+    if fpr_bits <= cap_bits {
+        return new_bloom(expected, params.bloom_fpr * RUN_FPR_SHARE);
+    }
+    BloomFilter::with_num_bits(cap_bits.max(MIN_BLOOM_BITS)).expected_items(expected as usize)
 }
 
 fn new_bloom(expected: u64, fpr: f64) -> BloomFilter {
@@ -332,10 +365,24 @@ struct Written {
     evicted: Vec<(Fingerprint, ContainerId)>,
 }
 
-/// One run of the table and its Bloom filter.
+/// One run of the table and its Bloom filter (`None` when it does not fit
+/// in the memory budget: every lookup reaching the run reads its bucket).
 struct Run {
     table: Table,
-    bloom: BloomFilter,
+    bloom: Option<BloomFilter>,
+}
+
+impl Run {
+    /// Bytes of its filter in memory.
+    fn bloom_bytes(&self) -> u64 {
+        self.bloom.as_ref().map_or(0, |b| (b.num_bits() / 8) as u64)
+    }
+
+    /// Whether a lookup of the fingerprint hashed `h` must read this run
+    /// (its filter may hold it, or it has none in memory).
+    fn may_hold(&self, h: u64) -> bool {
+        self.bloom.as_ref().is_none_or(|b| b.contains_hash(h))
+    }
 }
 
 /// An LRU cache of container metadata with a memory budget: fingerprint →
@@ -534,8 +581,19 @@ impl Ddfs {
             return Ok(index);
         };
         let mut runs = Vec::with_capacity(manifest.runs.len());
-        for meta in &manifest.runs {
-            match open_run(backend.as_ref(), &layout.prefix, *meta, &params) {
+        let total = manifest.runs.iter().map(|r| r.entries).sum();
+        let mut room = params.bloom_budget;
+        // Newest first: the filters that do not fit are the oldest, largest runs'.
+        for meta in manifest.runs.iter().rev() {
+            let opened = open_run(
+                backend.as_ref(),
+                &layout.prefix,
+                *meta,
+                &params,
+                total,
+                &mut room,
+            );
+            match opened {
                 Ok(run) => runs.push(run),
                 Err(e) if unusable(&e) => {
                     let mut index = Ddfs::rebuild_in(backend, containers, params, layout)?;
@@ -545,6 +603,7 @@ impl Ddfs {
                 Err(e) => return Err(e),
             }
         }
+        runs.reverse();
         let scan_newer = layout.from_containers;
         let mut index = Ddfs::with_state(backend, params, manifest, runs, containers, layout);
         let newer: Vec<_> = if scan_newer {
@@ -670,10 +729,11 @@ impl Ddfs {
         let h = bloom_hash(fp);
         for i in (0..self.runs.len()).rev() {
             let run = &self.runs[i];
-            if screen && !run.bloom.contains_hash(h) {
+            if screen && !run.may_hold(h) {
                 continue;
             }
-            *screened = true;
+            // A miss in a run without a filter in memory is no false positive.
+            *screened |= run.bloom.is_some();
             self.stats.disk_lookups += 1;
             let found = run.table.lookup(self.backend.as_ref(), fp)?;
             if let Some(c) = found.and_then(|c| self.relocated(fp, c)) {
@@ -794,6 +854,12 @@ impl Ddfs {
             .map(|r| r.table.meta().entries)
             .sum::<u64>()
             + if fresh { self.placed } else { 0 };
+        let total = self.table_entries() + if fresh { self.placed } else { 0 };
+        // The merged runs' filters are not needed any more (without them a
+        // lookup reads the bucket, so decisions stay exact even if this fails).
+        for run in &mut self.runs[merged.clone()] {
+            run.bloom = None;
+        }
         let mut buckets = table::buckets_for(upper, self.params.bucket_bytes);
         let mut doublings = 0;
         let backend = self.backend.as_ref();
@@ -809,7 +875,7 @@ impl Ddfs {
                     self.params.bucket_bytes,
                     self.params.part_buckets,
                 )?,
-                bloom: run_bloom(upper, &self.params),
+                bloom: run_bloom(upper, total, &self.params),
                 referenced: BTreeSet::new(),
                 overflow: false,
                 keep,
@@ -854,7 +920,7 @@ impl Ddfs {
                 table.meta().total_bytes() + (m.bloom.num_bits() / 8) as u64;
             let run = Run {
                 table,
-                bloom: m.bloom,
+                bloom: Some(m.bloom),
             };
             return Ok(Written {
                 run,
@@ -924,6 +990,7 @@ impl Ddfs {
             }
             Err(e) => return Err(e),
         }
+        self.fit_blooms();
         self.next_container = next_container;
         let manifest = self.manifest();
         let bytes = manifest.encode();
@@ -959,10 +1026,26 @@ impl Ddfs {
         self.sizes.as_ref()?.get(&c).copied()
     }
 
-    /// Whether a run's Bloom filter may hold `fp` (no I/O).
+    /// Whether a run's Bloom filter may hold `fp` (no I/O; true when a
+    /// run has no filter in memory).
     pub(crate) fn may_contain(&self, fp: &Fingerprint) -> bool {
         let h = bloom_hash(fp);
-        self.runs.iter().any(|r| r.bloom.contains_hash(h))
+        self.runs.iter().any(|r| r.may_hold(h))
+    }
+
+    /// Keeps the runs' filters within the memory budget: newest first, a
+    /// filter that does not fit any more is let go (its run is then looked
+    /// up on disk). The oldest run is the largest, so it goes first.
+    fn fit_blooms(&mut self) {
+        let mut room = self.params.bloom_budget;
+        for run in self.runs.iter_mut().rev() {
+            let bytes = run.bloom_bytes();
+            if bytes > room {
+                run.bloom = None;
+            } else {
+                room -= bytes;
+            }
+        }
     }
 
     /// Looks `fp` up in the table only (Bloom filter, then one bucket read),
@@ -999,11 +1082,7 @@ impl Ddfs {
 
     fn note_memory(&mut self) {
         self.cache.note();
-        let bloom: u64 = self
-            .runs
-            .iter()
-            .map(|r| (r.bloom.num_bits() / 8) as u64)
-            .sum();
+        let bloom: u64 = self.runs.iter().map(Run::bloom_bytes).sum();
         let now = bloom + self.cache.memory() + self.pending.memory();
         self.stats.memory_bytes = self.stats.memory_bytes.max(now);
         self.stats.bloom_bytes = bloom;
@@ -1066,24 +1145,42 @@ impl Merger<'_> {
     }
 }
 
-/// Opens run `meta`: reads its Bloom filter, or rebuilds it by scanning the
-/// run (and writes it back) when it is missing or damaged.
+/// Opens run `meta` of a table of `total` entries with `room` bytes of the
+/// filters' budget left: reads its Bloom filter, or rebuilds it by scanning
+/// the run (and writes it back) when it is missing or damaged; a filter that
+/// does not fit in `room` is neither read nor rebuilt (the run is then
+/// looked up on disk).
 fn open_run(
     backend: &dyn Backend,
     prefix: &str,
     meta: TableMeta,
     params: &DdfsParams,
+    total: u64,
+    room: &mut u64,
 ) -> Result<Run> {
     let table = Table::new(prefix, meta);
     let generation = meta.generation;
     let key = bloom_key_in(prefix, generation);
+    // The stored object is the filter plus a small header (and, encrypted,
+    // an authentication tag): one clearly too large is not read at all.
+    let too_large = match backend.size(&key) {
+        Ok(stored) => stored > room.saturating_add(BLOOM_HEADER_ALLOWANCE),
+        Err(e) if unusable(&e) => false,
+        Err(e) => return Err(e),
+    };
+    if too_large {
+        return Ok(Run { table, bloom: None });
+    }
     let cached = read_cached(backend, &key, |bytes| {
         decode_bloom_in(prefix, generation, bytes)
     })?;
     let bloom = match cached {
         Some(bloom) => bloom,
         None => {
-            let mut bloom = run_bloom(meta.entries, params);
+            let mut bloom = run_bloom(meta.entries, total, params);
+            if (bloom.num_bits() / 8) as u64 > *room {
+                return Ok(Run { table, bloom: None });
+            }
             table.scan(backend, |fp, _| {
                 bloom.insert_hash(bloom_hash(&fp));
                 Ok(())
@@ -1092,7 +1189,17 @@ fn open_run(
             bloom
         }
     };
-    Ok(Run { table, bloom })
+    let run = Run {
+        table,
+        bloom: Some(bloom),
+    };
+    match room.checked_sub(run.bloom_bytes()) {
+        Some(left) => {
+            *room = left;
+            Ok(run)
+        }
+        None => Ok(Run { bloom: None, ..run }),
+    }
 }
 
 /// Builds and persists a table of one run (none without entries) from the
@@ -1128,7 +1235,7 @@ fn build_from_containers(
         params.part_buckets,
         &entries,
     )?;
-    let mut bloom = run_bloom(entries.len() as u64, &params);
+    let mut bloom = run_bloom(entries.len() as u64, entries.len() as u64, &params);
     let mut referenced = BTreeSet::new();
     for (fp, c) in &entries {
         bloom.insert_hash(bloom_hash(fp));
@@ -1144,7 +1251,14 @@ fn build_from_containers(
         referenced: Ranges::from_sorted(referenced),
     };
     persist_manifest(backend, prefix, &manifest, &manifest.encode())?;
-    Ok((manifest, Some(Run { table, bloom })))
+    let mut run = Run {
+        table,
+        bloom: Some(bloom),
+    };
+    if run.bloom_bytes() > params.bloom_budget {
+        run.bloom = None;
+    }
+    Ok((manifest, Some(run)))
 }
 
 /// A generation above every one present.

@@ -123,6 +123,7 @@ fn small_params() -> DdfsParams {
             fan_in: 3,
             min_entries: 8,
         },
+        bloom_budget: 1 << 30,
     }
 }
 
@@ -160,6 +161,7 @@ fn case() -> impl Strategy<Value = Case> {
         prop::sample::select(vec![1u32, 3, 4096]),
         prop::sample::select(vec![0.01f64, 0.5]),
         (2u32..5, prop::sample::select(vec![1u64, 10, 4096])),
+        prop::sample::select(vec![0u64, 200, 1 << 30]),
     )
         .prop_map(
             |(
@@ -170,6 +172,7 @@ fn case() -> impl Strategy<Value = Case> {
                 part_buckets,
                 bloom_fpr,
                 (fan_in, min_entries),
+                bloom_budget,
             )| Case {
                 backups,
                 per_container,
@@ -182,6 +185,7 @@ fn case() -> impl Strategy<Value = Case> {
                         fan_in,
                         min_entries,
                     },
+                    bloom_budget,
                 },
             },
         )
@@ -193,7 +197,8 @@ proptest! {
     /// DDFS decides every chunk of random multi-backup streams in the same
     /// class as the exact index, and every duplicate names a container that
     /// holds the chunk, whatever the cache size, bucket size, Bloom filter
-    /// accuracy, fingerprints stored twice, and damage to the index objects.
+    /// accuracy and memory budget (down to no filter in memory),
+    /// fingerprints stored twice, and damage to the index objects.
     #[test]
     fn same_decisions_as_the_exact_index(c in case()) {
         let backend = mem();
@@ -215,6 +220,7 @@ proptest! {
             prop_assert_eq!(s.lookups, stream.len() as u64);
             let unique = out[1].iter().filter(|d| **d == Decision::Unique).count() as u64;
             prop_assert_eq!(s.bloom_negatives + s.bloom_false_positives, unique);
+            prop_assert!(s.bloom_bytes <= c.params.bloom_budget);
             // A fingerprint stored again is in two runs until they merge.
             prop_assert!(s.entries >= exact.stats().entries);
             prop_assert!(ddfs.table_entries() >= exact.len() as u64);
@@ -315,6 +321,51 @@ fn bloom_false_positives_are_counted_and_unique() {
     assert!(s.bloom_false_positives > 300, "{s:?}");
     assert_eq!(s.bloom_false_positives + s.bloom_negatives, 3000);
     assert_eq!(s.disk_lookups, s.bloom_false_positives);
+}
+
+#[test]
+fn bloom_filters_stay_within_the_budget_and_decisions_stay_exact() {
+    let (_dir, backend) = counting();
+    let mut sim = Sim::new(backend.clone(), 100, CHUNK_LEN);
+    let roomy = DdfsParams {
+        bucket_bytes: 4096,
+        ..DdfsParams::default()
+    };
+    let mut first = Ddfs::open(backend.clone(), &[], roomy).unwrap();
+    sim.backup(&mut [&mut first], &(0..3000).collect::<Vec<_>>(), 100);
+    let full = first.stats().bloom_bytes;
+    assert!(full > 0);
+
+    // A budget of half the filter's size: it is not even read, and every
+    // lookup that misses the cache reads the run's bucket instead.
+    let tight = DdfsParams {
+        bloom_budget: full / 2,
+        ..roomy
+    };
+    let ids = sim.ids();
+    let reads_before = backend.stats().reads;
+    let mut second = Ddfs::open(backend.clone(), &ids, tight).unwrap();
+    assert_eq!(backend.stats().reads - reads_before, 1, "the manifest only");
+    let mut exact = Exact::open(backend.clone(), &ids).unwrap();
+    let stream: Vec<u32> = (2500..4000).collect();
+    let out = sim.backup(&mut [&mut exact, &mut second], &stream, 100);
+    assert_eq!(out[0], out[1]);
+    let s = second.stats();
+    // After the commit only this backup's new, small run has a filter.
+    assert!(s.bloom_bytes <= tight.bloom_budget / 4, "{s:?}");
+    assert_eq!(s.bloom_false_positives, 0);
+    assert_eq!(s.bloom_negatives, 1000);
+    // 1000 new chunks read a bucket each, the 500 old ones one per container.
+    assert_eq!(s.disk_lookups, 1000 + 5);
+    assert!(s.memory_bytes <= tight.bloom_budget + s.cache_peak_bytes + PENDING_BUDGET);
+
+    // A new run's filter is sized to its share of the budget: the one this
+    // backup wrote fits, the old large run's does not.
+    let third = Ddfs::open(backend.clone(), &sim.ids(), tight).unwrap();
+    assert_eq!(third.runs(), 2);
+    assert!(third.runs[0].bloom.is_none());
+    assert!(third.runs[1].bloom.is_some());
+    assert!(third.stats().bloom_bytes <= tight.bloom_budget / 4);
 }
 
 #[test]
