@@ -2,8 +2,9 @@
 //! bytes, then the catalog, to the backup pipeline as one segmented stream.
 
 use super::catalog::{CatalogBytes, CatalogWriter, Entry, Kind, Xattr};
-use super::meta::{read_xattrs, Names};
+use super::meta::{read_file_xattrs, read_xattrs, Names};
 use super::stream::{for_each_entry, tree_of};
+use super::walk::{At, Excludes, Found, Status, Walk, Walked};
 use super::{catalog_path, relative_path};
 use crate::backup::{self, BackupOptions, Outcome, Refetch, SegmentRead, Segments, Source};
 use crate::error::{Error, Result};
@@ -13,11 +14,11 @@ use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions};
 use crate::snapshot::{BackupId, ChunkRef, TreeRef, CATALOG_VERSION};
 use crossbeam_channel::{bounded, Receiver, Sender};
-use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use rustix::fs::FileType;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File, Metadata};
 use std::io::{ErrorKind, Read};
-use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -48,10 +49,6 @@ pub struct TreeBackupOptions {
     /// or absolute; `backup - --stdin-name NAME`) instead of the paths.
     pub stdin_name: Option<String>,
 }
-
-/// The first bytes of a cache directory's `CACHEDIR.TAG`
-/// (<https://bford.info/cachedir/>).
-const CACHEDIR_SIGNATURE: &[u8] = b"Signature: 8a477f597d28d172789f06886806bc55";
 
 /// Threads reading small files whole, ahead of the stream and in parallel.
 const READERS: usize = 3;
@@ -123,12 +120,12 @@ fn backup_tree_with(
         Some((_, entry)) => vec![Path::new("/").join(relative_path(&entry.path))],
         None => roots(paths)?,
     };
-    let excludes = Excludes {
-        exact: patterns(&tree_options.excludes, false)?,
-        nocase: patterns(&tree_options.iexcludes, true)?,
-        if_present: tree_options.exclude_if_present.clone(),
-        caches: tree_options.exclude_caches,
-    };
+    let excludes = Excludes::new(
+        &tree_options.excludes,
+        &tree_options.iexcludes,
+        &tree_options.exclude_if_present,
+        tree_options.exclude_caches,
+    )?;
     if let Some(root) = roots
         .iter()
         .find(|r| stdin.is_none() && excludes.excluded(r, r.is_dir()))
@@ -183,13 +180,16 @@ fn backup_tree_with(
     };
     let mut feed = TreeFeed {
         roots: roots_walked.into_iter(),
-        excludes,
-        one_file_system: tree_options.one_file_system,
+        walk: Walk::new(
+            excludes,
+            tree_options.follow_symlinks,
+            tree_options.one_file_system,
+        ),
+        walking: false,
         follow: tree_options.follow_symlinks,
         larger_than: tree_options.exclude_larger_than,
         names: Names::default(),
         links: HashMap::new(),
-        walk: None,
         recorded: HashSet::new(),
         state,
         catalog: CatalogWriter::default(),
@@ -270,53 +270,6 @@ fn run_feed<'a>(
         }
         Ok(outcome)
     })
-}
-
-/// Gitignore-style patterns (a leading `/` anchors at the file-system root).
-fn patterns(lines: &[String], case_insensitive: bool) -> Result<Gitignore> {
-    let mut b = GitignoreBuilder::new("/");
-    b.case_insensitive(case_insensitive)
-        .map_err(|e| Error::InvalidConfig(format!("exclude patterns: {e}")))?;
-    for pattern in lines {
-        b.add_line(None, pattern)
-            .map_err(|e| Error::InvalidConfig(format!("exclude pattern {pattern:?}: {e}")))?;
-    }
-    b.build()
-        .map_err(|e| Error::InvalidConfig(format!("exclude patterns: {e}")))
-}
-
-/// What the exclude options leave out.
-#[derive(Clone)]
-struct Excludes {
-    exact: Gitignore,
-    nocase: Gitignore,
-    if_present: Vec<String>,
-    caches: bool,
-}
-
-impl Excludes {
-    /// Whether the object at `path` (a directory if `is_dir`) is left out.
-    fn excluded(&self, path: &Path, is_dir: bool) -> bool {
-        let by = |g: &Gitignore| g.matched_path_or_any_parents(path, is_dir).is_ignore();
-        if by(&self.exact) || by(&self.nocase) {
-            return true;
-        }
-        if !is_dir {
-            return false;
-        }
-        self.if_present
-            .iter()
-            .any(|name| fs::symlink_metadata(path.join(name)).is_ok())
-            || (self.caches && is_cache_dir(path))
-    }
-}
-
-/// Whether `dir` holds a `CACHEDIR.TAG` starting with the standard signature.
-fn is_cache_dir(dir: &Path) -> bool {
-    let mut head = [0u8; CACHEDIR_SIGNATURE.len()];
-    File::open(dir.join("CACHEDIR.TAG"))
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok_and(|()| head == CACHEDIR_SIGNATURE)
 }
 
 /// Standard input as a file to read, and its catalog entry at `name`:
@@ -654,8 +607,10 @@ struct UnchangedFile {
 /// The segmented stream of a tree backup.
 struct TreeFeed<'a> {
     roots: std::vec::IntoIter<PathBuf>,
-    excludes: Excludes,
-    one_file_system: bool,
+    /// The walk of the roots...
+    walk: Walk,
+    /// ...walking one of them.
+    walking: bool,
     /// Follow symbolic links (`--follow-symlinks`).
     follow: bool,
     /// Leave out regular files larger than this.
@@ -664,7 +619,6 @@ struct TreeFeed<'a> {
     /// The catalog path of the first link of each multiply-linked file
     /// recorded, by (device, inode).
     links: HashMap<(u64, u64), Vec<u8>>,
-    walk: Option<ignore::Walk>,
     /// Parent directories of the roots already recorded.
     recorded: HashSet<PathBuf>,
     state: State,
@@ -721,7 +675,7 @@ enum Pending {
 
 /// A small file for a reader thread to read whole.
 struct Job {
-    path: PathBuf,
+    at: At,
     follow: bool,
     done: Sender<Fetched>,
 }
@@ -739,13 +693,14 @@ fn read_small_files(jobs: Receiver<Job>) {
         let mut after = None;
         // A file growing while read is read up to twice the small-file size
         // (and noted as changed).
-        let bytes = File::open(&job.path).and_then(|mut file| {
+        let mut xattrs = Ok(Vec::new());
+        let bytes = job.at.open_file(job.follow).and_then(|mut file| {
             let mut bytes = Vec::new();
             (&mut file).take(2 * SMALL_FILE).read_to_end(&mut bytes)?;
             after = file.metadata().ok();
+            xattrs = read_file_xattrs(&file);
             Ok(bytes)
         });
-        let xattrs = read_xattrs(&job.path, job.follow);
         // The feed stopped waiting: its error is reported, not ours.
         let _ = job.done.send(Fetched {
             bytes,
@@ -769,7 +724,7 @@ impl TreeFeed<'_> {
     /// counts it as new, changed or unmodified.
     /// With the parent's extended attributes (unchanged as the status-change
     /// time is) and the first chunk's position in the parent's recipe.
-    fn unchanged(&mut self, entry: &Entry, meta: &Metadata) -> Option<UnchangedFile> {
+    fn unchanged(&mut self, entry: &Entry, status: &Status) -> Option<UnchangedFile> {
         let Some(parent) = &mut self.parent else {
             self.tree.files_new += 1;
             return None;
@@ -780,7 +735,7 @@ impl TreeFeed<'_> {
         };
         let parent_offset = parent.offset - old.size;
         let same = old.kind == Kind::File
-            && old.size == meta.len()
+            && old.size == status.size
             && (old.mtime, old.mtime_ns, old.ctime, old.ctime_ns)
                 == (entry.mtime, entry.mtime_ns, entry.ctime, entry.ctime_ns)
             && (old.dev, old.ino) == (entry.dev, entry.ino);
@@ -801,48 +756,33 @@ impl TreeFeed<'_> {
     }
 
     /// The next object of the walk, or `None` when every root is done.
-    fn next_path(&mut self) -> Result<Option<std::result::Result<PathBuf, ignore::Error>>> {
-        loop {
-            if let Some(walk) = &mut self.walk {
-                match walk.next() {
-                    Some(Ok(entry)) => return Ok(Some(Ok(entry.into_path()))),
-                    Some(Err(e)) => return Ok(Some(Err(e))),
-                    None => self.walk = None,
-                }
+    fn next_object(&mut self) -> Option<Walked> {
+        if self.walking {
+            if let Some(walked) = self.walk.next() {
+                return Some(walked);
             }
-            let Some(root) = self.roots.next() else {
-                return Ok(None);
-            };
-            for parent in root
-                .ancestors()
-                .skip(1)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-            {
-                if parent.parent().is_some() && self.recorded.insert(parent.to_path_buf()) {
-                    match fs::symlink_metadata(parent) {
-                        Ok(meta) => {
-                            let e = self.entry_of(parent, &meta, Kind::Dir, Vec::new());
-                            self.pending.push_back(Pending::Entry(Box::new(e)));
-                        }
-                        Err(e) => self.warn(parent, &e),
-                    }
-                }
-            }
-            let excludes = self.excludes.clone();
-            let walk = ignore::WalkBuilder::new(&root)
-                .standard_filters(false)
-                .follow_links(self.follow)
-                .same_file_system(self.one_file_system)
-                .sort_by_file_name(|a, b| a.cmp(b))
-                .filter_entry(move |e| {
-                    let is_dir = e.file_type().is_some_and(|t| t.is_dir());
-                    !excludes.excluded(e.path(), is_dir)
-                })
-                .build();
-            self.walk = Some(walk);
+            self.walking = false;
         }
+        let root = self.roots.next()?;
+        for parent in root
+            .ancestors()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
+            if parent.parent().is_some() && self.recorded.insert(parent.to_path_buf()) {
+                match At::path(parent).and_then(|at| at.status(false)) {
+                    Ok(status) => {
+                        let e = self.entry_of(parent, &status, Kind::Dir, Vec::new());
+                        self.pending.push_back(Pending::Entry(Box::new(e)));
+                    }
+                    Err(e) => self.warn(parent, &e),
+                }
+            }
+        }
+        self.walking = true;
+        Some(self.walk.start(&root))
     }
 
     fn warn(&mut self, path: &Path, e: &dyn std::fmt::Display) {
@@ -853,8 +793,8 @@ impl TreeFeed<'_> {
 
     /// The catalog entry of `path` (not yet counting a file's bytes), with
     /// owner names and extended attributes.
-    fn entry_of(&mut self, path: &Path, meta: &Metadata, kind: Kind, target: Vec<u8>) -> Entry {
-        let mut entry = self.bare_entry(path, meta, kind, target);
+    fn entry_of(&mut self, path: &Path, status: &Status, kind: Kind, target: Vec<u8>) -> Entry {
+        let mut entry = self.bare_entry(path, status, kind, target);
         entry.xattrs = self.xattrs_of(path, read_xattrs(path, self.follow));
         entry
     }
@@ -871,30 +811,30 @@ impl TreeFeed<'_> {
     }
 
     /// The catalog entry of `path` without extended attributes.
-    fn bare_entry(&mut self, path: &Path, meta: &Metadata, kind: Kind, target: Vec<u8>) -> Entry {
+    fn bare_entry(&mut self, path: &Path, status: &Status, kind: Kind, target: Vec<u8>) -> Entry {
         Entry {
             path: catalog_path(path),
             kind,
-            mode: meta.mode() & 0o7777,
-            uid: meta.uid(),
-            gid: meta.gid(),
-            mtime: meta.mtime(),
-            mtime_ns: meta.mtime_nsec() as u32,
-            ctime: meta.ctime(),
-            ctime_ns: meta.ctime_nsec() as u32,
-            dev: meta.dev(),
-            ino: meta.ino(),
+            mode: status.mode & 0o7777,
+            uid: status.uid,
+            gid: status.gid,
+            mtime: status.mtime.0,
+            mtime_ns: status.mtime.1,
+            ctime: status.ctime.0,
+            ctime_ns: status.ctime.1,
+            dev: status.dev,
+            ino: status.ino,
             size: 0,
             target,
-            atime: meta.atime(),
-            atime_ns: meta.atime_nsec() as u32,
-            user: self.names.user(meta.uid()),
-            group: self.names.group(meta.gid()),
+            atime: status.atime.0,
+            atime_ns: status.atime.1,
+            user: self.names.user(status.uid),
+            group: self.names.group(status.gid),
             rdev: match kind {
-                Kind::CharDevice | Kind::BlockDevice => meta.rdev(),
+                Kind::CharDevice | Kind::BlockDevice => status.rdev,
                 _ => 0,
             },
-            sparse: kind == Kind::File && meta.blocks().saturating_mul(512) < meta.len(),
+            sparse: kind == Kind::File && status.blocks.saturating_mul(512) < status.size,
             xattrs: Vec::new(),
         }
     }
@@ -910,15 +850,6 @@ impl TreeFeed<'_> {
                 .or_insert_with(|| entry.path.clone());
         }
         Ok(())
-    }
-
-    /// The metadata of `path`: of what it points to with `--follow-symlinks`
-    /// (a dangling link is recorded as the link).
-    fn metadata(&self, path: &Path) -> std::io::Result<Metadata> {
-        match self.follow {
-            true => fs::metadata(path).or_else(|_| fs::symlink_metadata(path)),
-            false => fs::symlink_metadata(path),
-        }
     }
 
     /// Walks ahead of the stream, queueing objects in walk order and small
@@ -944,77 +875,74 @@ impl TreeFeed<'_> {
     /// Walks one object, queueing what it contributes; `false` when every
     /// root is done.
     fn walk_one(&mut self) -> Result<bool> {
-        let Some(next) = self.next_path()? else {
-            return Ok(false);
-        };
-        let path = match next {
-            Ok(p) => p,
-            Err(e) => {
-                self.tree.skipped += 1;
-                self.warnings.push(format!("skipped: {e}"));
-                return Ok(true);
-            }
-        };
-        let meta = match self.metadata(&path) {
-            Ok(m) => m,
-            Err(e) => {
+        let found = match self.next_object() {
+            None => return Ok(false),
+            Some(Ok(found)) => found,
+            Some(Err((path, e))) => {
                 self.warn(&path, &e);
                 return Ok(true);
             }
         };
-        let t = meta.file_type();
-        let node = if t.is_dir() {
-            Some(Kind::Dir)
-        } else if t.is_fifo() {
-            Some(Kind::Fifo)
-        } else if t.is_char_device() {
-            Some(Kind::CharDevice)
-        } else if t.is_block_device() {
-            Some(Kind::BlockDevice)
-        } else {
-            None
+        let Found {
+            path,
+            at,
+            status,
+            dir,
+        } = found;
+        let node = match status.file_type() {
+            FileType::Directory => Some(Kind::Dir),
+            FileType::Fifo => Some(Kind::Fifo),
+            FileType::CharacterDevice => Some(Kind::CharDevice),
+            FileType::BlockDevice => Some(Kind::BlockDevice),
+            _ => None,
         };
-        if let Some(kind) = node {
-            let e = self.entry_of(&path, &meta, kind, Vec::new());
-            self.pending.push_back(Pending::Entry(Box::new(e)));
-        } else if t.is_symlink() {
-            match fs::read_link(&path) {
-                Ok(target) => {
-                    use std::os::unix::ffi::OsStrExt;
-                    let target = target.as_os_str().as_bytes().to_vec();
-                    let e = self.entry_of(&path, &meta, Kind::Symlink, target);
-                    self.pending.push_back(Pending::Entry(Box::new(e)));
-                }
-                Err(e) => self.warn(&path, &e),
+        match (node, dir) {
+            // A directory walked into: its attributes read through its descriptor.
+            (Some(Kind::Dir), Some(dir)) => {
+                let mut e = self.bare_entry(&path, &status, Kind::Dir, Vec::new());
+                e.xattrs = self.xattrs_of(&path, read_file_xattrs(&dir));
+                self.pending.push_back(Pending::Entry(Box::new(e)));
             }
-        } else if t.is_file() {
-            self.walk_file(path, &meta)?;
-        } else {
-            self.notes
-                .push(format!("{}: socket not backed up", path.display()));
+            (Some(kind), _) => {
+                let e = self.entry_of(&path, &status, kind, Vec::new());
+                self.pending.push_back(Pending::Entry(Box::new(e)));
+            }
+            (None, _) => match status.file_type() {
+                FileType::Symlink => match at.read_link() {
+                    Ok(target) => {
+                        let e = self.entry_of(&path, &status, Kind::Symlink, target);
+                        self.pending.push_back(Pending::Entry(Box::new(e)));
+                    }
+                    Err(e) => self.warn(&path, &e),
+                },
+                FileType::RegularFile => self.walk_file(path, at, &status)?,
+                _ => self
+                    .notes
+                    .push(format!("{}: socket not backed up", path.display())),
+            },
         }
         Ok(true)
     }
 
-    /// Queues the regular file at `path`: as a hard link to a file already
-    /// walked, as the parent's chunks when unchanged, for a reader when
-    /// small, or to stream.
-    fn walk_file(&mut self, path: PathBuf, meta: &Metadata) -> Result<()> {
-        if self.larger_than.is_some_and(|max| meta.len() > max) {
+    /// Queues the regular file at `path` (found `at`): as a hard link to a
+    /// file already walked, as the parent's chunks when unchanged, for a
+    /// reader when small, or to stream.
+    fn walk_file(&mut self, path: PathBuf, at: At, status: &Status) -> Result<()> {
+        if self.larger_than.is_some_and(|max| status.size > max) {
             return Ok(());
         }
-        let nlink = meta.nlink();
+        let nlink = status.nlink;
         if nlink > 1 {
-            if let Some(first) = self.links.get(&(meta.dev(), meta.ino())).cloned() {
-                let e = self.entry_of(&path, meta, Kind::Hardlink, first);
+            if let Some(first) = self.links.get(&(status.dev, status.ino)).cloned() {
+                let e = self.entry_of(&path, status, Kind::Hardlink, first);
                 self.pending.push_back(Pending::Entry(Box::new(e)));
                 return Ok(());
             }
         }
-        let mut entry = self.bare_entry(&path, meta, Kind::File, Vec::new());
-        if let Some(unchanged) = self.unchanged(&entry, meta) {
+        let mut entry = self.bare_entry(&path, status, Kind::File, Vec::new());
+        if let Some(unchanged) = self.unchanged(&entry, status) {
             entry.xattrs = unchanged.xattrs;
-            entry.size = meta.len();
+            entry.size = status.size;
             if nlink > 1 {
                 // Its next links, walked before it is in the stream, link to it.
                 self.links
@@ -1028,12 +956,12 @@ impl TreeFeed<'_> {
             });
             return Ok(());
         }
-        let expected = meta.len();
+        let expected = status.size;
         match &self.jobs {
             Some(jobs) if nlink == 1 && expected <= SMALL_FILE => {
                 let (done, rx) = bounded(1);
                 let job = Job {
-                    path: path.clone(),
+                    at,
                     follow: self.follow,
                     done,
                 };
@@ -1047,19 +975,19 @@ impl TreeFeed<'_> {
                     done: rx,
                 });
             }
-            _ => {
-                entry.xattrs = self.xattrs_of(&path, read_xattrs(&path, self.follow));
-                match File::open(&path) {
-                    Ok(file) => self.pending.push_back(Pending::Stream {
+            _ => match at.open_file(self.follow) {
+                Ok(file) => {
+                    entry.xattrs = self.xattrs_of(&path, read_file_xattrs(&file));
+                    self.pending.push_back(Pending::Stream {
                         file,
                         entry: Box::new(entry),
                         path,
                         nlink,
                         expected,
-                    }),
-                    Err(e) => self.warn(&path, &e),
+                    })
                 }
-            }
+                Err(e) => self.warn(&path, &e),
+            },
         }
         Ok(())
     }

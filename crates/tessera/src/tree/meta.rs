@@ -94,23 +94,31 @@ pub(crate) fn unsupported(e: &io::Error) -> bool {
 
 /// The extended attributes of `path` (of what it points to when `follow`), sorted by name.
 pub(crate) fn read_xattrs(path: &Path, follow: bool) -> io::Result<Vec<Xattr>> {
-    let names = match if follow {
-        xattr::list_deref(path)
-    } else {
-        xattr::list(path)
-    } {
+    match follow {
+        true => collect_xattrs(xattr::list_deref(path), |n| xattr::get_deref(path, n)),
+        false => collect_xattrs(xattr::list(path), |n| xattr::get(path, n)),
+    }
+}
+
+/// The extended attributes of the open `file` (or directory), sorted by name.
+pub(crate) fn read_file_xattrs(file: &std::fs::File) -> io::Result<Vec<Xattr>> {
+    use xattr::FileExt;
+    collect_xattrs(file.list_xattr(), |n| file.get_xattr(n))
+}
+
+/// The attributes of the `names` listed, each read by `get`, sorted by name.
+fn collect_xattrs<I: Iterator<Item = std::ffi::OsString>>(
+    names: io::Result<I>,
+    get: impl Fn(&OsStr) -> io::Result<Option<Vec<u8>>>,
+) -> io::Result<Vec<Xattr>> {
+    let names = match names {
         Ok(n) => n,
         Err(e) if unsupported(&e) => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
     let mut out = Vec::new();
     for name in names {
-        let value = if follow {
-            xattr::get_deref(path, &name)
-        } else {
-            xattr::get(path, &name)
-        };
-        match value {
+        match get(&name) {
             Ok(Some(value)) => out.push(Xattr {
                 name: name.as_bytes().to_vec(),
                 value,

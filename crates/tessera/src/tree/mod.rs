@@ -17,6 +17,7 @@ pub mod restore;
 pub mod select;
 pub mod stream;
 pub mod tar;
+mod walk;
 
 pub use backup::{backup_tree, default_source, host_name, TreeBackupOptions, TreeOutcome};
 pub use diff::{diff, Change, ChangeKind, DiffStats};
