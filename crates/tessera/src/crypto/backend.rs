@@ -19,6 +19,51 @@ impl Encrypting {
     pub(crate) fn new(inner: Box<dyn Backend>, cipher: ObjectCipher) -> Self {
         Encrypting { inner, cipher }
     }
+
+    /// `len` plaintext bytes of `key` from `offset`, from the stored
+    /// ranges `read` returns (the sealed segments covering them).
+    fn open_range(
+        &self,
+        key: &str,
+        offset: u64,
+        len: u64,
+        read: impl Fn(&str, u64, u64) -> Result<Vec<u8>>,
+    ) -> Result<Vec<u8>> {
+        if is_plain(key) {
+            return read(key, offset, len);
+        }
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let (first, start, span) = object::sealed_span(offset, len);
+        let (header, sealed) = if first == 0 {
+            let mut stored = read(key, 0, start + span)?;
+            if stored.len() < HEADER_LEN {
+                return Err(auth_failed(key));
+            }
+            let sealed = stored.split_off(HEADER_LEN);
+            (stored, sealed)
+        } else {
+            let header = read(key, 0, HEADER_LEN as u64)?;
+            (header, read(key, start, span)?)
+        };
+        if sealed.is_empty() {
+            // The range starts at or beyond the end: nothing to return
+            // (a shorter read than asked is how callers see truncation).
+            return Ok(Vec::new());
+        }
+        // The extra byte read past the last needed segment is there iff
+        // that segment is not the object's last.
+        let needed = (span - 1) as usize;
+        let to_end = sealed.len() <= needed;
+        let sealed = &sealed[..sealed.len().min(needed)];
+        let plain = self
+            .cipher
+            .open_segments(key, &header, first, sealed, to_end)?;
+        let skip = (offset - first * object::SEGMENT) as usize;
+        let end = skip.saturating_add(len as usize).min(plain.len());
+        Ok(plain.get(skip..end).unwrap_or_default().to_vec())
+    }
 }
 
 /// The objects stored unencrypted: the `config` header and the key files.
@@ -43,40 +88,14 @@ impl Backend for Encrypting {
     }
 
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        if is_plain(key) {
-            return self.inner.read_range(key, offset, len);
-        }
-        if len == 0 {
-            return Ok(Vec::new());
-        }
-        let (first, start, span) = object::sealed_span(offset, len);
-        let (header, sealed) = if first == 0 {
-            let mut stored = self.inner.read_range(key, 0, start + span)?;
-            if stored.len() < HEADER_LEN {
-                return Err(auth_failed(key));
-            }
-            let sealed = stored.split_off(HEADER_LEN);
-            (stored, sealed)
-        } else {
-            let header = self.inner.read_range(key, 0, HEADER_LEN as u64)?;
-            (header, self.inner.read_range(key, start, span)?)
-        };
-        if sealed.is_empty() {
-            // The range starts at or beyond the end: nothing to return
-            // (a shorter read than asked is how callers see truncation).
-            return Ok(Vec::new());
-        }
-        // The extra byte read past the last needed segment is there iff
-        // that segment is not the object's last.
-        let needed = (span - 1) as usize;
-        let to_end = sealed.len() <= needed;
-        let sealed = &sealed[..sealed.len().min(needed)];
-        let plain = self
-            .cipher
-            .open_segments(key, &header, first, sealed, to_end)?;
-        let skip = (offset - first * object::SEGMENT) as usize;
-        let end = skip.saturating_add(len as usize).min(plain.len());
-        Ok(plain.get(skip..end).unwrap_or_default().to_vec())
+        self.open_range(key, offset, len, |k, o, l| self.inner.read_range(k, o, l))
+    }
+
+    /// The stored ranges are read through the inner backend's cache.
+    fn read_range_cached(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.open_range(key, offset, len, |k, o, l| {
+            self.inner.read_range_cached(k, o, l)
+        })
     }
 
     fn size(&self, key: &str) -> Result<u64> {
@@ -107,6 +126,10 @@ impl Backend for Encrypting {
 
     fn will_read(&self, keys: &[String]) {
         self.inner.will_read(keys);
+    }
+
+    fn connections(&self) -> Option<usize> {
+        self.inner.connections()
     }
 
     fn delete(&self, key: &str) -> Result<()> {
