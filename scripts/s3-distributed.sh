@@ -50,9 +50,12 @@ export MINIO_ROOT_USER=tessera-dist MINIO_ROOT_PASSWORD=tessera-dist-secret
 # The drives are directories on the root file system, which MinIO takes
 # offline unless it runs in CI/CD mode.
 export MINIO_CI_CD=1
+# All 8 drives listed one by one: one server pool, one erasure set over the
+# 4 nodes (an argument with `{1...2}` would be a pool of its own, which a
+# killed node takes down whole).
 ENDPOINTS=()
 for i in 0 1 2 3; do
-    ENDPOINTS+=("http://$ADDR:${PORTS[i]}$WORK/n$i/d{1...2}")
+    ENDPOINTS+=("http://$ADDR:${PORTS[i]}$WORK/n$i/d1" "http://$ADDR:${PORTS[i]}$WORK/n$i/d2")
 done
 start_node() {
     local i=$1
