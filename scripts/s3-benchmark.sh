@@ -32,8 +32,12 @@ if [[ -n ${TESSERA_TEST_S3:-} ]]; then
     # A server is running already (its environment is set): use it.
     trap 'rm -rf "$WORK"' EXIT
 else
+    # Stopped at the end only if this run started it (a server already
+    # running, say for tests, makes `start` fail and is left alone).
+    trap 'rm -rf "$WORK"' EXIT
+    env=$(scripts/s3-server.sh start)
     trap 'scripts/s3-server.sh stop; rm -rf "$WORK"' EXIT
-    eval "$(scripts/s3-server.sh start)"
+    eval "$env"
 fi
 export TESSERA_PASSWORD=bench TESSERA_KDF_MEMORY=64 TESSERA_KDF_ITERATIONS=1
 
