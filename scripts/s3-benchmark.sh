@@ -3,11 +3,14 @@
 # as ratios to the same data on a local repository and to the server's raw
 # PUT/GET throughput of 4 MiB objects through the same client stack
 # (tessera-s3-raw: PUTs from as many threads as the backup's container
-# writers, GETs from as many as the restore's read-ahead), all measured in
-# this run: median of RUNS (default 3) runs each, with min–max spread.
+# writers, GETs from as many as the restore's container readers: both
+# --connections), all measured in this run: median of RUNS (default 3) runs
+# each, with min–max spread.
 #
 #   scripts/s3-benchmark.sh [SIZE_MIB] [RUNS]      # default 512 MiB, 3 runs
 #
+# CONNECTIONS=N (default 8, as `--connections`) sets the requests in
+# flight of the backups and restores and the raw baseline's threads.
 # TESSERA_BIN=path uses that binary (and tessera-s3-raw beside it) instead of
 # building the release ones; with TESSERA_TEST_S3 set (scripts/s3-server.sh
 # start), that server is used instead of a new one.
@@ -15,6 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MIB=${1:-512}
 RUNS=${2:-3}
+CONNECTIONS=${CONNECTIONS:-8}
 export PATH=$PATH:/usr/local/go/bin
 if [[ -n ${TESSERA_BIN:-} ]]; then
     T=$(realpath "$TESSERA_BIN")
@@ -28,8 +32,12 @@ if [[ -n ${TESSERA_TEST_S3:-} ]]; then
     # A server is running already (its environment is set): use it.
     trap 'rm -rf "$WORK"' EXIT
 else
+    # Stopped at the end only if this run started it (a server already
+    # running, say for tests, makes `start` fail and is left alone).
+    trap 'rm -rf "$WORK"' EXIT
+    env=$(scripts/s3-server.sh start)
     trap 'scripts/s3-server.sh stop; rm -rf "$WORK"' EXIT
-    eval "$(scripts/s3-server.sh start)"
+    eval "$env"
 fi
 export TESSERA_PASSWORD=bench TESSERA_KDF_MEMORY=64 TESSERA_KDF_ITERATIONS=1
 
@@ -42,10 +50,9 @@ declare -A R
 for run in $(seq "$RUNS"); do
     # Raw PUT / GET of as many bytes as 4 MiB objects (the containers'
     # size) through the same client stack (tessera-s3-raw: the S3 backend
-    # on OpenDAL), PUTs from as many threads as the backup's container
-    # writers (4), GETs from --connections (8) threads as the restore's
-    # read-ahead.
-    raw=$("$RAW" "$TESSERA_TEST_S3/raw$run" "$SIZE_MIB" 4 4 8)
+    # on OpenDAL), from --connections threads each, as the backup's
+    # container writers and the restore's container readers.
+    raw=$("$RAW" "$TESSERA_TEST_S3/raw$run" "$SIZE_MIB" 4 "$CONNECTIONS" "$CONNECTIONS")
     R[raw_put]+="$(sed -n 's/^put //p' <<<"$raw") "
     R[raw_get]+="$(sed -n 's/^get //p' <<<"$raw") "
     for kind in local s3; do
@@ -54,10 +61,10 @@ for run in $(seq "$RUNS"); do
             s3) repo=$TESSERA_TEST_S3/repo$run ;;
         esac
         "$T" init --encryption none "$repo" >/dev/null
-        s=$(now); "$T" backup "$repo" "$WORK/data" >/dev/null; e=$(now)
+        s=$(now); "$T" --connections "$CONNECTIONS" backup "$repo" "$WORK/data" >/dev/null; e=$(now)
         R[${kind}_backup]+="$(mbps "$s" "$e") "
         sync
-        s=$(now); "$T" restore "$repo" latest - | cat >/dev/null; e=$(now)
+        s=$(now); "$T" --connections "$CONNECTIONS" restore "$repo" latest - | cat >/dev/null; e=$(now)
         R[${kind}_restore]+="$(mbps "$s" "$e") "
     done
     rm -rf "$WORK/repo$run"
@@ -65,7 +72,7 @@ done
 
 median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.1f (%.1f-%.1f)", m, a[1], a[NR]}'; }
 med() { echo "${R[$1]}" | median | cut -d' ' -f1; }
-echo "$SIZE_MIB MiB of random data, $RUNS runs, MB/s median (min-max); CPU: $(lscpu | sed -n 's/Model name: *//p')"
+echo "$SIZE_MIB MiB of random data, $RUNS runs, --connections $CONNECTIONS, MB/s median (min-max); CPU: $(lscpu | sed -n 's/Model name: *//p'), load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 for k in raw_put raw_get local_backup local_restore s3_backup s3_restore; do
     printf '%-14s %s\n' "$k" "$(echo "${R[$k]}" | median)"
 done

@@ -31,21 +31,36 @@ else
     T=$PWD/target/release/tessera
 fi
 
+# The nodes listen on loopback, unless MinIO thinks it runs in a container
+# (/.dockerenv, /run/.containerenv, Kubernetes): there it refuses endpoints
+# that resolve to loopback (it waits for them "to resolve to a valid IP"),
+# so they listen on this machine's first non-loopback IPv4 address.
+# MINIO_ADDR=IP chooses the address.
+ADDR=${MINIO_ADDR:-127.0.0.1}
+if [[ -z ${MINIO_ADDR:-} && (-e /.dockerenv || -e /run/.containerenv || -n ${KUBERNETES_SERVICE_HOST:-}) ]]; then
+    ADDR=$(hostname -I | tr ' ' '\n' | grep -m1 -E '^[0-9]+(\.[0-9]+){3}$' || echo 127.0.0.1)
+fi
 WORK=$(mktemp -d)
 declare -a PIDS PORTS
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 -c 'import socket; s=socket.socket(); s.bind(("'"$ADDR"'", 0)); print(s.getsockname()[1])'
 }
 for i in 0 1 2 3; do PORTS[i]=$(free_port); done
 export MINIO_ROOT_USER=tessera-dist MINIO_ROOT_PASSWORD=tessera-dist-secret
+# The drives are directories on the root file system, which MinIO takes
+# offline unless it runs in CI/CD mode.
+export MINIO_CI_CD=1
+# All 8 drives listed one by one: one server pool, one erasure set over the
+# 4 nodes (an argument with `{1...2}` would be a pool of its own, which a
+# killed node takes down whole).
 ENDPOINTS=()
 for i in 0 1 2 3; do
-    ENDPOINTS+=("http://127.0.0.1:${PORTS[i]}$WORK/n$i/d{1...2}")
+    ENDPOINTS+=("http://$ADDR:${PORTS[i]}$WORK/n$i/d1" "http://$ADDR:${PORTS[i]}$WORK/n$i/d2")
 done
 start_node() {
     local i=$1
     mkdir -p "$WORK/n$i/d1" "$WORK/n$i/d2"
-    "$MINIO" server --quiet --address "127.0.0.1:${PORTS[i]}" "${ENDPOINTS[@]}" \
+    "$MINIO" server --quiet --address "$ADDR:${PORTS[i]}" "${ENDPOINTS[@]}" \
         >>"$WORK/minio$i.log" 2>&1 &
     PIDS[i]=$!
 }
@@ -56,19 +71,33 @@ stop_all() {
 trap 'stop_all; rm -rf "$WORK"' EXIT
 for i in 0 1 2 3; do start_node "$i"; done
 
-# The bucket, once the cluster has formed (any node serves it).
+# Wait until the cluster has formed: every node answers its cluster health
+# endpoint (200 once it has write quorum), for up to 5 minutes.
+cluster_up() {
+    local i
+    for i in "$@"; do
+        curl -sf -o /dev/null "http://$ADDR:${PORTS[i]}/minio/health/cluster" || return 1
+    done
+}
+wait_cluster() {
+    local _
+    for _ in $(seq 1500); do
+        cluster_up "$@" && return 0
+        sleep 0.2
+    done
+    echo "the MinIO cluster did not form (logs in $WORK/minio*.log):" >&2
+    tail -5 "$WORK"/minio*.log >&2
+    return 1
+}
+wait_cluster 0 1 2 3
+# The bucket (any node serves it).
 export AWS_ACCESS_KEY_ID=$MINIO_ROOT_USER AWS_SECRET_ACCESS_KEY=$MINIO_ROOT_PASSWORD
 export AWS_DEFAULT_REGION=us-east-1
 E=e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855
-for _ in $(seq 300); do
-    if curl -sf -X PUT -H "x-amz-content-sha256: $E" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
-        --aws-sigv4 "aws:amz:us-east-1:s3" "http://127.0.0.1:${PORTS[0]}/tessera" >/dev/null 2>&1; then
-        break
-    fi
-    sleep 0.2
-done
+curl -sf -X PUT -H "x-amz-content-sha256: $E" --user "$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY" \
+    --aws-sigv4 "aws:amz:us-east-1:s3" "http://$ADDR:${PORTS[0]}/tessera" >/dev/null
 # Clients talk to nodes 0..2; node 3 is the one killed.
-REPO_ON() { echo "s3:http://127.0.0.1:${PORTS[$1]}/tessera/dist"; }
+REPO_ON() { echo "s3:http://$ADDR:${PORTS[$1]}/tessera/dist"; }
 export TESSERA_PASSWORD=dist TESSERA_KDF_MEMORY=64 TESSERA_KDF_ITERATIONS=1
 "$T" init "$(REPO_ON 0)" >/dev/null
 
@@ -106,7 +135,7 @@ for round in $(seq "$ROUNDS"); do
     done
     echo "round $round: restarting node 3" >&2
     start_node 3
-    sleep 3
+    wait_cluster 0 1 2 3
 done
 
 # Every committed backup restores identically (compared against the

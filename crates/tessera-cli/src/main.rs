@@ -77,8 +77,9 @@ struct Cli {
         env = "TESSERA_REPOSITORY"
     )]
     repository: Option<std::ffi::OsString>,
-    /// Object stores: requests in flight at most when reading ahead
-    /// (restores, index loading); also the retries' budget is per request.
+    /// Object stores: requests in flight at once: container reads of a
+    /// restore, container writes of a backup, read-ahead (index loading);
+    /// the retries' budget is per request.
     #[arg(long, global = true, value_name = "N", default_value_t = 8,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     connections: u16,

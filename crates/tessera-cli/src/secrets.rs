@@ -107,7 +107,8 @@ pub struct Access {
     pub wait: Duration,
     /// Where the password comes from, if the repository is encrypted.
     pub password: PasswordArgs,
-    /// Object stores: requests in flight at most when reading ahead.
+    /// Object stores: requests in flight at once (restore reads, backup
+    /// writes, read-ahead).
     pub connections: usize,
     /// Object stores: the metadata cache and bandwidth limits.
     pub transfer: Transfer,

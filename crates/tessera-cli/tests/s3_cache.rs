@@ -1,7 +1,9 @@
 //! The local metadata cache of an S3 repository (FORMAT.md §13.2): a second
 //! `list`, index load and restore plan make far fewer requests than the
-//! first; entries follow objects that are replaced (`tag`); damaged entries
-//! are read again from the store; `--no-cache` makes every request.
+//! first; a second `ls` of a tree backup reads nothing from the store (its
+//! catalog's container ranges are cached); entries follow objects that are
+//! replaced (`tag`); damaged entries are read again from the store;
+//! `--no-cache` makes every request.
 //!
 //! One test in its own process: it points `XDG_CACHE_HOME` at a temporary
 //! directory. Needs `TESSERA_TEST_S3` (see tests/s3.rs); skipped without it.
@@ -59,6 +61,26 @@ fn survey(location: &str, cache_limit: u64) -> (Listing, Vec<u8>, IoStats) {
     let last = snaps.last().expect("a backup").0;
     restore(&repo, last, &mut out, &RestoreOptions::default()).expect("restoring");
     (snaps, out, repo.io_stats().since(&before))
+}
+
+/// The paths of the latest backup's catalog (`ls -r`), and the I/O of
+/// listing them (the repository opened and its snapshots read before).
+fn listing(location: &str, cache_limit: u64) -> (Vec<Vec<u8>>, IoStats) {
+    let repo = open(location, cache_limit);
+    let last = repo
+        .snapshots()
+        .expect("reading the snapshots")
+        .last()
+        .expect("a backup")
+        .id;
+    let before = repo.io_stats();
+    let mut paths = Vec::new();
+    tessera::tree::list_tree(&repo, last, None, true, |e| {
+        paths.push(e.path.clone());
+        Ok(())
+    })
+    .expect("listing the backup");
+    (paths, repo.io_stats().since(&before))
 }
 
 #[test]
@@ -131,11 +153,62 @@ fn a_warm_cache_saves_requests_and_stays_correct() {
     assert_eq!(snaps[0].1, vec!["kept".to_string()]);
     assert_eq!(snaps.len(), 7);
 
+    // A tree backup's catalog is read by cached ranges of its containers:
+    // a second `ls` reads nothing from the store (in an unencrypted
+    // repository each read is one request, so reads and cache hits compare
+    // one to one; in an encrypted one, a range past the first segment is
+    // two: the header and the segments).
+    let unencrypted = format!("{repo}-plain");
+    ok([
+        "init",
+        "--encryption",
+        "none",
+        "--container-size",
+        "262144",
+        &unencrypted,
+    ]);
+    let tree = dir.path().join("tree");
+    for f in 0..400u64 {
+        let sub = tree.join(format!("d{}", f % 7));
+        std::fs::create_dir_all(&sub).unwrap();
+        write_random_file(
+            &sub.join(format!("file-with-a-long-name-{f}")),
+            100 + f,
+            3000,
+        );
+    }
+    ok([
+        "backup",
+        "--no-cache",
+        &unencrypted,
+        &tree.display().to_string(),
+    ]);
+    for location in [&unencrypted, &repo] {
+        let (cold_ls, cold) = listing(location, 1 << 30);
+        let (warm_ls, warm) = listing(location, 1 << 30);
+        let (plain_ls, plain) = listing(location, 0);
+        eprintln!("ls {location}: cold {cold:?}, warm {warm:?}, no cache {plain:?}");
+        assert!(!plain_ls.is_empty());
+        assert_eq!(cold_ls, plain_ls);
+        assert_eq!(warm_ls, plain_ls);
+        assert_eq!(plain.cache_hits, 0);
+        assert!(warm.cache_hits > cold.cache_hits, "{cold:?} {warm:?}");
+        if *location == unencrypted {
+            assert!(plain_ls.len() > 400, "{}", plain_ls.len());
+            // The first listing read the catalog's data from the store...
+            assert!(cold.reads > cold.cache_hits, "{cold:?}");
+            // ... the second read nothing but from the cache.
+            assert_eq!(warm.reads, warm.cache_hits, "{warm:?}");
+        }
+    }
+
     // Damaged entries are misses: read again from the store.
     let entries = damage_every_entry(&cache);
     assert!(entries > 0);
     let (snaps, out, io) = survey(&repo, 1 << 30);
     assert_eq!((&snaps, &out), (&fresh_snaps, &fresh_out));
+    let (damaged_ls, _) = listing(&unencrypted, 1 << 30);
+    assert_eq!(damaged_ls, listing(&unencrypted, 0).0);
     // Only re-reads within the process hit (entries it stored anew).
     assert!(
         io.cache_hits <= cold.cache_hits,

@@ -57,8 +57,10 @@ const QUEUE_DEPTH: usize = 4;
 const HASH_IN_FLIGHT: usize = QUEUE_DEPTH;
 /// Full containers queued for the writers.
 const CONTAINER_QUEUE_DEPTH: usize = 2;
-/// Threads writing sealed containers. Each write is synced on its own, so
-/// several in flight keep the device busy while others wait for their sync.
+/// Threads writing sealed containers to a backend without a setting of its
+/// own. Each write is synced on its own, so several in flight keep the
+/// device busy while others wait for their sync; an object store writes
+/// `--connections` at once ([`Backend::connections`]).
 const WRITERS: usize = 4;
 
 /// Memory for the map of where this backup stored its chunks, beyond
@@ -547,7 +549,8 @@ fn backup_containers(
     let (chunk_tx, chunk_rx) = bounded::<Vec<Chunk>>(QUEUE_DEPTH);
     let (container_tx, container_rx) = bounded::<Builder>(CONTAINER_QUEUE_DEPTH);
     // Data buffers of written containers, reused by the next ones.
-    let (spare_tx, spare_rx) = bounded::<AlignedBuf>(WRITERS + CONTAINER_QUEUE_DEPTH);
+    let writers = backend.connections().unwrap_or(WRITERS).max(1);
+    let (spare_tx, spare_rx) = bounded::<AlignedBuf>(writers + CONTAINER_QUEUE_DEPTH);
 
     let mut recipe = RecipeWriter::new(id)?;
     let mut totals = std::thread::scope(|s| -> Result<StoreTotals> {
@@ -566,7 +569,7 @@ fn backup_containers(
             &tree,
             chunk_tx,
         );
-        let writers: Vec<_> = (0..WRITERS)
+        let writers: Vec<_> = (0..writers)
             .map(|_| {
                 let (backend, rx, stop) = (backend.as_ref(), container_rx.clone(), &stop);
                 let spare = spare_tx.clone();
@@ -1084,7 +1087,7 @@ fn plain_counts(totals: &StoreTotals, encoding: Option<Compression>) -> EncodeCo
     }
 }
 
-/// Stage 4 (background, [`WRITERS`] threads): seals full containers
+/// Stage 4 (background, [`WRITERS`] threads or `--connections`): seals full containers
 /// (compressing their entries in a compressing repository) and writes each
 /// atomically. After a failure the other writers stop too; the backup then
 /// fails before anything refers to the containers. Returns the time it was

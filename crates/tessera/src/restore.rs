@@ -37,10 +37,12 @@ use std::time::Instant;
 
 /// Default container cache size, in containers.
 pub const DEFAULT_CACHE_CONTAINERS: usize = 32;
-/// Containers read ahead of the assembler.
-const READ_AHEAD: usize = 4;
-/// Containers read concurrently (more requests in flight than one
-/// sequential reader keeps the device busier).
+/// Containers read ahead of the assembler, per reader.
+const READ_AHEAD_PER_READER: usize = 2;
+/// Containers read concurrently from a backend without a setting of its
+/// own (more requests in flight than one sequential reader keeps the
+/// device busier); an object store reads `--connections` at once
+/// ([`Backend::connections`]).
 const READERS: usize = 2;
 /// Containers announced to the backend ([`Backend::will_read`]) ahead of
 /// the one being dispatched, so that the device (the kernel's readahead, or
@@ -473,13 +475,17 @@ fn execute(
     let algo = repo.fingerprinter();
     let backend = repo.shared_backend();
     let loads = plan.reads();
+    let readers = backend.connections().unwrap_or(READERS).max(1);
     // Each load gets a one-slot channel for its result; the slots travel to
-    // the assembler in load order, so readers may finish out of order.
-    let (slot_tx, slot_rx) = bounded::<Receiver<Result<Arc<Container>>>>(READ_AHEAD);
+    // the assembler in load order, so readers may finish out of order while
+    // the assembler works through the containers read before: up to
+    // READ_AHEAD_PER_READER per reader are loaded or loading ahead of it.
+    let read_ahead = readers * READ_AHEAD_PER_READER;
+    let (slot_tx, slot_rx) = bounded::<Receiver<Result<Arc<Container>>>>(read_ahead);
     let (job_tx, job_rx) = bounded::<(ContainerId, Sender<Result<Arc<Container>>>)>(0);
 
     std::thread::scope(|s| -> Result<RestoreStats> {
-        let readers: Vec<_> = (0..READERS)
+        let readers: Vec<_> = (0..readers)
             .map(|_| {
                 let (backend, jobs) = (backend.as_ref(), job_rx.clone());
                 s.spawn(move || {

@@ -126,6 +126,9 @@ impl Backend for Faulty {
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.fetch(key, || self.inner.read_range(key, offset, len))
     }
+    fn read_range_cached(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.fetch(key, || self.inner.read_range_cached(key, offset, len))
+    }
     fn size(&self, key: &str) -> Result<u64> {
         self.query("inspecting", key, || self.inner.size(key))
     }
@@ -137,6 +140,9 @@ impl Backend for Faulty {
     }
     fn write_new(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         self.change("writing", key, || self.inner.write_new(key, parts))
+    }
+    fn connections(&self) -> Option<usize> {
+        self.inner.connections()
     }
     fn delete(&self, key: &str) -> Result<()> {
         self.change("deleting", key, || self.inner.delete(key))

@@ -44,6 +44,13 @@ pub trait Backend: Send + Sync {
     }
     /// `len` bytes of `key` from `offset`; fewer only if the object ends first.
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
+    /// Like [`Backend::read_range`], for bytes of container data that are
+    /// read again and again (a tree backup's catalog chunks): a backend
+    /// with a local metadata cache keeps the range there as it keeps
+    /// metadata ranges (FORMAT.md §13.2).
+    fn read_range_cached(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.read_range(key, offset, len)
+    }
     /// Size of `key` in bytes.
     fn size(&self, key: &str) -> Result<u64>;
     /// Stores `data` as `key` atomically and durably, replacing any old object.
@@ -92,6 +99,13 @@ pub trait Backend: Send + Sync {
     /// sees, is not counted, and fails silently (absent keys included).
     fn will_read(&self, keys: &[String]) {
         let _ = keys;
+    }
+    /// Requests a bulk transfer (a restore's container reads, a backup's
+    /// container writes) should keep in flight at once: an object store's
+    /// `--connections`; `None` for backends without such a setting (local
+    /// directories), whose callers keep their own defaults.
+    fn connections(&self) -> Option<usize> {
+        None
     }
     /// Removes `key`; absent keys are not an error.
     fn delete(&self, key: &str) -> Result<()>;
@@ -376,6 +390,11 @@ impl Backend for Counting {
         self.count_read(data.len());
         Ok(data)
     }
+    fn read_range_cached(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let data = self.inner.read_range_cached(key, offset, len)?;
+        self.count_read(data.len());
+        Ok(data)
+    }
     fn size(&self, key: &str) -> Result<u64> {
         self.inner.size(key)
     }
@@ -406,6 +425,9 @@ impl Backend for Counting {
     }
     fn will_read(&self, keys: &[String]) {
         self.inner.will_read(keys);
+    }
+    fn connections(&self) -> Option<usize> {
+        self.inner.connections()
     }
     fn delete(&self, key: &str) -> Result<()> {
         self.inner.delete(key)?;

@@ -20,8 +20,9 @@ use tokio::task::JoinHandle;
 /// Tuning of an object-store backend.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct S3Options {
-    /// Requests in flight at most for read-ahead (`--connections`); the
-    /// backup's writer threads and the restore's readers add theirs.
+    /// Requests in flight at most (`--connections`): the restore's
+    /// container readers, the backup's container writers, and the
+    /// read-ahead of [`Backend::will_read`] each keep this many.
     pub connections: usize,
     /// Retries of a request that failed transiently (with exponential
     /// backoff and jitter).
@@ -208,7 +209,7 @@ impl S3 {
 
     fn read_buffer(&self, key: &str) -> Result<opendal::Buffer> {
         super::check_key(key)?;
-        let version = self.version(key, Part::Whole);
+        let version = self.version(key, cache::is_cached(key, Part::Whole));
         if let Some(hit) = self.cache_get(key, version.as_deref(), Part::Whole) {
             return Ok(opendal::Buffer::from(hit));
         }
@@ -222,12 +223,12 @@ impl S3 {
         Ok(buffer)
     }
 
-    /// The version of `key` if reads of `part` of it are cached: its
-    /// ETag and size in this process's listing of its directory, listed
-    /// now if it was not yet (FORMAT.md §13.2).
-    fn version(&self, key: &str, part: Part) -> Option<String> {
+    /// The version of `key` if the read is `cached`: its ETag and size in
+    /// this process's listing of its directory, listed now if it was not
+    /// yet (FORMAT.md §13.2).
+    fn version(&self, key: &str, cached: bool) -> Option<String> {
         self.inner.cache.get()?;
-        if !cache::is_cached(key, part) {
+        if !cached {
             return None;
         }
         let (dir, _) = key.rsplit_once('/')?;
@@ -307,6 +308,25 @@ impl S3 {
         }
     }
 
+    /// `len` bytes of `key` from `offset`, through the cache if the range
+    /// is metadata or `keep` (FORMAT.md §13.2).
+    fn range(&self, key: &str, offset: u64, len: u64, keep: bool) -> Result<Vec<u8>> {
+        super::check_key(key)?;
+        let part = Part::Range { offset, len };
+        let version = self.version(key, keep || cache::is_cached(key, part));
+        if let Some(hit) = self.cache_get(key, version.as_deref(), part) {
+            return Ok(hit);
+        }
+        let data = self.fetch_range(key, offset, len)?;
+        if let Some(t) = &self.inner.download {
+            t.pass(data.len() as u64);
+        }
+        if let (Some(cache), Some(v)) = (self.inner.cache.get(), &version) {
+            cache.put(key, v, part, &data);
+        }
+        Ok(data)
+    }
+
     fn put(&self, key: &str, parts: &[&[u8]], create_new: bool) -> Result<()> {
         super::check_key(key)?;
         self.forget_version(key);
@@ -351,20 +371,12 @@ impl Backend for S3 {
     }
 
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        super::check_key(key)?;
-        let part = Part::Range { offset, len };
-        let version = self.version(key, part);
-        if let Some(hit) = self.cache_get(key, version.as_deref(), part) {
-            return Ok(hit);
-        }
-        let data = self.fetch_range(key, offset, len)?;
-        if let Some(t) = &self.inner.download {
-            t.pass(data.len() as u64);
-        }
-        if let (Some(cache), Some(v)) = (self.inner.cache.get(), &version) {
-            cache.put(key, v, part, &data);
-        }
-        Ok(data)
+        self.range(key, offset, len, false)
+    }
+
+    /// Reads of ranges to keep are cached as metadata ranges are.
+    fn read_range_cached(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.range(key, offset, len, true)
     }
 
     fn size(&self, key: &str) -> Result<u64> {
@@ -416,6 +428,11 @@ impl Backend for S3 {
             p.0.insert(key.clone(), handle);
             p.1.push_back(key.clone());
         }
+    }
+
+    /// `--connections`.
+    fn connections(&self) -> Option<usize> {
+        Some(self.inner.options.connections.max(1))
     }
 
     fn delete(&self, key: &str) -> Result<()> {

@@ -20,6 +20,52 @@ impl Encrypting {
     pub(crate) fn new(inner: Box<dyn Backend>, cipher: ObjectCipher) -> Self {
         Encrypting { inner, cipher }
     }
+
+    /// `len` plaintext bytes of `key` from `offset`, from the stored
+    /// ranges `read` returns (the sealed segments covering them).
+    fn open_range(
+        &self,
+        key: &str,
+        offset: u64,
+        len: u64,
+        read: impl Fn(&str, u64, u64) -> Result<Vec<u8>>,
+    ) -> Result<Vec<u8>> {
+        if is_plain(key) {
+            return read(key, offset, len);
+        }
+        if len == 0 {
+            return Ok(Vec::new());
+        }
+        let (first, start, span) = object::sealed_span(offset, len);
+        // The sealed segments are decrypted where they were read: at
+        // `buf[body..]`, after the header when it was read with them.
+        let (header, mut buf, body) = if first == 0 {
+            let stored = read(key, 0, start + span)?;
+            let header = stored.get(..HEADER_LEN).ok_or_else(|| auth_failed(key))?;
+            (header.to_vec(), stored, HEADER_LEN)
+        } else {
+            let header = read(key, 0, HEADER_LEN as u64)?;
+            (header, read(key, start, span)?, 0)
+        };
+        let sealed = buf.len() - body;
+        if sealed == 0 {
+            // The range starts at or beyond the end: nothing to return
+            // (a shorter read than asked is how callers see truncation).
+            return Ok(Vec::new());
+        }
+        // The extra byte read past the last needed segment is there iff
+        // that segment is not the object's last.
+        let needed = (span - 1) as usize;
+        let to_end = sealed <= needed;
+        buf.truncate(body + sealed.min(needed));
+        self.cipher
+            .open_in_place(key, &header, first, &mut buf, body, to_end)?;
+        let skip = ((offset - first * object::SEGMENT) as usize).min(buf.len());
+        let end = skip.saturating_add(len as usize).min(buf.len());
+        buf.truncate(end);
+        buf.drain(..skip);
+        Ok(buf)
+    }
 }
 
 /// Sealed objects of up to this many bytes keep their buffer for the
@@ -78,41 +124,14 @@ impl Backend for Encrypting {
     }
 
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        if is_plain(key) {
-            return self.inner.read_range(key, offset, len);
-        }
-        if len == 0 {
-            return Ok(Vec::new());
-        }
-        let (first, start, span) = object::sealed_span(offset, len);
-        // The sealed segments are decrypted where they were read: at
-        // `buf[body..]`, after the header when it was read with them.
-        let (header, mut buf, body) = if first == 0 {
-            let stored = self.inner.read_range(key, 0, start + span)?;
-            let header = stored.get(..HEADER_LEN).ok_or_else(|| auth_failed(key))?;
-            (header.to_vec(), stored, HEADER_LEN)
-        } else {
-            let header = self.inner.read_range(key, 0, HEADER_LEN as u64)?;
-            (header, self.inner.read_range(key, start, span)?, 0)
-        };
-        let sealed = buf.len() - body;
-        if sealed == 0 {
-            // The range starts at or beyond the end: nothing to return
-            // (a shorter read than asked is how callers see truncation).
-            return Ok(Vec::new());
-        }
-        // The extra byte read past the last needed segment is there iff
-        // that segment is not the object's last.
-        let needed = (span - 1) as usize;
-        let to_end = sealed <= needed;
-        buf.truncate(body + sealed.min(needed));
-        self.cipher
-            .open_in_place(key, &header, first, &mut buf, body, to_end)?;
-        let skip = ((offset - first * object::SEGMENT) as usize).min(buf.len());
-        let end = skip.saturating_add(len as usize).min(buf.len());
-        buf.truncate(end);
-        buf.drain(..skip);
-        Ok(buf)
+        self.open_range(key, offset, len, |k, o, l| self.inner.read_range(k, o, l))
+    }
+
+    /// The stored ranges are read through the inner backend's cache.
+    fn read_range_cached(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.open_range(key, offset, len, |k, o, l| {
+            self.inner.read_range_cached(k, o, l)
+        })
     }
 
     fn size(&self, key: &str) -> Result<u64> {
@@ -143,6 +162,10 @@ impl Backend for Encrypting {
 
     fn will_read(&self, keys: &[String]) {
         self.inner.will_read(keys);
+    }
+
+    fn connections(&self) -> Option<usize> {
+        self.inner.connections()
     }
 
     fn delete(&self, key: &str) -> Result<()> {

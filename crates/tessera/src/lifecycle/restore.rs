@@ -7,6 +7,7 @@
 
 use super::format::{self, ReadLog, VolumeHeader};
 use super::{require_layout, Lineage, Required};
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, Fingerprinter};
 use crate::repo::Repository;
@@ -230,14 +231,15 @@ fn restore_in_one_pass(
     let (tx, rx) = crossbeam_channel::bounded::<Category>(16);
     // Placement is by fingerprint, so objects may be read in any order:
     // several readers (each keeping a volume's parts together, in order)
-    // hide the latency of many small reads.
-    const READERS: usize = 3;
-    let mut shares: Vec<Vec<Required>> = vec![Vec::new(); READERS];
+    // hide the latency of many small reads: 3, or an object store's
+    // `--connections`.
+    let readers = backend.connections().unwrap_or(3).max(1);
+    let mut shares: Vec<Vec<Required>> = vec![Vec::new(); readers];
     let mut next = 0;
     for (i, req) in required.iter().enumerate() {
         let same_group = i > 0 && req.group.is_some() && req.group == required[i - 1].group;
         if !same_group && i > 0 {
-            next = (next + 1) % READERS;
+            next = (next + 1) % readers;
         }
         shares[next].push(req.clone());
     }

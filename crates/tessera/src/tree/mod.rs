@@ -7,6 +7,7 @@
 
 pub mod backup;
 pub mod catalog;
+mod catalog_read;
 pub mod diff;
 pub mod dump;
 pub mod find;

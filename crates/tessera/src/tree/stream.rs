@@ -2,11 +2,13 @@
 //! decoded one by one, so memory does not grow with the tree.
 
 use super::catalog::{check_version, CatalogReader, Entry};
+use super::catalog_read::read_catalog_chunks;
+use crate::config::Layout;
 use crate::error::{Error, Result};
 use crate::pipe::pipe;
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
-use crate::snapshot::{BackupId, TreeRef};
+use crate::snapshot::{self, BackupId, TreeRef};
 
 /// The tree record of backup `id`, checked to be one this build reads.
 pub fn tree_of(repo: &Repository, id: BackupId) -> Result<TreeRef> {
@@ -16,7 +18,8 @@ pub fn tree_of(repo: &Repository, id: BackupId) -> Result<TreeRef> {
 }
 
 /// Calls `f` with every catalog entry of tree backup `id` in order, until it
-/// returns `false`; returns the metrics of restoring the catalog's chunks.
+/// returns `false`; returns the metrics of restoring the catalog's chunks
+/// (in the container layout, read by ranges: [`read_catalog_chunks`]).
 pub fn for_each_entry(
     repo: &Repository,
     id: BackupId,
@@ -29,8 +32,22 @@ pub fn for_each_entry(
     let (mut out, input) = pipe(8);
     std::thread::scope(|s| {
         let reader = s.spawn(move || {
-            let restored =
-                restore_selection(repo, id, &range, &mut out, &RestoreOptions::default())?;
+            let ranged = repo.config().layout == Layout::Container && !repo.config().trace;
+            let restored = match ranged {
+                true => {
+                    let recipe = repo.recipe(id)?;
+                    let catalog = recipe.chunks.get(first..chunks).ok_or_else(|| {
+                        Error::corrupt(
+                            snapshot::recipe_key(id),
+                            format!(
+                                "the catalog starts at chunk {first}, beyond the recipe's {chunks}"
+                            ),
+                        )
+                    })?;
+                    read_catalog_chunks(repo, id, catalog, &mut out)?
+                }
+                false => restore_selection(repo, id, &range, &mut out, &RestoreOptions::default())?,
+            };
             out.finish();
             Ok(restored)
         });
