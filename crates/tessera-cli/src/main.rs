@@ -99,6 +99,11 @@ struct Cli {
     /// Object stores: download at most this many KiB per second.
     #[arg(long, global = true, value_name = "KIB_PER_S")]
     limit_download: Option<u64>,
+    /// Object stores: a request, or one step of its transfer, that takes
+    /// longer than this fails and is retried (a stalled connection or
+    /// server never hangs the command).
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_timeout, default_value = "2m")]
+    timeout: Duration,
     /// Print only errors and the results asked for: no progress bars,
     /// no summaries of maintenance commands.
     #[arg(short = 'q', long, global = true, conflicts_with = "verbose")]
@@ -878,6 +883,14 @@ fn parse_wait(s: &str) -> Result<Duration, String> {
     humantime::parse_duration(s).map_err(|e| format!("{e} (a duration such as 30s, 5m or 1h)"))
 }
 
+/// A request timeout: a duration greater than zero.
+fn parse_timeout(s: &str) -> Result<Duration, String> {
+    match parse_wait(s)? {
+        d if d.is_zero() => Err("a timeout must be longer than 0s".to_string()),
+        d => Ok(d),
+    }
+}
+
 /// A Bloom filter size: at least 1 byte (the configuration's 0 means "sized
 /// for --bloom-fpr", which omitting the option asks for).
 fn parse_bloom_size(s: &str) -> Result<u64, String> {
@@ -930,6 +943,7 @@ fn main() -> ExitCode {
             cache_limit: if cli.no_cache { 0 } else { cli.cache_limit },
             upload_limit: cli.limit_upload.unwrap_or(0).saturating_mul(1024),
             download_limit: cli.limit_download.unwrap_or(0).saturating_mul(1024),
+            timeout: cli.timeout,
         },
     };
     match run(cli.command, &access) {

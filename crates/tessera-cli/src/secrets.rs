@@ -115,7 +115,7 @@ pub struct Access {
 }
 
 /// Object stores: the local metadata cache's size and the bandwidth limits.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct Transfer {
     /// Bytes the local metadata cache may take; 0: no cache.
     pub cache_limit: u64,
@@ -123,6 +123,8 @@ pub struct Transfer {
     pub upload_limit: u64,
     /// Download limit in bytes per second; 0: none.
     pub download_limit: u64,
+    /// A request (or step of its transfer) taking longer fails and is retried.
+    pub timeout: Duration,
 }
 
 /// `location` with the transfer settings of `access` (object stores).
@@ -133,6 +135,7 @@ pub fn tuned(location: &Location, access: &Access) -> Location {
         s3.options.cache_limit = access.transfer.cache_limit;
         s3.options.upload_limit = access.transfer.upload_limit;
         s3.options.download_limit = access.transfer.download_limit;
+        s3.options.timeout = access.transfer.timeout;
     }
     location
 }

@@ -7,7 +7,8 @@
 //! The server is named by `TESSERA_TEST_S3` (`s3:http://HOST:PORT/BUCKET`,
 //! with `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` set): `.ci/run` starts
 //! one; locally `eval "$(scripts/s3-server.sh start)"`. Without it every
-//! test here says it is skipped and passes.
+//! test here but the stalled-server one (which needs no server) says it
+//! is skipped and passes.
 
 mod common;
 
@@ -441,4 +442,47 @@ fn copy_to_and_from_s3() {
         std::fs::create_dir_all(&dir).unwrap();
         assert_tree_restores(dst, ids[1], &tree, &dir);
     }
+}
+
+/// A server that accepts connections and never answers: a command fails
+/// after its `--timeout` (and the retries) with an error that says so,
+/// instead of hanging. Needs no S3 server.
+#[test]
+fn a_stalled_server_times_out_instead_of_hanging() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accepted connections are kept open and never answered.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            match conn {
+                Ok(c) => held.push(c),
+                Err(_) => return,
+            }
+        }
+    });
+    let started = std::time::Instant::now();
+    let out = cmd([
+        "--timeout",
+        "300ms",
+        "list",
+        &format!("s3:http://127.0.0.1:{port}/bucket/stalled"),
+    ])
+    .env("AWS_ACCESS_KEY_ID", "stalled")
+    .env("AWS_SECRET_ACCESS_KEY", "stalled")
+    .output()
+    .expect("running tessera");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("timeout"), "{err}");
+    // Retried with backoff, but bounded (a hang would never return).
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(120),
+        "{err}"
+    );
+    // A zero timeout is refused.
+    let out = cmd(["--timeout", "0s", "list", "s3:http://127.0.0.1:1/b"])
+        .output()
+        .expect("running tessera");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("longer than 0s"));
 }

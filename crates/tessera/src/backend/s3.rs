@@ -8,7 +8,7 @@ use super::throttle::Throttle;
 use super::{object_lock, Backend, CacheStats, LockGuard, LockMode, S3Location};
 use crate::error::{Error, Result};
 use bytes::Bytes;
-use opendal::layers::RetryLayer;
+use opendal::layers::{RetryLayer, TimeoutLayer};
 use opendal::{ErrorKind, Operator};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
@@ -34,6 +34,10 @@ pub struct S3Options {
     pub upload_limit: u64,
     /// Download bandwidth limit in bytes per second; 0: none.
     pub download_limit: u64,
+    /// A request, or one transfer step of its body, that takes longer
+    /// fails as a transient error and is retried (`--timeout`): a stalled
+    /// connection or server never hangs a command.
+    pub timeout: Duration,
 }
 
 impl Default for S3Options {
@@ -44,6 +48,7 @@ impl Default for S3Options {
             cache_limit: 1 << 30,
             upload_limit: 0,
             download_limit: 0,
+            timeout: Duration::from_secs(120),
         }
     }
 }
@@ -138,6 +143,12 @@ impl S3 {
         let counter = retries.clone();
         let op = Operator::new(builder)
             .map_err(|e| fail("configuring", describe(&e)))?
+            // Below the retries, so that each attempt has its own deadline.
+            .layer(
+                TimeoutLayer::new()
+                    .with_timeout(options.timeout)
+                    .with_io_timeout(options.timeout),
+            )
             .layer(
                 RetryLayer::new()
                     .with_max_times(options.retries)
