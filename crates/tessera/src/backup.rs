@@ -529,7 +529,11 @@ fn backup_containers(
         backend.clone(),
         config.delta,
         repo.fingerprinter().clone(),
-        config.rewrite.kind,
+        if config.rewrite.kind == crate::rewrite::RewriteKind::Har {
+            2
+        } else {
+            1
+        },
         &options.source,
     )?;
     // Containers the index will read whole for PFC-delta.

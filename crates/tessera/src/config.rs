@@ -5,6 +5,7 @@ pub use crate::compression::Compression;
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::FingerprintAlgo;
+use crate::index::{Compaction, DdfsParams, EhidParams, LazyMode, LazyParams};
 use serde::{Deserialize, Serialize};
 
 pub use crate::backend::CONFIG_KEY;
@@ -85,15 +86,10 @@ impl std::str::FromStr for IndexKind {
     }
 }
 
-/// Default target false-positive rate of the DDFS Bloom filter.
-pub const DEFAULT_BLOOM_FPR: f64 = 0.01;
-/// Default memory budget of the DDFS container-metadata cache: 64 MiB.
-pub const DEFAULT_INDEX_CACHE_BYTES: u64 = 64 * 1024 * 1024;
-/// Default memory budget of the DDFS Bloom filters (`bloom_bytes` 0): 256 MiB,
-/// enough for ~170 million chunks (~1.4 TB stored at 8 KiB) at the target rate.
-pub const DEFAULT_DDFS_BLOOM_BUDGET: u64 = 256 * 1024 * 1024;
-/// Default bucket size of on-disk fingerprint tables: 4 KiB.
-pub const DEFAULT_INDEX_BUCKET_BYTES: u32 = 4096;
+pub use crate::index::{
+    DEFAULT_BLOOM_FPR, DEFAULT_DDFS_BLOOM_BUDGET, DEFAULT_EHID_SPARSE_PCT,
+    DEFAULT_INDEX_BUCKET_BYTES, DEFAULT_INDEX_CACHE_BYTES,
+};
 
 fn default_bloom_fpr() -> f64 {
     DEFAULT_BLOOM_FPR
@@ -104,9 +100,6 @@ fn default_index_cache_bytes() -> u64 {
 fn default_index_bucket_bytes() -> u32 {
     DEFAULT_INDEX_BUCKET_BYTES
 }
-
-/// Default sparse-container threshold of HID/EHID, in percent.
-pub const DEFAULT_EHID_SPARSE_PCT: u32 = 50;
 
 fn default_ehid_sparse_pct() -> u32 {
     DEFAULT_EHID_SPARSE_PCT
@@ -375,6 +368,45 @@ impl Config {
         match self.bloom_bytes {
             0 => DEFAULT_DDFS_BLOOM_BUDGET,
             n => n,
+        }
+    }
+
+    /// The DDFS index parameters this configuration sets.
+    pub fn ddfs_params(&self) -> DdfsParams {
+        DdfsParams {
+            bloom_fpr: self.bloom_fpr,
+            cache_bytes: self.index_cache_bytes,
+            bucket_bytes: self.index_bucket_bytes,
+            part_buckets: crate::index::table::DEFAULT_PART_BUCKETS,
+            compaction: Compaction::default(),
+            bloom_budget: self.ddfs_bloom_budget(),
+        }
+    }
+
+    /// The HID/EHID index parameters this configuration sets (`bloom`: EHID).
+    pub fn ehid_params(&self, bloom: bool) -> EhidParams {
+        EhidParams {
+            ddfs: self.ddfs_params(),
+            bloom,
+            sparse_threshold: f64::from(self.ehid_sparse_pct) / 100.0,
+            consult_cold: self.ehid_consult_cold,
+        }
+    }
+
+    /// The eager or lazy index parameters this configuration sets.
+    pub fn lazy_params(&self, mode: LazyMode) -> LazyParams {
+        LazyParams {
+            mode,
+            memory_bytes: self.index_cache_bytes,
+            buffer_share: f64::from(self.lazy_buffer_pct) / 100.0,
+            bloom_bytes: self.bloom_bytes,
+            bloom_fpr: self.bloom_fpr,
+            bft: self.lazy_bft,
+            prefetch: self.lazy_prefetch,
+            avg_chunk: self.chunker.avg_size,
+            bucket_bytes: self.index_bucket_bytes,
+            part_buckets: crate::index::table::DEFAULT_PART_BUCKETS,
+            hold_duplicates: self.rewrite.kind != crate::rewrite::RewriteKind::None,
         }
     }
 

@@ -8,9 +8,7 @@ use crate::crypto::{self, Credentials, Encrypting, NewKey, Unlocked};
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprinter;
-use crate::index::{
-    Ddfs, DdfsParams, DedupIndex, Ehid, EhidParams, Exact, IndexStats, Lazy, LazyMode, LazyParams,
-};
+use crate::index::{Ddfs, DedupIndex, Ehid, Exact, IndexStats, Lazy, LazyMode, LazyParams};
 use crate::snapshot::{self, BackupId, Recipe, Snapshot, RECIPE_DIR, SNAPSHOT_DIR};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -689,12 +687,13 @@ impl Repository {
             IndexKind::Ddfs => Ok(Box::new(Ddfs::open(
                 self.shared_backend(),
                 &containers,
-                DdfsParams::from_config(&self.config),
+                self.config.ddfs_params(),
             )?)),
             IndexKind::Hid | IndexKind::Ehid => Ok(Box::new(Ehid::open(
                 self.shared_backend(),
                 &containers,
-                EhidParams::from_config(&self.config, self.config.index == IndexKind::Ehid),
+                self.config
+                    .ehid_params(self.config.index == IndexKind::Ehid),
             )?)),
             IndexKind::Eager | IndexKind::Lazy => Ok(Box::new(Lazy::open(
                 self.shared_backend(),
@@ -716,14 +715,15 @@ impl Repository {
                 Ok(index.stats())
             }
             IndexKind::Ddfs => {
-                let params = DdfsParams::from_config(&self.config);
+                let params = self.config.ddfs_params();
                 let mut index = Ddfs::rebuild(self.shared_backend(), &containers, params)?;
                 index.commit(next)?;
                 Ok(index.stats())
             }
             IndexKind::Hid | IndexKind::Ehid => {
-                let params =
-                    EhidParams::from_config(&self.config, self.config.index == IndexKind::Ehid);
+                let params = self
+                    .config
+                    .ehid_params(self.config.index == IndexKind::Ehid);
                 let mut index = Ehid::rebuild(self.shared_backend(), &containers, params)?;
                 index.commit(next)?;
                 Ok(index.stats())
@@ -743,7 +743,7 @@ impl Repository {
         } else {
             LazyMode::Eager
         };
-        LazyParams::from_config(&self.config, mode)
+        self.config.lazy_params(mode)
     }
 
     /// Totals over the whole repository.

@@ -19,7 +19,6 @@ use crate::container::{self, BaseRef, Builder, Container, ContainerId};
 use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
-use crate::rewrite::RewriteKind;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -246,28 +245,27 @@ pub struct DeltaStage {
 
 impl DeltaStage {
     /// The stage for a backup of source `source`, or `None` when the
-    /// repository does not delta-compress.
+    /// repository does not delta-compress. PFC counts the chunks of the
+    /// last `lookback` backups as recent (the rewriting policy decides how
+    /// many: HAR judges containers over two backups).
     pub fn open(
         backend: Arc<dyn Backend>,
         params: DeltaParams,
         algo: Fingerprinter,
-        rewrite: RewriteKind,
+        lookback: usize,
         source: &str,
     ) -> Result<Option<Self>> {
         let (pfc, greedy) = match params.kind {
             DeltaKind::None => return Ok(None),
-            DeltaKind::Pfc => {
-                let lookback = if rewrite == RewriteKind::Har { 2 } else { 1 };
-                (
-                    Some(PfcTracker::open(
-                        backend.as_ref(),
-                        source,
-                        lookback,
-                        params.prefetch,
-                    )?),
-                    None,
-                )
-            }
+            DeltaKind::Pfc => (
+                Some(PfcTracker::open(
+                    backend.as_ref(),
+                    source,
+                    lookback,
+                    params.prefetch,
+                )?),
+                None,
+            ),
             DeltaKind::Greedy => (None, Some(Greedy::load(backend.as_ref())?)),
         };
         let features_for_all = pfc.as_ref().is_none_or(|p| !p.has_history());
@@ -657,7 +655,7 @@ mod tests {
             backend,
             params,
             Fingerprinter::plain(FingerprintAlgo::Blake3),
-            RewriteKind::Cbr,
+            1,
             "s",
         )
         .unwrap()

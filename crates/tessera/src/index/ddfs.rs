@@ -60,7 +60,6 @@ use super::runs::{self, Compaction, Ranges, Source};
 use super::table::{self, order_key, Pushed, Table, TableMeta, TableWriter};
 use super::{read_cached, unusable, Chunk, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::Backend;
-use crate::config::Config;
 use crate::container::{self, Container, ContainerId};
 use crate::envelope::{self, le4, le8};
 use crate::error::{Error, Result};
@@ -120,18 +119,6 @@ pub struct DdfsParams {
 }
 
 impl DdfsParams {
-    /// The parameters a repository configuration sets.
-    pub fn from_config(config: &Config) -> DdfsParams {
-        DdfsParams {
-            bloom_fpr: config.bloom_fpr,
-            cache_bytes: config.index_cache_bytes,
-            bucket_bytes: config.index_bucket_bytes,
-            part_buckets: table::DEFAULT_PART_BUCKETS,
-            compaction: Compaction::default(),
-            bloom_budget: config.ddfs_bloom_budget(),
-        }
-    }
-
     fn checked(self) -> Result<DdfsParams> {
         if !(self.bloom_fpr > 0.0 && self.bloom_fpr <= 0.5) {
             return Err(Error::InvalidConfig(format!(
@@ -155,12 +142,12 @@ impl DdfsParams {
 impl Default for DdfsParams {
     fn default() -> Self {
         DdfsParams {
-            bloom_fpr: crate::config::DEFAULT_BLOOM_FPR,
-            cache_bytes: crate::config::DEFAULT_INDEX_CACHE_BYTES,
-            bucket_bytes: crate::config::DEFAULT_INDEX_BUCKET_BYTES,
+            bloom_fpr: super::DEFAULT_BLOOM_FPR,
+            cache_bytes: super::DEFAULT_INDEX_CACHE_BYTES,
+            bucket_bytes: super::DEFAULT_INDEX_BUCKET_BYTES,
             part_buckets: table::DEFAULT_PART_BUCKETS,
             compaction: Compaction::default(),
-            bloom_budget: crate::config::DEFAULT_DDFS_BLOOM_BUDGET,
+            bloom_budget: super::DEFAULT_DDFS_BLOOM_BUDGET,
         }
     }
 }

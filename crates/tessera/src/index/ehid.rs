@@ -38,7 +38,6 @@
 use super::ddfs::Layout;
 use super::{Chunk, Ddfs, DdfsParams, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::Backend;
-use crate::config::Config;
 use crate::container::{self, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap};
@@ -50,7 +49,7 @@ pub const EHID_HOT_PREFIX: &str = "index/ehid-hot";
 /// Directory of the cold table.
 pub const EHID_COLD_PREFIX: &str = "index/ehid-cold";
 /// Default sparse-container threshold: CU below 50%.
-pub const DEFAULT_SPARSE_THRESHOLD: f64 = crate::config::DEFAULT_EHID_SPARSE_PCT as f64 / 100.0;
+pub const DEFAULT_SPARSE_THRESHOLD: f64 = super::DEFAULT_EHID_SPARSE_PCT as f64 / 100.0;
 
 /// Parameters of HID/EHID.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -66,16 +65,6 @@ pub struct EhidParams {
 }
 
 impl EhidParams {
-    /// The parameters a repository configuration sets (`bloom`: EHID).
-    pub fn from_config(config: &Config, bloom: bool) -> EhidParams {
-        EhidParams {
-            ddfs: DdfsParams::from_config(config),
-            bloom,
-            sparse_threshold: f64::from(config.ehid_sparse_pct) / 100.0,
-            consult_cold: config.ehid_consult_cold,
-        }
-    }
-
     fn hot_layout(&self) -> Layout {
         Layout {
             prefix: EHID_HOT_PREFIX.into(),

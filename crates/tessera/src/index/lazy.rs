@@ -71,7 +71,6 @@ use super::metalog::{self, Entry, MetaLog};
 use super::table::{self, order_key, Pushed, Table, TableMeta, TableWriter};
 use super::{read_cached, unusable, Chunk, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::Backend;
-use crate::config::Config;
 use crate::container::{self, ContainerId};
 use crate::envelope::{self, le8};
 use crate::error::{Error, Result};
@@ -174,23 +173,6 @@ pub struct LazyParams {
 }
 
 impl LazyParams {
-    /// The parameters a repository configuration sets.
-    pub fn from_config(config: &Config, mode: Mode) -> LazyParams {
-        LazyParams {
-            mode,
-            memory_bytes: config.index_cache_bytes,
-            buffer_share: f64::from(config.lazy_buffer_pct) / 100.0,
-            bloom_bytes: config.bloom_bytes,
-            bloom_fpr: config.bloom_fpr,
-            bft: config.lazy_bft,
-            prefetch: config.lazy_prefetch,
-            avg_chunk: config.chunker.avg_size,
-            bucket_bytes: config.index_bucket_bytes,
-            part_buckets: table::DEFAULT_PART_BUCKETS,
-            hold_duplicates: config.rewrite.kind != crate::rewrite::RewriteKind::None,
-        }
-    }
-
     fn checked(self) -> Result<LazyParams> {
         let bad = |what: String| Err(Error::InvalidConfig(what));
         if self.bft == 0 || self.prefetch == 0 {

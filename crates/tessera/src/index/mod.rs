@@ -26,6 +26,18 @@ pub use exact::Exact;
 pub use lazy::{Lazy, LazyParams, Mode as LazyMode, LAZY_PREFIX};
 pub use runs::Compaction;
 
+/// Default target false-positive rate of the DDFS Bloom filter.
+pub const DEFAULT_BLOOM_FPR: f64 = 0.01;
+/// Default memory budget of the DDFS container-metadata cache: 64 MiB.
+pub const DEFAULT_INDEX_CACHE_BYTES: u64 = 64 * 1024 * 1024;
+/// Default memory budget of the DDFS Bloom filters (`bloom_bytes` 0): 256 MiB,
+/// enough for ~170 million chunks (~1.4 TB stored at 8 KiB) at the target rate.
+pub const DEFAULT_DDFS_BLOOM_BUDGET: u64 = 256 * 1024 * 1024;
+/// Default bucket size of on-disk fingerprint tables: 4 KiB.
+pub const DEFAULT_INDEX_BUCKET_BYTES: u32 = 4096;
+/// Default sparse-container threshold of HID/EHID, in percent.
+pub const DEFAULT_EHID_SPARSE_PCT: u32 = 50;
+
 use crate::backend::Backend;
 use crate::container::{self, ContainerId};
 use crate::error::{Error, Result};
