@@ -24,6 +24,7 @@ use crate::fingerprint::{BatchHasher, Fingerprinter};
 use crate::index::{table, Chunk, Decision, DedupIndex, Reorder};
 use crate::lifecycle::{self, ArrangeStats, LifecycleBackupOptions};
 use crate::quarantine::Quarantined;
+use crate::refetch::{refetch_bytes, Refetch};
 use crate::repo::Repository;
 use crate::rewrite::{RewriteFilter, Verdict};
 use crate::snapshot::{
@@ -246,31 +247,6 @@ pub trait Segments: Send {
     /// The tree the stream holds, asked once [`Segments::read`] returned
     /// [`SegmentRead::End`]: its snapshot records it.
     fn tree(&mut self) -> Option<TreeRef>;
-}
-
-/// The bytes of chunks a source gave without them ([`SegmentRead::Reused`]),
-/// for a back end that must store them (an index that did not find them, a
-/// rewriting policy, delta compression).
-pub trait Refetch: Sync {
-    /// The bytes of the chunk at byte `offset` of the stream, checked to
-    /// have fingerprint `fp` and length `len`.
-    fn bytes(&self, offset: u64, fp: &Fingerprint, len: u32) -> Result<Vec<u8>>;
-}
-
-/// The bytes of a data-less chunk of a data repository, from `refetch`.
-pub(crate) fn refetch_bytes(
-    refetch: Option<&dyn Refetch>,
-    offset: u64,
-    fp: &Fingerprint,
-    len: u32,
-    seq: u64,
-) -> Result<Vec<u8>> {
-    let refetch = refetch.ok_or_else(|| {
-        Error::Pipeline(format!(
-            "chunk {seq} has no data in a data repository and no way to fetch it"
-        ))
-    })?;
-    refetch.bytes(offset, fp, len)
 }
 
 /// A committed backup and, for the lifecycle layout, the arranging that followed it.

@@ -202,6 +202,20 @@ pub enum Error {
 }
 
 impl Error {
+    /// Whether this error means a chunk's data is lost (missing or
+    /// damaged), and which.
+    pub(crate) fn lost_reason(&self) -> Option<&'static str> {
+        match self {
+            Error::NotFound(_) => Some("missing"),
+            Error::MissingChunk { .. } | Error::ChunkNotInCategories { .. } => Some("missing"),
+            Error::ChunkMismatch { .. }
+            | Error::ObjectChunkMismatch { .. }
+            | Error::UnsupportedVersion { .. } => Some("damaged"),
+            e if e.is_damage() => Some("damaged"),
+            _ => None,
+        }
+    }
+
     /// Whether this error says an object's bytes are damaged: a failed
     /// checksum or format check, or (encrypted repositories) a failed
     /// authentication, which is how damage shows there.

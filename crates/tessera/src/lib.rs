@@ -34,6 +34,7 @@ pub mod progress;
 pub mod prune;
 pub mod quarantine;
 pub mod ranges;
+pub mod refetch;
 pub mod repair;
 pub mod repo;
 pub mod restore;

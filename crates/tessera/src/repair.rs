@@ -398,7 +398,7 @@ fn scan(repo: &Repository, progress: &dyn Progress) -> Result<Scan> {
             .and_then(|b| Container::parse(id, b))
         {
             Ok(c) => Ok(Some(Arc::new(c))),
-            Err(e) if crate::salvage::lost_reason(&e).is_some() => Ok(None),
+            Err(e) if e.lost_reason().is_some() => Ok(None),
             Err(e) => Err(e),
         }
     };
@@ -483,7 +483,7 @@ fn repoint(
         }
         let mut recipe = match repo.recipe(id) {
             Ok(r) => r,
-            Err(e) if crate::salvage::lost_reason(&e).is_some() => {
+            Err(e) if e.lost_reason().is_some() => {
                 report.unrepaired.push(Unrepaired {
                     backup: id,
                     reason: format!("recipe unreadable: {e}"),

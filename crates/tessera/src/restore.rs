@@ -24,7 +24,7 @@ use crate::repo::Repository;
 use crate::restore_output;
 pub use crate::restore_output::ExistingFile;
 use crate::restore_plan::{self, CachePolicy, Plan, Step};
-use crate::snapshot::{self, BackupId, ChunkRef, Recipe};
+use crate::snapshot::{BackupId, ChunkRef};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -189,29 +189,6 @@ pub fn restore_selection(
     restore_chunks(repo, id, Some(select), out, options)
 }
 
-/// The chunks of `recipe` that `select` picks (all when `None`).
-pub(crate) fn selected(recipe: &Recipe, select: Option<&[Range<usize>]>) -> Result<Vec<ChunkRef>> {
-    let Some(select) = select else {
-        return Ok(recipe.chunks.clone());
-    };
-    let mut chunks = Vec::new();
-    for r in select {
-        let part = recipe.chunks.get(r.clone()).ok_or_else(|| {
-            Error::corrupt(
-                snapshot::recipe_key(recipe.backup),
-                format!(
-                    "chunks {}..{} asked for, the recipe has {}",
-                    r.start,
-                    r.end,
-                    recipe.chunks.len()
-                ),
-            )
-        })?;
-        chunks.extend_from_slice(part);
-    }
-    Ok(chunks)
-}
-
 /// [`restore`] or [`restore_selection`]: checks the options, then restores.
 fn restore_chunks(
     repo: &Repository,
@@ -232,7 +209,7 @@ fn restore_chunks(
         written: 0,
     };
     match restore_verified(repo, id, select, &mut counted, options) {
-        Err(e) if crate::salvage::lost_reason(&e).is_some() => {
+        Err(e) if e.lost_reason().is_some() => {
             let written = counted.written;
             after_damage(repo, id, select, out, options, written, e)
         }
@@ -274,7 +251,7 @@ fn after_damage(
     e: Error,
 ) -> Result<RestoreStats> {
     let lifecycle = repo.config().layout == Layout::Lifecycle;
-    let Ok(chunks) = repo.recipe(id).and_then(|r| selected(&r, select)) else {
+    let Ok(chunks) = repo.recipe(id).and_then(|r| r.selected(select)) else {
         return Err(e);
     };
     let sink = &mut std::io::sink();
@@ -306,7 +283,7 @@ fn restore_verified(
     let started = Instant::now();
     repo.snapshot(id)?;
     let recipe = repo.recipe(id)?;
-    let chunks = selected(&recipe, select)?;
+    let chunks = recipe.selected(select)?;
     // Bytes read count container reads only, not the recipe.
     let io_before = repo.io_stats();
     let capacity = options.cache_containers;
@@ -347,7 +324,7 @@ fn salvage(
     let started = Instant::now();
     repo.snapshot(id)?;
     let recipe = repo.recipe(id)?;
-    let chunks = selected(&recipe, select)?;
+    let chunks = recipe.selected(select)?;
     let io_before = repo.io_stats();
     let lifecycle = repo.config().layout == Layout::Lifecycle;
     let (whole, reads, lost) = if lifecycle {
@@ -879,23 +856,10 @@ fn place(
 ) -> Result<()> {
     pieces
         .par_iter()
-        .try_for_each(|(p, c, _)| verify(algo, p.bytes(), c))?;
+        .try_for_each(|(p, c, _)| c.verify(algo, p.bytes()))?;
     for (p, _, k) in pieces {
         let bytes = p.bytes();
         area[offsets[*k]..offsets[*k] + bytes.len()].copy_from_slice(bytes);
-    }
-    Ok(())
-}
-
-/// Checks that `bytes` are the chunk `c` names.
-pub(crate) fn verify(algo: &Fingerprinter, bytes: &[u8], c: &ChunkRef) -> Result<()> {
-    let actual = algo.hash(bytes);
-    if actual != c.fp || bytes.len() != c.len as usize {
-        return Err(Error::ChunkMismatch {
-            container: c.container,
-            fingerprint: c.fp.to_string(),
-            actual: actual.to_string(),
-        });
     }
     Ok(())
 }
@@ -909,7 +873,7 @@ fn flush_window(
 ) -> Result<()> {
     window
         .par_iter()
-        .try_for_each(|(p, c)| verify(algo, p.bytes(), c))?;
+        .try_for_each(|(p, c)| c.verify(algo, p.bytes()))?;
     for (p, _) in window.drain(..) {
         let bytes = p.bytes();
         out.write_all(bytes).map_err(|e| Error::Output {

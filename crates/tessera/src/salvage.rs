@@ -15,7 +15,6 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap};
 use crate::lifecycle::format::{self, ReadLog};
 use crate::repo::Repository;
-use crate::restore::verify;
 use crate::snapshot::{BackupId, ChunkRef};
 use lru::LruCache;
 use serde::Serialize;
@@ -34,19 +33,6 @@ pub struct LostRange {
     pub reason: String,
     /// The first error met in the range.
     pub detail: String,
-}
-
-/// Whether `e` means the chunk's data is lost (missing or damaged), and which.
-pub(crate) fn lost_reason(e: &Error) -> Option<&'static str> {
-    match e {
-        Error::NotFound(_) => Some("missing"),
-        Error::MissingChunk { .. } | Error::ChunkNotInCategories { .. } => Some("missing"),
-        Error::ChunkMismatch { .. }
-        | Error::ObjectChunkMismatch { .. }
-        | Error::UnsupportedVersion { .. } => Some("damaged"),
-        e if e.is_damage() => Some("damaged"),
-        _ => None,
-    }
 }
 
 /// Writes chunks and zeros, merging adjacent lost ranges of one reason.
@@ -73,7 +59,7 @@ impl Sink<'_> {
     /// Writes `len` zeros for a chunk lost because of `e` (a loss, or an
     /// error that is returned).
     fn lose(&mut self, len: u64, e: Error) -> Result<()> {
-        let Some(reason) = lost_reason(&e) else {
+        let Some(reason) = e.lost_reason() else {
             return Err(e);
         };
         match self.lost.last_mut() {
@@ -166,7 +152,7 @@ pub(crate) fn salvage_containers(
                     })?
                 }
             };
-            verify(algo, &bytes, c)?;
+            c.verify(algo, &bytes)?;
             Ok(bytes)
         })();
         match bytes {
@@ -177,7 +163,7 @@ pub(crate) fn salvage_containers(
             Err(e) => {
                 match &e {
                     Error::NotFound(_) => found.whole.insert(c.container),
-                    e if lost_reason(e) == Some("damaged") => {
+                    e if e.lost_reason() == Some("damaged") => {
                         found.chunks.insert((c.container, c.fp))
                     }
                     _ => false,
@@ -223,7 +209,7 @@ fn clone_error(e: &Error) -> Error {
     match e {
         Error::NotFound(k) => Error::NotFound(k.clone()),
         Error::Corrupt { object, detail } => Error::corrupt(object.clone(), detail.clone()),
-        e if lost_reason(e).is_some() => Error::corrupt("container", e.to_string()),
+        e if e.lost_reason().is_some() => Error::corrupt("container", e.to_string()),
         e => Error::Pipeline(e.to_string()),
     }
 }
@@ -260,7 +246,7 @@ pub(crate) fn salvage_lifecycle(
         let header = match crate::lifecycle::header_if_exists(backend, &req.key, &mut log) {
             Ok(Some(h)) => h,
             Ok(None) => continue,
-            Err(e) if lost_reason(&e).is_some() => {
+            Err(e) if e.lost_reason().is_some() => {
                 unreadable.push(e);
                 continue;
             }
@@ -270,7 +256,7 @@ pub(crate) fn salvage_lifecycle(
         for idx in 0..req.prefix(&header) {
             let metas = match format::read_meta(backend, &req.key, &header, idx, &mut log) {
                 Ok(m) => m,
-                Err(e) if lost_reason(&e).is_some() => {
+                Err(e) if e.lost_reason().is_some() => {
                     unreadable.push(e);
                     continue;
                 }
@@ -322,7 +308,7 @@ pub(crate) fn salvage_lifecycle(
                         actual: algo.hash(&b).to_string(),
                     })
                 }
-                Err(e) if lost_reason(&e).is_some() => last = Some(e),
+                Err(e) if e.lost_reason().is_some() => last = Some(e),
                 Err(e) => return Err(e),
             }
         }

@@ -6,7 +6,7 @@ use crate::backend::{IoStats, WriteMode};
 use crate::container::ContainerId;
 use crate::envelope;
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
+use crate::fingerprint::{Fingerprint, Fingerprinter, FINGERPRINT_LEN};
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{BufWriter, Read, Write};
@@ -52,6 +52,21 @@ pub struct ChunkRef {
     pub container: ContainerId,
 }
 
+impl ChunkRef {
+    /// Checks that `bytes` are this chunk: its length and fingerprint.
+    pub(crate) fn verify(&self, algo: &Fingerprinter, bytes: &[u8]) -> Result<()> {
+        let actual = algo.hash(bytes);
+        if actual != self.fp || bytes.len() != self.len as usize {
+            return Err(Error::ChunkMismatch {
+                container: self.container,
+                fingerprint: self.fp.to_string(),
+                actual: actual.to_string(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The ordered chunk references that rebuild a backup.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Recipe {
@@ -61,7 +76,43 @@ pub struct Recipe {
     pub chunks: Vec<ChunkRef>,
 }
 
+/// Backups a `keep-last` retention would delete: all but the `keep` newest.
+pub fn forget_candidates(snapshots: &[Snapshot], keep: usize) -> Vec<BackupId> {
+    let mut ids: Vec<BackupId> = snapshots.iter().map(|s| s.id).collect();
+    ids.sort_unstable();
+    let n = ids.len().saturating_sub(keep);
+    ids.truncate(n);
+    ids
+}
+
 impl Recipe {
+    /// The chunks that `select` picks, as ranges of chunk positions (all
+    /// when `None`).
+    pub(crate) fn selected(
+        &self,
+        select: Option<&[std::ops::Range<usize>]>,
+    ) -> Result<Vec<ChunkRef>> {
+        let Some(select) = select else {
+            return Ok(self.chunks.clone());
+        };
+        let mut chunks = Vec::new();
+        for r in select {
+            let part = self.chunks.get(r.clone()).ok_or_else(|| {
+                Error::corrupt(
+                    recipe_key(self.backup),
+                    format!(
+                        "chunks {}..{} asked for, the recipe has {}",
+                        r.start,
+                        r.end,
+                        self.chunks.len()
+                    ),
+                )
+            })?;
+            chunks.extend_from_slice(part);
+        }
+        Ok(chunks)
+    }
+
     /// The recipe as a sealed object.
     pub fn encode(&self) -> Result<Vec<u8>> {
         let payload = postcard::to_stdvec(self)

@@ -15,6 +15,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
+pub mod lifecycle;
 mod records;
 pub(crate) use records::{check_derived, check_records, derived_problem, Retained};
 
@@ -129,7 +130,7 @@ pub fn check_with_progress(
     progress: &dyn Progress,
 ) -> Result<CheckReport> {
     if repo.config().layout == crate::config::Layout::Lifecycle {
-        return crate::lifecycle::check_with_progress(repo, options, progress);
+        return lifecycle::check_with_progress(repo, options, progress);
     }
     let mut report = CheckReport::default();
     let algo = repo.fingerprinter();

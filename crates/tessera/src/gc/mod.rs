@@ -27,7 +27,7 @@ use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::index::Relocations;
 use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
-use crate::snapshot::{self, BackupId, Snapshot};
+use crate::snapshot::{self, BackupId};
 use crate::sorted_pairs::{PairSorter, SortedPairs};
 use serde::Serialize;
 use std::collections::BTreeSet;
@@ -200,19 +200,10 @@ pub struct GcStats {
     pub stage_seconds: GcStageSeconds,
 }
 
-/// Backups a `keep-last` retention would delete: all but the `keep` newest.
-pub fn forget_candidates(snapshots: &[Snapshot], keep: usize) -> Vec<BackupId> {
-    let mut ids: Vec<BackupId> = snapshots.iter().map(|s| s.id).collect();
-    ids.sort_unstable();
-    let n = ids.len().saturating_sub(keep);
-    ids.truncate(n);
-    ids
-}
-
 /// Deletes all but the `keep` newest backups; returns the deleted ids. (The
 /// lifecycle layout frees their space at once; the container layout at the next GC.)
 pub fn forget_keep_last(repo: &Repository, keep: usize, dry_run: bool) -> Result<Vec<BackupId>> {
-    let ids = forget_candidates(&repo.snapshots()?, keep);
+    let ids = crate::snapshot::forget_candidates(&repo.snapshots()?, keep);
     if !dry_run && repo.config().layout == crate::config::Layout::Lifecycle {
         return crate::lifecycle::forget_keep_last(repo, keep).map(|d| d.deleted);
     }
@@ -922,6 +913,7 @@ impl Forward<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::snapshot::Snapshot;
 
     #[test]
     fn forget_keeps_the_newest() {
@@ -939,9 +931,12 @@ mod tests {
                 tree: None,
             })
             .collect();
-        assert_eq!(forget_candidates(&snaps, 2), vec![1, 2]);
-        assert_eq!(forget_candidates(&snaps, 0), vec![1, 2, 3, 5]);
-        assert!(forget_candidates(&snaps, 9).is_empty());
+        assert_eq!(crate::snapshot::forget_candidates(&snaps, 2), vec![1, 2]);
+        assert_eq!(
+            crate::snapshot::forget_candidates(&snaps, 0),
+            vec![1, 2, 3, 5]
+        );
+        assert!(crate::snapshot::forget_candidates(&snaps, 9).is_empty());
     }
 
     #[test]

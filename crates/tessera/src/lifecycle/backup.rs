@@ -122,7 +122,7 @@ pub(crate) fn backup_stream(
     batches: impl Iterator<Item = Result<Vec<Chunk>>>,
     options: &LifecycleBackupOptions,
     tree: Option<&std::sync::OnceLock<TreeRef>>,
-    refetch: Option<&dyn crate::backup::Refetch>,
+    refetch: Option<&dyn crate::refetch::Refetch>,
 ) -> Result<BackupOutcome> {
     require_layout(repo)?;
     let started = Instant::now();
@@ -209,7 +209,7 @@ pub(crate) fn backup_stream(
                 let t = Instant::now();
                 unique.add(c.len);
                 let fetched = match (bytes, has_data) {
-                    (None, true) => Some(crate::backup::refetch_bytes(
+                    (None, true) => Some(crate::refetch::refetch_bytes(
                         refetch, offset, &c.fp, c.len, c.seq,
                     )?),
                     _ => None,

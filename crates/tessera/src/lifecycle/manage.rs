@@ -60,7 +60,7 @@ pub fn delete_backups(repo: &Repository, ids: &[BackupId]) -> Result<DeleteStats
 /// chooses them) and reclaims their space.
 pub fn forget_keep_last(repo: &Repository, keep: usize) -> Result<DeleteStats> {
     require_layout(repo)?;
-    let ids = crate::gc::forget_candidates(&repo.snapshots()?, keep);
+    let ids = crate::snapshot::forget_candidates(&repo.snapshots()?, keep);
     delete_backups(repo, &ids)
 }
 

@@ -26,7 +26,6 @@
 
 mod arrange;
 mod backup;
-mod check;
 pub mod format;
 mod manage;
 mod repair;
@@ -35,7 +34,6 @@ mod restore;
 pub use arrange::{arrange, arrange_rounds, arrange_with_progress, ArrangeStats};
 pub(crate) use backup::backup_stream;
 pub use backup::{backup, BackupOutcome, LifecycleBackupOptions};
-pub use check::{check, check_with_progress};
 pub use manage::{
     delete_backups, forget_keep_last, reclaim, space, totals, trend, DeleteStats, VersionSpace,
 };

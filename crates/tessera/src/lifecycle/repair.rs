@@ -76,7 +76,7 @@ fn read_part(repo: &Repository, key: String, start: u64, end: u64) -> Result<Par
     };
     let bytes = match repo.backend().read(&part.key) {
         Ok(b) => b,
-        Err(e) if crate::salvage::lost_reason(&e).is_some() => return Ok(part),
+        Err(e) if e.lost_reason().is_some() => return Ok(part),
         Err(e) => return Err(e),
     };
     let Ok(header) = VolumeHeader::parse(&part.key, &bytes) else {

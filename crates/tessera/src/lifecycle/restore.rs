@@ -431,7 +431,7 @@ pub fn restore_selection_to_writer(
     let (lineage, k, required) = locate(repo, id)?;
     let mut recipe = repo.recipe(id)?;
     if select.is_some() {
-        recipe.chunks = crate::restore::selected(&recipe, select)?;
+        recipe.chunks = recipe.selected(select)?;
     }
     let total: u64 = recipe.chunks.iter().map(|c| u64::from(c.len)).sum();
     let out_err = |e| Error::Output {

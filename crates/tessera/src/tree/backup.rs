@@ -6,10 +6,11 @@ use super::meta::{read_file_xattrs, read_xattrs, Names};
 use super::stream::{for_each_entry, tree_of};
 use super::walk::{At, Excludes, Found, Status, Walk, Walked};
 use super::{catalog_path, relative_path};
-use crate::backup::{self, BackupOptions, Outcome, Refetch, SegmentRead, Segments, Source};
+use crate::backup::{self, BackupOptions, Outcome, SegmentRead, Segments, Source};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::quarantine::Quarantined;
+use crate::refetch::Refetch;
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions};
 use crate::snapshot::{BackupId, ChunkRef, TreeRef, CATALOG_VERSION};
@@ -146,7 +147,7 @@ fn backup_tree_with(
         // file is read.
         Some(id) => match tree_of(repo, id).and_then(|t| Ok((t, repo.recipe(id)?.chunks))) {
             Ok((tree, chunks)) => Some((id, tree, chunks)),
-            Err(e) if crate::salvage::lost_reason(&e).is_some() => {
+            Err(e) if e.lost_reason().is_some() => {
                 notes.push(format!(
                     "parent backup {id} unreadable ({e}): every file was read"
                 ));

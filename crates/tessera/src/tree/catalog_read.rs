@@ -13,7 +13,7 @@ use crate::delta;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::repo::Repository;
-use crate::restore::{verify, RestoreStats};
+use crate::restore::RestoreStats;
 use crate::snapshot::{BackupId, ChunkRef};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -184,7 +184,7 @@ pub(super) fn read_catalog_chunks(
             let at = (m.offset - first) as usize;
             let stored = run.get(at..at + m.len as usize).unwrap_or_default();
             let bytes = containers.chunk(id, c, m, stored)?;
-            verify(algo, &bytes, c)?;
+            c.verify(algo, &bytes)?;
             out.write_all(&bytes).map_err(|e| Error::Output {
                 what: "output".into(),
                 source: e,

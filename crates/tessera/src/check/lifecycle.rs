@@ -3,17 +3,17 @@
 //! chunk of every committed backup's recipe is in a category whose
 //! lifecycle covers that backup; with `read_data`, every chunk is re-hashed.
 
-use super::format::{self, Journal, ReadLog};
 use super::{
+    check_derived, check_records, derived_problem, CheckOptions, CheckReport, Problem, Retained,
+};
+use crate::backend::Backend as _;
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
+use crate::lifecycle::format::{self, Journal, ReadLog};
+use crate::lifecycle::{
     cat_key, journal_key, lineage_names, ndf_dir, ndf_key, read_state_copy, require_layout,
     state_copy_key, state_key, vol_key, Lineage, LIFECYCLE_DIR,
 };
-use crate::backend::Backend as _;
-use crate::check::{
-    check_derived, check_records, derived_problem, CheckOptions, CheckReport, Problem, Retained,
-};
-use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
 use crate::snapshot::BackupId;
@@ -256,7 +256,13 @@ fn check_states(
         (Err(e), _) | (_, Err(e)) => {
             let affected = retained
                 .iter()
-                .filter(|b| b.source.as_deref().map(super::lineage_name).as_deref() == Some(name))
+                .filter(|b| {
+                    b.source
+                        .as_deref()
+                        .map(crate::lifecycle::lineage_name)
+                        .as_deref()
+                        == Some(name)
+                })
                 .map(|b| b.id)
                 .collect();
             problem(report, &key, e, affected);
@@ -311,7 +317,7 @@ fn check_ndf_tables(repo: &Repository, l: &Lineage, report: &mut CheckReport) ->
     let stored: BTreeSet<u64> = backend
         .list(&ndf_dir(&l.name))?
         .iter()
-        .filter_map(|n| super::parse_num_name(n))
+        .filter_map(|n| crate::lifecycle::parse_num_name(n))
         .collect();
     let needed = (r + 1..=last).chain((last > 0).then_some(last));
     for v in stored
@@ -360,7 +366,7 @@ fn check_version(
         .partition(|r| bad_objects.contains(&r.key));
     // Damaged objects are reported already, with this backup among the affected.
     let skipped = !bad.is_empty();
-    super::for_each_required(backend, &good, &mut log, |req, header, prefix, log| {
+    crate::lifecycle::for_each_required(backend, &good, &mut log, |req, header, prefix, log| {
         for idx in 0..prefix {
             for (fp, _) in format::read_meta(backend, &req.key, header, idx, log)? {
                 present.insert(fp);
@@ -377,7 +383,7 @@ fn check_version(
     let first = recipe.chunks.iter().find(|c| !present.contains(&c.fp));
     let e = match first {
         Some(c) if !skipped => {
-            let mut e = super::not_in_categories(l, id, k, &good, &c.fp);
+            let mut e = crate::lifecycle::not_in_categories(l, id, k, &good, &c.fp);
             if let Error::ChunkNotInCategories { fingerprint, .. } = &mut e {
                 fingerprint.push_str(&format!(" (and {} more)", missing.len() - 1));
             }
