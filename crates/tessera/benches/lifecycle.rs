@@ -397,8 +397,7 @@ fn generated(gen: &Path, base: &Path) {
             assert!(std::fs::read(&out).expect("restored") == orig, "{file}");
         }
     }
-    let report =
-        tessera::check::lifecycle::check(&lrepo, CheckOptions { read_data: true }).expect("check");
+    let report = tessera::check::check(&lrepo, CheckOptions { read_data: true }).expect("check");
     assert!(report.is_ok(), "{:?}", report.problems);
     println!("generated: every live version restored byte-identical, check --read-data clean");
 }

@@ -66,21 +66,9 @@ pub fn load(backend: &dyn Backend) -> Result<HashMap<ContainerId, Quarantined>> 
         let Some(c) = container::parse_key_name(&name) else {
             continue;
         };
-        let k = key(c);
-        let q = match backend.read(&k) {
-            Ok(bytes) => match decode(&k, &bytes) {
-                Ok(s) if s.contains(WHOLE) => Quarantined::All,
-                Ok(s) => Quarantined::Chunks(s),
-                Err(e) if e.is_damage() || matches!(e, Error::UnsupportedVersion { .. }) => {
-                    Quarantined::All
-                }
-                Err(e) => return Err(e),
-            },
-            Err(Error::NotFound(_)) => continue,
-            Err(e) if e.is_damage() => Quarantined::All,
-            Err(e) => return Err(e),
-        };
-        out.insert(c, q);
+        if let Some(q) = read_record(backend, &key(c))? {
+            out.insert(c, q);
+        }
     }
     Ok(out)
 }
@@ -88,9 +76,15 @@ pub fn load(backend: &dyn Backend) -> Result<HashMap<ContainerId, Quarantined>> 
 /// Lifecycle lineage `l`'s record: `None` if it has none; `All` if it is
 /// damaged (every chunk of the lineage is then stored again).
 pub fn load_lineage(backend: &dyn Backend, l: &str) -> Result<Option<Quarantined>> {
-    let k = lineage_key(l);
-    Ok(Some(match backend.read(&k) {
-        Ok(bytes) => match decode(&k, &bytes) {
+    read_record(backend, &lineage_key(l))
+}
+
+/// The quarantine record at `k`: `None` if there is none; `All` if it is
+/// damaged or of an unknown version (every chunk it covers is then stored
+/// again).
+fn read_record(backend: &dyn Backend, k: &str) -> Result<Option<Quarantined>> {
+    Ok(Some(match backend.read(k) {
+        Ok(bytes) => match decode(k, &bytes) {
             Ok(s) if s.contains(WHOLE) => Quarantined::All,
             Ok(s) => Quarantined::Chunks(s),
             Err(e) if e.is_damage() || matches!(e, Error::UnsupportedVersion { .. }) => {

@@ -14,7 +14,7 @@ use crate::lifecycle::{
     cat_key, journal_key, lineage_names, ndf_dir, ndf_key, read_state_copy, require_layout,
     state_copy_key, state_key, vol_key, Lineage, LIFECYCLE_DIR,
 };
-use crate::progress::{Phase, Progress, Silent, Unit};
+use crate::progress::{Phase, Progress, Unit};
 use crate::repo::Repository;
 use crate::snapshot::BackupId;
 use std::collections::{BTreeMap, BTreeSet};
@@ -75,11 +75,6 @@ fn check_object(
         }
     }
     Ok(())
-}
-
-/// Checks `repo` (lifecycle layout).
-pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
-    check_with_progress(repo, options, &Silent)
 }
 
 /// Checks `repo` (lifecycle layout), reporting progress to `progress`:

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub mod lifecycle;
+mod lifecycle;
 mod records;
 pub(crate) use records::{check_derived, check_records, derived_problem, Retained};
 
