@@ -43,37 +43,38 @@ init() { # kind dir
     esac
 }
 
-# Seconds of one command (wall clock).
+# Wall-clock and CPU (user + system) seconds of one command.
 seconds() {
-    local t0 t1
-    t0=$(date +%s.%N)
-    "$@" >/dev/null
-    t1=$(date +%s.%N)
-    echo "$t1 - $t0" | bc -l
+    local out
+    out=$(mktemp)
+    /usr/bin/time -f '%e %U %S' -o "$out" "$@" >/dev/null 2>&1
+    awk '{printf "%s %.2f\n", $1, $2 + $3}' "$out"
+    rm -f "$out"
 }
 
-declare -A T
+declare -A T C
 for run in $(seq 1 "$RUNS"); do
     for kind in plain secure; do
         rm -rf "${WORK:?}/$kind"
         init $kind "$WORK/$kind"
         sync
-        T[$kind,fresh,$run]=$(seconds "$TESSERA" backup "$WORK/$kind" "$WORK/fresh.bin")
-        T[$kind,dup,$run]=$(seconds "$TESSERA" backup "$WORK/$kind" "$WORK/fresh.bin")
-        T[$kind,restore,$run]=$(seconds "$TESSERA" restore "$WORK/$kind" 1 -)
+        read -r "T[$kind,fresh,$run]" "C[$kind,fresh,$run]" < <(seconds "$TESSERA" backup "$WORK/$kind" "$WORK/fresh.bin")
+        read -r "T[$kind,dup,$run]" "C[$kind,dup,$run]" < <(seconds "$TESSERA" backup "$WORK/$kind" "$WORK/fresh.bin")
+        read -r "T[$kind,restore,$run]" "C[$kind,restore,$run]" < <(seconds "$TESSERA" restore "$WORK/$kind" 1 -)
         rm -rf "${WORK:?}/$kind"
     done
     echo "run $run: fresh ${T[plain,fresh,$run]} / ${T[secure,fresh,$run]} s, duplicate ${T[plain,dup,$run]} / ${T[secure,dup,$run]} s, restore ${T[plain,restore,$run]} / ${T[secure,restore,$run]} s (plain / encrypted+compressed)" >&2
 done
 
 echo "# encrypted + compression auto vs. neither, ${SIZE_MIB} MiB, ${RUNS} runs ($(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores)"
-echo "| measurement | plain MB/s (median) | encrypted+auto MB/s (median) | ratio median | ratio min..max |"
-echo "| --- | ---: | ---: | ---: | ---: |"
+echo "| measurement | plain MB/s (median) | encrypted+auto MB/s (median) | ratio median | ratio min..max | CPU-time ratio median | min..max |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 for what in fresh dup restore; do
-    ratios=() plain=() secure=()
+    ratios=() plain=() secure=() cpu=()
     for run in $(seq 1 "$RUNS"); do
         p=${T[plain,$what,$run]} s=${T[secure,$what,$run]}
         ratios+=("$(echo "$p / $s" | bc -l)")
+        cpu+=("$(echo "${C[plain,$what,$run]} / ${C[secure,$what,$run]}" | bc -l)")
         plain+=("$(echo "$SIZE_MIB * 1.048576 / $p" | bc -l)")
         secure+=("$(echo "$SIZE_MIB * 1.048576 / $s" | bc -l)")
     done
@@ -81,8 +82,10 @@ for what in fresh dup restore; do
     lo=$(printf '%s\n' "${ratios[@]}" | sort -g | head -1)
     hi=$(printf '%s\n' "${ratios[@]}" | sort -g | tail -1)
     case $what in fresh) label="backup, fresh incompressible" ;; dup) label="backup, duplicate" ;; restore) label="restore" ;; esac
-    printf '| %s | %.0f | %.0f | %.2f | %.2f..%.2f |\n' "$label" "$(median "${plain[@]}")" "$(median "${secure[@]}")" \
-        "$(median "${ratios[@]}")" "$lo" "$hi"
+    clo=$(printf '%s\n' "${cpu[@]}" | sort -g | head -1)
+    chi=$(printf '%s\n' "${cpu[@]}" | sort -g | tail -1)
+    printf '| %s | %.0f | %.0f | %.2f | %.2f..%.2f | %.2f | %.2f..%.2f |\n' "$label" "$(median "${plain[@]}")" "$(median "${secure[@]}")" \
+        "$(median "${ratios[@]}")" "$lo" "$hi" "$(median "${cpu[@]}")" "$clo" "$chi"
 done
 
 # Text-like data: a real source tree.

@@ -736,10 +736,10 @@ struct InitArgs {
     /// The new repository: a local directory (absent or empty), or
     /// `s3:http[s]://HOST[:PORT]/BUCKET/PREFIX` (a prefix holding no object).
     repo: Location,
-    /// Encrypt every object (`xchacha20poly1305`, asks for a password) or
-    /// not (`none`: lab and benchmark repositories). Default:
-    /// xchacha20poly1305, except for --trace and --fingerprint sha1
-    /// repositories, which cannot be encrypted.
+    /// Encrypt every object (`aes256gcm` or `xchacha20poly1305`, asks for a
+    /// password) or not (`none`: lab and benchmark repositories). Default:
+    /// aes256gcm, except for --trace and --fingerprint sha1 repositories,
+    /// which cannot be encrypted.
     #[arg(long)]
     encryption: Option<Encryption>,
     /// Compression of stored chunks (zstd, per chunk, after deduplication,
@@ -1720,11 +1720,11 @@ fn init(a: InitArgs, access: &Access) -> Result<()> {
     let plain_only = a.trace || a.chunking.fingerprint == FingerprintAlgo::Sha1;
     let encryption = a.encryption.unwrap_or(match plain_only {
         true => Encryption::None,
-        false => Encryption::XChaCha20Poly1305,
+        false => Encryption::Aes256Gcm,
     });
     // A trace repository stores no chunk bytes: nothing to compress.
     let compression = a.compression.unwrap_or(match encryption {
-        Encryption::XChaCha20Poly1305 if !a.trace => Compression::Auto,
+        Encryption::XChaCha20Poly1305 | Encryption::Aes256Gcm if !a.trace => Compression::Auto,
         _ => Compression::Off,
     });
     config.set_protection(Encryption::None, compression);
@@ -1736,14 +1736,14 @@ fn init(a: InitArgs, access: &Access) -> Result<()> {
                 a.repo
             );
         }
-        Encryption::XChaCha20Poly1305 => {
+        Encryption::XChaCha20Poly1305 | Encryption::Aes256Gcm => {
             // Refuse a configuration that cannot be encrypted before asking for a password.
             config.set_protection(encryption, compression);
             config.validate()?;
             let key = new_repo_key(&access.password, a.kdf)?;
             Repository::init_at(&tuned(&a.repo, access), config, Some(&key))?;
             println!(
-                "created encrypted repository {} (compression {compression})",
+                "created encrypted repository {} ({encryption}, compression {compression})",
                 a.repo
             );
         }
@@ -2164,10 +2164,7 @@ fn stats(repo: &Location, id: Option<&str>, json: bool, access: &Access) -> Resu
             format!("{:?}", c.index).to_lowercase(),
             c.rewrite.kind.name(),
             c.delta.kind.name(),
-            match c.encryption {
-                Encryption::None => "none",
-                Encryption::XChaCha20Poly1305 => "xchacha20poly1305",
-            },
+            c.encryption,
             c.compression,
         );
     }

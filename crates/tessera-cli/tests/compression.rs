@@ -99,7 +99,7 @@ fn compressed_round_trips_in_both_layouts_and_with_delta() {
         ok(["check", repo.to_str().unwrap(), "--read-data"]);
         let stats = ok(["stats", repo.to_str().unwrap()]);
         assert!(
-            stats.contains("encryption xchacha20poly1305, compression auto"),
+            stats.contains("encryption aes256gcm, compression auto"),
             "{stats}"
         );
         std::fs::write(&input, &data).unwrap();

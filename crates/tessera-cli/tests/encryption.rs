@@ -132,7 +132,7 @@ fn key_add_passwd_remove_round_trip() {
 fn stats_says_whether_encrypted_and_unencryptable_options_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let r = repo_with_backup(tmp.path());
-    assert!(ok(["stats", &r]).contains("encryption xchacha20poly1305"));
+    assert!(ok(["stats", &r]).contains("encryption aes256gcm"));
     let plain = tmp.path().join("plain");
     init_plain(&plain);
     let plain_stats = run_with(
@@ -143,7 +143,7 @@ fn stats_says_whether_encrypted_and_unencryptable_options_are_refused() {
     let t = tmp.path().join("t");
     let t = t.to_str().unwrap();
     for extra in [["--trace"], ["--fingerprint=sha1"]] {
-        let mut args = vec!["init", t, "--encryption", "xchacha20poly1305"];
+        let mut args = vec!["init", t, "--encryption", "aes256gcm"];
         args.extend(extra);
         let out = run_with(&args, &[]);
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
@@ -151,4 +151,22 @@ fn stats_says_whether_encrypted_and_unencryptable_options_are_refused() {
     }
     // Without --encryption, trace repositories are created unencrypted.
     ok(["init", t, "--trace"]);
+}
+
+#[test]
+fn both_ciphers_round_trip_and_say_which_they_are() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = random_bytes(9, 200_000);
+    let input = tmp.path().join("input");
+    std::fs::write(&input, &data).unwrap();
+    for cipher in ["aes256gcm", "xchacha20poly1305"] {
+        let repo = tmp.path().join(cipher);
+        let r = repo.to_str().unwrap();
+        let created = ok(["init", r, "--encryption", cipher, "--kdf-memory", "64"]);
+        assert!(created.contains(cipher), "{created}");
+        backup_json(&repo, &input);
+        assert!(ok(["stats", r]).contains(&format!("encryption {cipher}")));
+        assert_file_eq(&restore_to_file(&repo, 1, tmp.path()), &data);
+        ok(["check", r, "--read-data"]);
+    }
 }

@@ -183,12 +183,13 @@ impl Repository {
             None => (backend, None, config.encode()),
             Some(key) => {
                 let unlocked = crypto::create_key(backend.as_ref(), key)?;
-                let sealed = unlocked.cipher().seal(CONFIG_KEY, &[&config.encode()])?;
-                let backend = Box::new(Encrypting::new(backend, unlocked.cipher()));
+                let cipher = unlocked.cipher(config.encryption)?;
+                let sealed = cipher.seal(CONFIG_KEY, &[&config.encode()])?;
+                let backend = Box::new(Encrypting::new(backend, cipher));
                 (
                     backend,
                     Some(unlocked),
-                    Stored::encode_sealed(config.version, &sealed),
+                    Stored::encode_sealed(config.version, config.encryption, &sealed),
                 )
             }
         };
@@ -318,16 +319,20 @@ impl Repository {
         let (backend, config, unlocked): (Box<dyn Backend>, _, _) =
             match decode_stored(backend.location(), &bytes)? {
                 Stored::Plain(config) => (backend, config, None),
-                Stored::Sealed(sealed) => {
+                Stored::Sealed(encryption, sealed) => {
                     let unlocked = crypto::unlock(backend.as_ref(), &unlock()?)?;
-                    let config = Config::decode(&unlocked.cipher().open(CONFIG_KEY, &sealed)?)?;
-                    if config.encryption == Encryption::None {
+                    let cipher = unlocked.cipher(encryption)?;
+                    let config = Config::decode(&cipher.open(CONFIG_KEY, &sealed)?)?;
+                    if config.encryption != encryption {
                         return Err(Error::corrupt(
                             CONFIG_KEY,
-                            "sealed configuration says unencrypted",
+                            format!(
+                                "sealed configuration says encryption {}, its header {encryption}",
+                                config.encryption
+                            ),
                         ));
                     }
-                    let backend = Box::new(Encrypting::new(backend, unlocked.cipher()));
+                    let backend = Box::new(Encrypting::new(backend, cipher));
                     (backend, config, Some(unlocked))
                 }
             };
@@ -844,11 +849,14 @@ fn decode_stored(location: String, bytes: &[u8]) -> Result<Stored> {
     }
 }
 
-/// `config` with the encryption (and format version) that `key` implies, validated.
+/// `config` with the encryption (and format version) that `key` implies,
+/// validated: none without a key; with one, the configuration's cipher, or
+/// AES-256-GCM if it names none.
 fn prepare(mut config: Config, key: Option<&NewKey>) -> Result<Config> {
-    let encryption = match key {
-        Some(_) => Encryption::XChaCha20Poly1305,
-        None => Encryption::None,
+    let encryption = match (key, config.encryption) {
+        (None, _) => Encryption::None,
+        (Some(_), Encryption::None) => Encryption::Aes256Gcm,
+        (Some(_), chosen) => chosen,
     };
     config.set_protection(encryption, config.compression);
     config.validate_new()?;

@@ -51,10 +51,15 @@ fn small_config(id: &str) -> Config {
 /// Creates an encrypted repository with `config` and backs up three
 /// related versions of some data (two sources); returns the versions.
 fn populated(path: &Path, config: Config) -> Vec<Vec<u8>> {
+    // A configuration that names no cipher gets the default, AES-256-GCM.
+    let cipher = match config.encryption {
+        Encryption::None => Encryption::Aes256Gcm,
+        chosen => chosen,
+    };
     let repo = Repository::init_encrypted(path, config, &new_key(PASSWORD)).unwrap();
     assert!(repo.is_encrypted());
     assert_eq!(repo.config().version, 2);
-    assert_eq!(repo.config().encryption, Encryption::XChaCha20Poly1305);
+    assert_eq!(repo.config().encryption, cipher);
     drop(repo);
     let mut rng = Rng(42);
     let first = [b"TESSERA-PLAINTEXT-MARKER ".repeat(40), rng.bytes(600_000)].concat();
@@ -98,7 +103,8 @@ fn objects(root: &Path) -> Vec<(String, PathBuf)> {
     out
 }
 
-/// Policies whose objects together cover every object kind.
+/// Policies whose objects together cover every object kind, and the
+/// second cipher.
 fn configs() -> Vec<(&'static str, Config)> {
     let mut ddfs_har = small_config("ddfs-har");
     ddfs_har.index = IndexKind::Ddfs;
@@ -110,8 +116,11 @@ fn configs() -> Vec<(&'static str, Config)> {
     greedy.fingerprint = FingerprintAlgo::Sha256;
     let mut lifecycle = small_config("lifecycle");
     lifecycle.layout = Layout::Lifecycle;
+    let mut xchacha = small_config("exact-xchacha");
+    xchacha.encryption = Encryption::XChaCha20Poly1305;
     vec![
         ("exact", small_config("exact")),
+        ("exact-xchacha", xchacha),
         ("ddfs-har", ddfs_har),
         ("lazy", lazy),
         ("greedy-sha256", greedy),

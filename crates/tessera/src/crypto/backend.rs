@@ -102,6 +102,48 @@ impl Encrypting {
     }
 }
 
+/// Opened objects kept by [`OPEN_BUFFERS`] for reuse, at most.
+const KEEP_OPEN_BUFFERS: usize = 8;
+
+/// The buffers of whole objects opened by [`Backend::read_shared`], given
+/// back when the last reference to one is dropped: reading container after
+/// container decrypts into warm memory instead of faulting in (and having
+/// the kernel zero) fresh pages for every one.
+static OPEN_BUFFERS: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+
+/// A buffer of [`OPEN_BUFFERS`], returned to it when dropped.
+struct Pooled(Vec<u8>);
+
+impl Pooled {
+    /// An empty buffer of at least `capacity` bytes, reused if one is kept.
+    fn take(capacity: usize) -> Pooled {
+        let kept = OPEN_BUFFERS.lock().ok().and_then(|mut pool| pool.pop());
+        let mut buf = kept.unwrap_or_default();
+        buf.clear();
+        buf.reserve(capacity);
+        Pooled(buf)
+    }
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        let buf = std::mem::take(&mut self.0);
+        if buf.capacity() <= KEEP_SEAL_BUFFER {
+            if let Ok(mut pool) = OPEN_BUFFERS.lock() {
+                if pool.len() < KEEP_OPEN_BUFFERS {
+                    pool.push(buf);
+                }
+            }
+        }
+    }
+}
+
 /// The objects stored unencrypted: the `config` header and the key files.
 fn is_plain(key: &str) -> bool {
     key == CONFIG_KEY
@@ -121,6 +163,21 @@ impl Backend for Encrypting {
             true => Ok(stored),
             false => self.cipher.open_owned(key, stored),
         }
+    }
+
+    /// The stored object as the inner backend shares it (a local file is
+    /// mapped, not read), opened in a reused buffer.
+    fn read_shared(&self, key: &str) -> Result<bytes::Bytes> {
+        let stored = self.inner.read_shared(key)?;
+        if is_plain(key) {
+            return Ok(stored);
+        }
+        let header = stored.get(..HEADER_LEN).ok_or_else(|| auth_failed(key))?;
+        let mut buf = Pooled::take(stored.len());
+        buf.0.extend_from_slice(&stored);
+        self.cipher
+            .open_in_place(key, header, 0, &mut buf.0, HEADER_LEN, true)?;
+        Ok(bytes::Bytes::from_owner(buf))
     }
 
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
@@ -214,7 +271,11 @@ mod tests {
 
     fn setup() -> (tempfile::TempDir, Encrypting) {
         let dir = tempfile::tempdir().unwrap();
-        let cipher = ObjectCipher::new(&Zeroizing::new([3; 32]));
+        let cipher = ObjectCipher::new(
+            crate::config::Encryption::Aes256Gcm,
+            &Zeroizing::new([3; 32]),
+        )
+        .unwrap();
         let enc = Encrypting::new(Box::new(Local::new(dir.path())), cipher);
         (dir, enc)
     }

@@ -14,12 +14,15 @@ pub use backend::Encrypting;
 pub use keyfile::{KdfParams, KeyInfo, KEYS_DIR};
 pub(crate) use object::ObjectCipher;
 
+use crate::config::Encryption;
 use crate::error::{Error, Result};
 use crate::fingerprint::FingerprintKey;
 use zeroize::Zeroizing;
 
-/// BLAKE3 key-derivation context of the object encryption key.
-const OBJECT_KEY_CONTEXT: &str = "tessera 2025-07 object encryption key v1";
+/// BLAKE3 key-derivation context of the XChaCha20-Poly1305 object key.
+const XCHACHA_KEY_CONTEXT: &str = "tessera 2025-07 object encryption key v1";
+/// BLAKE3 key-derivation context of the AES-256-GCM object master key.
+const AES_KEY_CONTEXT: &str = "tessera 2026-11 aes256gcm object master key v1";
 /// BLAKE3 key-derivation context of the fingerprint key.
 const FINGERPRINT_KEY_CONTEXT: &str = "tessera 2025-07 chunk fingerprint key v1";
 
@@ -48,9 +51,16 @@ impl MasterKey {
         Zeroizing::new(blake3::derive_key(context, self.0.as_slice()))
     }
 
-    /// The cipher of the repository's objects.
-    pub(crate) fn object_cipher(&self) -> ObjectCipher {
-        ObjectCipher::new(&self.derive(OBJECT_KEY_CONTEXT))
+    /// The cipher of the objects of a repository with `encryption`, or an
+    /// error for [`Encryption::None`].
+    pub(crate) fn object_cipher(&self, encryption: Encryption) -> Result<ObjectCipher> {
+        let context = match encryption {
+            Encryption::Aes256Gcm => AES_KEY_CONTEXT,
+            Encryption::XChaCha20Poly1305 | Encryption::None => XCHACHA_KEY_CONTEXT,
+        };
+        ObjectCipher::new(encryption, &self.derive(context)).ok_or_else(|| {
+            Error::InvalidConfig("an unencrypted repository has no object cipher".into())
+        })
     }
 
     /// The key of the repository's fingerprints.
@@ -98,9 +108,9 @@ impl Unlocked {
         &self.key_id
     }
 
-    /// The cipher of the repository's objects.
-    pub(crate) fn cipher(&self) -> ObjectCipher {
-        self.master.object_cipher()
+    /// The cipher of the objects of a repository with `encryption`.
+    pub(crate) fn cipher(&self, encryption: Encryption) -> Result<ObjectCipher> {
+        self.master.object_cipher(encryption)
     }
 
     /// The key of the repository's fingerprints.

@@ -1,12 +1,17 @@
 //! Encrypted objects (docs/FORMAT.md §23.3): a 32-byte header and the
-//! plaintext in 64 KiB segments, each sealed with XChaCha20-Poly1305 under a
-//! nonce made of the object's random prefix, the segment number and a
-//! last-segment flag (the STREAM construction), the header and the object's
-//! key as associated data.
+//! plaintext in 64 KiB segments, each sealed with the repository's AEAD
+//! (AES-256-GCM under a key derived for the object from its random salt, or
+//! XChaCha20-Poly1305 under the object key with the header's random nonce
+//! prefix) under a nonce made of the segment number and a last-segment flag
+//! (the STREAM construction), the header and the object's key as associated
+//! data.
 
+use crate::config::Encryption;
 use crate::error::{Error, Result};
 use chacha20poly1305::aead::{AeadInOut, KeyInit};
 use chacha20poly1305::{Key, Tag, XChaCha20Poly1305, XNonce};
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};
+use ring::hkdf::{Salt, HKDF_SHA256};
 use zeroize::Zeroizing;
 
 /// Bytes of the header.
@@ -18,13 +23,33 @@ const TAG_LEN: usize = 16;
 /// Stored bytes of a full segment.
 const SEALED_SEGMENT: u64 = SEGMENT + TAG_LEN as u64;
 const MAGIC: &[u8; 4] = b"TSEC";
-const VERSION: u32 = 1;
-/// Bytes of the random nonce prefix.
+/// Header version of XChaCha20-Poly1305 objects.
+const VERSION_XCHACHA: u32 = 1;
+/// Header version of AES-256-GCM objects.
+const VERSION_AES: u32 = 2;
+/// Bytes of the random header field: an XChaCha20 object's nonce prefix,
+/// an AES-256-GCM object's key salt.
+const RANDOM_LEN: usize = 24;
+/// Bytes of the nonce prefix of XChaCha20-Poly1305 objects.
 const PREFIX_LEN: usize = 19;
+/// HKDF info of the per-object AES-256-GCM key.
+const AES_OBJECT_KEY_INFO: &[u8] = b"tessera 2026-11 aes256gcm object key v1";
 
-/// Seals and opens objects with one key.
-pub(crate) struct ObjectCipher {
-    aead: XChaCha20Poly1305,
+/// Seals and opens objects with one key, under the repository's cipher.
+pub(crate) enum ObjectCipher {
+    /// XChaCha20-Poly1305 under the object key itself (header version 1).
+    XChaCha(XChaCha20Poly1305),
+    /// AES-256-GCM under a key derived for each object (header version 2).
+    Aes(Zeroizing<[u8; 32]>),
+}
+
+/// The AEAD of one object: the cipher and what its header makes unique.
+/// Lives on the stack while one object is sealed or opened (no reason to
+/// box the expanded AES key).
+#[allow(clippy::large_enum_variant)]
+enum ObjectAead<'a> {
+    XChaCha(&'a XChaCha20Poly1305, [u8; PREFIX_LEN]),
+    Aes(LessSafeKey),
 }
 
 /// The error of an object that fails authentication.
@@ -35,10 +60,42 @@ pub(crate) fn auth_failed(key: &str) -> Error {
 }
 
 impl ObjectCipher {
-    /// A cipher with the 32-byte `key`.
-    pub(crate) fn new(key: &Zeroizing<[u8; 32]>) -> Self {
-        ObjectCipher {
-            aead: XChaCha20Poly1305::new(&Key::from(**key)),
+    /// The cipher of `encryption` with the 32-byte `key`; `None` for
+    /// [`Encryption::None`].
+    pub(crate) fn new(encryption: Encryption, key: &Zeroizing<[u8; 32]>) -> Option<Self> {
+        match encryption {
+            Encryption::None => None,
+            Encryption::XChaCha20Poly1305 => Some(ObjectCipher::XChaCha(XChaCha20Poly1305::new(
+                &Key::from(**key),
+            ))),
+            Encryption::Aes256Gcm => Some(ObjectCipher::Aes(key.clone())),
+        }
+    }
+
+    /// The header version of the objects this cipher writes.
+    fn version(&self) -> u32 {
+        match self {
+            ObjectCipher::XChaCha(_) => VERSION_XCHACHA,
+            ObjectCipher::Aes(_) => VERSION_AES,
+        }
+    }
+
+    /// The AEAD of the object with `header` (of this cipher's version).
+    fn object_aead(&self, key: &str, header: &[u8; HEADER_LEN]) -> Result<ObjectAead<'_>> {
+        let random = &header[8..8 + RANDOM_LEN];
+        match self {
+            ObjectCipher::XChaCha(aead) => {
+                let mut prefix = [0u8; PREFIX_LEN];
+                prefix.copy_from_slice(&random[..PREFIX_LEN]);
+                Ok(ObjectAead::XChaCha(aead, prefix))
+            }
+            ObjectCipher::Aes(master) => {
+                let prk = Salt::new(HKDF_SHA256, random).extract(master.as_slice());
+                let okm = prk
+                    .expand(&[AES_OBJECT_KEY_INFO], &AES_256_GCM)
+                    .map_err(|_| Error::Pipeline(format!("{key}: key derivation failed")))?;
+                Ok(ObjectAead::Aes(LessSafeKey::new(UnboundKey::from(okm))))
+            }
         }
     }
 
@@ -55,8 +112,13 @@ impl ObjectCipher {
     pub(crate) fn seal_append(&self, key: &str, parts: &[&[u8]], out: &mut Vec<u8>) -> Result<()> {
         let mut header = [0u8; HEADER_LEN];
         header[..4].copy_from_slice(MAGIC);
-        header[4..8].copy_from_slice(&VERSION.to_le_bytes());
-        crate::crypto::random_bytes(&mut header[8..8 + PREFIX_LEN])?;
+        header[4..8].copy_from_slice(&self.version().to_le_bytes());
+        let random = match self {
+            ObjectCipher::XChaCha(_) => PREFIX_LEN,
+            ObjectCipher::Aes(_) => RANDOM_LEN,
+        };
+        crate::crypto::random_bytes(&mut header[8..8 + random])?;
+        let aead = self.object_aead(key, &header)?;
         let plain_len: usize = parts.iter().map(|p| p.len()).sum();
         let segments = segment_count(plain_len as u64);
         out.reserve(sealed_len(plain_len as u64) as usize);
@@ -79,11 +141,9 @@ impl ObjectCipher {
                     pos = 0;
                 }
             }
-            let nonce = nonce(&header, i, i + 1 == segments);
-            let tag = self
-                .aead
-                .encrypt_inout_detached(&nonce, &aad, (&mut out[start..]).into())
-                .map_err(|_| Error::Pipeline(format!("{key}: encryption failed")))?;
+            let tag = aead
+                .seal(i, i + 1 == segments, &aad, &mut out[start..])
+                .ok_or_else(|| Error::Pipeline(format!("{key}: encryption failed")))?;
             out.extend_from_slice(&tag);
         }
         Ok(())
@@ -125,13 +185,20 @@ impl ObjectCipher {
             return Err(Error::corrupt(key, "not an encrypted Tessera object"));
         }
         let version = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
-        if version != VERSION {
+        if version != self.version() {
+            if matches!(version, VERSION_XCHACHA | VERSION_AES) {
+                return Err(Error::corrupt(
+                    key,
+                    format!("encrypted with cipher version {version}, not the repository's"),
+                ));
+            }
             return Err(Error::UnsupportedVersion {
                 object: key.to_string(),
                 found: version,
-                supported: VERSION,
+                supported: self.version(),
             });
         }
+        let aead = self.object_aead(key, header)?;
         let aad = associated_data(header, key);
         let sealed = buf.len().saturating_sub(body);
         let pieces = sealed.div_ceil(SEALED_SEGMENT as usize);
@@ -147,17 +214,76 @@ impl ObjectCipher {
             let text = (end - src)
                 .checked_sub(TAG_LEN)
                 .ok_or_else(|| auth_failed(key))?;
-            let tag = Tag::try_from(&buf[src + text..end]).map_err(|_| auth_failed(key))?;
-            buf.copy_within(src..src + text, plain);
-            let last = to_end && n + 1 == pieces;
-            let nonce = nonce(header, first + n as u64, last);
-            self.aead
-                .decrypt_inout_detached(&nonce, &aad, (&mut buf[plain..plain + text]).into(), &tag)
+            let tag: [u8; TAG_LEN] = buf[src + text..end]
+                .try_into()
                 .map_err(|_| auth_failed(key))?;
+            let last = to_end && n + 1 == pieces;
+            aead.open(
+                first + n as u64,
+                last,
+                &aad,
+                &tag,
+                &mut buf[plain..src + text],
+                src - plain,
+            )
+            .ok_or_else(|| auth_failed(key))?;
             plain += text;
         }
         buf.truncate(plain);
         Ok(())
+    }
+}
+
+impl ObjectAead<'_> {
+    /// Encrypts segment `segment` (`last`: the object's last) in place; its tag.
+    fn seal(&self, segment: u64, last: bool, aad: &[u8], text: &mut [u8]) -> Option<[u8; TAG_LEN]> {
+        match self {
+            ObjectAead::XChaCha(aead, prefix) => aead
+                .encrypt_inout_detached(&xchacha_nonce(prefix, segment, last), aad, text.into())
+                .ok()
+                .map(Into::into),
+            ObjectAead::Aes(aead) => aead
+                .seal_in_place_separate_tag(aes_nonce(segment, last), Aad::from(aad), text)
+                .ok()
+                .and_then(|tag| tag.as_ref().try_into().ok()),
+        }
+    }
+
+    /// Decrypts segment `segment`, whose ciphertext is `in_out[shift..]`
+    /// and whose tag is `tag`, into `in_out[..in_out.len() - shift]`;
+    /// `None` if it fails authentication.
+    fn open(
+        &self,
+        segment: u64,
+        last: bool,
+        aad: &[u8],
+        tag: &[u8; TAG_LEN],
+        in_out: &mut [u8],
+        shift: usize,
+    ) -> Option<()> {
+        match self {
+            ObjectAead::XChaCha(aead, prefix) => {
+                in_out.copy_within(shift.., 0);
+                let text = in_out.len() - shift;
+                aead.decrypt_inout_detached(
+                    &xchacha_nonce(prefix, segment, last),
+                    aad,
+                    (&mut in_out[..text]).into(),
+                    &Tag::from(*tag),
+                )
+                .ok()
+            }
+            ObjectAead::Aes(aead) => aead
+                .open_in_place_separate_tag(
+                    aes_nonce(segment, last),
+                    Aad::from(aad),
+                    ring::aead::Tag::from(*tag),
+                    in_out,
+                    shift..,
+                )
+                .ok()
+                .map(|_| ()),
+        }
     }
 }
 
@@ -195,36 +321,50 @@ fn associated_data(header: &[u8; HEADER_LEN], key: &str) -> Vec<u8> {
     [header.as_slice(), key.as_bytes()].concat()
 }
 
-fn nonce(header: &[u8; HEADER_LEN], segment: u64, last: bool) -> XNonce {
+fn xchacha_nonce(prefix: &[u8; PREFIX_LEN], segment: u64, last: bool) -> XNonce {
     let mut n = [0u8; 24];
-    n[..PREFIX_LEN].copy_from_slice(&header[8..8 + PREFIX_LEN]);
+    n[..PREFIX_LEN].copy_from_slice(prefix);
     // Segment numbers fit in 32 bits: objects are far below 256 TiB.
     n[PREFIX_LEN..PREFIX_LEN + 4].copy_from_slice(&(segment as u32).to_be_bytes());
     n[23] = u8::from(last);
     XNonce::from(n)
 }
 
+/// The nonce of AES-256-GCM segment `segment`: unique under the object's
+/// own key.
+fn aes_nonce(segment: u64, last: bool) -> Nonce {
+    let mut n = [0u8; 12];
+    n[3..11].copy_from_slice(&segment.to_be_bytes());
+    n[11] = u8::from(last);
+    Nonce::assume_unique_for_key(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn cipher() -> ObjectCipher {
-        ObjectCipher::new(&Zeroizing::new([7; 32]))
+    /// One cipher of each kind.
+    fn ciphers() -> Vec<ObjectCipher> {
+        [Encryption::Aes256Gcm, Encryption::XChaCha20Poly1305]
+            .into_iter()
+            .filter_map(|e| ObjectCipher::new(e, &Zeroizing::new([7; 32])))
+            .collect()
     }
 
     #[test]
     fn round_trips_and_sizes() {
-        let c = cipher();
-        for len in [0usize, 1, 65535, 65536, 65537, 200_000] {
-            let data: Vec<u8> = (0..len).map(|i| (i * 31) as u8).collect();
-            let (a, b) = data.split_at(len / 3);
-            let sealed = c.seal("k/x", &[a, b]).unwrap();
-            assert_eq!(plaintext_len(sealed.len() as u64), Some(len as u64));
-            assert_eq!(c.open("k/x", &sealed).unwrap(), data);
-            assert!(matches!(
-                c.open("k/y", &sealed),
-                Err(Error::Authentication { object }) if object == "k/y"
-            ));
+        for c in ciphers() {
+            for len in [0usize, 1, 65535, 65536, 65537, 200_000] {
+                let data: Vec<u8> = (0..len).map(|i| (i * 31) as u8).collect();
+                let (a, b) = data.split_at(len / 3);
+                let sealed = c.seal("k/x", &[a, b]).unwrap();
+                assert_eq!(plaintext_len(sealed.len() as u64), Some(len as u64));
+                assert_eq!(c.open("k/x", &sealed).unwrap(), data);
+                assert!(matches!(
+                    c.open("k/y", &sealed),
+                    Err(Error::Authentication { object }) if object == "k/y"
+                ));
+            }
         }
         assert_eq!(plaintext_len(40), None);
         assert_eq!(plaintext_len(32 + 65552 + 3), None);
@@ -232,28 +372,61 @@ mod tests {
 
     #[test]
     fn every_flip_and_truncation_fails() {
-        let c = cipher();
-        let data = vec![5u8; 70_000];
-        let sealed = c.seal("o", &[&data]).unwrap();
-        for i in (0..sealed.len())
-            .step_by(997)
-            .chain([0, 9, 31, sealed.len() - 1])
-        {
-            let mut bad = sealed.clone();
-            bad[i] ^= 0x20;
-            assert!(c.open("o", &bad).is_err(), "flip at {i}");
+        for c in ciphers() {
+            let data = vec![5u8; 70_000];
+            let sealed = c.seal("o", &[&data]).unwrap();
+            for i in (0..sealed.len())
+                .step_by(997)
+                .chain([0, 9, 31, sealed.len() - 1])
+            {
+                let mut bad = sealed.clone();
+                bad[i] ^= 0x20;
+                assert!(c.open("o", &bad).is_err(), "flip at {i}");
+            }
+            // Cut after the first segment: the remaining one is not flagged last.
+            let cut = HEADER_LEN + SEALED_SEGMENT as usize;
+            assert!(c.open("o", &sealed[..cut]).is_err());
         }
-        // Cut after the first segment: the remaining one is not flagged last.
-        let cut = HEADER_LEN + SEALED_SEGMENT as usize;
-        assert!(c.open("o", &sealed[..cut]).is_err());
     }
 
     #[test]
     fn two_seals_differ() {
-        let c = cipher();
-        assert_ne!(
-            c.seal("o", &[b"same"]).unwrap(),
-            c.seal("o", &[b"same"]).unwrap()
+        for c in ciphers() {
+            assert_ne!(
+                c.seal("o", &[b"same"]).unwrap(),
+                c.seal("o", &[b"same"]).unwrap()
+            );
+        }
+    }
+
+    #[test]
+    fn an_object_of_the_other_cipher_is_refused_by_name() {
+        let [aes, xchacha] = <[ObjectCipher; 2]>::try_from(ciphers()).ok().unwrap();
+        let sealed = xchacha.seal("snapshots/1", &[b"data"]).unwrap();
+        let err = aes.open("snapshots/1", &sealed).unwrap_err().to_string();
+        assert!(
+            err.contains("snapshots/1") && err.contains("cipher version 1"),
+            "{err}"
         );
+        let sealed = aes.seal("snapshots/1", &[b"data"]).unwrap();
+        assert!(xchacha.open("snapshots/1", &sealed).is_err());
+    }
+
+    #[test]
+    fn segments_open_from_the_middle() {
+        for c in ciphers() {
+            let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+            let sealed = c.seal("o", &[&data]).unwrap();
+            let header = &sealed[..HEADER_LEN];
+            // Segments 2..=4 (the last), read on their own.
+            let start = HEADER_LEN + 2 * SEALED_SEGMENT as usize;
+            let mut buf = sealed[start..].to_vec();
+            c.open_in_place("o", header, 2, &mut buf, 0, true).unwrap();
+            assert_eq!(buf, data[2 * SEGMENT as usize..]);
+            // Segment 1 claimed as the last fails.
+            let one = HEADER_LEN + SEALED_SEGMENT as usize;
+            let mut buf = sealed[one..one + SEALED_SEGMENT as usize].to_vec();
+            assert!(c.open_in_place("o", header, 1, &mut buf, 0, true).is_err());
+        }
     }
 }
