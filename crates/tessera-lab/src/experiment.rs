@@ -1846,7 +1846,7 @@ mod tests {
     }
 
     #[test]
-    fn a_systems_position_does_not_bias_its_timing() {
+    fn systems_rotate_and_every_version_is_read_before_its_first_backup() {
         let tmp = tempfile::tempdir().unwrap();
         let t =
             "name = \"position\"\nrepeat = 5\n[dataset.generate]\nversions = 3\nsize = \"6MB\"\n\
@@ -1860,8 +1860,10 @@ mod tests {
             lines.push(l.to_string())
         })
         .unwrap();
-        // Deterministically: every version is read whole before its first
-        // backup, and version i starts with system i mod 3.
+        // What keeps a system's position from biasing its timing: every
+        // version is read whole before its first backup, and version i
+        // starts with system i mod 3. (Timings themselves are not asserted:
+        // a shared machine's load makes any bound flaky.)
         for v in &results.versions {
             assert_eq!(
                 v.warmed_bytes,
@@ -1881,29 +1883,6 @@ mod tests {
                 "{line}"
             );
         }
-        // Loosely: the identical first and last systems read and chunk
-        // their input (the stage a cold read slows) equally fast. Per
-        // version, the fastest of the runs (load from elsewhere only adds
-        // time), summed over the versions. (Whole backups of a few MB are
-        // dominated by the shared disk's fsync latency, which no order of
-        // systems can make fair.)
-        let fastest = |name: &str| -> f64 {
-            (1..=3)
-                .map(|version| {
-                    results
-                        .records
-                        .iter()
-                        .filter(|r| r.system == name && r.version == version)
-                        .map(|r| r.backup_stage_seconds.chunk)
-                        .fold(f64::INFINITY, f64::min)
-                })
-                .sum()
-        };
-        let ratio = fastest("first") / fastest("last");
-        assert!(
-            (ratio - 1.0).abs() < 0.10,
-            "first / last input stage time: {ratio:.3}"
-        );
         // The repeats are all recorded and summarised as median and spread.
         assert_eq!(results.records.len(), 5 * 3 * 3);
         let summary = crate::report::summary(&results);
