@@ -14,12 +14,13 @@
 # and 20 in data mode), TESSERA_SCALE_REFERENCE (default 0 here: no exact
 # pass), BUDGETS (check's sort budgets, default "32MiB 1MiB"; gc runs with
 # the first), WORK (scratch directory, default a new one under /tmp),
-# KEEP=1 keeps the repository, TESSERA (binary; default target/release/tessera).
+# KEEP=1 keeps the repository, TESSERA (binary; default target/release/tessera,
+# built if absent), BENCH (a built benchmark binary to run instead of
+# `cargo bench`, e.g. target/release/deps/trace_scale-*).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 TESSERA=${TESSERA:-target/release/tessera}
-[ -x "$TESSERA" ] || cargo build --release -p tessera-cli
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
 WORK=${WORK:-$(mktemp -d /tmp/tessera-scale-maint.XXXXXX)}
 mkdir -p "$WORK"
@@ -28,11 +29,16 @@ export TESSERA_SCALE_MODE=${TESSERA_SCALE_MODE:-data}
 export TESSERA_SCALE_REFERENCE=${TESSERA_SCALE_REFERENCE:-0}
 export TESSERA_SCALE_GC=0 TESSERA_SCALE_DIR="$WORK"
 
-cargo bench -p tessera-lab --bench trace_scale | tee "$WORK/bench.log"
+if [ -n "${BENCH:-}" ]; then
+    "$BENCH" --bench | tee "$WORK/bench.log"
+else
+    cargo bench -p tessera-lab --bench trace_scale | tee "$WORK/bench.log"
+fi
 repo=$(sed -n 's/^repository kept at //p' "$WORK/bench.log")
 [ -d "$repo" ] || { echo "the benchmark kept no repository" >&2; exit 1; }
 [ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$(dirname "$repo")"' EXIT
 
+[ -x "$TESSERA" ] || cargo build --release -p tessera-cli
 gib() { python3 -c "import sys; print(f'{int(sys.argv[1]) / 2**30:.3f}')" "$1"; }
 before=$(du -sb "$repo" | cut -f1)
 set -- $BUDGETS
