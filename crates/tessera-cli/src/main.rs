@@ -508,6 +508,10 @@ enum Command {
         /// below half the container size (no container fill).
         #[arg(long)]
         no_fill: bool,
+        /// Memory for each of GC's structures that grow with the repository
+        /// (live chunks, moved chunks); past it they spill to temporary files.
+        #[arg(long, value_name = "SIZE", default_value = "32MiB", value_parser = parse_size)]
+        sort_memory: u64,
         /// Print the metrics as JSON.
         #[arg(long)]
         json: bool,
@@ -545,6 +549,11 @@ enum Command {
         /// Also read all data and re-hash every chunk.
         #[arg(long)]
         read_data: bool,
+        /// Memory for each of check's structures that grow with the
+        /// repository (stored chunks, references); past it they spill to
+        /// temporary files.
+        #[arg(long, value_name = "SIZE", default_value = "32MiB", value_parser = parse_size)]
+        sort_memory: u64,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -1281,8 +1290,15 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
         Command::Check {
             repo,
             read_data,
+            sort_memory,
             json,
-        } => return check_cmd(&repo, read_data, json, access),
+        } => {
+            let options = CheckOptions {
+                read_data,
+                sort_budget: sort_memory,
+            };
+            return check_cmd(&repo, options, json, access);
+        }
         Command::Repair {
             repo,
             dry_run,
@@ -1333,6 +1349,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             segment,
             split_threshold,
             no_fill,
+            sort_memory,
             json,
         } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
@@ -1342,6 +1359,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 segment,
                 split_threshold,
                 fill: !no_fill,
+                sort_budget: sort_memory,
             };
             print_gc(&gc_with_progress(&r, options, &Phases::default())?, json)?;
         }
@@ -2205,9 +2223,14 @@ fn repair_cmd(
     Ok(ExitCode::SUCCESS)
 }
 
-fn check_cmd(repo: &Location, read_data: bool, json: bool, access: &Access) -> Result<ExitCode> {
+fn check_cmd(
+    repo: &Location,
+    options: CheckOptions,
+    json: bool,
+    access: &Access,
+) -> Result<ExitCode> {
     let r = open(repo, LockMode::Read, access)?;
-    let report = check_with_progress(&r, CheckOptions { read_data }, &Phases::default())?;
+    let report = check_with_progress(&r, options, &Phases::default())?;
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
@@ -2232,7 +2255,7 @@ fn check_cmd(repo: &Location, read_data: bool, json: bool, access: &Access) -> R
                 "checked {} containers ({} chunks{}), {} backups ({} references): {}{}",
                 report.containers,
                 report.stored_chunks,
-                if read_data {
+                if options.read_data {
                     format!(", {} re-hashed", report.chunks_verified)
                 } else {
                     String::new()

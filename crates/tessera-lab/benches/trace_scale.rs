@@ -1,13 +1,16 @@
-//! Trace replay at scale (issue 25's scale benchmark): a generated
-//! fingerprint trace (default 1 TB logical in 100 versions) streamed
-//! straight from the generator into `backup::run` on a trace repository
-//! with the index under test (default `ddfs`, the default for new
-//! repositories): no trace files, no data. Prints per version: index
+//! Replay at scale (issue 25's scale benchmark): a generated workload
+//! streamed straight from the generator into `backup::run` with the index
+//! under test (default `ddfs`, the default for new repositories). Trace
+//! mode (default: 1 TB logical in 100 versions) replays a fingerprint trace
+//! into a trace repository, with no trace files and no data; data mode
+//! (`TESSERA_SCALE_MODE=data`, default 64 GiB in 20 versions) backs up
+//! each version's tar archive as the generator writes it into a pipe, so
+//! only what the repository stores takes disk. Prints per version: index
 //! memory, peak RSS of that backup (VmHWM, reset before each), on-disk
 //! lookups, deduplication ratio against the exact index (the same trace
 //! replayed through `exact` in a second pass of this run), backup time per
 //! GiB and its ratio to version 1; then deletes the oldest half of the
-//! backups and runs GC, with its peak RSS and bytes moved.
+//! backups and runs GC, with its peak RSS and bytes moved, then a check.
 //!
 //! ```text
 //! cargo bench -p tessera-lab --bench trace_scale                       # 1 TB, 100 versions
@@ -15,13 +18,18 @@
 //!     cargo bench -p tessera-lab --bench trace_scale                   # quick run
 //! ```
 //!
-//! Environment: `TESSERA_SCALE_SIZE` total logical size (`1TB`, `500GB`,
-//! `10GiB`, bytes; default 1TB), `TESSERA_SCALE_VERSIONS` (default 100),
+//! Environment: `TESSERA_SCALE_MODE` (`trace` or `data`),
+//! `TESSERA_SCALE_SIZE` total logical size (`1TB`, `500GB`, `10GiB`,
+//! bytes; default 1TB, data mode 64GiB), `TESSERA_SCALE_VERSIONS`
+//! (default 100, data mode 20),
 //! `TESSERA_SCALE_CHANGE_RATE` (generator default when unset),
 //! `TESSERA_SCALE_DIR` parent of the temporary repository (default the
 //! system temporary directory), `TESSERA_SCALE_KEEP=1` keeps the repository,
 //! `TESSERA_SCALE_INDEX` the index under test (default ddfs),
-//! `TESSERA_SCALE_REFERENCE=0` skips the exact pass (no ratio printed).
+//! `TESSERA_SCALE_REFERENCE=0` skips the exact pass (no ratio printed),
+//! `TESSERA_SCALE_GC=0` deletes the oldest half but leaves GC and check to
+//! separate processes (`scripts/scale-maintenance.sh` measures their peak
+//! RSS with `/usr/bin/time`) and keeps the repository.
 
 use std::error::Error;
 use std::time::Instant;
@@ -74,17 +82,24 @@ fn print_version(r: &VersionRun) {
 
 fn main() -> Result<(), Box<dyn Error>> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-    let total = parse_total(&env("TESSERA_SCALE_SIZE").unwrap_or_else(|| "1TB".into()))?;
-    let versions: u32 = env("TESSERA_SCALE_VERSIONS").map_or(Ok(100), |v| v.parse())?;
+    let trace = match env("TESSERA_SCALE_MODE").as_deref() {
+        None | Some("trace") => true,
+        Some("data") => false,
+        Some(other) => return Err(format!("TESSERA_SCALE_MODE {other:?}: trace or data").into()),
+    };
+    let (size, count) = if trace { ("1TB", 100) } else { ("64GiB", 20) };
+    let total = parse_total(&env("TESSERA_SCALE_SIZE").unwrap_or_else(|| size.into()))?;
+    let versions: u32 = env("TESSERA_SCALE_VERSIONS").map_or(Ok(count), |v| v.parse())?;
     if versions == 0 {
         return Err("TESSERA_SCALE_VERSIONS must be at least 1".into());
     }
     let index: IndexKind = env("TESSERA_SCALE_INDEX").map_or(Ok(IndexKind::Ddfs), |v| v.parse())?;
     let reference = env("TESSERA_SCALE_REFERENCE").is_none_or(|v| v != "0");
+    let collect = env("TESSERA_SCALE_GC").is_none_or(|v| v != "0");
     let mut gen = GenOptions {
         versions,
         size: (total / u64::from(versions)).max(1),
-        trace: true,
+        trace,
         ..GenOptions::default()
     };
     if let Some(r) = env("TESSERA_SCALE_CHANGE_RATE") {
@@ -93,7 +108,8 @@ fn main() -> Result<(), Box<dyn Error>> {
     let parent = env("TESSERA_SCALE_DIR").map_or_else(std::env::temp_dir, Into::into);
     let name = format!("{index:?}").to_lowercase();
     println!(
-        "trace replay: {versions} versions x {:.2} GiB = {:.1} GB logical (change rate {}), index {name}",
+        "{} replay: {versions} versions x {:.2} GiB = {:.1} GB logical (change rate {}), index {name}",
+        if trace { "trace" } else { "data" },
         gib(gen.size),
         (gen.size * u64::from(versions)) as f64 / 1e9,
         gen.change_rate,
@@ -117,19 +133,23 @@ fn main() -> Result<(), Box<dyn Error>> {
     for id in &backups[..backups.len() / 2] {
         repo.delete_backup(*id)?;
     }
-    reset_peak_rss();
-    let g = gc(&repo, GcOptions::default())?;
-    let gc_rss = peak_rss().unwrap_or(0);
-    // Then a check of what is left (metadata: trace containers hold no data).
-    reset_peak_rss();
-    let t = Instant::now();
-    let c = check(&repo, CheckOptions::default())?;
-    let check_secs = t.elapsed().as_secs_f64();
-    let check_rss = peak_rss().unwrap_or(0);
+    let maintenance = if collect {
+        reset_peak_rss();
+        let g = gc(&repo, GcOptions::default())?;
+        let gc_rss = peak_rss().unwrap_or(0);
+        // Then a check of what is left (metadata only).
+        reset_peak_rss();
+        let t = Instant::now();
+        let c = check(&repo, CheckOptions::default())?;
+        let check_secs = t.elapsed().as_secs_f64();
+        Some((g, gc_rss, c, check_secs, peak_rss().unwrap_or(0)))
+    } else {
+        None
+    };
     drop(repo);
-    let kept = env("TESSERA_SCALE_KEEP").is_some_and(|v| v == "1");
+    let kept = !collect || env("TESSERA_SCALE_KEEP").is_some_and(|v| v == "1");
     if kept {
-        println!("repository kept at {}", dir.keep().display());
+        println!("repository kept at {}", dir.keep().join("repo").display());
     } else {
         drop(dir);
     }
@@ -199,6 +219,14 @@ fn main() -> Result<(), Box<dyn Error>> {
         if worst_vs_exact == f64::MAX { "-".into() } else { format!("{worst_vs_exact:.4}") },
         worst_slowdown,
     );
+    let Some((g, gc_rss, c, check_secs, check_rss)) = maintenance else {
+        println!(
+            "deleted the oldest {} of {} backups; gc and check left to separate processes",
+            backups.len() / 2,
+            backups.len()
+        );
+        return Ok(());
+    };
     println!(
         "gc after deleting the oldest {} of {} backups: peak RSS {:.1} MiB, {:.3} GiB moved ({} chunks), {} containers reclaimed, {:.1} s ({:.2} s per GiB of repository before, {:.2} GiB stored)",
         backups.len() / 2,

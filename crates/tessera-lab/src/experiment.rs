@@ -561,6 +561,7 @@ impl SystemSpec {
             split_threshold: parse_size(&self.gc_split_threshold)
                 .map_err(|e| format!("gc_split_threshold: {e}"))?,
             fill: self.gc_fill,
+            ..GcOptions::default()
         })
     }
 }

@@ -150,6 +150,7 @@ fn cases() -> Vec<Case> {
                 segment: 4,
                 split_threshold: 16 << 10,
                 fill: true,
+                ..GcOptions::default()
             },
         )),
         cache: 4,
@@ -167,6 +168,7 @@ fn cases() -> Vec<Case> {
                 segment: 4,
                 split_threshold: 16 << 10,
                 fill: true,
+                ..GcOptions::default()
             },
         )),
         cache: 4,

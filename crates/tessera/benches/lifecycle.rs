@@ -397,7 +397,14 @@ fn generated(gen: &Path, base: &Path) {
             assert!(std::fs::read(&out).expect("restored") == orig, "{file}");
         }
     }
-    let report = tessera::check::check(&lrepo, CheckOptions { read_data: true }).expect("check");
+    let report = tessera::check::check(
+        &lrepo,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .expect("check");
     assert!(report.is_ok(), "{:?}", report.problems);
     println!("generated: every live version restored byte-identical, check --read-data clean");
 }

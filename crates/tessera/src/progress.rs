@@ -220,7 +220,10 @@ mod tests {
         };
 
         let rec = Recorder::default();
-        let options = crate::check::CheckOptions { read_data: true };
+        let options = crate::check::CheckOptions {
+            read_data: true,
+            ..Default::default()
+        };
         let report = crate::check::check_with_progress(&repo, options, &rec).unwrap();
         assert!(report.is_ok());
         let phases = rec.assert_well_formed();
@@ -261,7 +264,10 @@ mod tests {
         );
         assert!(stats.rounds > 0);
         let rec = Recorder::default();
-        let options = crate::check::CheckOptions { read_data: true };
+        let options = crate::check::CheckOptions {
+            read_data: true,
+            ..Default::default()
+        };
         assert!(crate::check::check_with_progress(&repo, options, &rec)
             .unwrap()
             .is_ok());

@@ -46,9 +46,9 @@ pub(crate) struct PairSorter {
 }
 
 impl PairSorter {
-    /// A sorter whose buffer holds about `budget` bytes (at least 1024 pairs).
+    /// A sorter whose buffer holds about `budget` bytes (at least 16 pairs).
     pub(crate) fn with_budget(budget: u64) -> PairSorter {
-        let limit = (budget / std::mem::size_of::<Pair>() as u64).max(1024) as usize;
+        let limit = (budget / std::mem::size_of::<Pair>() as u64).max(16) as usize;
         PairSorter {
             buf: Vec::new(),
             limit,
@@ -123,6 +123,30 @@ impl SortedPairs {
     /// The pairs in (container, fingerprint) order, each once.
     pub(crate) fn stream(&self) -> Result<PairStream<'_>> {
         PairStream::new(&self.runs)
+    }
+}
+
+impl SortedPairs {
+    /// The pairs of `self` that `other` lacks, in order (a merge join of
+    /// the two streams: memory for the result only).
+    pub(crate) fn absent_from(&self, other: &SortedPairs) -> Result<Vec<Pair>> {
+        let mut absent = Vec::new();
+        let (mut wanted, mut have) = (self.stream()?, other.stream()?);
+        while let Some(pair) = wanted.next()? {
+            loop {
+                match have.peek()? {
+                    Some(h) if h < pair => {
+                        have.next()?;
+                    }
+                    Some(h) if h == pair => break,
+                    _ => {
+                        absent.push(pair);
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(absent)
     }
 }
 
@@ -239,7 +263,7 @@ mod tests {
 
     #[test]
     fn sorts_and_deduplicates_across_levels() {
-        let mut s = PairSorter::with_budget(0);
+        let mut s = PairSorter::with_budget(1024 * std::mem::size_of::<Pair>() as u64);
         assert_eq!(s.limit, 1024);
         // Every pair three times, in a scrambled order, over many runs and levels.
         let n = 40_000u64;

@@ -23,6 +23,11 @@ use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 
+/// The default memory budget of each structure of a maintenance command
+/// (GC, check) that grows with the repository, beyond which it spills to
+/// temporary files.
+pub const DEFAULT_SORT_BUDGET: u64 = 32 << 20;
+
 /// Bytes of one spilled map entry: the fingerprint and the value.
 const RECORD_LEN: usize = FINGERPRINT_LEN + 8;
 /// False-positive rate of each run's Bloom filter.
@@ -144,7 +149,7 @@ impl SpillMap {
     /// iterated in `order`.
     pub(crate) fn with_budget(budget: u64, order: Order) -> SpillMap {
         // The largest power-of-two table that fits, filled to 7/8.
-        let mut buckets: u64 = 1024;
+        let mut buckets: u64 = 16;
         while (buckets * 2) * (RECORD_LEN as u64 + 1) <= budget {
             buckets *= 2;
         }
@@ -345,8 +350,9 @@ mod tests {
 
     #[test]
     fn spilled_entries_are_found_and_drained_once_with_the_newest_value() {
-        let mut m = SpillMap::with_budget(0, order_key);
+        let mut m = SpillMap::with_budget(1024 * (RECORD_LEN as u64 + 1), order_key);
         let limit = m.limit as u64;
+        assert_eq!(limit, 896);
         let n = 5 * limit + 17;
         for i in 0..n {
             assert_eq!(m.insert(fp(i), i).unwrap(), None);

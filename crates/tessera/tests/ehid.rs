@@ -81,7 +81,14 @@ fn scenario(index: IndexKind, consult_cold: bool) -> Vec<Snapshot> {
     for s in &snaps[1..] {
         assert!(restored(&repo, s.id) == v2, "backup {} differs", s.id);
     }
-    let report = check(&repo, CheckOptions { read_data: true }).unwrap();
+    let report = check(
+        &repo,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(report.is_ok(), "{report:?}");
     snaps
 }

@@ -136,9 +136,15 @@ fn round_trip_and_no_plaintext_or_unkeyed_fingerprint_on_disk() {
         let versions = populated(&path, config);
         let repo = open(&path, LockMode::Read, PASSWORD).unwrap();
         assert!(
-            check(&repo, CheckOptions { read_data: true })
-                .unwrap()
-                .is_ok(),
+            check(
+                &repo,
+                CheckOptions {
+                    read_data: true,
+                    ..Default::default()
+                }
+            )
+            .unwrap()
+            .is_ok(),
             "{name}"
         );
         let algo = repo.config().fingerprint;
@@ -211,7 +217,14 @@ fn a_flipped_byte_in_any_object_fails_authentication_naming_it() {
                     "lifecycle/v",
                 ];
                 if at == original.len() / 2 && primary.iter().any(|p| key.starts_with(p)) {
-                    let report = check(&repo, CheckOptions { read_data: true }).unwrap();
+                    let report = check(
+                        &repo,
+                        CheckOptions {
+                            read_data: true,
+                            ..Default::default()
+                        },
+                    )
+                    .unwrap();
                     assert!(
                         report.problems.iter().any(|p| (p.object == key
                             || p.detail.starts_with(&format!("{key}:")))

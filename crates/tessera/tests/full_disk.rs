@@ -142,7 +142,14 @@ fn is_storage_full(e: &Error) -> bool {
 fn assert_consistent(root: &Path) {
     let (first, second, third) = inputs();
     let repo = Repository::open(root, LockMode::Exclusive).unwrap();
-    let report = check(&repo, CheckOptions { read_data: true }).unwrap();
+    let report = check(
+        &repo,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(
         report.is_ok(),
         "check found problems: {:?}",
@@ -153,7 +160,14 @@ fn assert_consistent(root: &Path) {
     assert_eq!(restored(&repo, 2), second);
     let snap = backup(&repo, &mut &third[..], "third", &BackupOptions::default()).unwrap();
     assert_eq!(restored(&repo, snap.id), third);
-    let report = check(&repo, CheckOptions { read_data: true }).unwrap();
+    let report = check(
+        &repo,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(
         report.is_ok(),
         "check found problems: {:?}",

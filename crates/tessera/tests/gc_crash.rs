@@ -42,7 +42,14 @@ impl Gate for Crashing {
 
 fn verify(path: &Path, live: &[(u64, Vec<u8>)]) {
     let repo = Repository::open(path, LockMode::Exclusive).unwrap();
-    let report = check(&repo, CheckOptions { read_data: true }).unwrap();
+    let report = check(
+        &repo,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
     assert_eq!(
         repo.backups().unwrap(),

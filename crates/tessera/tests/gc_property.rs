@@ -13,7 +13,7 @@ use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::{Config, IndexKind};
 use tessera::delta::DeltaKind;
-use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
+use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions, DEFAULT_SORT_BUDGET};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::restore_plan::CachePolicy;
 use tessera::rewrite::{RewriteKind, RewriteParams};
@@ -25,11 +25,14 @@ enum Step {
     Backup { edits: u8, seed: u64 },
     /// Delete all but the newest `keep` backups.
     Forget { keep: usize },
-    /// Collect garbage at this utilization threshold with this chunk ordering.
+    /// Collect garbage at this utilization threshold with this chunk
+    /// ordering, spilling its live pairs and moved chunks to temporary
+    /// files from the first few entries on (`spill`) or not.
     Gc {
         threshold: u8,
         defrag: Defrag,
         segment: usize,
+        spill: bool,
     },
     /// Delete one backup chosen by index among the live ones.
     Delete { pick: usize },
@@ -43,8 +46,14 @@ fn step() -> impl Strategy<Value = Step> {
             prop_oneof![Just(0u8), Just(30), Just(50), Just(100)],
             prop_oneof![Just(Defrag::None), Just(Defrag::Gccdf), Just(Defrag::Random)],
             1usize..5,
+            any::<bool>(),
         )
-            .prop_map(|(threshold, defrag, segment)| Step::Gc { threshold, defrag, segment }),
+            .prop_map(|(threshold, defrag, segment, spill)| Step::Gc {
+                threshold,
+                defrag,
+                segment,
+                spill,
+            }),
         1 => any::<usize>().prop_map(|pick| Step::Delete { pick }),
     ]
 }
@@ -80,7 +89,14 @@ fn small_config(rewrite: RewriteKind, delta: DeltaKind) -> Config {
 }
 
 fn verify(repo: &Repository, originals: &BTreeMap<u64, Vec<u8>>) {
-    let report = check(repo, CheckOptions { read_data: true }).unwrap();
+    let report = check(
+        repo,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(
         report.is_ok(),
         "check found problems: {:?}",
@@ -138,13 +154,14 @@ proptest! {
                         live.remove(&id);
                     }
                 }
-                Step::Gc { threshold, defrag, segment } => {
+                Step::Gc { threshold, defrag, segment, spill } => {
                     let options = GcOptions {
                         threshold_pct: f64::from(threshold),
                         defrag,
                         segment,
                         split_threshold: 2048,
-                fill: true,
+                        fill: true,
+                        sort_budget: if spill { 0 } else { DEFAULT_SORT_BUDGET },
                     };
                     let stats = gc(&repo, options).unwrap();
                     prop_assert!(stats.containers_reclaimed <= stats.containers_total);
@@ -233,6 +250,7 @@ proptest! {
                 segment,
                 split_threshold: 2048,
                 fill: true,
+                sort_budget: 0,
             };
             gc(&repo, options).unwrap();
             verify(&repo, &live);

@@ -82,7 +82,14 @@ fn verify_all(
     dir: &Path,
     originals: &BTreeMap<u64, Vec<u8>>,
 ) -> Vec<lifecycle::LifecycleRestoreStats> {
-    let report = tessera::check::check(repo, CheckOptions { read_data: true }).unwrap();
+    let report = tessera::check::check(
+        repo,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(
         report.is_ok(),
         "check found problems: {:?}",
@@ -602,10 +609,24 @@ fn trace_repository_plans_restores_from_metadata() {
         &LifecycleRestoreOptions::default()
     )
     .is_err());
-    let report = tessera::check::check(&trace, CheckOptions { read_data: true }).unwrap();
+    let report = tessera::check::check(
+        &trace,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
     lifecycle::delete_backups(&trace, &[ids[0].0, ids[3].0]).unwrap();
-    let report = tessera::check::check(&trace, CheckOptions { read_data: true }).unwrap();
+    let report = tessera::check::check(
+        &trace,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
 }
 
@@ -628,9 +649,23 @@ fn check_finds_a_damaged_volume_and_names_the_affected_backups() {
     let n = bytes.len();
     bytes[n - 10] ^= 0xff;
     std::fs::write(&vol, bytes).unwrap();
-    let quick = tessera::check::check(&repo, CheckOptions { read_data: false }).unwrap();
+    let quick = tessera::check::check(
+        &repo,
+        CheckOptions {
+            read_data: false,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(quick.is_ok(), "metadata intact: {:?}", quick.problems);
-    let full = tessera::check::check(&repo, CheckOptions { read_data: true }).unwrap();
+    let full = tessera::check::check(
+        &repo,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert_eq!(full.problems.len(), 1, "{:?}", full.problems);
     assert_eq!(full.problems[0].affected_backups, vec![ids[0], ids[1]]);
     let err = lifecycle::restore_to_file(

@@ -264,7 +264,14 @@ fn writers_race(layout: Layout, trial: u64) -> usize {
         );
     }
     // Whatever failed left only garbage: the committed state checks clean.
-    let report = check(&repo, CheckOptions { read_data: true }).unwrap();
+    let report = check(
+        &repo,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     assert!(
         report.is_ok(),
         "{layout:?} trial {trial}: {:?}",

@@ -264,7 +264,14 @@ mod tests {
             faults += injected.load(Ordering::Relaxed);
             requests += made.load(Ordering::Relaxed);
             let clean = Repository::open_with_backend(store.backend(), LockMode::Read).unwrap();
-            let report = check(&clean, CheckOptions { read_data: true }).unwrap();
+            let report = check(
+                &clean,
+                CheckOptions {
+                    read_data: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
             assert!(report.problems.is_empty(), "round {round}: {report:?}");
             for (id, expected) in &committed {
                 let mut out = Vec::new();

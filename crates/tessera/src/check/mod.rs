@@ -11,6 +11,8 @@ use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
 use crate::snapshot::BackupId;
+use crate::sorted_pairs::{PairSorter, SortedPairs};
+use crate::spill::DEFAULT_SORT_BUDGET;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,10 +22,24 @@ mod records;
 pub(crate) use records::{check_derived, check_records, derived_problem, Retained};
 
 /// Options of a check.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct CheckOptions {
     /// Read every container whole and re-hash every chunk.
     pub read_data: bool,
+    /// Memory (bytes) of each of the check's structures that grow with the
+    /// repository — the stored chunks, the references of the backups, the
+    /// bases of deltas — beyond which they are sorted to temporary files
+    /// and compared as sorted streams.
+    pub sort_budget: u64,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            read_data: false,
+            sort_budget: DEFAULT_SORT_BUDGET,
+        }
+    }
 }
 
 /// The kind of a problem, so that a repair can tell what to do with it.
@@ -134,7 +150,8 @@ pub fn check_with_progress(
     }
     let mut report = CheckReport::default();
     let algo = repo.fingerprinter();
-    let mut stored = ChunkSet::default();
+    // Every stored (container, fingerprint), sorted in bounded memory.
+    let mut stored = PairSorter::with_budget(options.sort_budget);
     // Damaged containers: id → (object, detail); chunk-level damage: (fp, container) → detail.
     let mut bad_containers: BTreeMap<ContainerId, String> = BTreeMap::new();
     let mut bad_chunks: BTreeMap<(ContainerId, Fingerprint), String> = BTreeMap::new();
@@ -220,7 +237,9 @@ pub fn check_with_progress(
         match metas {
             Ok(metas) => {
                 report.stored_chunks += metas.len() as u64;
-                stored.extend(metas.iter().map(|m| (m.fp, cid)));
+                for m in &metas {
+                    stored.push(cid, m.fp)?;
+                }
                 if !options.read_data {
                     deltas.extend(
                         metas
@@ -239,14 +258,16 @@ pub fn check_with_progress(
         }
     }
     phase.end();
+    let stored = stored.finish()?;
 
     // A container that only bases of deltas use is referenced through them.
     let mut referenced: BTreeSet<ContainerId> = deltas.iter().map(|d| d.2.container).collect();
+    let unstored = bases_not_stored(&deltas, &stored, options.sort_budget)?;
     check_deltas(
         repo,
         algo,
         deltas,
-        &stored,
+        &unstored,
         &bad_containers,
         &mut bad_chunks,
         &mut report,
@@ -265,6 +286,11 @@ pub fn check_with_progress(
         Unit::Backups,
         Some(retained.len() as u64),
     );
+    // Each backup's problems, in the order of `retained` (a backup's
+    // missing chunks are known once every reference is sorted).
+    let mut per_backup: Vec<Option<Vec<Problem>>> = Vec::with_capacity(retained.len());
+    // References to chunks of intact containers, sorted in bounded memory.
+    let mut references = PairSorter::with_budget(options.sort_budget);
     for b in &retained {
         phase.add(1);
         let id = b.id;
@@ -276,11 +302,10 @@ pub fn check_with_progress(
                     &e,
                     vec![id],
                 ));
+                per_backup.push(None);
                 continue;
             }
         };
-        let mut missing = 0u64;
-        let mut first_missing = None;
         for c in &recipe.chunks {
             report.references += 1;
             referenced.insert(c.container);
@@ -291,27 +316,13 @@ pub fn check_with_progress(
                     .entry((c.container, c.fp))
                     .or_default()
                     .insert(id);
-            } else if !stored.contains(&(c.fp, c.container)) {
-                if !existing.contains(&c.container) {
-                    missing_containers.insert(c.container);
-                }
-                missing += 1;
-                first_missing.get_or_insert(*c);
+            } else {
+                references.push(c.container, c.fp)?;
             }
         }
-        if let Some(c) = first_missing {
-            report.problems.push(Problem::new(
-                ProblemKind::Missing,
-                container::key(c.container),
-                format!(
-                    "{missing} chunk reference(s) of backup {id} missing, first {}",
-                    c.fp
-                ),
-                vec![id],
-            ));
-        }
+        let mut problems = Vec::new();
         match b.logical_bytes {
-            Some(n) if n != recipe.logical_bytes() => report.problems.push(Problem::new(
+            Some(n) if n != recipe.logical_bytes() => problems.push(Problem::new(
                 ProblemKind::Damaged,
                 crate::snapshot::recipe_key(id),
                 format!(
@@ -322,8 +333,48 @@ pub fn check_with_progress(
             )),
             _ => {}
         }
+        per_backup.push(Some(problems));
     }
     phase.end();
+    // The references no intact container stores (a merge join of the two
+    // sorted streams); only then are the backups read again to count them.
+    let absent = references.finish()?.absent_from(&stored)?;
+    missing_containers.extend(
+        absent
+            .iter()
+            .map(|&(c, _)| c)
+            .filter(|c| !existing.contains(c)),
+    );
+    let absent: ChunkSet = absent.into_iter().map(|(c, fp)| (fp, c)).collect();
+    for (b, problems) in retained.iter().zip(&mut per_backup) {
+        let Some(problems) = problems else {
+            continue;
+        };
+        if !absent.is_empty() {
+            let recipe = repo.recipe(b.id)?;
+            let mut missing = recipe
+                .chunks
+                .iter()
+                .filter(|c| absent.contains(&(c.fp, c.container)));
+            if let Some(c) = missing.next() {
+                problems.insert(
+                    0,
+                    Problem::new(
+                        ProblemKind::Missing,
+                        container::key(c.container),
+                        format!(
+                            "{} chunk reference(s) of backup {} missing, first {}",
+                            1 + missing.count(),
+                            b.id,
+                            c.fp
+                        ),
+                        vec![b.id],
+                    ),
+                );
+            }
+        }
+        report.problems.append(problems);
+    }
     quarantine_damage(repo, &bad_containers, &missing_containers, &bad_chunks)?;
     for (cid, detail) in bad_containers {
         report.problems.push(Problem {
@@ -379,15 +430,35 @@ fn quarantine_damage(
     Ok(())
 }
 
+/// The bases of `deltas` that no container stores (a merge join of the
+/// sorted bases with the sorted stored chunks).
+fn bases_not_stored(
+    deltas: &[(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)],
+    stored: &SortedPairs,
+    sort_budget: u64,
+) -> Result<ChunkSet> {
+    let mut bases = PairSorter::with_budget(sort_budget);
+    for d in deltas {
+        bases.push(d.2.container, d.2.fp)?;
+    }
+    Ok(bases
+        .finish()?
+        .absent_from(stored)?
+        .into_iter()
+        .map(|(c, fp)| (fp, c))
+        .collect())
+}
+
 /// Checks every delta entry: its base is stored whole where the entry says
 /// (a damaged base container is reported as itself), and, when the delta's
 /// bytes were read, that it decodes to bytes hashing to its fingerprint.
-/// Base containers are read once each.
+/// Base containers are read once each; `unstored` are the bases no
+/// container stores.
 fn check_deltas(
     repo: &Repository,
     algo: &crate::fingerprint::Fingerprinter,
     mut deltas: Vec<(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)>,
-    stored: &ChunkSet,
+    unstored: &ChunkSet,
     bad_containers: &BTreeMap<ContainerId, String>,
     bad_chunks: &mut BTreeMap<(ContainerId, Fingerprint), String>,
     report: &mut CheckReport,
@@ -395,7 +466,7 @@ fn check_deltas(
     // A base must be stored, and not as a delta itself.
     let is_delta: ChunkSet = deltas.iter().map(|d| (d.1, d.0)).collect();
     let whole = |b: &BaseRef| {
-        stored.contains(&(b.fp, b.container)) && !is_delta.contains(&(b.fp, b.container))
+        !unstored.contains(&(b.fp, b.container)) && !is_delta.contains(&(b.fp, b.container))
     };
     deltas.sort_by_key(|d| d.2.container);
     let mut base_container: Option<Container> = None;

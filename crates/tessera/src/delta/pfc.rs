@@ -28,7 +28,7 @@ use crate::envelope;
 use crate::error::{Error, Result};
 use crate::index::Relocations;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashSet};
 
 /// Directory of the per-source PFC state objects.
 pub const PFC_DIR: &str = "delta";
@@ -170,15 +170,11 @@ pub fn relocate(
     removed: &BTreeSet<ContainerId>,
     moved: &Relocations,
 ) -> Result<()> {
-    let mut homes: BTreeMap<ContainerId, BTreeSet<ContainerId>> = BTreeMap::new();
-    for ((old, _), new) in moved {
-        homes.entry(*old).or_default().insert(*new);
-    }
     let map = |set: &BTreeSet<ContainerId>| -> BTreeSet<ContainerId> {
         set.iter()
             .flat_map(|c| {
                 if removed.contains(c) {
-                    homes.get(c).cloned().unwrap_or_default()
+                    moved.homes(*c).cloned().unwrap_or_default()
                 } else {
                     BTreeSet::from([*c])
                 }
@@ -281,7 +277,9 @@ mod tests {
         t.fragmented(8, 13);
         t.commit(&b).unwrap();
         let fp = |i: u8| Fingerprint([i; 32]);
-        let moved = Relocations::from_iter([((12, fp(1)), 30), ((12, fp(2)), 31)]);
+        let mut moved = Relocations::default();
+        moved.insert((12, fp(1)), 30).unwrap();
+        moved.insert((12, fp(2)), 31).unwrap();
         relocate(&b, &BTreeSet::from([12, 13]), &moved).unwrap();
         let t = PfcTracker::open(&b, "s", 1, BasePrefetch::Pfc).unwrap();
         assert_eq!(t.prefetch_set(), HashSet::from([7, 8, 30, 31]));

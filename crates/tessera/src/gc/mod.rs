@@ -38,11 +38,8 @@ mod gccdf;
 
 type LiveSet = hashbrown::HashSet<(ContainerId, Fingerprint), FingerprintHashBuilder>;
 
-/// Memory of the mark phase's buffer of live (container, fingerprint)
-/// pairs, beyond which they are sorted to temporary files: the mark,
-/// select and sweep phases then hold one container's live chunks at a time
-/// (the delta-compressing repositories' selection still loads them all).
-const LIVE_BUDGET: u64 = 32 << 20;
+/// The default of [`GcOptions::sort_budget`] (and of `check`'s).
+pub use crate::spill::DEFAULT_SORT_BUDGET;
 
 /// How the copy-forward orders the live chunks it migrates.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -98,6 +95,13 @@ pub struct GcOptions {
     /// GCCDF and random: also copy forward wholly live containers stored
     /// below half the container size, to fill containers ([`Fill`]).
     pub fill: bool,
+    /// Memory (bytes) of each of GC's two structures that grow with the
+    /// repository, beyond which they spill to temporary files: the mark
+    /// phase's buffer of live (container, fingerprint) pairs (sorted
+    /// externally; select and sweep then hold one container's live chunks
+    /// at a time — the delta-compressing repositories' selection still
+    /// loads them all) and the map of the chunks it moved.
+    pub sort_budget: u64,
 }
 
 impl GcOptions {
@@ -131,6 +135,7 @@ impl Default for GcOptions {
             segment: 100,
             split_threshold: 64 * 1024,
             fill: true,
+            sort_budget: DEFAULT_SORT_BUDGET,
         }
     }
 }
@@ -260,7 +265,12 @@ pub fn gc_with_progress(
         retained,
         live,
         owners,
-    } = mark(repo, options.defrag == Defrag::Gccdf, progress)?;
+    } = mark(
+        repo,
+        options.defrag == Defrag::Gccdf,
+        options.sort_budget,
+        progress,
+    )?;
     let containers = repo.containers()?;
     stats.stage_seconds.mark = t.elapsed().as_secs_f64();
 
@@ -336,14 +346,13 @@ pub fn gc_with_progress(
         produced: 0,
         produced_bytes: 0,
     };
-    let mut moved = Relocations::default();
     // Where this GC copied each fingerprint: a chunk live in two selected
     // containers (an old copy and a copy a rewriting policy made) is
     // written once, and both old places point to that copy. (Not to a copy
     // that stays in place: those sit in sparse containers kept for delta
-    // bases, which would scatter the chunk's readers.)
-    let mut copied: hashbrown::HashMap<Fingerprint, ContainerId, FingerprintHashBuilder> =
-        hashbrown::HashMap::default();
+    // bases, which would scatter the chunk's readers.) Spilled to temporary
+    // files past the budget.
+    let mut moved = Relocations::with_budget(options.sort_budget);
     let segment = match options.defrag {
         Defrag::None => 1,
         Defrag::Gccdf | Defrag::Random => options.segment,
@@ -371,15 +380,17 @@ pub fn gc_with_progress(
             // Pinned bases are live too.
             let here = fingerprint_set(stream.take(cid)?);
             let ct = Arc::new(Container::parse(cid, backend.read(&container::key(cid))?)?);
+            // This container's chunks already handled (a chunk listed twice is taken once).
+            let mut taken = hashbrown::HashSet::with_hasher(FingerprintHashBuilder);
             for (i, m) in ct.metas.iter().enumerate() {
                 let is_live = here.contains(&m.fp) || pinned.contains(&(cid, m.fp));
-                if !is_live || moved.contains_key(&(cid, m.fp)) {
+                if !is_live || !taken.insert(m.fp) {
                     continue;
                 }
                 if stay.contains(&(cid, m.fp)) {
                     // A live delta's base, and its container's other live
                     // chunks, stay where they are.
-                    moved.insert((cid, m.fp), cid);
+                    moved.insert((cid, m.fp), cid)?;
                     continue;
                 }
                 // A delta's bytes are covered by the container's CRC; its
@@ -396,8 +407,6 @@ pub fn gc_with_progress(
                         });
                     }
                 }
-                // Placeholder until written; keeps a chunk listed twice in a container single.
-                moved.insert((cid, m.fp), ContainerId::MAX);
                 cache.push(LiveChunk {
                     container: ct.clone(),
                     index: i,
@@ -440,20 +449,19 @@ pub fn gc_with_progress(
         for i in order {
             let c = &cache[i];
             let m = c.meta();
-            let new = match copied.get(&m.fp) {
-                Some(&new) => {
+            let new = match moved.copy_of(&m.fp)? {
+                Some(new) => {
                     stats.copies_merged += 1;
                     new
                 }
                 None => {
                     let new = writer.push(&c.container, c.index)?;
-                    copied.insert(m.fp, new);
                     stats.chunks_moved += 1;
                     stats.bytes_moved += u64::from(m.len);
                     new
                 }
             };
-            moved.insert((c.container.header.id, m.fp), new);
+            moved.insert((c.container.header.id, m.fp), new)?;
         }
         stats.stage_seconds.sweep_write += t.elapsed().as_secs_f64();
     }
@@ -486,13 +494,13 @@ pub fn gc_with_progress(
         let mut changed = false;
         for c in &mut recipe.chunks {
             if removed.contains(&c.container) {
-                let new = moved.get(&(c.container, c.fp)).ok_or_else(|| {
+                let new = moved.get(c.container, &c.fp)?.ok_or_else(|| {
                     Error::Pipeline(format!(
                         "GC found no new home for chunk {} of backup {} in container {:016x}",
                         c.fp, id, c.container
                     ))
                 })?;
-                c.container = *new;
+                c.container = new;
                 changed = true;
             }
         }
@@ -563,9 +571,14 @@ struct Marked {
 }
 
 /// Walks every retained recipe.
-fn mark(repo: &Repository, with_owners: bool, progress: &dyn Progress) -> Result<Marked> {
+fn mark(
+    repo: &Repository,
+    with_owners: bool,
+    sort_budget: u64,
+    progress: &dyn Progress,
+) -> Result<Marked> {
     let retained = repo.retained_backups()?;
-    let mut live = PairSorter::with_budget(LIVE_BUDGET);
+    let mut live = PairSorter::with_budget(sort_budget);
     let mut owners = gccdf::Owners::default();
     let phase = Phase::begin(progress, "mark", Unit::Backups, Some(retained.len() as u64));
     for &id in &retained {
@@ -625,7 +638,7 @@ pub fn survey_with_progress(
             repo.backend().location()
         )));
     }
-    let Marked { live, .. } = mark(repo, false, progress)?;
+    let Marked { live, .. } = mark(repo, false, DEFAULT_SORT_BUDGET, progress)?;
     let backend = repo.backend().as_ref();
     let mut out = Vec::new();
     let containers = repo.containers()?;

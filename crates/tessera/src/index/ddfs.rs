@@ -482,8 +482,9 @@ pub struct Ddfs {
     pending: SpillMap,
     /// Entries of `pending` that are placed (not `PENDING`).
     placed: u64,
-    removed: BTreeSet<ContainerId>,
-    moved: Relocations,
+    /// GCs not yet committed, oldest first: the containers each removed
+    /// and where it moved their chunks.
+    relocations: Vec<(BTreeSet<ContainerId>, Relocations)>,
     /// Containers that existed at open, for rebuilding the table.
     containers: Vec<ContainerId>,
     /// Whether a lookup already had to rebuild the table (a second damage is an error).
@@ -678,8 +679,7 @@ impl Ddfs {
             cache: Cache::new(params.cache_bytes),
             pending: SpillMap::with_budget(PENDING_BUDGET, order_key),
             placed: 0,
-            removed: BTreeSet::new(),
-            moved: Relocations::default(),
+            relocations: Vec::new(),
             containers: containers.to_vec(),
             rebuilt_here: false,
             dirty: false,
@@ -723,8 +723,10 @@ impl Ddfs {
             *screened |= run.bloom.is_some();
             self.stats.disk_lookups += 1;
             let found = run.table.lookup(self.backend.as_ref(), fp)?;
-            if let Some(c) = found.and_then(|c| self.relocated(fp, c)) {
-                return Ok(Some(c));
+            if let Some(c) = found {
+                if let Some(c) = self.relocated(fp, c)? {
+                    return Ok(Some(c));
+                }
             }
         }
         Ok(None)
@@ -732,8 +734,8 @@ impl Ddfs {
 
     /// Where a table entry points after the relocations not yet committed
     /// (`None`: the chunk was dropped).
-    fn relocated(&self, fp: &Fingerprint, c: ContainerId) -> Option<ContainerId> {
-        follow(&self.removed, &self.moved, fp, c)
+    fn relocated(&self, fp: &Fingerprint, c: ContainerId) -> Result<Option<ContainerId>> {
+        follow(&self.relocations, fp, c)
     }
 
     fn decide(&mut self, fp: &Fingerprint) -> Result<Decision> {
@@ -850,7 +852,7 @@ impl Ddfs {
         let mut buckets = table::buckets_for(upper, self.params.bucket_bytes);
         let mut doublings = 0;
         let backend = self.backend.as_ref();
-        let (removed, moved) = (&self.removed, &self.moved);
+        let relocations = &self.relocations;
         let keep = if hook { self.keep.as_ref() } else { None };
         loop {
             let mut m = Merger {
@@ -880,9 +882,11 @@ impl Ddfs {
                 // rewritten duplicate, names its newest copy, as in the
                 // exact index and HAR's design); a separating merge also
                 // hands on the older entries it does not keep.
-                let mut live = versions
-                    .iter()
-                    .filter_map(|&c| follow(removed, moved, &fp, c));
+                let mut live = Vec::with_capacity(versions.len());
+                for &c in versions {
+                    live.extend(follow(relocations, &fp, c)?);
+                }
+                let mut live = live.into_iter();
                 let Some(winner) = live.next() else {
                     return Ok(());
                 };
@@ -922,7 +926,7 @@ impl Ddfs {
     /// entries become a new run and the compaction merges what is due.
     fn write_runs(&mut self, hook: Option<EvictHook>) -> Result<()> {
         let mut generation = next_generation(self.backend.as_ref(), &self.layout.prefix)?;
-        let full = self.keep.is_some() || !self.removed.is_empty() || !self.moved.is_empty();
+        let full = self.keep.is_some() || !self.relocations.is_empty();
         if full {
             let Written {
                 run,
@@ -1079,26 +1083,25 @@ impl Ddfs {
     }
 }
 
-/// Where an entry pointing to container `c` points after garbage collection
-/// removed `removed` and moved chunks as `moved` (`None`: dropped).
+/// Where an entry pointing to container `c` points after the garbage
+/// collections `relocations` (oldest first: each removed its containers and
+/// moved their chunks as it says; `None`: dropped). A container one GC
+/// wrote can only be removed by a later one.
 pub(super) fn follow(
-    removed: &BTreeSet<ContainerId>,
-    moved: &Relocations,
+    relocations: &[(BTreeSet<ContainerId>, Relocations)],
     fp: &Fingerprint,
     mut c: ContainerId,
-) -> Option<ContainerId> {
-    for _ in 0..=removed.len() {
-        if !removed.contains(&c) {
-            return Some(c);
+) -> Result<Option<ContainerId>> {
+    for (removed, moved) in relocations {
+        if removed.contains(&c) {
+            // The same id when kept in place: a delta base in a container GC compacted.
+            match moved.get(c, fp)? {
+                Some(next) => c = next,
+                None => return Ok(None),
+            }
         }
-        let next = *moved.get(&(c, *fp))?;
-        if next == c {
-            // Kept in place: a delta base in a container GC compacted.
-            return Some(c);
-        }
-        c = next;
     }
-    None
+    Ok(Some(c))
 }
 
 /// Streams entries into a new table and its Bloom filter.
@@ -1323,18 +1326,24 @@ impl DedupIndex for Ddfs {
     }
 
     fn relocate(&mut self, removed: &BTreeSet<ContainerId>, moved: &Relocations) -> Result<()> {
-        self.removed.extend(removed.iter().copied());
-        self.moved.extend(moved.iter().map(|(k, v)| (*k, *v)));
-        let (gone, map) = (&self.removed, &self.moved);
+        self.relocations.push((removed.clone(), moved.clone()));
+        let relocations = &self.relocations;
         let mut placed = 0;
+        let mut failed = None;
         self.pending.retain_map(|fp, c| {
             let kept = match c {
                 PENDING => Some(c),
-                _ => follow(gone, map, fp, c),
+                _ => follow(relocations, fp, c).unwrap_or_else(|e| {
+                    failed.get_or_insert(e);
+                    Some(c)
+                }),
             };
             placed += u64::from(kept.is_some_and(|c| c != PENDING));
             kept
         })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
         self.placed = placed;
         // Cached containers may be among the removed ones.
         self.cache.clear();
@@ -1367,8 +1376,7 @@ impl Ddfs {
             self.pending
                 .retain_map(|_, c| (c == PENDING).then_some(c))?;
             self.placed = 0;
-            self.removed.clear();
-            self.moved.clear();
+            self.relocations.clear();
             self.dirty = false;
         } else if next_container > self.next_container {
             self.next_container = next_container;

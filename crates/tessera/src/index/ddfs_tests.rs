@@ -446,7 +446,7 @@ fn relocate_and_commit_follow_garbage_collection() {
     // chunks 0..5 move to a new container 4, the rest of them are dropped.
     let mut moved = Relocations::default();
     for i in 0..5 {
-        moved.insert((1, fp(i)), 4);
+        moved.insert((1, fp(i)), 4).unwrap();
     }
     sim.write(4, &(0..5).map(fp).collect::<Vec<_>>());
     sim.next = 5;
@@ -492,7 +492,7 @@ fn relocate_before_commit_applies_to_lookups() {
     let mut ddfs = Ddfs::open(backend.clone(), &[], params).unwrap();
     sim.backup(&mut [&mut ddfs], &(0..20).collect::<Vec<_>>(), 8);
     let mut moved = Relocations::default();
-    moved.insert((1, fp(3)), 7);
+    moved.insert((1, fp(3)), 7).unwrap();
     sim.write(7, &[fp(3)]);
     let ids = sim.ids();
     let mut ddfs = Ddfs::open(backend.clone(), &ids, params).unwrap();
@@ -555,12 +555,16 @@ fn manifest_round_trip_and_damage() {
 #[test]
 fn entries_kept_in_a_compacted_container_survive_relocation() {
     let removed = BTreeSet::from([4, 5]);
-    let moved = Relocations::from_iter([((4, fp(1)), 4), ((5, fp(2)), 9), ((9, fp(2)), 9)]);
+    let mut moved = Relocations::default();
+    for (from, to) in [((4, fp(1)), 4), ((5, fp(2)), 9), ((9, fp(2)), 9)] {
+        moved.insert(from, to).unwrap();
+    }
+    let gcs = [(removed, moved)];
     // A delta base GC kept in place (container 4 compacted, same id).
-    assert_eq!(super::follow(&removed, &moved, &fp(1), 4), Some(4));
+    assert_eq!(super::follow(&gcs, &fp(1), 4).unwrap(), Some(4));
     // A moved chunk follows its move; a dead one is dropped.
-    assert_eq!(super::follow(&removed, &moved, &fp(2), 5), Some(9));
-    assert_eq!(super::follow(&removed, &moved, &fp(3), 4), None);
+    assert_eq!(super::follow(&gcs, &fp(2), 5).unwrap(), Some(9));
+    assert_eq!(super::follow(&gcs, &fp(3), 4).unwrap(), None);
 }
 
 /// A chunk a rewriting policy stored again is found in its newest copy by

@@ -189,20 +189,25 @@ impl DedupIndex for Exact {
     }
 
     fn relocate(&mut self, removed: &BTreeSet<ContainerId>, moved: &Relocations) -> Result<()> {
+        let mut failed = None;
         self.map.retain(|fp, c| {
             if !removed.contains(c) {
                 return true;
             }
-            match moved.get(&(*c, *fp)) {
-                Some(&new) => {
+            match moved.get(*c, fp) {
+                Ok(Some(new)) => {
                     *c = new;
                     true
                 }
-                None => false,
+                Ok(None) => false,
+                Err(e) => {
+                    failed.get_or_insert(e);
+                    true
+                }
             }
         });
         self.note_memory();
-        Ok(())
+        failed.map_or(Ok(()), Err)
     }
 
     fn commit(&mut self, next_container: ContainerId) -> Result<()> {

@@ -13,6 +13,7 @@ mod ehid;
 mod exact;
 mod lazy;
 pub mod metalog;
+mod relocations;
 pub mod runs;
 pub mod table;
 #[cfg(test)]
@@ -46,8 +47,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, VecDeque};
 
-/// Where garbage collection moved live chunks: (old container, fingerprint) → new container.
-pub type Relocations = hashbrown::HashMap<(ContainerId, Fingerprint), ContainerId>;
+pub use relocations::Relocations;
 
 /// A fingerprinted chunk travelling through the backup pipeline.
 #[derive(Clone, Debug)]
