@@ -15,8 +15,8 @@
 #
 # Usage: scripts/crypto-benchmark.sh
 # Environment: TESSERA (binary; default target/release/tessera, built if
-# absent), RUNS, SIZE_MIB, WORK (scratch directory; default a new one under
-# /tmp), TEXT (a text-like file or directory to back up instead of Redis).
+# absent), RUNS, SIZE_MIB, WORK (scratch directory, kept with the unpacked
+# text data; default a new one under /tmp, removed at the end), TEXT (a text-like file or directory to back up instead of Redis).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -25,9 +25,14 @@ TESSERA=${TESSERA:-target/release/tessera}
 command -v openssl >/dev/null || { echo "needs openssl" >&2; exit 1; }
 RUNS=${RUNS:-3}
 SIZE_MIB=${SIZE_MIB:-1024}
-WORK=${WORK:-$(mktemp -d /tmp/tessera-cryptobench.XXXXXX)}
-mkdir -p "$WORK"
-trap 'rm -rf "$WORK/plain" "$WORK/secure" "$WORK/fresh.bin"' EXIT
+if [ -n "${WORK:-}" ]; then
+    # A directory given by the caller keeps the unpacked text data.
+    mkdir -p "$WORK"
+    trap 'rm -rf "$WORK/plain" "$WORK/secure" "$WORK/fresh.bin"' EXIT
+else
+    WORK=$(mktemp -d /tmp/tessera-cryptobench.XXXXXX)
+    trap 'rm -rf "$WORK"' EXIT
+fi
 export TESSERA_PASSWORD=${TESSERA_PASSWORD:-tessera-benchmark}
 # Key derivation is not what is measured: the cheapest parameters.
 KDF=(--kdf-memory 64 --kdf-iterations 1)
