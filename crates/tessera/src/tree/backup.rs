@@ -5,7 +5,7 @@ use super::catalog::{CatalogBytes, CatalogWriter, Entry, Kind, Xattr};
 use super::meta::{read_file_xattrs, read_xattrs, Names};
 use super::stream::{for_each_entry, tree_of};
 use super::walk::{At, Excludes, Found, Status, Step, Walk, Walked};
-use super::{catalog_path, relative_path};
+use super::{catalog_order, catalog_path, relative_path};
 use crate::backup::{self, BackupOptions, Outcome, SegmentRead, Segments, Source};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -253,10 +253,10 @@ fn run_feed<'a>(
     // order), on a thread of its own, entry by entry.
     std::thread::scope(|s| {
         let (tx, rx) = bounded::<Vec<Entry>>(PARENT_AHEAD_BATCHES);
-        let count = chunks.len();
+        let recipe = chunks.clone();
         let reader = s.spawn(move || {
             let mut batch = Vec::with_capacity(PARENT_BATCH);
-            let read = for_each_entry(repo, id, &tree, count, |e| {
+            let read = for_each_entry(repo, id, &tree, &recipe, |e| {
                 batch.push(e);
                 Ok(batch.len() < PARENT_BATCH
                     || tx
@@ -523,12 +523,14 @@ impl ParentWalk {
                 };
             }
             let next = self.next.as_ref()?;
-            match relative_path(&next.path).cmp(relative_path(path)) {
+            match catalog_order(&next.path, path) {
                 std::cmp::Ordering::Less => self.pass(),
                 std::cmp::Ordering::Equal => {
-                    let e = self.next.clone();
-                    self.pass();
-                    return e;
+                    let e = self.next.take()?;
+                    if e.has_bytes() {
+                        self.offset += e.size;
+                    }
+                    return Some(e);
                 }
                 std::cmp::Ordering::Greater => return None,
             }
@@ -1262,7 +1264,7 @@ mod tests {
         let tree = tree_of(repo, id).unwrap();
         let chunks = repo.recipe(id).unwrap().chunks;
         let mut entries = Vec::new();
-        for_each_entry(repo, id, &tree, chunks.len(), |e| {
+        for_each_entry(repo, id, &tree, &chunks, |e| {
             entries.push((e.path, e.kind, e.size, e.target));
             Ok(true)
         })
