@@ -10,7 +10,8 @@ files, 1.8 GB) and, RUNS times (default 3), times on that tree:
   first     backup into a new repository
   unchanged backup again (nothing changed)
   1%        backup after appending a line to every 100th file
-  restore   full restore into an empty directory
+  restore   full restore into an empty directory (a new one each run: the
+            restored trees are removed only after the last run, see below)
   one file  restore --include of one file (containers read: the file's own vs
             the catalog's), against `cat FILE > /dev/null`
 
@@ -26,6 +27,18 @@ versions' tar files backed up as streams (stored bytes of each), and (unless
 --skip-million) the peak RSS (/usr/bin/time) of backing up a generated tree
 of --million (default 1,000,000) empty files in 1,000 directories.
 
+Each run restores into a directory of its own, and the restored trees
+(1.8 GB each) are removed together at the end: removing one just before the
+next restore made that restore 6 times slower, and not because of Tessera.
+On an ext4 file system without a journal (as on the machine these figures
+come from: /sys/fs/ext4/DEV/journal_task is "<none>"), the inode allocator
+skips the inodes freed in the last 60 s (360 s while their inode table
+block is dirty) and checks each of them, one by one, for every inode it
+allocates (fs/ext4/ialloc.c, find_inode_bit and recently_deleted): 160,000
+files just deleted cost every new file a scan of them, all system time
+inside open(O_CREAT) and mkdir (perf: 60 % of the restore's samples in
+recently_deleted and the buffer lookups under it).
+
 Usage: scripts/tree-benchmark.py [--runs N] [--copies N] [--versions N]
        [--million N] [--skip-dedup] [--skip-million] [--work DIR]
 Environment: TESSERA (binary; default target/release/tessera).
@@ -34,6 +47,7 @@ Environment: TESSERA (binary; default target/release/tessera).
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -62,9 +76,19 @@ def tessera(*args, rss=None):
     return json.loads(last) if last.startswith("{") else {}
 
 
-def timed(fn):
-    start = time.monotonic()
+def cpu_of_children():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timed(fn, cpu=None):
+    """Wall time of `fn` and its result; appends the CPU time (user + system)
+    of the processes it ran to `cpu` if given (a shared machine's load
+    changes wall times far more than CPU times)."""
+    start, cpu_start = time.monotonic(), cpu_of_children()
     result = fn()
+    if cpu is not None:
+        cpu.append(cpu_of_children() - cpu_start)
     return time.monotonic() - start, result
 
 
@@ -118,20 +142,24 @@ def main():
     os.makedirs(work, exist_ok=True)
     tars, names, tree, files = unpack(work, a.versions, a.copies)
     print(f"tree: {tree}, {files} files ({a.copies} x {len(names)} Redis versions)")
-    repo, out = os.path.join(work, "repo"), os.path.join(work, "out")
+    repo, one_out = os.path.join(work, "repo"), os.path.join(work, "one")
+    outs = [os.path.join(work, f"out{run}") for run in range(a.runs)]
     # A file in the middle of the tree, for the single-file restore.
     one = os.path.join(tree, "copy0", names[len(names) // 2][:-4], "redis", "src", "server.c")
     t = {k: [] for k in ["ceiling", "first", "unchanged", "edited", "restore", "one", "cat"]}
     one_stats = []
+    cpu = {"first": [], "unchanged": [], "restore": []}
     sh(f"tar cf - {tree} | cat > /dev/null")  # warm the page cache
     for run in range(a.runs):
+        out = outs[run]
         shutil.rmtree(repo, ignore_errors=True)
         shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(one_out, ignore_errors=True)
         tessera("init", repo, "--encryption", "none")
         t["ceiling"].append(timed(lambda: sh(f"tar cf - {tree} | cat > /dev/null"))[0])
-        s, b = timed(lambda: tessera("backup", "--json", repo, tree))
+        s, b = timed(lambda: tessera("backup", "--json", repo, tree), cpu["first"])
         t["first"].append(s)
-        s, u = timed(lambda: tessera("backup", "--json", repo, tree))
+        s, u = timed(lambda: tessera("backup", "--json", repo, tree), cpu["unchanged"])
         t["unchanged"].append(s)
         assert u["tree"]["bytes_read"] == 0, u["tree"]
         undo = edit_one_percent(tree)
@@ -139,14 +167,14 @@ def main():
         t["edited"].append(s)
         for p, size in undo:
             os.truncate(p, size)
-        s, r = timed(lambda: tessera("restore", "--json", repo, "1", out))
+        s, r = timed(lambda: tessera("restore", "--json", repo, "1", out), cpu["restore"])
         t["restore"].append(s)
-        shutil.rmtree(out)
-        s, o = timed(lambda: tessera("restore", "--json", "--include", one, repo, "1", out))
+        # Kept until the last run is done (see the top of this file).
+        s, o = timed(lambda: tessera("restore", "--json", "--include", one, repo, "1", one_out))
         t["one"].append(s)
         t["cat"].append(timed(lambda: sh(f"cat {one} > /dev/null"))[0])
         one_stats.append(o)
-        shutil.rmtree(out)
+        shutil.rmtree(one_out)
         print(
             f"run {run + 1}: first {t['first'][-1]:.2f} s ({b['stored_bytes']} B stored), "
             f"unchanged {t['unchanged'][-1]:.2f} s, 1% {t['edited'][-1]:.2f} s "
@@ -164,12 +192,15 @@ def main():
         ("one", "single-file restore"),
     ]:
         print(f"{label:34} {summary(t[k])}")
+    for k, label in [("first", "first backup"), ("unchanged", "unchanged re-backup"), ("restore", "full restore")]:
+        print(f"{label + ', CPU (user+sys)':34} {summary(cpu[k])}")
     print()
     # Ratios of each run (the times of one run share the machine's load).
     runs = range(a.runs)
     for label, values, target in [
         ("first backup speed / read ceiling", [t["ceiling"][i] / t["first"][i] for i in runs], "x  (target >= 0.80)"),
         ("unchanged re-backup / first backup", [t["unchanged"][i] / t["first"][i] for i in runs], "   (target <= 0.10)"),
+        ("  the same in CPU time (user+sys)", [cpu["unchanged"][i] / cpu["first"][i] for i in runs], ""),
         ("1% re-backup / first backup", [t["edited"][i] / t["first"][i] for i in runs], ""),
         ("full restore speed / read ceiling", [t["ceiling"][i] / t["restore"][i] for i in runs], "x"),
         ("single-file restore / cat of it", [t["one"][i] / t["cat"][i] for i in runs], "x"),
@@ -183,6 +214,8 @@ def main():
         f"{o['bytes_read']} B read (target: <= 2 beyond the file's own)"
     )
     shutil.rmtree(repo, ignore_errors=True)
+    for out in outs:
+        shutil.rmtree(out, ignore_errors=True)
 
     if not a.skip_dedup:
         print()

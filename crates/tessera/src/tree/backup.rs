@@ -4,8 +4,8 @@
 use super::catalog::{CatalogBytes, CatalogWriter, Entry, Kind, Xattr};
 use super::meta::{read_file_xattrs, read_xattrs, Names};
 use super::stream::{for_each_entry, tree_of};
-use super::walk::{At, Excludes, Found, Status, Walk, Walked};
-use super::{catalog_path, relative_path};
+use super::walk::{At, Excludes, Found, Status, Step, Walk, Walked};
+use super::{catalog_order, catalog_path, relative_path};
 use crate::backup::{self, BackupOptions, Outcome, SegmentRead, Segments, Source};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
@@ -60,6 +60,13 @@ const SMALL_FILE: u64 = 1 << 20;
 const AHEAD_OBJECTS: usize = 512;
 /// ...and bytes of small files being read ahead at most.
 const AHEAD_BYTES: u64 = 32 << 20;
+/// Entries of the parent's catalog sent at once by the thread reading it...
+const PARENT_BATCH: usize = 256;
+/// ...and batches of them kept ready at most.
+const PARENT_AHEAD_BATCHES: usize = 4;
+/// Batches of walked objects the walk thread keeps ready at most (with the
+/// pending objects, each may hold its directory open).
+const WALK_AHEAD_BATCHES: usize = 2;
 
 /// A committed tree backup and what it left out.
 #[derive(Debug)]
@@ -179,14 +186,15 @@ fn backup_tree_with(
         ),
         None => (roots.clone(), State::Walking, 0),
     };
+    let walk = Walk::new(
+        excludes,
+        tree_options.follow_symlinks,
+        tree_options.one_file_system,
+    );
+    let (steps_tx, steps) = bounded::<Vec<Step>>(WALK_AHEAD_BATCHES);
     let mut feed = TreeFeed {
-        roots: roots_walked.into_iter(),
-        walk: Walk::new(
-            excludes,
-            tree_options.follow_symlinks,
-            tree_options.one_file_system,
-        ),
-        walking: false,
+        steps: Some(steps),
+        batch: Vec::new().into_iter(),
         follow: tree_options.follow_symlinks,
         larger_than: tree_options.exclude_larger_than,
         names: Names::default(),
@@ -214,6 +222,7 @@ fn backup_tree_with(
         refetch: None,
     };
     std::thread::scope(|s| {
+        s.spawn(move || walk.send_all(roots_walked, steps_tx));
         let (jobs, queue) = bounded::<Job>(AHEAD_OBJECTS);
         for _ in 0..readers {
             let queue = queue.clone();
@@ -221,8 +230,10 @@ fn backup_tree_with(
         }
         feed.jobs = (readers > 0).then_some(jobs);
         let outcome = run_feed(repo, &mut feed, parent, refetch.as_ref(), options);
-        // The readers end when their queue closes.
+        // The readers end when their queue closes, the walk thread when
+        // its receiver is gone.
         feed.jobs = None;
+        feed.steps = None;
         outcome.map(|o| feed.outcome(o))
     })
 }
@@ -241,13 +252,29 @@ fn run_feed<'a>(
     // The parent's catalog is read alongside the walk (both are in the same
     // order), on a thread of its own, entry by entry.
     std::thread::scope(|s| {
-        let (tx, rx) = bounded::<Entry>(256);
-        let count = chunks.len();
-        let reader =
-            s.spawn(move || for_each_entry(repo, id, &tree, count, |e| Ok(tx.send(e).is_ok())));
+        let (tx, rx) = bounded::<Vec<Entry>>(PARENT_AHEAD_BATCHES);
+        let recipe = chunks.clone();
+        let reader = s.spawn(move || {
+            let mut batch = Vec::with_capacity(PARENT_BATCH);
+            let read = for_each_entry(repo, id, &tree, &recipe, |e| {
+                batch.push(e);
+                Ok(batch.len() < PARENT_BATCH
+                    || tx
+                        .send(std::mem::replace(
+                            &mut batch,
+                            Vec::with_capacity(PARENT_BATCH),
+                        ))
+                        .is_ok())
+            });
+            if !batch.is_empty() {
+                let _ = tx.send(batch);
+            }
+            read
+        });
         feed.parent = Some(ParentWalk {
             usable: Usable::of(repo, &options.source)?,
             rx,
+            batch: Vec::new().into_iter(),
             next: None,
             offset: 0,
             chunks,
@@ -428,7 +455,10 @@ impl Refetch for ParentChunks<'_> {
 
 /// The parent's catalog, walked in step with the file system.
 struct ParentWalk {
-    rx: Receiver<Entry>,
+    /// The parent's entries in batches, from the thread reading its catalog...
+    rx: Receiver<Vec<Entry>>,
+    /// ...and the rest of the last batch.
+    batch: std::vec::IntoIter<Entry>,
     /// The next entry not yet passed.
     next: Option<Entry>,
     /// Offset of `next` in the parent's stream.
@@ -484,15 +514,23 @@ impl ParentWalk {
     fn find(&mut self, path: &[u8]) -> Option<Entry> {
         loop {
             if self.next.is_none() {
-                self.next = Some(self.rx.recv().ok()?);
+                self.next = match self.batch.next() {
+                    Some(e) => Some(e),
+                    None => {
+                        self.batch = self.rx.recv().ok()?.into_iter();
+                        continue;
+                    }
+                };
             }
             let next = self.next.as_ref()?;
-            match relative_path(&next.path).cmp(relative_path(path)) {
+            match catalog_order(&next.path, path) {
                 std::cmp::Ordering::Less => self.pass(),
                 std::cmp::Ordering::Equal => {
-                    let e = self.next.clone();
-                    self.pass();
-                    return e;
+                    let e = self.next.take()?;
+                    if e.has_bytes() {
+                        self.offset += e.size;
+                    }
+                    return Some(e);
                 }
                 std::cmp::Ordering::Greater => return None,
             }
@@ -607,11 +645,10 @@ struct UnchangedFile {
 
 /// The segmented stream of a tree backup.
 struct TreeFeed<'a> {
-    roots: std::vec::IntoIter<PathBuf>,
-    /// The walk of the roots...
-    walk: Walk,
-    /// ...walking one of them.
-    walking: bool,
+    /// The walk of the roots, from the walk thread (none once stopped)...
+    steps: Option<Receiver<Vec<Step>>>,
+    /// ...and the rest of its last batch.
+    batch: std::vec::IntoIter<Step>,
     /// Follow symbolic links (`--follow-symlinks`).
     follow: bool,
     /// Leave out regular files larger than this.
@@ -757,33 +794,35 @@ impl TreeFeed<'_> {
     }
 
     /// The next object of the walk, or `None` when every root is done.
+    /// The parent directories of each root are queued before it.
     fn next_object(&mut self) -> Option<Walked> {
-        if self.walking {
-            if let Some(walked) = self.walk.next() {
-                return Some(walked);
-            }
-            self.walking = false;
-        }
-        let root = self.roots.next()?;
-        for parent in root
-            .ancestors()
-            .skip(1)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-        {
-            if parent.parent().is_some() && self.recorded.insert(parent.to_path_buf()) {
-                match At::path(parent).and_then(|at| at.status(false)) {
-                    Ok(status) => {
-                        let e = self.entry_of(parent, &status, Kind::Dir, Vec::new());
-                        self.pending.push_back(Pending::Entry(Box::new(e)));
+        loop {
+            let Some(step) = self.batch.next() else {
+                self.batch = self.steps.as_ref()?.recv().ok()?.into_iter();
+                continue;
+            };
+            let root = match step {
+                Step::Object(walked) => return Some(walked),
+                Step::Root(root) => root,
+            };
+            for parent in root
+                .ancestors()
+                .skip(1)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+            {
+                if parent.parent().is_some() && self.recorded.insert(parent.to_path_buf()) {
+                    match At::path(parent).and_then(|at| at.status(false)) {
+                        Ok(status) => {
+                            let e = self.entry_of(parent, &status, Kind::Dir, Vec::new());
+                            self.pending.push_back(Pending::Entry(Box::new(e)));
+                        }
+                        Err(e) => self.warn(parent, &e),
                     }
-                    Err(e) => self.warn(parent, &e),
                 }
             }
         }
-        self.walking = true;
-        Some(self.walk.start(&root))
     }
 
     fn warn(&mut self, path: &Path, e: &dyn std::fmt::Display) {
@@ -1225,7 +1264,7 @@ mod tests {
         let tree = tree_of(repo, id).unwrap();
         let chunks = repo.recipe(id).unwrap().chunks;
         let mut entries = Vec::new();
-        for_each_entry(repo, id, &tree, chunks.len(), |e| {
+        for_each_entry(repo, id, &tree, &chunks, |e| {
             entries.push((e.path, e.kind, e.size, e.target));
             Ok(true)
         })

@@ -5,7 +5,7 @@
 //! fingerprints of their chunks, without reading any data.
 
 use super::catalog::{Entry, Kind};
-use super::relative_path;
+use super::catalog_order;
 use super::restore::Cursor;
 use super::stream::{for_each_entry, tree_of};
 use crate::error::{Error, Result};
@@ -139,7 +139,7 @@ impl<'a> Side<'a> {
                 continue;
             }
             if let Some(prev) = &self.last {
-                if relative_path(prev).cmp(relative_path(&e.path)) != Ordering::Less {
+                if catalog_order(prev, &e.path) != Ordering::Less {
                     return Err(Error::corrupt(
                         format!("catalog of backup {}", self.id),
                         format!(
@@ -189,7 +189,7 @@ pub fn diff(
     std::thread::scope(|sc| {
         let (txa, rxa) = bounded::<Entry>(256);
         let (txb, rxb) = bounded::<Entry>(256);
-        let (na, nb) = (recipe_a.chunks.len(), recipe_b.chunks.len());
+        let (na, nb) = (&recipe_a.chunks[..], &recipe_b.chunks[..]);
         let (ta, tb) = (&tree_a, &tree_b);
         let read_a =
             sc.spawn(move || for_each_entry(repo, from, ta, na, |e| Ok(txa.send(e).is_ok())));
@@ -222,22 +222,20 @@ pub fn diff(
                         y = b.next()?;
                         stats.added(q.0)
                     }
-                    (Some(p), Some(q)) => {
-                        match relative_path(&p.0.path).cmp(relative_path(&q.0.path)) {
-                            Ordering::Less => {
-                                (x, y) = (a.next()?, Some(q));
-                                stats.removed(p.0)
-                            }
-                            Ordering::Greater => {
-                                (x, y) = (Some(p), b.next()?);
-                                stats.added(q.0)
-                            }
-                            Ordering::Equal => {
-                                (x, y) = (a.next()?, b.next()?);
-                                stats.both(p, q)
-                            }
+                    (Some(p), Some(q)) => match catalog_order(&p.0.path, &q.0.path) {
+                        Ordering::Less => {
+                            (x, y) = (a.next()?, Some(q));
+                            stats.removed(p.0)
                         }
-                    }
+                        Ordering::Greater => {
+                            (x, y) = (Some(p), b.next()?);
+                            stats.added(q.0)
+                        }
+                        Ordering::Equal => {
+                            (x, y) = (a.next()?, b.next()?);
+                            stats.both(p, q)
+                        }
+                    },
                 };
                 if let Some(c) = change {
                     f(&c)?;

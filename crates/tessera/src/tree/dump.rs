@@ -51,7 +51,7 @@ pub fn dump(
     let recipe = repo.recipe(id)?;
     let mut cursor = Cursor::new(&recipe.chunks, id);
     let mut found: Option<(Kind, Range<usize>, Vec<u8>)> = None;
-    let catalog = for_each_entry(repo, id, &tree, recipe.chunks.len(), |e| {
+    let catalog = for_each_entry(repo, id, &tree, &recipe.chunks, |e| {
         let extent = match e.has_bytes() {
             true => cursor.extent(e.size)?,
             false => 0..0,

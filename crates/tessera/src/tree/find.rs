@@ -50,9 +50,9 @@ pub fn find(
         }
         let searched = (|| -> Result<u64> {
             let tree = tree_of(repo, id)?;
-            let chunks = repo.recipe(id)?.chunks.len();
+            let chunks = repo.recipe(id)?.chunks;
             let mut found = 0u64;
-            for_each_entry(repo, id, &tree, chunks, |e| {
+            for_each_entry(repo, id, &tree, &chunks, |e| {
                 if e.kind != Kind::Gap && select.matches_path(&e.path) {
                     found += 1;
                     f(&snap, &e)?;

@@ -39,7 +39,7 @@ impl TreeIndex {
     /// directory's owner, mode and times.
     pub fn load(repo: &Repository, id: BackupId, root: Entry) -> Result<TreeIndex> {
         let tree = tree_of(repo, id)?;
-        let chunks = repo.recipe(id)?.chunks.len();
+        let chunks = repo.recipe(id)?.chunks;
         let mut index = TreeIndex {
             nodes: vec![Node {
                 name: Vec::new(),
@@ -50,7 +50,7 @@ impl TreeIndex {
         };
         let mut by_path: HashMap<Vec<u8>, u32> = HashMap::new();
         let mut offset = 0u64;
-        for_each_entry(repo, id, &tree, chunks, |mut e| {
+        for_each_entry(repo, id, &tree, &chunks, |mut e| {
             let mut at = offset;
             if e.has_bytes() {
                 offset += e.size;

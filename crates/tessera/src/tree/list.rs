@@ -21,7 +21,7 @@ pub fn list_tree(
     mut f: impl FnMut(&Entry) -> Result<()>,
 ) -> Result<u64> {
     let tree = tree_of(repo, id)?;
-    let chunks = repo.recipe(id)?.chunks.len();
+    let chunks = repo.recipe(id)?.chunks;
     let path = path.map(|p| normalize_path(p).to_vec());
     // The root always exists; another path must be an entry.
     let mut seen = path.as_ref().is_none_or(|p| p.is_empty());
@@ -31,7 +31,7 @@ pub fn list_tree(
         .map(|p| p.trim_start_matches('/').as_bytes().to_vec())
         .collect();
     let mut shown = 0u64;
-    for_each_entry(repo, id, &tree, chunks, |e| {
+    for_each_entry(repo, id, &tree, &chunks, |e| {
         seen |= path
             .as_ref()
             .is_some_and(|p| *p == e.path && e.kind != Kind::Gap);

@@ -8,9 +8,9 @@
 
 use super::catalog::{Entry, Kind};
 use super::meta::{make_node, unsupported, write_file_xattrs, write_xattrs};
-use super::relative_path;
 use super::select::Selection;
 use super::stream::{for_each_entry, tree_of};
+use super::{catalog_order, relative_path};
 use crate::error::{Error, Result};
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
@@ -152,7 +152,7 @@ pub fn restore_tree(
     let started = Instant::now();
     let tree = tree_of(repo, id)?;
     let recipe = repo.recipe(id)?;
-    let n_chunks = recipe.chunks.len();
+    let chunks = &recipe.chunks[..];
     let mode = options.overwrite;
     prepare_target(target, mode)?;
     let mut stats = TreeRestoreStats {
@@ -172,7 +172,7 @@ pub fn restore_tree(
     // The entries passes 2 and 3 need, while they fit in KEPT_BYTES (as
     // for a few files): the catalog is then read once, not three times.
     let mut kept = Some(Kept::default());
-    let s = for_each_entry(repo, id, &tree, n_chunks, |e| {
+    let s = for_each_entry(repo, id, &tree, chunks, |e| {
         let extent = if e.has_bytes() {
             Some(cursor.extent(e.size)?)
         } else {
@@ -258,7 +258,7 @@ pub fn restore_tree(
                 return Ok(RestoreStats::default());
             }
             let mut file = 0usize;
-            for_each_entry(repo, id, tree, n_chunks, |e| {
+            for_each_entry(repo, id, tree, chunks, |e| {
                 if !select.matches(&e.path) {
                     return Ok(true);
                 }
@@ -304,7 +304,7 @@ pub fn restore_tree(
     stats.bytes_read += data.bytes_read;
 
     if options.delete {
-        let (deleted, s) = delete_extra(repo, id, tree, n_chunks, target, select)?;
+        let (deleted, s) = delete_extra(repo, id, tree, chunks, target, select)?;
         stats.deleted = deleted;
         stats.add_catalog(&s);
     }
@@ -328,7 +328,7 @@ pub fn restore_tree(
             }
         }
         None => {
-            let s = for_each_entry(repo, id, tree, n_chunks, |e| set_dir(&e))?;
+            let s = for_each_entry(repo, id, tree, chunks, |e| set_dir(&e))?;
             stats.add_catalog(&s);
         }
     }
@@ -477,14 +477,14 @@ fn delete_extra(
     repo: &Repository,
     id: BackupId,
     tree: &crate::snapshot::TreeRef,
-    n_chunks: usize,
+    chunks: &[ChunkRef],
     target: &Path,
     select: &Selection,
 ) -> Result<(u64, RestoreStats)> {
     let (tx, rx) = bounded::<Vec<u8>>(256);
     std::thread::scope(|sc| {
         let reader = sc.spawn(move || {
-            for_each_entry(repo, id, tree, n_chunks, |e| {
+            for_each_entry(repo, id, tree, chunks, |e| {
                 Ok(e.kind == Kind::Gap || tx.send(e.path).is_ok())
             })
         });
@@ -523,7 +523,7 @@ impl Merge {
             let Some(next) = &self.next else {
                 return false;
             };
-            match relative_path(next).cmp(relative_path(path)) {
+            match catalog_order(next, path) {
                 std::cmp::Ordering::Less => self.next = None,
                 std::cmp::Ordering::Equal => return true,
                 std::cmp::Ordering::Greater => return false,
@@ -591,7 +591,7 @@ fn verify(
     let mut file = 0usize;
     let mut verified = 0u64;
     let mut buf = Vec::new();
-    let s = for_each_entry(repo, id, tree, chunks.len(), |e| {
+    let s = for_each_entry(repo, id, tree, chunks, |e| {
         let extent = if e.has_bytes() {
             cursor.extent(e.size)?
         } else {

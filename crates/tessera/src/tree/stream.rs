@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::pipe::pipe;
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
-use crate::snapshot::{self, BackupId, TreeRef};
+use crate::snapshot::{self, BackupId, ChunkRef, TreeRef};
 
 /// The tree record of backup `id`, checked to be one this build reads.
 pub fn tree_of(repo: &Repository, id: BackupId) -> Result<TreeRef> {
@@ -20,33 +20,35 @@ pub fn tree_of(repo: &Repository, id: BackupId) -> Result<TreeRef> {
 /// Calls `f` with every catalog entry of tree backup `id` in order, until it
 /// returns `false`; returns the metrics of restoring the catalog's chunks
 /// (in the container layout, read by ranges: [`read_catalog_chunks`]).
+/// `chunks` is the backup's recipe (its catalog chunks are read).
 pub fn for_each_entry(
     repo: &Repository,
     id: BackupId,
     tree: &TreeRef,
-    chunks: usize,
+    chunks: &[ChunkRef],
     mut f: impl FnMut(Entry) -> Result<bool>,
 ) -> Result<RestoreStats> {
     let first = usize::try_from(tree.catalog_chunk).unwrap_or(usize::MAX);
-    let range = std::slice::from_ref(&(first..chunks)).to_vec();
+    let catalog = chunks.get(first..).ok_or_else(|| {
+        Error::corrupt(
+            snapshot::recipe_key(id),
+            format!(
+                "the catalog starts at chunk {first}, beyond the recipe's {}",
+                chunks.len()
+            ),
+        )
+    })?;
     let (mut out, input) = pipe(8);
     std::thread::scope(|s| {
         let reader = s.spawn(move || {
             let ranged = repo.config().layout == Layout::Container && !repo.config().trace;
             let restored = match ranged {
-                true => {
-                    let recipe = repo.recipe(id)?;
-                    let catalog = recipe.chunks.get(first..chunks).ok_or_else(|| {
-                        Error::corrupt(
-                            snapshot::recipe_key(id),
-                            format!(
-                                "the catalog starts at chunk {first}, beyond the recipe's {chunks}"
-                            ),
-                        )
-                    })?;
-                    read_catalog_chunks(repo, id, catalog, &mut out)?
+                true => read_catalog_chunks(repo, id, catalog, &mut out)?,
+                false => {
+                    let range = first..chunks.len();
+                    let ranges = std::slice::from_ref(&range);
+                    restore_selection(repo, id, ranges, &mut out, &RestoreOptions::default())?
                 }
-                false => restore_selection(repo, id, &range, &mut out, &RestoreOptions::default())?,
             };
             out.finish();
             Ok(restored)

@@ -82,7 +82,6 @@ pub fn write_tar(
     let started = Instant::now();
     let tree = tree_of(repo, id)?;
     let recipe = repo.recipe(id)?;
-    let n_chunks = recipe.chunks.len();
     let mut stats = TreeRestoreStats {
         id,
         ..TreeRestoreStats::default()
@@ -91,7 +90,7 @@ pub fn write_tar(
     // Pass 1: the chunks of the files taken.
     let mut ranges: Vec<Range<usize>> = Vec::new();
     let mut cursor = Cursor::new(&recipe.chunks, id);
-    let s = for_each_entry(repo, id, &tree, n_chunks, |e| {
+    let s = for_each_entry(repo, id, &tree, &recipe.chunks, |e| {
         if e.has_bytes() {
             let extent = cursor.extent(e.size)?;
             if e.kind == Kind::File && scope.takes(&e) {
@@ -101,16 +100,16 @@ pub fn write_tar(
         Ok(true)
     })?;
     stats.add_catalog(&s);
-    drop(recipe);
 
     // Pass 2: the entries, named by a second reading of the catalog, and
     // the files' bytes from one restore of their chunks.
     let tree = &tree;
     let ranges = &ranges;
+    let chunks = &recipe.chunks[..];
     let (data, named, written) = std::thread::scope(|sc| {
         let (etx, erx) = bounded::<Entry>(64);
         let names = sc.spawn(move || {
-            for_each_entry(repo, id, tree, n_chunks, |e| match scope.takes(&e) {
+            for_each_entry(repo, id, tree, chunks, |e| match scope.takes(&e) {
                 true => Ok(etx.send(e).is_ok()),
                 false => Ok(true),
             })

@@ -7,6 +7,7 @@
 //! without updating access times where allowed (`O_NOATIME`).
 
 use crate::error::{Error, Result};
+use crossbeam_channel::Sender;
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RawDir, StatxFlags, CWD};
 use std::ffi::{CString, OsStr};
@@ -27,6 +28,9 @@ const MAX_OPEN: usize = 128;
 
 /// Bytes of directory entries read at once.
 const DIRENT_BUFFER: usize = 64 << 10;
+
+/// Objects the walk thread sends at once ([`Walk::send_all`]).
+const STEP_BATCH: usize = 64;
 
 /// What the exclude options leave out.
 #[derive(Clone)]
@@ -220,6 +224,14 @@ pub(super) struct Found {
 /// (a directory whose entries cannot be read comes first as an object).
 pub(super) type Walked = std::result::Result<Found, (PathBuf, io::Error)>;
 
+/// What [`Walk::send_all`] sends, in walk order.
+pub(super) enum Step {
+    /// A root is walked next: its object and everything below it follow.
+    Root(PathBuf),
+    /// An object of the root being walked (or one it could not examine).
+    Object(Walked),
+}
+
 /// A directory being walked.
 struct Frame {
     /// Closed (`None`) while deeper directories hold the open descriptors.
@@ -280,6 +292,36 @@ impl Walk {
             false => Vec::new(),
         };
         Ok(self.found(root.to_path_buf(), at, status))
+    }
+
+    /// Walks `roots` one after another on this thread (the walk thread of
+    /// a backup), sending its steps to `tx` in batches of [`STEP_BATCH`],
+    /// so that the system calls of the walk (directory reads, one `statx`
+    /// per object) run beside the work on the objects they find. Stops
+    /// when every root is done or `tx`'s receiver is gone.
+    pub(super) fn send_all(mut self, roots: Vec<PathBuf>, tx: Sender<Vec<Step>>) {
+        let mut batch = Vec::with_capacity(STEP_BATCH);
+        let send = |batch: &mut Vec<Step>, step: Step| {
+            batch.push(step);
+            batch.len() < STEP_BATCH
+                || tx
+                    .send(std::mem::replace(batch, Vec::with_capacity(STEP_BATCH)))
+                    .is_ok()
+        };
+        for root in roots {
+            let first = self.start(&root);
+            if !send(&mut batch, Step::Root(root)) || !send(&mut batch, Step::Object(first)) {
+                return;
+            }
+            while let Some(walked) = self.next() {
+                if !send(&mut batch, Step::Object(walked)) {
+                    return;
+                }
+            }
+        }
+        if !batch.is_empty() {
+            let _ = tx.send(batch);
+        }
     }
 
     /// The next object of the root started, `None` when it is done.
