@@ -5,12 +5,15 @@
 # (tessera-s3-raw: PUTs from as many threads as the backup's container
 # writers, GETs from as many as the restore's container readers: both
 # --connections), all measured in this run: median of RUNS (default 3) runs
-# each, with min–max spread.
+# each, with min–max spread. Beside each throughput, the client's processor
+# time (user + system seconds per GiB; the server's is not counted), which
+# a machine shared with other work disturbs less than the wall clock.
 #
 #   scripts/s3-benchmark.sh [SIZE_MIB] [RUNS]      # default 512 MiB, 3 runs
 #
-# CONNECTIONS=N (default 8, as `--connections`) sets the requests in
-# flight of the backups and restores and the raw baseline's threads.
+# CONNECTIONS=N sets `--connections` of the backups and restores and the raw
+# baseline's threads (default: Tessera's default, twice the processors
+# from 4 to 16).
 # TESSERA_BIN=path uses that binary (and tessera-s3-raw beside it) instead of
 # building the release ones; with TESSERA_TEST_S3 set (scripts/s3-server.sh
 # start), that server is used instead of a new one.
@@ -18,7 +21,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MIB=${1:-512}
 RUNS=${2:-3}
-CONNECTIONS=${CONNECTIONS:-8}
+CONNECTIONS=${CONNECTIONS:-}
+conn=()
+[[ -n $CONNECTIONS ]] && conn=(--connections "$CONNECTIONS")
 export PATH=$PATH:/usr/local/go/bin
 if [[ -n ${TESSERA_BIN:-} ]]; then
     T=$(realpath "$TESSERA_BIN")
@@ -43,38 +48,60 @@ export TESSERA_PASSWORD=bench TESSERA_KDF_MEMORY=64 TESSERA_KDF_ITERATIONS=1
 
 head -c $((SIZE_MIB << 20)) /dev/urandom >"$WORK/data"
 
-now() { date +%s.%N; }
-mbps() { python3 -c "print(f'{$SIZE_MIB * 1.048576 / ($2 - $1):.1f}')"; }
+# Runs a command; writes its wall-clock seconds and its processor seconds
+# (user + system, its children included) to the file $1.
+TIMER='import resource, subprocess, sys, time
+start = time.monotonic()
+code = subprocess.run(sys.argv[2:]).returncode
+wall = time.monotonic() - start
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write(f"{wall} {u.ru_utime + u.ru_stime}\n")
+sys.exit(code)'
+timed() { python3 -c "$TIMER" "$@"; }
+rate() { python3 -c "print(f'{$SIZE_MIB * 1.048576 / $1:.1f}')"; }
+per_gib() { python3 -c "print(f'{$1 * 1024 / $SIZE_MIB:.2f}')"; }
 
-declare -A R
+# The repositories on the store go below a prefix of this run's own (a
+# server already running may hold an earlier run's).
+PREFIX=bench-$(date +%s)-$$
+declare -A R C
 for run in $(seq "$RUNS"); do
     # Raw PUT / GET of as many bytes as 4 MiB objects (the containers'
     # size) through the same client stack (tessera-s3-raw: the S3 backend
-    # on OpenDAL), from --connections threads each, as the backup's
-    # container writers and the restore's container readers.
-    raw=$("$RAW" "$TESSERA_TEST_S3/raw$run" "$SIZE_MIB" 4 "$CONNECTIONS" "$CONNECTIONS")
-    R[raw_put]+="$(sed -n 's/^put //p' <<<"$raw") "
-    R[raw_get]+="$(sed -n 's/^get //p' <<<"$raw") "
+    # on OpenDAL), from --connections threads each (0: the default), as
+    # the backup's container writers and the restore's container readers.
+    raw=$("$RAW" "$TESSERA_TEST_S3/$PREFIX/raw$run" "$SIZE_MIB" 4 "${CONNECTIONS:-0}" "${CONNECTIONS:-0}")
+    for op in put get; do
+        read -r mbs cpu < <(sed -n "s/^$op //p" <<<"$raw")
+        R[raw_$op]+="$mbs "
+        C[raw_$op]+="$cpu "
+    done
     for kind in local s3; do
         case $kind in
             local) repo=$WORK/repo$run ;;
-            s3) repo=$TESSERA_TEST_S3/repo$run ;;
+            s3) repo=$TESSERA_TEST_S3/$PREFIX/repo$run ;;
         esac
         "$T" init --encryption none "$repo" >/dev/null
-        s=$(now); "$T" --connections "$CONNECTIONS" backup "$repo" "$WORK/data" >/dev/null; e=$(now)
-        R[${kind}_backup]+="$(mbps "$s" "$e") "
+        timed "$WORK/t" "$T" "${conn[@]}" backup "$repo" "$WORK/data" >/dev/null
+        read -r wall cpu <"$WORK/t"
+        R[${kind}_backup]+="$(rate "$wall") "
+        C[${kind}_backup]+="$(per_gib "$cpu") "
         sync
-        s=$(now); "$T" --connections "$CONNECTIONS" restore "$repo" latest - | cat >/dev/null; e=$(now)
-        R[${kind}_restore]+="$(mbps "$s" "$e") "
+        timed "$WORK/t" "$T" "${conn[@]}" restore "$repo" latest - | cat >/dev/null
+        read -r wall cpu <"$WORK/t"
+        R[${kind}_restore]+="$(rate "$wall") "
+        C[${kind}_restore]+="$(per_gib "$cpu") "
     done
     rm -rf "$WORK/repo$run"
 done
 
-median() { tr ' ' '\n' | grep . | sort -g | awk '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf "%.1f (%.1f-%.1f)", m, a[1], a[NR]}'; }
+# The median (min-max) of the numbers read, printed with format $1.
+median() { tr ' ' '\n' | grep . | sort -g | awk -v f="${1:-%.1f}" '{a[NR]=$1} END {m=(NR%2)?a[(NR+1)/2]:(a[NR/2]+a[NR/2+1])/2; printf f " (" f "-" f ")", m, a[1], a[NR]}'; }
 med() { echo "${R[$1]}" | median | cut -d' ' -f1; }
-echo "$SIZE_MIB MiB of random data, $RUNS runs, --connections $CONNECTIONS, MB/s median (min-max); CPU: $(lscpu | sed -n 's/Model name: *//p'), load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "$SIZE_MIB MiB of random data, $RUNS runs, --connections ${CONNECTIONS:-default}; median (min-max); CPU: $(lscpu | sed -n 's/Model name: *//p') ($(nproc) processors), load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-14s %-22s %s\n' "" "MB/s" "client CPU s/GiB"
 for k in raw_put raw_get local_backup local_restore s3_backup s3_restore; do
-    printf '%-14s %s\n' "$k" "$(echo "${R[$k]}" | median)"
+    printf '%-14s %-22s %s\n' "$k" "$(echo "${R[$k]}" | median)" "$(echo "${C[$k]}" | median %.2f)"
 done
 ratio() { python3 -c "print(f'{$(med "$1") / $(med "$2"):.2f}')"; }
 echo "S3 backup  / raw PUT:       $(ratio s3_backup raw_put)   (target >= 0.7)"

@@ -8,7 +8,7 @@ use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera::backend::{Backend, Location, LockMode};
+use tessera::backend::{Backend, Location, LockMode, S3Options};
 use tessera::backup::{run as run_backup, BackupOptions, Source};
 use tessera::check::{check_with_progress, CheckOptions, ProblemKind};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
@@ -79,10 +79,11 @@ struct Cli {
     repository: Option<std::ffi::OsString>,
     /// Object stores: requests in flight at once: container reads of a
     /// restore, container writes of a backup, read-ahead (index loading);
-    /// the retries' budget is per request.
-    #[arg(long, global = true, value_name = "N", default_value_t = 8,
+    /// the retries' budget is per request. Default: twice the processors,
+    /// from 4 to 16.
+    #[arg(long, global = true, value_name = "N",
           value_parser = clap::value_parser!(u16).range(1..=256))]
-    connections: u16,
+    connections: Option<u16>,
     /// Object stores: do not use the local cache of metadata objects
     /// (snapshots, recipes, indexes, container metadata) kept in
     /// $XDG_CACHE_HOME/tessera (or ~/.cache/tessera): read them all from
@@ -947,7 +948,9 @@ fn main() -> ExitCode {
     let access = Access {
         wait: cli.wait,
         password: cli.password,
-        connections: usize::from(cli.connections),
+        connections: cli
+            .connections
+            .map_or_else(S3Options::default_connections, usize::from),
         transfer: Transfer {
             cache_limit: if cli.no_cache { 0 } else { cli.cache_limit },
             upload_limit: cli.limit_upload.unwrap_or(0).saturating_mul(1024),

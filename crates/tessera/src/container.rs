@@ -863,6 +863,37 @@ impl Container {
         &self.bytes[start..start + m.len as usize]
     }
 
+    /// Whether entry `j`'s stored bytes start where entry `i`'s end, in a
+    /// container whose entries are stored as they are (not
+    /// [`FLAG_ENCODED`]): then [`Container::stored_span`] holds both.
+    pub fn follows(&self, i: usize, j: usize) -> bool {
+        match (self.metas.get(i), self.metas.get(j)) {
+            (Some(a), Some(b)) => {
+                !self.header.encoded()
+                    && self.header.has_data()
+                    && u64::from(a.offset) + u64::from(a.len) == u64::from(b.offset)
+            }
+            _ => false,
+        }
+    }
+
+    /// The stored bytes from the start of entry `first` to the end of
+    /// entry `last` (empty if `last` ends before `first` starts): the
+    /// entries from `first` to `last` when each [`Container::follows`] the
+    /// one before.
+    pub fn stored_span(&self, first: usize, last: usize) -> &[u8] {
+        let (Some(a), Some(b)) = (self.metas.get(first), self.metas.get(last)) else {
+            return &[];
+        };
+        if !self.header.has_data() {
+            return &[];
+        }
+        let data = self.header.data_start();
+        let start = data + a.offset as usize;
+        let end = data + b.offset as usize + b.len as usize;
+        self.bytes.get(start..end).unwrap_or_default()
+    }
+
     /// The `i`-th entry's bytes (the chunk, or its delta) when they are
     /// stored as they are: in a container without [`FLAG_ENCODED`], or as
     /// a raw encoded entry; `None` when they must be decompressed.

@@ -498,8 +498,12 @@ fn execute(
             }
         });
         let mut next = Loaded { slots: slot_rx };
+        // Without delta compression no base is met (a backup made before
+        // it was turned off reads its bases on demand).
+        let delta = repo.config().delta.kind != delta::DeltaKind::None;
         let mut bases = Bases {
             backend: backend.as_ref(),
+            keep_recent: if delta { delta::BASE_CONTAINERS } else { 0 },
             recent: VecDeque::new(),
             wanted: HashMap::new(),
             kept: HashMap::new(),
@@ -596,6 +600,8 @@ fn load_container(backend: &dyn Backend, id: ContainerId) -> Result<Arc<Containe
 /// a base found nowhere is read on demand (counted).
 struct Bases<'a> {
     backend: &'a dyn Backend,
+    /// Loaded containers kept in `recent`.
+    keep_recent: usize,
     /// Most recent first.
     recent: VecDeque<Arc<Container>>,
     /// Base containers of the pending deltas, with how many want each.
@@ -617,7 +623,7 @@ impl Bases<'_> {
         }
         self.recent.retain(|c| c.header.id != id);
         self.recent.push_front(ct.clone());
-        self.recent.truncate(crate::delta::BASE_CONTAINERS);
+        self.recent.truncate(self.keep_recent);
     }
 
     /// A pending delta will need container `id`, which the caller may hold
@@ -755,6 +761,13 @@ impl Assembly<'_, '_> {
     /// in parallel and writes them.
     fn assemble(&mut self, chunks: &[ChunkRef], steps: &[Step]) -> Result<RestoreStats> {
         let mut cache: HashMap<ContainerId, Arc<Container>> = HashMap::new();
+        // A container is dropped from the cache after its last use (the
+        // plan never hits it again), so that its memory (an object
+        // store's transfer buffer) is free for the next loads at once.
+        let mut last_use: HashMap<ContainerId, usize> = HashMap::new();
+        for (k, c) in chunks.iter().enumerate() {
+            last_use.insert(c.container, k);
+        }
         let mut stats = RestoreStats::default();
         let mut window: Vec<(Piece, &ChunkRef)> = Vec::new();
         let mut window_bytes = 0u64;
@@ -771,6 +784,9 @@ impl Assembly<'_, '_> {
                 Error::Pipeline(format!("plan lost container {:016x}", c.container))
             })?;
             let piece = self.piece(&container, c, |id| cache.get(&id).cloned())?;
+            if last_use.get(&c.container) == Some(&k) {
+                cache.remove(&c.container);
+            }
             window.push((piece, c));
             window_bytes += u64::from(c.len);
             if window_bytes >= WINDOW_BYTES || k + 1 == chunks.len() {
@@ -869,7 +885,10 @@ fn place(
     Ok(())
 }
 
-/// Verifies every chunk of the window (in parallel), then writes them in order.
+/// Verifies every chunk of the window (in parallel), then writes them in
+/// order: chunks lying back to back in a container in one write (a run of
+/// a fresh backup's chunks is a container's whole data section), which
+/// passes the output's buffer by instead of being copied into it.
 fn flush_window(
     window: &mut Vec<(Piece, &ChunkRef)>,
     algo: &Fingerprinter,
@@ -879,14 +898,35 @@ fn flush_window(
     window
         .par_iter()
         .try_for_each(|(p, c)| c.verify(algo, p.bytes()))?;
-    for (p, _) in window.drain(..) {
-        let bytes = p.bytes();
+    let mut write = |bytes: &[u8]| {
         out.write_all(bytes).map_err(|e| Error::Output {
             what: "output".into(),
             source: e,
-        })?;
-        stats.bytes_restored += bytes.len() as u64;
+        })
+    };
+    // The container and its first and last entry of the run not yet written.
+    let mut run: Option<(Arc<Container>, usize, usize)> = None;
+    for (p, _) in window.drain(..) {
+        stats.bytes_restored += p.bytes().len() as u64;
         stats.chunks += 1;
+        if let (Some((ct, _, last)), Piece::Whole(next, k)) = (&mut run, &p) {
+            if Arc::ptr_eq(ct, next) && ct.follows(*last, *k) {
+                *last = *k;
+                continue;
+            }
+        }
+        if let Some((ct, first, last)) = run.take() {
+            write(ct.stored_span(first, last))?;
+        }
+        match p {
+            Piece::Whole(ct, k) if ct.header.has_data() && !ct.header.encoded() => {
+                run = Some((ct, k, k));
+            }
+            other => write(other.bytes())?,
+        }
+    }
+    if let Some((ct, first, last)) = run {
+        write(ct.stored_span(first, last))?;
     }
     Ok(())
 }

@@ -8,8 +8,11 @@
 //!
 //! writes TOTAL_MIB of incompressible data as OBJECT_MIB objects below
 //! LOCATION (created once each, as containers are) from PUT_THREADS
-//! threads, reads them back whole from GET_THREADS threads, deletes them,
-//! and prints `put MB/s` and `get MB/s` (1 MB = 10^6 bytes) on two lines.
+//! threads, reads them back whole from GET_THREADS threads (as a restore
+//! reads containers: `read_shared`), deletes them, and prints
+//! `put MB/s CPU` and `get MB/s CPU` (1 MB = 10^6 bytes; CPU: the
+//! process's processor seconds, user and system, per GiB moved) on two
+//! lines. A thread count of 0 is the store's default `--connections`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
@@ -39,8 +42,15 @@ fn run() -> Result<(), String> {
         .map_err(|e| format!("{e}"))?;
     let total = arg(&args, 2, "TOTAL_MIB")? << 20;
     let object = (arg(&args, 3, "OBJECT_MIB")? << 20).max(1);
-    let (puts, gets) = (arg(&args, 4, "PUT_THREADS")?, arg(&args, 5, "GET_THREADS")?);
     let backend = location.backend().map_err(|e| e.to_string())?;
+    let threads = |n: usize| match n {
+        0 => backend.connections().unwrap_or(1),
+        n => n,
+    };
+    let (puts, gets) = (
+        threads(arg(&args, 4, "PUT_THREADS")?),
+        threads(arg(&args, 5, "GET_THREADS")?),
+    );
     let count = total.div_ceil(object);
     // Distinct incompressible objects (a SplitMix64 stream per object).
     let objects: Vec<Vec<u8>> = (0..count)
@@ -63,7 +73,7 @@ fn run() -> Result<(), String> {
     let put = timed(puts, count, |i| {
         backend.write_new(&key(i), &[&objects[i]]).map(|_| ())
     })?;
-    let get = timed(gets, count, |i| match backend.read(&key(i)) {
+    let get = timed(gets, count, |i| match backend.read_shared(&key(i)) {
         Ok(data) if data.len() == object => Ok(()),
         Ok(data) => Err(tessera::Error::corrupt(
             key(i),
@@ -74,18 +84,32 @@ fn run() -> Result<(), String> {
     for i in 0..count {
         backend.delete(&key(i)).map_err(|e| e.to_string())?;
     }
-    println!("put {:.1}", bytes / put / 1e6);
-    println!("get {:.1}", bytes / get / 1e6);
+    let per_gib = |cpu: f64| cpu * f64::from(1u32 << 30) / bytes;
+    println!("put {:.1} {:.2}", bytes / put.0 / 1e6, per_gib(put.1));
+    println!("get {:.1} {:.2}", bytes / get.0 / 1e6, per_gib(get.1));
     Ok(())
 }
 
-/// Runs `op` for 0..count from `threads` threads; the seconds it took.
+/// Processor seconds (user and system) this process used so far.
+fn cpu_seconds() -> f64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) } != 0 {
+        return 0.0;
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// Runs `op` for 0..count from `threads` threads; the seconds it took and
+/// the processor seconds it used.
 fn timed(
     threads: usize,
     count: usize,
     op: impl Fn(usize) -> tessera::Result<()> + Sync,
-) -> Result<f64, String> {
+) -> Result<(f64, f64), String> {
     let next = AtomicUsize::new(0);
+    let cpu = cpu_seconds();
     let start = Instant::now();
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads.max(1))
@@ -106,5 +130,5 @@ fn timed(
             Err(_) => Err("a thread panicked".to_string()),
         })
     })?;
-    Ok(start.elapsed().as_secs_f64())
+    Ok((start.elapsed().as_secs_f64(), cpu_seconds() - cpu))
 }

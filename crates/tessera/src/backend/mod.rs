@@ -2,6 +2,7 @@
 //! [`Backend`], and [`Counting`] counts requests and bytes so that I/O metrics
 //! are exact for every policy.
 
+mod buffers;
 mod cache;
 mod faulty;
 mod local;

@@ -166,6 +166,11 @@ pub(crate) fn backup_stream(
     if let Some(setting) = encoding {
         new_cat = new_cat.encoding(setting);
     }
+    // On an object store the parts upload while the next ones fill, as
+    // many at once as it takes requests (each holds a part in memory).
+    if let Some(at_once) = backend.connections() {
+        new_cat = new_cat.uploading(repo.shared_backend(), at_once);
+    }
     let mut write_time = std::time::Duration::ZERO;
     let mut recipe = RecipeWriter::new(id)?;
     let (mut unique, mut internal, mut adjacent) = (

@@ -3,6 +3,7 @@
 //! categories), NDF fingerprint tables, lineage state and the arranging
 //! journal.
 
+use super::uploads::Uploads;
 use crate::backend::{Backend, WriteMode};
 use crate::compression::{self, Compression, EncodeCounts};
 use crate::envelope::{self, le4, le8};
@@ -10,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// Magic of volume (and category) objects.
 pub const VOLUME_MAGIC: &[u8; 4] = b"TSLV";
@@ -478,6 +480,8 @@ pub struct PartWriter<'a> {
     cats: Vec<CategoryBuilder>,
     bytes: u64,
     parts: u32,
+    /// Parts written in the background (`None`: each as it fills).
+    uploads: Option<Uploads>,
 }
 
 impl<'a> PartWriter<'a> {
@@ -502,6 +506,17 @@ impl<'a> PartWriter<'a> {
             cats: Vec::new(),
             bytes: 0,
             parts: 0,
+            uploads: None,
+        }
+    }
+
+    /// The same writer writing full parts in the background through
+    /// `shared` (the writer's backend), up to `at_once` at a time, while
+    /// the next ones fill; [`PartWriter::finish`] waits for them all.
+    pub fn uploading(self, shared: Arc<dyn Backend>, at_once: usize) -> Self {
+        PartWriter {
+            uploads: Some(Uploads::new(shared, at_once)),
+            ..self
         }
     }
 
@@ -568,8 +583,11 @@ impl<'a> PartWriter<'a> {
         let cats = std::mem::take(&mut self.cats);
         let first = cats.first().map_or(0, |c| c.start);
         let object = seal_volume(self.end, self.has_data, self.encoded, cats);
-        self.backend
-            .write(&(self.key_of)(self.parts, first), &object)?;
+        let key = (self.key_of)(self.parts, first);
+        match &mut self.uploads {
+            Some(uploads) => uploads.start(key, object)?,
+            None => self.backend.write(&key, &object)?,
+        }
         self.parts += 1;
         self.bytes = 0;
         Ok(())
@@ -578,6 +596,9 @@ impl<'a> PartWriter<'a> {
     /// Writes the last part; returns the number of parts written.
     pub fn finish(mut self) -> Result<u32> {
         self.flush()?;
+        if let Some(uploads) = &mut self.uploads {
+            uploads.finish()?;
+        }
         Ok(self.parts)
     }
 }

@@ -30,6 +30,7 @@ pub mod format;
 mod manage;
 mod repair;
 mod restore;
+mod uploads;
 
 pub use arrange::{arrange, arrange_rounds, arrange_with_progress, ArrangeStats};
 pub(crate) use backup::backup_stream;
