@@ -922,6 +922,8 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    #[cfg(unix)]
+    raise_open_file_limit();
     let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
     let parsed = Cli::try_parse_from(with_repository(
         raw.clone(),
@@ -1770,6 +1772,26 @@ fn init(a: InitArgs, access: &Access) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Raises the soft limit of open files to the hard one, as Go programs
+/// (restic, kopia) do at start: a tree backup keeps up to several hundred
+/// directories open while it walks and reads, against a usual soft limit
+/// of 1024. Left as it is if it cannot be read or raised.
+#[cfg(unix)]
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write `limit`.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
 }
 
 /// A repository id unlikely to repeat: a hash of the location, time and process.

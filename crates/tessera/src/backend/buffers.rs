@@ -1,7 +1,7 @@
-//! Reused transfer buffers of an object-store backend. A container read
-//! arrives as many pieces (the HTTP client's socket reads) and a container
-//! write leaves as a header, metadata and data: either is gathered into one
-//! contiguous buffer. A fresh 4 MiB allocation costs a thousand page faults
+//! Reused transfer buffers. A container read from an object store arrives
+//! as many pieces (the HTTP client's socket reads) and a container write
+//! leaves as a header, metadata and data: either is gathered into one
+//! contiguous buffer; an encrypted object is opened in one. A fresh 4 MiB allocation costs a thousand page faults
 //! and the kernel's zeroing of every page, more than the copy itself; a
 //! buffer taken from the pool was touched before, so gathering into it is
 //! a plain copy.
@@ -36,15 +36,33 @@ impl BufferPool {
         len: usize,
         parts: impl IntoIterator<Item = &'p [u8]>,
     ) -> Bytes {
-        let mut buf = self.take();
-        buf.reserve(len);
-        for part in parts {
-            buf.extend_from_slice(part);
+        let filled: Result<Bytes, std::convert::Infallible> = self.lend(len, |buf| {
+            for part in parts {
+                buf.extend_from_slice(part);
+            }
+            Ok(())
+        });
+        match filled {
+            Ok(bytes) => bytes,
+            Err(never) => match never {},
         }
-        Bytes::from_owner(Pooled {
-            buf,
+    }
+
+    /// A buffer of the pool, with room for `len` bytes, as `fill` leaves
+    /// it; it returns to the pool when the last clone of the result is
+    /// dropped (at once if `fill` fails).
+    pub(crate) fn lend<E>(
+        self: &Arc<Self>,
+        len: usize,
+        fill: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
+    ) -> Result<Bytes, E> {
+        let mut lent = Pooled {
+            buf: self.take(),
             pool: self.clone(),
-        })
+        };
+        lent.buf.reserve(len);
+        fill(&mut lent.buf)?;
+        Ok(Bytes::from_owner(lent))
     }
 
     /// An empty spare buffer (or a new one).

@@ -2,7 +2,7 @@
 //! [`Backend`], and [`Counting`] counts requests and bytes so that I/O metrics
 //! are exact for every policy.
 
-mod buffers;
+pub(crate) mod buffers;
 mod cache;
 mod faulty;
 mod local;

@@ -4,21 +4,35 @@
 
 use super::object::{self, auth_failed, ObjectCipher, HEADER_LEN};
 use super::KEYS_DIR;
+use crate::backend::buffers::BufferPool;
 use crate::backend::{Backend, LockGuard, LockMode, CONFIG_KEY};
 use crate::container::AlignedBuf;
 use crate::error::Result;
+use std::sync::Arc;
 
 /// A backend whose objects are encrypted in `inner` (docs/FORMAT.md §23.3).
 /// Keys, sizes and ranges are those of the plaintext objects.
 pub struct Encrypting {
     inner: Box<dyn Backend>,
     cipher: ObjectCipher,
+    /// The buffers whole objects are opened in ([`Backend::read_shared`]),
+    /// reused: reading container after container decrypts into warm
+    /// memory instead of faulting in (and having the kernel zero) fresh
+    /// pages for every one.
+    opened: Arc<BufferPool>,
 }
+
+/// Buffers of opened objects kept for reuse, at most.
+const KEEP_OPENED: usize = 8;
 
 impl Encrypting {
     /// Encrypts the objects of `inner` with `cipher`.
     pub(crate) fn new(inner: Box<dyn Backend>, cipher: ObjectCipher) -> Self {
-        Encrypting { inner, cipher }
+        Encrypting {
+            inner,
+            cipher,
+            opened: BufferPool::new(KEEP_OPENED),
+        }
     }
 
     /// `len` plaintext bytes of `key` from `offset`, from the stored
@@ -102,48 +116,6 @@ impl Encrypting {
     }
 }
 
-/// Opened objects kept by [`OPEN_BUFFERS`] for reuse, at most.
-const KEEP_OPEN_BUFFERS: usize = 8;
-
-/// The buffers of whole objects opened by [`Backend::read_shared`], given
-/// back when the last reference to one is dropped: reading container after
-/// container decrypts into warm memory instead of faulting in (and having
-/// the kernel zero) fresh pages for every one.
-static OPEN_BUFFERS: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
-
-/// A buffer of [`OPEN_BUFFERS`], returned to it when dropped.
-struct Pooled(Vec<u8>);
-
-impl Pooled {
-    /// An empty buffer of at least `capacity` bytes, reused if one is kept.
-    fn take(capacity: usize) -> Pooled {
-        let kept = OPEN_BUFFERS.lock().ok().and_then(|mut pool| pool.pop());
-        let mut buf = kept.unwrap_or_default();
-        buf.clear();
-        buf.reserve(capacity);
-        Pooled(buf)
-    }
-}
-
-impl AsRef<[u8]> for Pooled {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
-}
-
-impl Drop for Pooled {
-    fn drop(&mut self) {
-        let buf = std::mem::take(&mut self.0);
-        if buf.capacity() <= KEEP_SEAL_BUFFER {
-            if let Ok(mut pool) = OPEN_BUFFERS.lock() {
-                if pool.len() < KEEP_OPEN_BUFFERS {
-                    pool.push(buf);
-                }
-            }
-        }
-    }
-}
-
 /// The objects stored unencrypted: the `config` header and the key files.
 fn is_plain(key: &str) -> bool {
     key == CONFIG_KEY
@@ -173,11 +145,11 @@ impl Backend for Encrypting {
             return Ok(stored);
         }
         let header = stored.get(..HEADER_LEN).ok_or_else(|| auth_failed(key))?;
-        let mut buf = Pooled::take(stored.len());
-        buf.0.extend_from_slice(&stored);
-        self.cipher
-            .open_in_place(key, header, 0, &mut buf.0, HEADER_LEN, true)?;
-        Ok(bytes::Bytes::from_owner(buf))
+        self.opened.lend(stored.len(), |buf| {
+            buf.extend_from_slice(&stored);
+            self.cipher
+                .open_in_place(key, header, 0, buf, HEADER_LEN, true)
+        })
     }
 
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
