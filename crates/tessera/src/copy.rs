@@ -6,7 +6,7 @@
 //! catalog, byte for byte), so the copy is a tree backup whose files and
 //! catalog are those of the original.
 //!
-//! The copy keeps the source name, label and time of the original. A
+//! The copy keeps the source name, host, tags, label and time of the original. A
 //! backup is not copied again when the destination holds one with the same
 //! source, time, label and length (and, for trees, the same catalog length
 //! and entry count) that no other backup of the run claimed: see
@@ -83,6 +83,8 @@ pub fn copy_backup(
     let options = BackupOptions {
         label: snap.label.clone(),
         source: snap.source.clone(),
+        host: snap.host.clone(),
+        tags: snap.tags.clone(),
         time: Some(snap.time),
         ..BackupOptions::default()
     };
@@ -288,6 +290,8 @@ mod tests {
         let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
         let options = BackupOptions {
             source: "db".into(),
+            host: "laptop".into(),
+            tags: vec!["daily".into(), "db".into()],
             time: Some(1_000),
             ..BackupOptions::default()
         };
@@ -311,7 +315,10 @@ mod tests {
         }
         let copies = dst.snapshots().unwrap();
         assert_eq!(copies.len(), 2);
-        assert!(copies.iter().all(|s| s.time == 1_000 && s.source == "db"));
+        assert!(copies.iter().all(|s| s.time == 1_000
+            && s.source == "db"
+            && s.host == "laptop"
+            && s.tags == ["daily", "db"]));
         let mut out = Vec::new();
         restore(&dst, copies[1].id, &mut out, &RestoreOptions::default()).unwrap();
         assert!(out == data);
