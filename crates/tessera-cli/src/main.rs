@@ -641,6 +641,9 @@ enum Command {
         /// (only when you know none is running).
         #[arg(long)]
         remove_all: bool,
+        /// Print JSON: `{"removed": [LOCK, ...]}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Manage the password key files of an encrypted repository.
     Key {
@@ -759,6 +762,10 @@ struct InitArgs {
     /// ones (lab and benchmark repositories keep the uncompressed format).
     #[arg(long, value_name = "SETTING")]
     compression: Option<Compression>,
+    /// Print JSON: the repository's location, id, encryption, compression,
+    /// layout and index.
+    #[arg(long)]
+    json: bool,
     #[command(flatten)]
     kdf: KdfArgs,
     #[command(flatten)]
@@ -1471,12 +1478,20 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             }
         }
         Command::Key { command } => key_cmd(command, access)?,
-        Command::Unlock { repo, remove_all } => {
+        Command::Unlock {
+            repo,
+            remove_all,
+            json,
+        } => {
             let removed = Repository::unlock_at(&tuned(&repo, access), remove_all)?;
-            for line in &removed {
-                println!("removed {line}");
+            if json {
+                println!("{}", serde_json::json!({ "removed": removed }));
+            } else {
+                for line in &removed {
+                    println!("removed {line}");
+                }
+                println!("{} lock object(s) removed", removed.len());
             }
-            println!("{} lock object(s) removed", removed.len());
         }
         Command::Index {
             command: IndexCommand::Rebuild { repo, json },
@@ -1753,23 +1768,38 @@ fn init(a: InitArgs, access: &Access) -> Result<()> {
     config.set_protection(Encryption::None, compression);
     match encryption {
         Encryption::None => {
-            Repository::init_at(&tuned(&a.repo, access), config, None)?;
-            println!(
-                "created unencrypted repository {} (compression {compression})",
-                a.repo
-            );
+            Repository::init_at(&tuned(&a.repo, access), config.clone(), None)?;
         }
         Encryption::XChaCha20Poly1305 | Encryption::Aes256Gcm => {
             // Refuse a configuration that cannot be encrypted before asking for a password.
             config.set_protection(encryption, compression);
             config.validate()?;
             let key = new_repo_key(&access.password, a.kdf)?;
-            Repository::init_at(&tuned(&a.repo, access), config, Some(&key))?;
-            println!(
-                "created encrypted repository {} ({encryption}, compression {compression})",
-                a.repo
-            );
+            Repository::init_at(&tuned(&a.repo, access), config.clone(), Some(&key))?;
         }
+    }
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "repository": a.repo.to_string(),
+                "id": config.id,
+                "encryption": encryption.to_string(),
+                "compression": compression.to_string(),
+                "layout": config.layout,
+                "index": config.index,
+            })
+        );
+    } else if encryption == Encryption::None {
+        println!(
+            "created unencrypted repository {} (compression {compression})",
+            a.repo
+        );
+    } else {
+        println!(
+            "created encrypted repository {} ({encryption}, compression {compression})",
+            a.repo
+        );
     }
     Ok(())
 }

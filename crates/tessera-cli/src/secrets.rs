@@ -249,6 +249,9 @@ pub enum KeyCommand {
         repo: Location,
         #[command(flatten)]
         new: NewPasswordArgs,
+        /// Print JSON: `{"added": ID}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Remove a key file (never the last one).
     Remove {
@@ -256,6 +259,9 @@ pub enum KeyCommand {
         repo: Location,
         /// The key's id (see `tessera key list`).
         id: String,
+        /// Print JSON: `{"removed": ID}`.
+        #[arg(long)]
+        json: bool,
     },
     /// Change the password of the key file used to open the repository.
     Passwd {
@@ -263,6 +269,9 @@ pub enum KeyCommand {
         repo: Location,
         #[command(flatten)]
         new: NewPasswordArgs,
+        /// Print JSON: `{"key": NEW_ID, "replaced": OLD_ID}`.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -326,20 +335,32 @@ pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
                 }
             }
         }
-        KeyCommand::Add { repo, new } => {
+        KeyCommand::Add { repo, new, json } => {
             let r = open_repo(&repo, LockMode::Backup, access)?;
             let id = tessera::key::add_key(&r, &new.key()?)?;
-            println!("added key {id}");
+            match json {
+                true => println!("{}", serde_json::json!({ "added": id })),
+                false => println!("added key {id}"),
+            }
         }
-        KeyCommand::Remove { repo, id } => {
+        KeyCommand::Remove { repo, id, json } => {
             let r = open_repo(&repo, LockMode::Backup, access)?;
             tessera::key::remove_key(&r, &id)?;
-            println!("removed key {id}");
+            match json {
+                true => println!("{}", serde_json::json!({ "removed": id })),
+                false => println!("removed key {id}"),
+            }
         }
-        KeyCommand::Passwd { repo, new } => {
+        KeyCommand::Passwd { repo, new, json } => {
             let r = open_repo(&repo, LockMode::Backup, access)?;
+            let replaced = tessera::key::current_key(&r).map(str::to_owned);
             let id = tessera::key::change_password(&r, &new.key()?)?;
-            println!("password changed: key {id} replaces the key used to open the repository");
+            match json {
+                true => println!("{}", serde_json::json!({ "key": id, "replaced": replaced })),
+                false => println!(
+                    "password changed: key {id} replaces the key used to open the repository"
+                ),
+            }
         }
     }
     Ok(())

@@ -87,13 +87,15 @@ fn key_add_passwd_remove_round_trip() {
     };
     let first = keys(TEST_PASSWORD)["current"].as_str().unwrap().to_string();
     let added = run_with(
-        &["key", "add", &r],
+        &["key", "add", &r, "--json"],
         &[("TESSERA_NEW_PASSWORD", Some("second"))],
     );
     assert!(added.status.success(), "{added:?}");
+    let added: serde_json::Value = serde_json::from_slice(&added.stdout).unwrap();
     let listed = keys("second");
     assert_eq!(listed["keys"].as_array().unwrap().len(), 2);
     let second = listed["current"].as_str().unwrap().to_string();
+    assert_eq!(added["added"], second.as_str());
     assert_ne!(first, second);
     // passwd replaces the key used to open.
     let pw = tmp.path().join("new");
@@ -105,16 +107,22 @@ fn key_add_passwd_remove_round_trip() {
             &r,
             "--new-password-file",
             pw.to_str().unwrap(),
+            "--json",
         ],
         &[("TESSERA_PASSWORD", Some("second"))],
     );
     assert!(changed.status.success(), "{changed:?}");
+    let changed: serde_json::Value = serde_json::from_slice(&changed.stdout).unwrap();
+    assert_eq!(changed["replaced"], second.as_str());
     let after = run_with(&["list", &r], &[("TESSERA_PASSWORD", Some("second"))]);
     assert!(!after.status.success());
     assert_eq!(keys("third")["keys"].as_array().unwrap().len(), 2);
     // Remove the first key; then the last one is refused.
-    ok(["key", "remove", &r, &first]);
+    let removed: serde_json::Value =
+        serde_json::from_str(&ok(["key", "remove", &r, &first, "--json"])).unwrap();
+    assert_eq!(removed["removed"], first.as_str());
     let third = keys("third")["current"].as_str().unwrap().to_string();
+    assert_eq!(changed["key"], third.as_str());
     let last = run_with(
         &["key", "remove", &r, &third],
         &[("TESSERA_PASSWORD", Some("third"))],
@@ -134,7 +142,18 @@ fn stats_says_whether_encrypted_and_unencryptable_options_are_refused() {
     let r = repo_with_backup(tmp.path());
     assert!(ok(["stats", &r]).contains("encryption aes256gcm"));
     let plain = tmp.path().join("plain");
-    init_plain(&plain);
+    let created: serde_json::Value = serde_json::from_str(&ok([
+        "init",
+        plain.to_str().unwrap(),
+        "--encryption",
+        "none",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(created["encryption"], "none");
+    assert_eq!(created["compression"], "off");
+    assert_eq!(created["layout"], "container");
+    assert!(created["id"].as_str().is_some_and(|id| !id.is_empty()));
     let plain_stats = run_with(
         &["stats", plain.to_str().unwrap()],
         &[("TESSERA_PASSWORD", None)],
