@@ -108,13 +108,6 @@ pub trait Backend: Send + Sync {
     fn connections(&self) -> Option<usize> {
         None
     }
-    /// Whether every object this backend returns has been authenticated
-    /// (an encrypted repository's: any change of any stored byte fails the
-    /// read), so that a caller may skip checksums that guard against the
-    /// same damage.
-    fn authenticates(&self) -> bool {
-        false
-    }
     /// Removes `key`; absent keys are not an error.
     fn delete(&self, key: &str) -> Result<()>;
     /// Names of the objects directly under `dir` (without the `dir/` prefix), sorted.
@@ -433,9 +426,6 @@ impl Backend for Counting {
     }
     fn will_read(&self, keys: &[String]) {
         self.inner.will_read(keys);
-    }
-    fn authenticates(&self) -> bool {
-        self.inner.authenticates()
     }
     fn connections(&self) -> Option<usize> {
         self.inner.connections()

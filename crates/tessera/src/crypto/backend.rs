@@ -193,10 +193,6 @@ impl Backend for Encrypting {
         self.inner.will_read(keys);
     }
 
-    fn authenticates(&self) -> bool {
-        true
-    }
-
     fn connections(&self) -> Option<usize> {
         self.inner.connections()
     }
@@ -254,13 +250,6 @@ mod tests {
         .unwrap();
         let enc = Encrypting::new(Box::new(Local::new(dir.path())), cipher);
         (dir, enc)
-    }
-
-    #[test]
-    fn only_the_encrypting_layer_says_it_authenticates() {
-        let (dir, enc) = setup();
-        assert!(!Local::new(dir.path()).authenticates());
-        assert!(crate::backend::Counting::new(Box::new(enc)).authenticates());
     }
 
     #[test]
