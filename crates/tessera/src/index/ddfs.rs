@@ -379,22 +379,26 @@ struct Cache {
     lru: lru::LruCache<ContainerId, Vec<Fingerprint>>,
     entries: usize,
     max_entries: usize,
-    /// Allocation of the map when it holds `max_entries` entries.
-    map_limit: usize,
     peak: u64,
 }
 
 impl Cache {
     fn new(budget: u64) -> Cache {
-        // The map's buckets are a power of two, 7/8 usable, 41 bytes each
-        // (entry and control byte); each cached fingerprint is also kept in
-        // its container's list (32 bytes) and each container costs an LRU node.
+        // The map's buckets are a power of two, 41 bytes each (entry and
+        // control byte); each cached fingerprint is also kept in its
+        // container's list (32 bytes) and each container costs an LRU node.
+        // The map is kept at most half full (7/16 of its buckets, half of
+        // the 7/8 it may use): evicting a container leaves tombstones, and
+        // when they use up the room left, the map rehashes in place only
+        // while it is at most half full; fuller, it would double instead,
+        // and every few containers loaded would cost a rehash of the whole
+        // cache (the 1 TB scale run spent 70 % of its time so).
         let per_entry =
-            41.0 * 8.0 / 7.0 + FINGERPRINT_LEN as f64 + CACHE_CONTAINER_OVERHEAD as f64 / 300.0;
-        let mut buckets: u64 = 8;
+            41.0 * 16.0 / 7.0 + FINGERPRINT_LEN as f64 + CACHE_CONTAINER_OVERHEAD as f64 / 300.0;
+        let mut buckets: u64 = 16;
         let mut max_entries = 0;
         while buckets < 1 << 40 {
-            let cap = buckets / 8 * 7;
+            let cap = buckets / 16 * 7;
             if (cap as f64 * per_entry) as u64 > budget {
                 break;
             }
@@ -406,7 +410,6 @@ impl Cache {
             lru: lru::LruCache::unbounded(),
             entries: 0,
             max_entries: max_entries as usize,
-            map_limit: (max_entries as usize / 7 * 8) * 41 + 64,
             peak: 0,
         }
     }
@@ -443,10 +446,6 @@ impl Cache {
         self.entries += fps.len();
         self.lru.put(id, fps);
         self.note();
-        if self.map.allocation_size() > self.map_limit {
-            // Tombstones made the map grow past the budget's size: rehash smaller.
-            self.map.shrink_to(self.max_entries);
-        }
     }
 
     fn clear(&mut self) {
