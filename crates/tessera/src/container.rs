@@ -753,7 +753,11 @@ impl Builder {
             };
             let (mut crc, mut len) = (0u32, 0usize);
             for piece in pieces {
-                crc = crc32c::crc32c_append(crc, piece);
+                // (Checksummed before the copy reads it from the cache.)
+                data_crc = crc32c::crc32c_append(data_crc, piece);
+                if self.deltas {
+                    crc = crc32c::crc32c_append(crc, piece);
+                }
                 image.append(piece);
                 len += piece.len();
             }
@@ -762,7 +766,6 @@ impl Builder {
             if self.deltas {
                 m.crc = Some(crc);
             }
-            data_crc = crc32c::crc32c_combine(data_crc, crc, len);
             data_len += len;
         }
         self.data_len = data_len;
