@@ -70,7 +70,10 @@ pub(crate) fn with_fill_buffer(
 ) -> Result<()> {
     let mut buf = FILL_BUF.take();
     buf.clear();
-    buf.reserve_total(capacity);
+    // Grown by whole MiB: objects of about the same size (containers a few
+    // tag bytes over their capacity) reuse the buffer instead of each
+    // allocating (and faulting in) a slightly larger one.
+    buf.reserve_total(capacity.next_multiple_of(1 << 20));
     let done = work(&mut buf);
     if buf.capacity() <= KEEP_FILL_BUFFER {
         FILL_BUF.set(buf);
