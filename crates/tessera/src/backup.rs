@@ -568,6 +568,9 @@ fn backup_containers(
         );
         store.quarantine = crate::quarantine::load(repo.backend().as_ref())?;
         store.encoding = encoding;
+        // Containers that are encoded or encrypted anyway are copied once,
+        // when written, instead of when filled and again then.
+        store.hold = encoding.is_some() || repo.backend().transforms_objects();
         let stored = store_chunks(
             index.as_mut(),
             filter.as_mut(),
@@ -1085,16 +1088,20 @@ fn write_containers(
             break;
         }
         let t = Instant::now();
-        let id = builder.id();
-        let sealed = builder.seal_parts();
-        encoded.add(&sealed.encoded);
-        let written = backend.write_new(&container::key(id), &sealed.parts());
+        let written = builder.write_new(backend);
         busy += t.elapsed();
-        // Hand the data buffer back for the next container (dropped if enough are spare).
-        let _ = spare.try_send(sealed.data);
-        if let Err(e) = written {
-            stop.store(true, Ordering::Relaxed);
-            return Err(e);
+        match written {
+            Ok((counts, data)) => {
+                encoded.add(&counts);
+                // Hand the data buffer back for the next container (dropped if enough are spare).
+                if let Some(buf) = data {
+                    let _ = spare.try_send(buf);
+                }
+            }
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                return Err(e);
+            }
         }
     }
     Ok((busy, encoded))
@@ -1198,6 +1205,9 @@ struct Store<'a> {
     /// Containers' entries are encoded under this setting (`None`: stored
     /// as they are).
     encoding: Option<Compression>,
+    /// Whether containers hold their chunks by reference until written
+    /// ([`Builder::holding`]).
+    hold: bool,
     tx: Sender<Builder>,
     spare: Receiver<AlignedBuf>,
     /// Where this backup stored each chunk (spilled past [`HERE_BUDGET`]).
@@ -1251,6 +1261,7 @@ impl<'a> Store<'a> {
             capacity,
             trace,
             encoding: None,
+            hold: false,
             tx,
             spare,
             here: SpillMap::with_budget(HERE_BUDGET, table::order_key),
@@ -1366,6 +1377,8 @@ impl<'a> Store<'a> {
             None => {
                 let mut b = if self.trace {
                     Builder::without_data(self.next_container, self.capacity)
+                } else if self.hold {
+                    Builder::new(self.next_container, self.capacity).holding()
                 } else {
                     match self.spare.try_recv() {
                         Ok(buf) => Builder::with_buffer(self.next_container, self.capacity, buf),
@@ -1387,12 +1400,9 @@ impl<'a> Store<'a> {
             self.totals.entries += 1;
             self.totals.entry_bytes += len as u64;
         }
-        match (data, compressed) {
+        match (&chunk.data, compressed) {
             (_, Some(c)) => builder.push_delta(chunk.fp, &c.delta, c.base)?,
-            (Some(d), None) => match features {
-                Some(sf) => builder.push_with_features(chunk.fp, d, sf),
-                None => builder.push(chunk.fp, d),
-            },
+            (Some(d), None) => builder.push_shared(chunk.fp, d, features),
             (None, None) => builder.push_len(chunk.fp, chunk.len),
         }
         let c = builder.id();

@@ -111,6 +111,14 @@ pub struct EncodeCounts {
 }
 
 impl EncodeCounts {
+    /// Counts one entry of `bytes_in` bytes stored as `bytes_out`.
+    fn record(&mut self, compressed: bool, bytes_in: usize, bytes_out: usize) {
+        self.compressed += u64::from(compressed);
+        self.raw += u64::from(!compressed);
+        self.bytes_in += bytes_in as u64;
+        self.bytes_out += bytes_out as u64;
+    }
+
     /// Adds `other`.
     pub fn add(&mut self, other: &EncodeCounts) {
         self.compressed += other.compressed;
@@ -172,22 +180,48 @@ thread_local! {
 /// saves at least 1/16 of the chunk; `raw` otherwise. Counts it in `counts`.
 pub fn encode(setting: Compression, bytes: &[u8], out: &mut Vec<u8>, counts: &mut EncodeCounts) {
     let start = out.len();
-    let level = match setting {
-        Compression::Off => None,
-        Compression::Auto => (!looks_random(bytes)).then_some(LEVEL_DEFAULT),
-        Compression::Level(n) => Some(n),
-    };
-    let compressed = level.is_some_and(|level| try_zstd(level, bytes, out));
+    let compressed = zstd_level(setting, bytes).is_some_and(|level| try_zstd(level, bytes, out));
     if !compressed {
         out.truncate(start);
         out.reserve(1 + bytes.len());
         out.push(TAG_RAW);
         out.extend_from_slice(bytes);
     }
-    counts.compressed += u64::from(compressed);
-    counts.raw += u64::from(!compressed);
-    counts.bytes_in += bytes.len() as u64;
-    counts.bytes_out += (out.len() - start) as u64;
+    counts.record(compressed, bytes.len(), out.len() - start);
+}
+
+/// The stored encoding of `bytes` under `setting`, decided as by
+/// [`encode`], as the pieces to store in order: the `raw` tag and `bytes`
+/// themselves (not copied), or a `zstd` entry built in `scratch` (and
+/// nothing). Counts it in `counts`.
+pub fn encode_pieces<'a>(
+    setting: Compression,
+    bytes: &'a [u8],
+    scratch: &'a mut Vec<u8>,
+    counts: &mut EncodeCounts,
+) -> [&'a [u8]; 2] {
+    scratch.clear();
+    let compressed =
+        zstd_level(setting, bytes).is_some_and(|level| try_zstd(level, bytes, scratch));
+    match compressed {
+        true => {
+            counts.record(true, bytes.len(), scratch.len());
+            [scratch.as_slice(), &[]]
+        }
+        false => {
+            counts.record(false, bytes.len(), 1 + bytes.len());
+            [&[TAG_RAW], bytes]
+        }
+    }
+}
+
+/// The zstd level to try on `bytes` under `setting`, if any.
+fn zstd_level(setting: Compression, bytes: &[u8]) -> Option<i32> {
+    match setting {
+        Compression::Off => None,
+        Compression::Auto => (!looks_random(bytes)).then_some(LEVEL_DEFAULT),
+        Compression::Level(n) => Some(n),
+    }
 }
 
 /// Appends a `zstd` entry of `bytes` at `level` to `out` if it saves at
@@ -335,6 +369,24 @@ fn decode_zstd(rest: &[u8]) -> Result<Vec<u8>, DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pieces_are_the_encoding() {
+        let text = b"the quick brown fox ".repeat(500);
+        let random = crate::chunker::pseudo_random(20_000, 2);
+        for setting in [Compression::Off, Compression::Auto, Compression::Level(1)] {
+            for bytes in [&text[..], &random[..], b"ab"] {
+                let (mut whole, mut a, mut b) =
+                    (Vec::new(), EncodeCounts::default(), EncodeCounts::default());
+                encode(setting, bytes, &mut whole, &mut a);
+                let mut scratch = Vec::new();
+                let pieces = encode_pieces(setting, bytes, &mut scratch, &mut b);
+                assert_eq!(pieces.concat(), whole, "{setting}");
+                assert_eq!(a, b);
+                assert_eq!(decode(&whole).unwrap().as_ref(), bytes);
+            }
+        }
+    }
     use proptest::prelude::*;
 
     fn text(n: usize) -> Vec<u8> {

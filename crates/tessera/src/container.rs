@@ -4,12 +4,14 @@
 //! repository ([`FLAG_DELTAS`]) may store a chunk as a delta against a base
 //! chunk of another container; its metadata entries then also name the base.
 
-use crate::backend::Backend;
+use crate::backend::{Backend, ObjectImage};
 use crate::compression::{self, Compression, EncodeCounts};
 use crate::envelope::{le4, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
 use bytes::Bytes;
+
+pub use crate::backend::AlignedBuf;
 
 /// Container identifier; ids grow monotonically.
 pub type ContainerId = u64;
@@ -63,7 +65,7 @@ pub const FLAG_ALIGNED: u32 = 4;
 /// tag, then the bytes or a zstd frame. Set by compressing repositories.
 pub const FLAG_ENCODED: u32 = 32;
 /// Alignment of the data section of a [`FLAG_ALIGNED`] container.
-pub const DATA_ALIGN: usize = 4096;
+pub const DATA_ALIGN: usize = crate::backend::buffers::ALIGN;
 /// Containers of at least this capacity align their data section.
 pub const ALIGN_MIN_CAPACITY: usize = 1 << 20;
 /// Directory of container objects.
@@ -303,109 +305,6 @@ fn data_start(meta_end: usize, aligned: bool) -> usize {
     }
 }
 
-/// Size of a transparent huge page (x86-64, AArch64 with 4 KiB pages).
-const HUGE_PAGE: usize = 2 * 1024 * 1024;
-
-/// Asks the kernel to back `buf`'s spare capacity from `start` (a huge-page
-/// boundary) with huge pages; advisory, so a refusal is ignored.
-#[cfg(target_os = "linux")]
-fn advise_huge_pages(buf: &mut Vec<u8>, start: usize) {
-    let len = (buf.capacity() - start) / HUGE_PAGE * HUGE_PAGE;
-    // SAFETY: the range lies within `buf`'s allocation (`start` ≤ capacity);
-    // the advice changes only how the kernel backs those pages, not their contents.
-    unsafe {
-        libc::madvise(
-            buf.as_mut_ptr().add(start).cast::<libc::c_void>(),
-            len,
-            libc::MADV_HUGEPAGE,
-        );
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn advise_huge_pages(_buf: &mut Vec<u8>, _start: usize) {}
-
-/// A byte buffer whose contents start at a multiple of [`DATA_ALIGN`] in
-/// memory, so that the backend can write it with direct I/O. The alignment
-/// holds while the buffer stays within the capacity it was made with (it is
-/// a matter of speed only: a misaligned buffer is written the ordinary way).
-#[derive(Default)]
-pub struct AlignedBuf {
-    buf: Vec<u8>,
-    start: usize,
-}
-
-impl AlignedBuf {
-    /// An empty buffer with room for `capacity` bytes. A buffer of at
-    /// least a huge page starts on one and asks the kernel for huge pages:
-    /// fewer page faults, and direct I/O pins a few pages, not a thousand.
-    pub fn with_capacity(capacity: usize) -> Self {
-        let align = if capacity >= HUGE_PAGE {
-            HUGE_PAGE
-        } else {
-            DATA_ALIGN
-        };
-        let mut buf: Vec<u8> = Vec::with_capacity(capacity + align);
-        let start = buf.as_ptr().align_offset(align).min(align);
-        if align == HUGE_PAGE {
-            advise_huge_pages(&mut buf, start);
-        }
-        buf.resize(start, 0);
-        AlignedBuf { buf, start }
-    }
-
-    /// The contents.
-    pub fn as_slice(&self) -> &[u8] {
-        &self.buf[self.start..]
-    }
-
-    /// Bytes held.
-    pub fn len(&self) -> usize {
-        self.buf.len() - self.start
-    }
-
-    /// Whether the buffer holds no byte.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Bytes it holds without growing.
-    pub fn capacity(&self) -> usize {
-        self.buf.capacity() - self.start
-    }
-
-    /// Appends `bytes`.
-    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
-    }
-
-    /// Appends `n` zero bytes.
-    fn pad(&mut self, n: usize) {
-        self.buf.resize(self.buf.len() + n, 0);
-    }
-
-    /// Empties the buffer, keeping its memory.
-    pub fn clear(&mut self) {
-        self.buf.truncate(self.start);
-    }
-
-    /// The vector holding the contents after the alignment gap, to append
-    /// to (appending within [`AlignedBuf::capacity`] keeps the alignment;
-    /// nothing but appending may change it).
-    pub(crate) fn vec_mut(&mut self) -> &mut Vec<u8> {
-        &mut self.buf
-    }
-
-    /// Makes room for `capacity` bytes in all, in a new aligned allocation if needed.
-    pub(crate) fn reserve_total(&mut self, capacity: usize) {
-        if self.capacity() < capacity {
-            let mut bigger = AlignedBuf::with_capacity(capacity);
-            bigger.extend_from_slice(self.as_slice());
-            *self = bigger;
-        }
-    }
-}
-
 thread_local! {
     /// The buffer a container writer thread encodes data sections into
     /// ([`FLAG_ENCODED`]), swapped with each container's raw one.
@@ -453,6 +352,9 @@ pub struct Builder {
     /// Per entry (with `encoding`): whether its bytes were appended
     /// already encoded (copied from another encoded container).
     pre_encoded: Vec<bool>,
+    /// The entries' bytes, held by reference instead of copied into
+    /// `data` ([`Builder::holding`]).
+    held: Option<Vec<Bytes>>,
 }
 
 /// A sealed container as the two pieces to write in order: header,
@@ -494,6 +396,18 @@ impl Builder {
             aligned: capacity >= ALIGN_MIN_CAPACITY,
             encoding: None,
             pre_encoded: Vec::new(),
+            held: None,
+        }
+    }
+
+    /// The same container holding its entries' bytes by reference, copied
+    /// (and encoded) only when it is written, straight where the backend
+    /// stores them ([`Builder::write_new`]): once, on the writer's thread.
+    /// A container without data ignores it.
+    pub fn holding(self) -> Self {
+        Builder {
+            held: self.with_data.then(Vec::new),
+            ..self
         }
     }
 
@@ -582,13 +496,21 @@ impl Builder {
 
     /// Appends a chunk (the caller checked [`Builder::fits`]).
     pub fn push(&mut self, fp: Fingerprint, bytes: &[u8]) {
-        self.push_stored(fp, bytes, None, None);
+        self.push_stored(fp, bytes, None, None, None);
+    }
+
+    /// Appends a chunk given as shared bytes, with its super-features if
+    /// known (recorded in the [`FLAG_DELTAS`] format): a
+    /// [`Builder::holding`] container keeps a reference instead of a copy
+    /// (the caller checked [`Builder::fits`]).
+    pub fn push_shared(&mut self, fp: Fingerprint, bytes: &Bytes, features: Option<SuperFeatures>) {
+        self.push_stored(fp, bytes, Some(bytes), None, features);
     }
 
     /// Appends a chunk with its super-features, recorded when the container
     /// is in the [`FLAG_DELTAS`] format (the caller checked [`Builder::fits`]).
     pub fn push_with_features(&mut self, fp: Fingerprint, bytes: &[u8], features: SuperFeatures) {
-        self.push_stored(fp, bytes, None, Some(features));
+        self.push_stored(fp, bytes, None, None, Some(features));
     }
 
     /// Appends chunk `fp` as `delta`, its encoding against `base` (the
@@ -601,7 +523,7 @@ impl Builder {
                 self.id
             )));
         }
-        self.push_stored(fp, delta, Some(base), None);
+        self.push_stored(fp, delta, None, Some(base), None);
         Ok(())
     }
 
@@ -619,7 +541,7 @@ impl Builder {
         };
         match m.base {
             Some(base) => self.push_delta(m.fp, &bytes, base)?,
-            None => self.push_stored(m.fp, &bytes, None, m.features),
+            None => self.push_stored(m.fp, &bytes, None, None, m.features),
         }
         if let Some(last) = self.pre_encoded.last_mut() {
             *last = copied;
@@ -627,11 +549,13 @@ impl Builder {
         Ok(())
     }
 
-    /// Appends stored bytes (a chunk, or a delta against `base`).
+    /// Appends stored bytes (a chunk, or a delta against `base`), also
+    /// given as `shared` bytes if the caller has them.
     fn push_stored(
         &mut self,
         fp: Fingerprint,
         bytes: &[u8],
+        shared: Option<&Bytes>,
         base: Option<BaseRef>,
         features: Option<SuperFeatures>,
     ) {
@@ -639,12 +563,20 @@ impl Builder {
         if self.encoding.is_some() {
             self.pre_encoded.push(false);
         }
+        let held = self.held.is_some();
         if let Some(m) = self.metas.last_mut() {
             m.base = base;
             m.features = features.filter(|_| self.deltas);
-            m.crc = self.deltas.then(|| crc32c::crc32c(bytes));
+            // (Held entries are checksummed when they are written.)
+            m.crc = (self.deltas && !held).then(|| crc32c::crc32c(bytes));
         }
-        if self.with_data {
+        if let Some(entries) = &mut self.held {
+            entries.push(
+                shared
+                    .cloned()
+                    .unwrap_or_else(|| Bytes::copy_from_slice(bytes)),
+            );
+        } else if self.with_data {
             self.data.reserve_total(self.capacity);
             self.data.extend_from_slice(bytes);
             if self.encoding.is_none() {
@@ -664,7 +596,11 @@ impl Builder {
             let copied = self.pre_encoded.get(i).copied().unwrap_or(false);
             if m.base.is_none() && m.features.is_none() && m.len as usize >= min_len && !copied {
                 let start = m.offset as usize;
-                if let Some(bytes) = self.data.as_slice().get(start..start + m.len as usize) {
+                let bytes = match &self.held {
+                    Some(entries) => entries.get(i).map(|b| b.as_ref()),
+                    None => self.data.as_slice().get(start..start + m.len as usize),
+                };
+                if let Some(bytes) = bytes {
                     m.features = Some(features(bytes));
                 }
             }
@@ -708,7 +644,7 @@ impl Builder {
             match self.pre_encoded.get(i) {
                 Some(true) => out.extend_from_slice(bytes),
                 // Appending to the buffer's vector keeps its aligned start.
-                _ => compression::encode(setting, bytes, &mut out.buf, &mut counts),
+                _ => compression::encode(setting, bytes, out.vec_mut(), &mut counts),
             }
             let stored = &out.as_slice()[at..];
             m.offset = at as u32;
@@ -726,12 +662,120 @@ impl Builder {
     }
 
     /// Serialises the header and metadata; the data stays in the chunks'
-    /// buffers (of a [`FLAG_ENCODED`] container, encoded first).
+    /// buffers (of a [`FLAG_ENCODED`] container, encoded first). A
+    /// [`Builder::holding`] container is assembled whole in `head`.
     pub fn seal_parts(mut self) -> Sealed {
+        if self.held.is_some() {
+            let mut whole = AlignedBuf::with_capacity(self.capacity);
+            let encoded = self.fill(&mut whole);
+            return Sealed {
+                head: whole,
+                data: AlignedBuf::default(),
+                encoded,
+            };
+        }
         let encoded = match self.encoding {
             Some(setting) if self.with_data => self.encode_entries(setting),
             _ => EncodeCounts::default(),
         };
+        let head = self.head();
+        // The gap before the data section (trace containers store no data, nor gap).
+        let end = match self.with_data {
+            true => data_start(head.len(), self.aligned),
+            false => head.len(),
+        };
+        let mut aligned = AlignedBuf::with_capacity(end);
+        aligned.extend_from_slice(&head);
+        aligned.pad(end - head.len());
+        Sealed {
+            head: aligned,
+            data: self.data,
+            encoded,
+        }
+    }
+
+    /// Writes the container as a new object to `backend`; what encoding
+    /// its entries did, and its data buffer for the next container (none
+    /// when [`Builder::holding`]: its entries are copied straight into
+    /// the object).
+    pub fn write_new(
+        mut self,
+        backend: &dyn Backend,
+    ) -> Result<(EncodeCounts, Option<AlignedBuf>)> {
+        let k = key(self.id);
+        if self.held.is_none() {
+            let sealed = self.seal_parts();
+            backend.write_new(&k, &sealed.parts())?;
+            return Ok((sealed.encoded, Some(sealed.data)));
+        }
+        let mut encoded = EncodeCounts::default();
+        let len_hint = self.capacity.max(self.max_len());
+        backend.write_new_filled(&k, len_hint, &mut |image| {
+            encoded = self.fill(image);
+            Ok(())
+        })?;
+        Ok((encoded, None))
+    }
+
+    /// The most bytes the container takes, its entries stored raw.
+    fn max_len(&self) -> usize {
+        let meta_end = HEADER_LEN + self.metas.len() * self.entry_len();
+        let overhead = match self.encoding {
+            Some(_) => self.metas.len() * compression::MAX_OVERHEAD,
+            None => 0,
+        };
+        data_start(meta_end, self.aligned) + self.data_len + overhead
+    }
+
+    /// Appends the whole container, its held entries copied (and encoded)
+    /// once, to `image`, which is empty; what the encoding did.
+    fn fill(&mut self, image: &mut dyn ObjectImage) -> EncodeCounts {
+        let meta_end = HEADER_LEN + self.metas.len() * self.entry_len();
+        let start = data_start(meta_end, self.aligned);
+        // Header and metadata, completed below; the gap stays zero.
+        let zeros = [0u8; DATA_ALIGN];
+        let mut left = start;
+        while left > 0 {
+            let n = left.min(DATA_ALIGN);
+            image.append(&zeros[..n]);
+            left -= n;
+        }
+        let mut counts = EncodeCounts::default();
+        let mut scratch = Vec::new();
+        let entries = self.held.take().unwrap_or_default();
+        let (mut data_len, mut data_crc) = (0usize, 0u32);
+        for (i, (m, bytes)) in self.metas.iter_mut().zip(&entries).enumerate() {
+            let pieces = match self.encoding {
+                Some(setting) if !self.pre_encoded.get(i).copied().unwrap_or(false) => {
+                    compression::encode_pieces(setting, bytes, &mut scratch, &mut counts)
+                }
+                _ => [bytes.as_ref(), &[]],
+            };
+            let (mut crc, mut len) = (0u32, 0usize);
+            for piece in pieces {
+                // (Checksummed before the copy reads it from the cache.)
+                data_crc = crc32c::crc32c_append(data_crc, piece);
+                if self.deltas {
+                    crc = crc32c::crc32c_append(crc, piece);
+                }
+                image.append(piece);
+                len += piece.len();
+            }
+            m.offset = data_len as u32;
+            m.len = len as u32;
+            if self.deltas {
+                m.crc = Some(crc);
+            }
+            data_len += len;
+        }
+        self.data_len = data_len;
+        self.data_crc = data_crc;
+        image.overwrite(0, &self.head());
+        counts
+    }
+
+    /// The header and metadata section.
+    fn head(&self) -> Vec<u8> {
         let mut head = Vec::with_capacity(HEADER_LEN + self.metas.len() * self.entry_len());
         head.extend_from_slice(MAGIC);
         head.extend_from_slice(&CONTAINER_VERSION.to_le_bytes());
@@ -762,19 +806,7 @@ impl Builder {
         head[28..32].copy_from_slice(&self.data_crc.to_le_bytes());
         let header_crc = crc32c::crc32c(&head[..36]);
         head[36..40].copy_from_slice(&header_crc.to_le_bytes());
-        // The gap before the data section (trace containers store no data, nor gap).
-        let end = match self.with_data {
-            true => data_start(head.len(), self.aligned),
-            false => head.len(),
-        };
-        let mut aligned = AlignedBuf::with_capacity(end);
-        aligned.extend_from_slice(&head);
-        aligned.pad(end - head.len());
-        Sealed {
-            head: aligned,
-            data: self.data,
-            encoded,
-        }
+        head
     }
 }
 
@@ -1194,6 +1226,106 @@ mod tests {
         assert_eq!(c.metas[0].crc, None);
         assert_eq!(c.chunk_crc_matches(0), None);
         assert_eq!(c.stored(0), b"whole");
+    }
+
+    /// Chunks of text, random bytes and a small one, pushed (with one
+    /// delta when the builder takes them) into `b`.
+    fn push_mix(b: &mut Builder) -> Vec<Vec<u8>> {
+        let text: Vec<u8> = b"fn main() { println!(\"hello\"); }\n"
+            .iter()
+            .copied()
+            .cycle()
+            .take(70_000)
+            .collect();
+        let chunks = vec![
+            text.clone(),
+            crate::chunker::pseudo_random(100_000, 9),
+            b"tiny".to_vec(),
+            text[..9000].to_vec(),
+            crate::chunker::pseudo_random(3000, 4),
+        ];
+        for (i, c) in chunks.iter().enumerate() {
+            let fp = FingerprintAlgo::Blake3.hash(c);
+            match i {
+                1 => b.push_shared(fp, &Bytes::from(c.clone()), Some([1, 2, 3])),
+                3 if b.deltas => {
+                    let base = BaseRef { container: 1, fp };
+                    b.push_delta(fp, c, base).unwrap()
+                }
+                _ => b.push(fp, c),
+            }
+        }
+        chunks
+    }
+
+    #[test]
+    fn holding_containers_write_the_same_bytes() {
+        for encoding in [None, Some(Compression::Auto), Some(Compression::Level(3))] {
+            for deltas in [false, true] {
+                let make = |holding: bool| {
+                    let mut b = Builder::new(3, 1 << 20);
+                    if deltas {
+                        b = b.with_deltas();
+                    }
+                    if let Some(e) = encoding {
+                        b = b.with_encoding(e);
+                    }
+                    if holding {
+                        b = b.holding();
+                    }
+                    let chunks = push_mix(&mut b);
+                    b.complete_features(1000, |c| [c.len() as u64, 1, 1]);
+                    (b.seal_parts(), chunks)
+                };
+                let (copied, chunks) = make(false);
+                let (held, _) = make(true);
+                assert_eq!(held.encoded, copied.encoded, "{encoding:?} {deltas}");
+                let bytes = held.to_vec();
+                assert_eq!(bytes, copied.to_vec(), "{encoding:?} {deltas}");
+                let c = Container::parse(3, bytes).unwrap();
+                for (i, chunk) in chunks.iter().enumerate() {
+                    assert_eq!(c.entry(i).unwrap().as_ref(), &chunk[..]);
+                    if deltas {
+                        assert_eq!(c.chunk_crc_matches(i), Some(true));
+                    }
+                }
+                if encoding.is_some() {
+                    // Text compressed, random raw, the mix in one section.
+                    assert!(c.plain(0).is_none() && c.plain(1).is_some());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn holding_containers_write_through_backends_and_flips_are_caught() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = crate::backend::Local::new(dir.path());
+        let mut b = Builder::new(4, 1 << 20)
+            .with_encoding(Compression::Auto)
+            .holding();
+        let chunks = push_mix(&mut b);
+        let (counts, spare) = b.write_new(&plain).unwrap();
+        assert!(spare.is_none());
+        assert_eq!((counts.compressed, counts.raw), (2, 3));
+        let stored = plain.read(&key(4)).unwrap();
+        let c = Container::parse(4, stored.clone()).unwrap();
+        for (i, chunk) in chunks.iter().enumerate() {
+            assert_eq!(c.entry(i).unwrap().as_ref(), &chunk[..]);
+        }
+        // Written again, as a new object: refused.
+        let mut again = Builder::new(4, 1 << 20).holding();
+        again.push(Fingerprint([1; 32]), b"x");
+        assert!(matches!(
+            again.write_new(&plain),
+            Err(Error::ObjectExists(_))
+        ));
+        // Any flipped byte of the raw or the compressed entries fails.
+        for at in [c.header.data_start() + 3, stored.len() - 5, 45] {
+            let mut bad = stored.clone();
+            bad[at] ^= 1;
+            assert!(Container::parse(4, bad).is_err(), "flip at {at}");
+        }
     }
 
     #[test]

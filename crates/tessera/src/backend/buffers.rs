@@ -102,6 +102,117 @@ impl Drop for Pooled {
     }
 }
 
+/// Alignment of [`AlignedBuf`]s: a page, what direct I/O needs.
+pub(crate) const ALIGN: usize = 4096;
+
+/// Size of a transparent huge page (x86-64, AArch64 with 4 KiB pages).
+const HUGE_PAGE: usize = 2 * 1024 * 1024;
+
+/// Asks the kernel to back `buf`'s spare capacity from `start` (a huge-page
+/// boundary) with huge pages; advisory, so a refusal is ignored.
+#[cfg(target_os = "linux")]
+fn advise_huge_pages(buf: &mut Vec<u8>, start: usize) {
+    let len = (buf.capacity() - start) / HUGE_PAGE * HUGE_PAGE;
+    // SAFETY: the range lies within `buf`'s allocation (`start` ≤ capacity);
+    // the advice changes only how the kernel backs those pages, not their contents.
+    unsafe {
+        libc::madvise(
+            buf.as_mut_ptr().add(start).cast::<libc::c_void>(),
+            len,
+            libc::MADV_HUGEPAGE,
+        );
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn advise_huge_pages(_buf: &mut Vec<u8>, _start: usize) {}
+
+/// A byte buffer whose contents start at a multiple of [`ALIGN`] in
+/// memory, so that the backend can write it with direct I/O. The alignment
+/// holds while the buffer stays within the capacity it was made with (it is
+/// a matter of speed only: a misaligned buffer is written the ordinary way).
+#[derive(Default)]
+pub struct AlignedBuf {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl AlignedBuf {
+    /// An empty buffer with room for `capacity` bytes. A buffer of at
+    /// least a huge page starts on one and asks the kernel for huge pages:
+    /// fewer page faults, and direct I/O pins a few pages, not a thousand.
+    pub fn with_capacity(capacity: usize) -> Self {
+        let align = if capacity >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            ALIGN
+        };
+        let mut buf: Vec<u8> = Vec::with_capacity(capacity + align);
+        let start = buf.as_ptr().align_offset(align).min(align);
+        if align == HUGE_PAGE {
+            advise_huge_pages(&mut buf, start);
+        }
+        buf.resize(start, 0);
+        AlignedBuf { buf, start }
+    }
+
+    /// The contents.
+    pub fn as_slice(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    /// The contents, to change in place.
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..]
+    }
+
+    /// Bytes held.
+    pub fn len(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Whether the buffer holds no byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Bytes it holds without growing.
+    pub fn capacity(&self) -> usize {
+        self.buf.capacity() - self.start
+    }
+
+    /// Appends `bytes`.
+    pub fn extend_from_slice(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Appends `n` zero bytes.
+    pub(crate) fn pad(&mut self, n: usize) {
+        self.buf.resize(self.buf.len() + n, 0);
+    }
+
+    /// Empties the buffer, keeping its memory.
+    pub fn clear(&mut self) {
+        self.buf.truncate(self.start);
+    }
+
+    /// The vector holding the contents after the alignment gap, to append
+    /// to (appending within [`AlignedBuf::capacity`] keeps the alignment;
+    /// nothing but appending may change it).
+    pub(crate) fn vec_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// Makes room for `capacity` bytes in all, in a new aligned allocation if needed.
+    pub(crate) fn reserve_total(&mut self, capacity: usize) {
+        if self.capacity() < capacity {
+            let mut bigger = AlignedBuf::with_capacity(capacity);
+            bigger.extend_from_slice(self.as_slice());
+            *self = bigger;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,6 +11,7 @@ pub mod object_lock;
 mod s3;
 mod throttle;
 
+pub use buffers::AlignedBuf;
 pub use faulty::Faulty;
 pub use local::Local;
 pub use location::{Location, S3Location};
@@ -22,6 +23,63 @@ use serde::Serialize;
 use std::fs::File;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The bytes of an object being written by [`Backend::write_new_filled`],
+/// appended in order where the backend stores them.
+pub trait ObjectImage {
+    /// Appends `bytes` to the object.
+    fn append(&mut self, bytes: &[u8]);
+    /// Overwrites bytes from `offset`, which were appended already, with
+    /// `bytes` (a header completed once what follows it is known).
+    fn overwrite(&mut self, offset: usize, bytes: &[u8]);
+    /// Bytes appended so far.
+    fn len(&self) -> usize;
+    /// Whether nothing was appended yet.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl ObjectImage for AlignedBuf {
+    fn append(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+    fn overwrite(&mut self, offset: usize, bytes: &[u8]) {
+        self.as_mut_slice()[offset..offset + bytes.len()].copy_from_slice(bytes);
+    }
+    fn len(&self) -> usize {
+        AlignedBuf::len(self)
+    }
+}
+
+/// Objects of up to this many bytes keep the buffer they were filled in
+/// for the thread's next one (a container writer writes one after another).
+const KEEP_FILL_BUFFER: usize = 32 << 20;
+
+thread_local! {
+    /// The buffer this thread fills objects in ([`with_fill_buffer`]), reused.
+    static FILL_BUF: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::default());
+}
+
+/// Runs `work` on this thread's object buffer, emptied, with room for
+/// `capacity` bytes and aligned in memory (so that a local backend writes
+/// it with direct I/O, and no page is faulted in again for every object).
+pub(crate) fn with_fill_buffer(
+    capacity: usize,
+    work: impl FnOnce(&mut AlignedBuf) -> Result<()>,
+) -> Result<()> {
+    let mut buf = FILL_BUF.take();
+    buf.clear();
+    // Grown by whole MiB: objects of about the same size (containers a few
+    // tag bytes over their capacity) reuse the buffer instead of each
+    // allocating (and faulting in) a slightly larger one.
+    buf.reserve_total(capacity.next_multiple_of(1 << 20));
+    let done = work(&mut buf);
+    if buf.capacity() <= KEEP_FILL_BUFFER {
+        FILL_BUF.set(buf);
+    }
+    done
+}
 
 /// Key of the repository's configuration object. Written once, when the
 /// repository is created, and never replaced: backends may lock it.
@@ -73,6 +131,30 @@ pub trait Backend: Send + Sync {
             return Err(crate::Error::ObjectExists(key.to_string()));
         }
         self.write_parts(key, parts)
+    }
+    /// Stores the bytes `fill` appends to an [`ObjectImage`] (about
+    /// `len_hint` of them, at most) as the new object `key`, like
+    /// [`Backend::write_new`]. A backend that stores
+    /// objects transformed ([`Backend::transforms_objects`]: encryption)
+    /// lays the image out as it stores the object, so the bytes are copied
+    /// once, where they are stored; this default fills a buffer kept by the
+    /// thread and writes it.
+    fn write_new_filled(
+        &self,
+        key: &str,
+        len_hint: usize,
+        fill: &mut dyn FnMut(&mut dyn ObjectImage) -> Result<()>,
+    ) -> Result<()> {
+        with_fill_buffer(len_hint, |buf| {
+            fill(buf)?;
+            self.write_new(key, &[buf.as_slice()])
+        })
+    }
+    /// Whether objects are stored transformed (encrypted), so that
+    /// [`Backend::write_new_filled`] saves the copy [`Backend::write_new`]
+    /// makes of its parts.
+    fn transforms_objects(&self) -> bool {
+        false
     }
     /// Stores the bytes `produce` writes as `key`, like [`Backend::write`]
     /// (`mode` [`WriteMode::Replace`]) or [`Backend::write_new`]
@@ -426,6 +508,24 @@ impl Backend for Counting {
     }
     fn will_read(&self, keys: &[String]) {
         self.inner.will_read(keys);
+    }
+    fn write_new_filled(
+        &self,
+        key: &str,
+        len_hint: usize,
+        fill: &mut dyn FnMut(&mut dyn ObjectImage) -> Result<()>,
+    ) -> Result<()> {
+        let mut len = 0;
+        self.inner.write_new_filled(key, len_hint, &mut |image| {
+            fill(image)?;
+            len = image.len() as u64;
+            Ok(())
+        })?;
+        self.count_write(len);
+        Ok(())
+    }
+    fn transforms_objects(&self) -> bool {
+        self.inner.transforms_objects()
     }
     fn connections(&self) -> Option<usize> {
         self.inner.connections()

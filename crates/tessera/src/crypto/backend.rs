@@ -2,11 +2,10 @@
 //! `config` header is sealed on write and authenticated on read, by
 //! segments, so that a ranged read decrypts only what it touches.
 
-use super::object::{self, auth_failed, ObjectCipher, HEADER_LEN};
+use super::object::{self, auth_failed, ObjectCipher, SealImage, HEADER_LEN};
 use super::KEYS_DIR;
 use crate::backend::buffers::BufferPool;
-use crate::backend::{Backend, LockGuard, LockMode, CONFIG_KEY};
-use crate::container::AlignedBuf;
+use crate::backend::{with_fill_buffer, Backend, LockGuard, LockMode, ObjectImage, CONFIG_KEY};
 use crate::error::Result;
 use std::sync::Arc;
 
@@ -82,37 +81,39 @@ impl Encrypting {
     }
 }
 
-/// Sealed objects of up to this many bytes keep their buffer for the
-/// thread's next one (a container writer seals one container after another).
-const KEEP_SEAL_BUFFER: usize = 32 << 20;
-
-thread_local! {
-    /// The buffer this thread seals objects into, reused.
-    static SEAL_BUF: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::default());
-}
-
 impl Encrypting {
-    /// Seals `parts` as object `key` into this thread's buffer, aligned in
-    /// memory (so that a local backend writes it with direct I/O, without
-    /// a copy into the page cache), and hands it to `write`.
+    /// Seals the plaintext `fill` appends (about `len_hint` bytes) as
+    /// object `key`, in place in this thread's object buffer, and hands
+    /// the sealed object to `write`.
     fn sealed(
+        &self,
+        key: &str,
+        len_hint: usize,
+        fill: &mut dyn FnMut(&mut dyn ObjectImage) -> Result<()>,
+        write: impl FnOnce(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let capacity = object::sealed_len(len_hint as u64) as usize;
+        with_fill_buffer(capacity, |buf| {
+            let mut image = SealImage::new(buf.vec_mut());
+            fill(&mut image)?;
+            self.cipher.seal_image(key, image)?;
+            write(buf.as_slice())
+        })
+    }
+
+    /// Seals the concatenation of `parts` as object `key` and hands it to `write`.
+    fn sealed_parts(
         &self,
         key: &str,
         parts: &[&[u8]],
         write: impl FnOnce(&[u8]) -> Result<()>,
     ) -> Result<()> {
-        let plain: usize = parts.iter().map(|p| p.len()).sum();
-        let mut buf = SEAL_BUF.take();
-        buf.clear();
-        buf.reserve_total(object::sealed_len(plain as u64) as usize);
-        let written = self
-            .cipher
-            .seal_append(key, parts, buf.vec_mut())
-            .and_then(|()| write(buf.as_slice()));
-        if buf.capacity() <= KEEP_SEAL_BUFFER {
-            SEAL_BUF.set(buf);
-        }
-        written
+        let len = parts.iter().map(|p| p.len()).sum();
+        let mut fill = |image: &mut dyn ObjectImage| {
+            parts.iter().for_each(|p| image.append(p));
+            Ok(())
+        };
+        self.sealed(key, len, &mut fill, write)
     }
 }
 
@@ -178,15 +179,35 @@ impl Backend for Encrypting {
     fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         match is_plain(key) {
             true => self.inner.write_parts(key, parts),
-            false => self.sealed(key, parts, |sealed| self.inner.write_parts(key, &[sealed])),
+            false => self.sealed_parts(key, parts, |sealed| self.inner.write_parts(key, &[sealed])),
         }
     }
 
     fn write_new(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         match is_plain(key) {
             true => self.inner.write_new(key, parts),
-            false => self.sealed(key, parts, |sealed| self.inner.write_new(key, &[sealed])),
+            false => self.sealed_parts(key, parts, |sealed| self.inner.write_new(key, &[sealed])),
         }
+    }
+
+    /// The plaintext is appended where the sealed object holds it and
+    /// encrypted there: copied once.
+    fn write_new_filled(
+        &self,
+        key: &str,
+        len_hint: usize,
+        fill: &mut dyn FnMut(&mut dyn ObjectImage) -> Result<()>,
+    ) -> Result<()> {
+        match is_plain(key) {
+            true => self.inner.write_new_filled(key, len_hint, fill),
+            false => self.sealed(key, len_hint, fill, |sealed| {
+                self.inner.write_new(key, &[sealed])
+            }),
+        }
+    }
+
+    fn transforms_objects(&self) -> bool {
+        true
     }
 
     fn will_read(&self, keys: &[String]) {
@@ -250,6 +271,35 @@ mod tests {
         .unwrap();
         let enc = Encrypting::new(Box::new(Local::new(dir.path())), cipher);
         (dir, enc)
+    }
+
+    #[test]
+    fn filled_objects_are_sealed_in_place() {
+        let (dir, enc) = setup();
+        assert!(enc.transforms_objects() && !Local::new(dir.path()).transforms_objects());
+        let mut b = crate::container::Builder::new(9, 1 << 20)
+            .with_encoding(crate::compression::Compression::Auto)
+            .holding();
+        let text = b"abcabcabc".repeat(20_000);
+        let random = crate::chunker::pseudo_random(150_000, 1);
+        for c in [&text, &random] {
+            b.push(crate::fingerprint::FingerprintAlgo::Blake3.hash(c), c);
+        }
+        let (counts, _) = b.write_new(&enc).unwrap();
+        assert_eq!((counts.compressed, counts.raw), (1, 1));
+        let key = crate::container::key(9);
+        let c = crate::container::Container::parse(9, enc.read(&key).unwrap()).unwrap();
+        assert_eq!(c.entry(0).unwrap().as_ref(), &text[..]);
+        assert_eq!(c.plain(1), Some(&random[..]));
+        // No plaintext on disk; a flipped stored byte fails authentication.
+        let path = dir.path().join(&key);
+        let mut stored = std::fs::read(&path).unwrap();
+        assert!(!stored.windows(64).any(|w| w == &random[1000..1064]));
+        let at = stored.len() / 2;
+        stored[at] ^= 4;
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, &stored).unwrap();
+        assert!(matches!(enc.read(&key), Err(Error::Authentication { .. })));
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! (the STREAM construction), the header and the object's key as associated
 //! data.
 
+use crate::backend::ObjectImage;
 use crate::config::Encryption;
 use crate::error::{Error, Result};
 use chacha20poly1305::aead::{AeadInOut, KeyInit};
@@ -107,9 +108,23 @@ impl ObjectCipher {
     }
 
     /// Appends the concatenation of `parts`, sealed as the encrypted object
-    /// `key` ([`sealed_len`] bytes), to `out`: each segment is copied once
+    /// `key` ([`sealed_len`] bytes), to `out`: each part is copied once
     /// and encrypted where it lands.
     pub(crate) fn seal_append(&self, key: &str, parts: &[&[u8]], out: &mut Vec<u8>) -> Result<()> {
+        let plain_len: usize = parts.iter().map(|p| p.len()).sum();
+        out.reserve(sealed_len(plain_len as u64) as usize);
+        let mut image = SealImage::new(out);
+        for part in parts {
+            image.append(part);
+        }
+        self.seal_image(key, image)
+    }
+
+    /// Seals the plaintext appended to `image` as the encrypted object
+    /// `key`: writes the header, encrypts every segment where it lies and
+    /// puts its tag in the gap left after it.
+    pub(crate) fn seal_image(&self, key: &str, image: SealImage<'_>) -> Result<()> {
+        let SealImage { out, start, plain } = image;
         let mut header = [0u8; HEADER_LEN];
         header[..4].copy_from_slice(MAGIC);
         header[4..8].copy_from_slice(&self.version().to_le_bytes());
@@ -119,32 +134,20 @@ impl ObjectCipher {
         };
         crate::crypto::random_bytes(&mut header[8..8 + random])?;
         let aead = self.object_aead(key, &header)?;
-        let plain_len: usize = parts.iter().map(|p| p.len()).sum();
-        let segments = segment_count(plain_len as u64);
-        out.reserve(sealed_len(plain_len as u64) as usize);
-        out.extend_from_slice(&header);
+        out[start..start + HEADER_LEN].copy_from_slice(&header);
+        // The last segment's tag gap, unless it was left when the segment filled.
+        if plain == 0 || !(plain as u64).is_multiple_of(SEGMENT) {
+            out.extend_from_slice(&[0; TAG_LEN]);
+        }
         let aad = associated_data(&header, key);
-        // (part, offset in it) of the next plaintext byte; copied a slice
-        // at a time (an iterator of bytes copies one byte at a time).
-        let (mut part, mut pos) = (0usize, 0usize);
+        let segments = segment_count(plain as u64);
         for i in 0..segments {
-            let start = out.len();
-            let mut need = SEGMENT as usize;
-            while need > 0 {
-                let Some(p) = parts.get(part) else { break };
-                let take = need.min(p.len() - pos);
-                out.extend_from_slice(&p[pos..pos + take]);
-                pos += take;
-                need -= take;
-                if pos == p.len() {
-                    part += 1;
-                    pos = 0;
-                }
-            }
+            let text = start + HEADER_LEN + (i * SEALED_SEGMENT) as usize;
+            let len = (plain - (i * SEGMENT) as usize).min(SEGMENT as usize);
             let tag = aead
-                .seal(i, i + 1 == segments, &aad, &mut out[start..])
+                .seal(i, i + 1 == segments, &aad, &mut out[text..text + len])
                 .ok_or_else(|| Error::Pipeline(format!("{key}: encryption failed")))?;
-            out.extend_from_slice(&tag);
+            out[text + len..text + len + TAG_LEN].copy_from_slice(&tag);
         }
         Ok(())
     }
@@ -231,6 +234,67 @@ impl ObjectCipher {
         }
         buf.truncate(plain);
         Ok(())
+    }
+}
+
+/// The plaintext of an object being sealed, appended to a buffer where
+/// the sealed object holds it: after room for the header, with a gap for
+/// the tag after every segment. [`ObjectCipher::seal_image`] then seals it
+/// in place.
+pub(crate) struct SealImage<'a> {
+    out: &'a mut Vec<u8>,
+    /// Where the object starts in `out`.
+    start: usize,
+    /// Plaintext bytes appended.
+    plain: usize,
+}
+
+impl<'a> SealImage<'a> {
+    /// An empty object appended to `out`.
+    pub(crate) fn new(out: &'a mut Vec<u8>) -> Self {
+        let start = out.len();
+        out.extend_from_slice(&[0; HEADER_LEN]);
+        SealImage {
+            out,
+            start,
+            plain: 0,
+        }
+    }
+
+    /// Where plaintext byte `offset` lies in `out`.
+    fn position(&self, offset: usize) -> usize {
+        self.start + HEADER_LEN + offset + TAG_LEN * (offset / SEGMENT as usize)
+    }
+}
+
+impl crate::backend::ObjectImage for SealImage<'_> {
+    fn append(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let room = SEGMENT as usize - self.plain % SEGMENT as usize;
+            let (now, rest) = bytes.split_at(room.min(bytes.len()));
+            self.out.extend_from_slice(now);
+            self.plain += now.len();
+            if self.plain.is_multiple_of(SEGMENT as usize) {
+                // The segment is full: leave the gap of its tag.
+                self.out.extend_from_slice(&[0; TAG_LEN]);
+            }
+            bytes = rest;
+        }
+    }
+
+    fn overwrite(&mut self, mut offset: usize, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let room = SEGMENT as usize - offset % SEGMENT as usize;
+            let (now, rest) = bytes.split_at(room.min(bytes.len()));
+            let at = self.position(offset);
+            self.out[at..at + now.len()].copy_from_slice(now);
+            offset += now.len();
+            bytes = rest;
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.plain
     }
 }
 
@@ -368,6 +432,27 @@ mod tests {
         }
         assert_eq!(plaintext_len(40), None);
         assert_eq!(plaintext_len(32 + 65552 + 3), None);
+    }
+
+    #[test]
+    fn images_are_sealed_in_place_with_overwrites_across_segments() {
+        for c in ciphers() {
+            for len in [0usize, 10, 65536, 65537, 200_000] {
+                let data: Vec<u8> = (0..len).map(|i| (i * 7) as u8).collect();
+                let mut out = vec![9u8; 5];
+                let mut image = SealImage::new(&mut out);
+                image.append(&vec![0; len.min(70_000)]);
+                for piece in data[len.min(70_000)..].chunks(3001) {
+                    image.append(piece);
+                }
+                assert_eq!(image.len(), len);
+                image.overwrite(0, &data[..len.min(70_000)]);
+                c.seal_image("o", image).unwrap();
+                assert_eq!(out[..5], [9; 5]);
+                assert_eq!(out.len() - 5, sealed_len(len as u64) as usize);
+                assert_eq!(c.open("o", &out[5..]).unwrap(), data);
+            }
+        }
     }
 
     #[test]
