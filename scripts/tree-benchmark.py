@@ -210,7 +210,8 @@ def main():
     data = o["containers_read"] - o["catalog_containers_read"]
     print(
         f"single-file restore: {o['bytes_restored']} B, {data} container(s) for the file, "
-        f"{o['catalog_containers_read']} read for the catalog, "
+        f"{o['catalog_containers_read']} read for the catalog and its index in "
+        f"{o.get('catalog_extents_read', '?')} ranged read(s) (extents), "
         f"{o['bytes_read']} B read (target: <= 2 beyond the file's own)"
     )
     shutil.rmtree(repo, ignore_errors=True)

@@ -2470,7 +2470,7 @@ fn tree_restore_cmd(
             }
         }
         println!(
-            "restored backup {} into {target}: {} files ({}), {} directories, {} symbolic links{extra}, {} containers read ({} for the catalog), {} read, {:.2} s",
+            "restored backup {} into {target}: {} files ({}), {} directories, {} symbolic links{extra}, {} containers read ({} for the catalog, in {} ranged reads), {} read, {:.2} s",
             stats.id,
             stats.files,
             human(stats.bytes_restored),
@@ -2478,6 +2478,7 @@ fn tree_restore_cmd(
             stats.symlinks,
             stats.containers_read,
             stats.catalog_containers_read,
+            stats.catalog_extents_read,
             human(stats.bytes_read),
             stats.seconds
         );

@@ -162,8 +162,9 @@ fn copy_tree(
     let n_chunks = src.recipe(id)?.chunks.len();
     let first = usize::try_from(tree.catalog_chunk).unwrap_or(usize::MAX);
     let name = format!("catalog of backup {id}");
-    // The catalog, whole (as a tree backup builds it): its bytes are the
-    // copy's last segment, its entries give the files' lengths.
+    // The catalog, whole (as a tree backup builds it), and its index: their
+    // bytes are the copy's last segments, the catalog's entries give the
+    // files' lengths.
     let mut catalog = Vec::new();
     restore_selection(
         src,
@@ -172,6 +173,17 @@ fn copy_tree(
         &mut catalog,
         &RestoreOptions::default(),
     )?;
+    if catalog.len() as u64 != tree.catalog_bytes + tree.index_bytes {
+        return Err(Error::corrupt(
+            &name,
+            format!(
+                "{} bytes with its index, the snapshot says {} and {}",
+                catalog.len(),
+                tree.catalog_bytes,
+                tree.index_bytes
+            ),
+        ));
+    }
     let mut sizes = Vec::new();
     let mut reader = CatalogReader::new(&catalog[..], &name)?;
     while let Some(e) = reader.next_entry()? {
@@ -207,6 +219,7 @@ fn copy_tree(
                 left: None,
                 catalog,
                 at: 0,
+                index_at: usize::try_from(tree.catalog_bytes).unwrap_or(usize::MAX),
                 tree: Some(copy_tree),
                 name: &name,
             };
@@ -222,9 +235,12 @@ struct TreeCopy<'a> {
     sizes: std::vec::IntoIter<u64>,
     /// Bytes left of the current file (`None`: between files).
     left: Option<u64>,
+    /// The catalog and its index.
     catalog: Vec<u8>,
-    /// Catalog bytes fed so far.
+    /// Catalog (and index) bytes fed so far.
     at: usize,
+    /// Where the index starts in `catalog`: a segment ends there.
+    index_at: usize,
     tree: Option<TreeRef>,
     name: &'a str,
 }
@@ -259,7 +275,16 @@ impl Segments for TreeCopy<'_> {
                 }
             }
         }
-        let n = buf.len().min(self.catalog.len() - self.at);
+        if self.at == self.index_at && self.at < self.catalog.len() {
+            // The index is a segment of its own; fed once (`usize::MAX` after).
+            self.index_at = usize::MAX;
+            return Ok(SegmentRead::SegmentEnd);
+        }
+        let end = match self.at < self.index_at {
+            true => self.index_at.min(self.catalog.len()),
+            false => self.catalog.len(),
+        };
+        let n = buf.len().min(end - self.at);
         if n == 0 {
             return Ok(SegmentRead::End);
         }

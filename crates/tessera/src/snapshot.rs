@@ -369,7 +369,7 @@ pub struct Snapshot {
 }
 
 /// Format version of tree catalogs this build writes; it reads this one and every earlier one.
-pub const CATALOG_VERSION: u32 = 2;
+pub const CATALOG_VERSION: u32 = 3;
 
 /// Where a tree backup's catalog is in its stream, and what the tree holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -380,8 +380,15 @@ pub struct TreeRef {
     pub catalog_chunk: u64,
     /// Byte offset of the catalog in the stream (= the files' bytes).
     pub catalog_offset: u64,
-    /// Length of the catalog in bytes (it ends the stream).
+    /// Length of the catalog in bytes (only the index follows it).
     pub catalog_bytes: u64,
+    /// Index in the recipe of the catalog index's first chunk (version 3;
+    /// meaningful when `index_bytes` > 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub index_chunk: u64,
+    /// Length of the catalog's index, which ends the stream (0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub index_bytes: u64,
     /// Catalog entries (directories, files, symbolic links).
     pub entries: u64,
     /// Regular files among them.
@@ -410,29 +417,51 @@ pub struct TreeRef {
     pub bytes_reused: u64,
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 impl TreeRef {
     /// Sets `catalog_chunk` from the recipe's `chunks`, in order: the
     /// catalog must start at a chunk boundary (the chunker restarts at
     /// every file end).
+    /// So is `index_chunk` when there is an index.
     pub fn locate(&mut self, chunks: impl Iterator<Item = Result<ChunkRef>>) -> Result<()> {
+        let index_offset = self.catalog_offset + self.catalog_bytes;
+        let (mut catalog, mut index) = (None, None);
         let mut offset = 0u64;
         let mut count = 0u64;
         for c in chunks {
-            if offset == self.catalog_offset {
-                self.catalog_chunk = count;
-                return Ok(());
+            if offset == self.catalog_offset && catalog.is_none() {
+                catalog = Some(count);
+            }
+            if offset == index_offset && index.is_none() {
+                index = Some(count);
             }
             offset += u64::from(c?.len);
             count += 1;
         }
-        if offset == self.catalog_offset && self.catalog_bytes == 0 {
-            self.catalog_chunk = count;
-            return Ok(());
+        if offset == self.catalog_offset && catalog.is_none() {
+            catalog = Some(count);
         }
-        Err(Error::Pipeline(format!(
-            "the tree catalog at byte {} does not start at a chunk boundary",
-            self.catalog_offset
-        )))
+        if offset == index_offset && index.is_none() {
+            index = Some(count);
+        }
+        let Some(catalog) = catalog else {
+            return Err(Error::Pipeline(format!(
+                "the tree catalog at byte {} does not start at a chunk boundary",
+                self.catalog_offset
+            )));
+        };
+        self.catalog_chunk = catalog;
+        if self.index_bytes > 0 {
+            self.index_chunk = index.ok_or_else(|| {
+                Error::Pipeline(format!(
+                    "the catalog's index at byte {index_offset} does not start at a chunk boundary"
+                ))
+            })?;
+        }
+        Ok(())
     }
 }
 

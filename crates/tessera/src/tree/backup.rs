@@ -633,6 +633,11 @@ enum State {
     },
     /// Feeding the catalog.
     Catalog(CatalogBytes),
+    /// Feeding the catalog's index (its last segment), from `at`.
+    Index {
+        bytes: Vec<u8>,
+        at: usize,
+    },
     Done,
 }
 
@@ -1110,6 +1115,7 @@ impl TreeFeed<'_> {
         self.tree.entries = self.catalog.count();
         let bytes = std::mem::take(&mut self.catalog).finish()?;
         self.tree.catalog_bytes = bytes.len();
+        self.tree.index_bytes = bytes.index.len() as u64;
         self.state = State::Catalog(bytes);
         Ok(())
     }
@@ -1206,11 +1212,25 @@ impl Segments for TreeFeed<'_> {
                     }
                 },
                 State::Catalog(bytes) => match bytes.read(buf) {
-                    Ok(0) => self.state = State::Done,
+                    Ok(0) => {
+                        let bytes = std::mem::take(&mut bytes.index);
+                        self.state = State::Index { bytes, at: 0 };
+                        return Ok(SegmentRead::SegmentEnd);
+                    }
                     Ok(n) => return Ok(SegmentRead::Data(n)),
                     Err(e) if e.kind() == ErrorKind::Interrupted => {}
                     Err(e) => return Err(Error::io("reading the catalog's spill file", e)),
                 },
+                State::Index { bytes, at } => {
+                    let n = buf.len().min(bytes.len() - *at);
+                    if n == 0 {
+                        self.state = State::Done;
+                        continue;
+                    }
+                    buf[..n].copy_from_slice(&bytes[*at..*at + n]);
+                    *at += n;
+                    return Ok(SegmentRead::Data(n));
+                }
                 State::Done => return Ok(SegmentRead::End),
             }
         }

@@ -144,14 +144,48 @@ impl Entry {
 /// Catalog bytes kept in memory before a writer spills them to a temporary file.
 const SPILL_AT: usize = 8 << 20;
 
+/// Catalog bytes per region of the index (docs/FORMAT.md §24.4).
+const REGION: u64 = 64 << 10;
+const INDEX_MAGIC: &[u8; 4] = b"TCIX";
+/// Largest record of an index (a region's ancestors included).
+const MAX_INDEX_RECORD: u64 = 64 << 20;
+
+/// One region of a catalog, as its index records it (docs/FORMAT.md §24.4).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Region {
+    /// Byte offset in the catalog of the region's first record.
+    pub offset: u64,
+    /// Catalog records before it.
+    pub entries: u64,
+    /// Stream offset of the bytes of the first file (or gap) at or after it.
+    pub data_offset: u64,
+    /// Path of its first record.
+    pub path: Vec<u8>,
+    /// The directory records of the ancestors of `path`, outermost first.
+    pub ancestors: Vec<Entry>,
+}
+
+/// Whether catalog path `dir` is a proper ancestor of `path`.
+pub(crate) fn is_ancestor(dir: &[u8], path: &[u8]) -> bool {
+    dir.is_empty() && !path.is_empty()
+        || path.len() > dir.len() && path.starts_with(dir) && path[dir.len()] == b'/'
+}
+
 /// Builds a catalog record by record: in memory up to a few MiB, then in an
-/// unnamed temporary file, so a backup's memory does not grow with its tree.
+/// unnamed temporary file, so a backup's memory does not grow with its tree;
+/// and its index, one record per region (docs/FORMAT.md §24.4).
 pub struct CatalogWriter {
     memory: Vec<u8>,
     spill: Option<BufWriter<File>>,
     crc: u32,
     len: u64,
     count: u64,
+    /// Bytes of the files and gaps recorded so far.
+    data: u64,
+    /// The directories recorded that are ancestors of the last record, outermost first.
+    open_dirs: Vec<Entry>,
+    /// The index's records so far.
+    regions: Vec<Region>,
 }
 
 impl Default for CatalogWriter {
@@ -162,6 +196,9 @@ impl Default for CatalogWriter {
             crc: 0,
             len: 0,
             count: 0,
+            data: 0,
+            open_dirs: Vec::new(),
+            regions: Vec::new(),
         };
         w.memory.extend_from_slice(MAGIC);
         w.memory.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
@@ -171,10 +208,12 @@ impl Default for CatalogWriter {
     }
 }
 
-/// A finished catalog, to be read once from its start.
+/// A finished catalog, to be read once from its start, and its index.
 pub struct CatalogBytes {
     input: Box<dyn Read + Send>,
     len: u64,
+    /// The index segment (docs/FORMAT.md §24.4).
+    pub index: Vec<u8>,
 }
 
 impl CatalogBytes {
@@ -211,11 +250,34 @@ impl CatalogWriter {
                 record.len()
             )));
         }
+        while self
+            .open_dirs
+            .last()
+            .is_some_and(|d| !is_ancestor(&d.path, &entry.path))
+        {
+            self.open_dirs.pop();
+        }
+        let region_start = self.regions.last().map(|r| r.offset + REGION);
+        if region_start.is_none_or(|start| self.len >= start) {
+            self.regions.push(Region {
+                offset: self.len,
+                entries: self.count,
+                data_offset: self.data,
+                path: entry.path.clone(),
+                ancestors: self.open_dirs.clone(),
+            });
+        }
         let mut len = Vec::with_capacity(4);
         push_varint(&mut len, record.len() as u64);
         self.put(&len)?;
         self.put(&record)?;
         self.count += 1;
+        if entry.has_bytes() {
+            self.data += entry.size;
+        }
+        if entry.kind == Kind::Dir {
+            self.open_dirs.push(entry.clone());
+        }
         Ok(())
     }
 
@@ -251,6 +313,26 @@ impl CatalogWriter {
         let crc = self.crc.to_le_bytes();
         self.put(&crc)?;
         let len = self.len;
+        let mut index = Vec::new();
+        index.extend_from_slice(INDEX_MAGIC);
+        index.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
+        for r in &self.regions {
+            let record = postcard::to_stdvec(r)
+                .map_err(|e| Error::Pipeline(format!("encoding the catalog's index: {e}")))?;
+            if record.len() as u64 > MAX_INDEX_RECORD {
+                return Err(Error::Pipeline(format!(
+                    "the catalog's index record of {} takes {} bytes (at most {MAX_INDEX_RECORD})",
+                    String::from_utf8_lossy(&r.path),
+                    record.len()
+                )));
+            }
+            push_varint(&mut index, record.len() as u64);
+            index.extend_from_slice(&record);
+        }
+        index.push(0);
+        index.extend_from_slice(&(self.regions.len() as u64).to_le_bytes());
+        let crc = crc32c::crc32c(&index);
+        index.extend_from_slice(&crc.to_le_bytes());
         let spill_err = |e| Error::io("reading the catalog's spill file", e);
         let input: Box<dyn Read + Send> = match self.spill {
             None => Box::new(std::io::Cursor::new(self.memory)),
@@ -260,11 +342,11 @@ impl CatalogWriter {
                 Box::new(BufReader::new(f))
             }
         };
-        Ok(CatalogBytes { input, len })
+        Ok(CatalogBytes { input, len, index })
     }
 }
 
-/// Refuses a catalog version this build does not read (it reads 1 and 2).
+/// Refuses a catalog version this build does not read (it reads 1 to 3).
 pub(crate) fn check_version(version: u32, name: &str) -> Result<()> {
     if version == 0 || version > CATALOG_VERSION {
         return Err(Error::UnsupportedVersion {
@@ -284,54 +366,65 @@ fn push_varint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
-/// Reads a catalog record by record from `input` (named `name` in errors).
-pub struct CatalogReader<R> {
+/// Reads framed records (docs/FORMAT.md §24.2) one by one: a whole frame
+/// (header, records, terminator, count, CRC) or, for a region, records up to
+/// the end of the input.
+struct RecordReader<R> {
     input: R,
     name: String,
     crc: u32,
     count: u64,
     done: bool,
+    /// A region: records without header and trailer, ending with the input.
+    region: bool,
+    /// A region's byte read ahead to find its end.
+    peeked: Option<u8>,
     record: Vec<u8>,
-    version: u32,
+    max: u64,
 }
 
-impl<R: Read> CatalogReader<R> {
-    /// Checks the header and returns a reader positioned at the first record.
-    pub fn new(input: R, name: &str) -> Result<Self> {
-        let mut r = CatalogReader {
+impl<R: Read> RecordReader<R> {
+    /// Checks the header (`magic`, a version this build reads) and returns
+    /// the reader positioned at the first record, with the version.
+    fn framed(input: R, name: &str, magic: &[u8; 4]) -> Result<(Self, u32)> {
+        let mut r = RecordReader {
             input,
             name: name.to_string(),
             crc: 0,
             count: 0,
             done: false,
+            region: false,
+            peeked: None,
             record: Vec::new(),
-            version: CATALOG_VERSION,
+            max: MAX_RECORD,
         };
         let mut head = [0u8; 8];
         r.read_exact(&mut head)?;
-        if &head[..4] != MAGIC {
-            return Err(Error::corrupt(&r.name, "not a catalog (bad magic)"));
+        if &head[..4] != magic {
+            return Err(Error::corrupt(&r.name, "bad magic"));
         }
-        r.version = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-        check_version(r.version, &r.name)?;
-        Ok(r)
+        let version = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        check_version(version, &r.name)?;
+        Ok((r, version))
     }
 
-    /// The next entry, or `None` after the last (whose count and CRC are then checked).
-    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
+    /// Reads the next record into `record`; `false` after the last.
+    fn next_record(&mut self) -> Result<bool> {
         if self.done {
-            return Ok(None);
+            return Ok(false);
+        }
+        if self.region && self.at_end()? {
+            self.done = true;
+            return Ok(false);
         }
         let len = self.read_varint()?;
         if len == 0 {
-            return self.finish().map(|()| None);
+            if self.region {
+                return Err(Error::corrupt(&self.name, "a region holds the terminator"));
+            }
+            return self.finish().map(|()| false);
         }
-        let max = if self.version == 1 {
-            MAX_RECORD_V1
-        } else {
-            MAX_RECORD
-        };
-        if len > max {
+        if len > self.max {
             return Err(Error::corrupt(
                 &self.name,
                 format!("record {} claims {len} bytes", self.count),
@@ -340,30 +433,25 @@ impl<R: Read> CatalogReader<R> {
         let mut record = std::mem::take(&mut self.record);
         record.resize(len as usize, 0);
         self.read_exact(&mut record)?;
-        let undecodable = |e: postcard::Error| {
-            Error::corrupt(
-                &self.name,
-                format!("undecodable record {}: {e}", self.count),
-            )
-        };
-        let entry: Entry = if self.version == 1 {
-            let v1: EntryV1 = postcard::from_bytes(&record).map_err(undecodable)?;
-            if v1.kind as u8 > Kind::Gap as u8 {
-                return Err(Error::corrupt(
-                    &self.name,
-                    format!(
-                        "record {}: kind {:?} in a version-1 catalog",
-                        self.count, v1.kind
-                    ),
-                ));
-            }
-            v1.into()
-        } else {
-            postcard::from_bytes(&record).map_err(undecodable)?
-        };
         self.record = record;
         self.count += 1;
-        Ok(Some(entry))
+        Ok(true)
+    }
+
+    /// Whether a region's input is exhausted (its next byte, if any, is kept).
+    fn at_end(&mut self) -> Result<bool> {
+        let mut b = [0u8; 1];
+        loop {
+            match self.input.read(&mut b) {
+                Ok(0) => return Ok(true),
+                Ok(_) => {
+                    self.peeked = Some(b[0]);
+                    return Ok(false);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(format!("reading {}", self.name), e)),
+            }
+        }
     }
 
     fn finish(&mut self) -> Result<()> {
@@ -403,13 +491,116 @@ impl<R: Read> CatalogReader<R> {
     }
 
     fn read_exact(&mut self, buf: &mut [u8]) -> Result<()> {
-        self.input.read_exact(buf).map_err(|e| match e.kind() {
-            ErrorKind::UnexpectedEof => Error::corrupt(&self.name, "truncated"),
-            _ => Error::io(format!("reading {}", self.name), e),
-        })?;
+        // A region's first byte of a record may have been read ahead.
+        let ahead = match (self.peeked, buf.first_mut()) {
+            (Some(b), Some(first)) => {
+                *first = b;
+                self.peeked = None;
+                1
+            }
+            _ => 0,
+        };
+        self.input
+            .read_exact(&mut buf[ahead..])
+            .map_err(|e| match e.kind() {
+                ErrorKind::UnexpectedEof => Error::corrupt(&self.name, "truncated"),
+                _ => Error::io(format!("reading {}", self.name), e),
+            })?;
         self.crc = crc32c::crc32c_append(self.crc, buf);
         Ok(())
     }
+}
+
+/// Reads a catalog record by record from `input` (named `name` in errors).
+pub struct CatalogReader<R> {
+    records: RecordReader<R>,
+    version: u32,
+}
+
+impl<R: Read> CatalogReader<R> {
+    /// Checks the header and returns a reader positioned at the first record.
+    pub fn new(input: R, name: &str) -> Result<Self> {
+        let (mut records, version) = RecordReader::framed(input, name, MAGIC)?;
+        if version == 1 {
+            records.max = MAX_RECORD_V1;
+        }
+        Ok(CatalogReader { records, version })
+    }
+
+    /// A reader of the records of a region of a catalog of `version`
+    /// (docs/FORMAT.md §24.4): `input` starts at a record and ends at one;
+    /// no header, terminator or CRC.
+    pub fn region(input: R, name: &str, version: u32) -> Result<Self> {
+        check_version(version, name)?;
+        let records = RecordReader {
+            input,
+            name: name.to_string(),
+            crc: 0,
+            count: 0,
+            done: false,
+            region: true,
+            peeked: None,
+            record: Vec::new(),
+            max: if version == 1 {
+                MAX_RECORD_V1
+            } else {
+                MAX_RECORD
+            },
+        };
+        Ok(CatalogReader { records, version })
+    }
+
+    /// The next entry, or `None` after the last (whose count and CRC are then checked).
+    pub fn next_entry(&mut self) -> Result<Option<Entry>> {
+        let version = self.version;
+        let count = self.records.count;
+        if !self.records.next_record()? {
+            return Ok(None);
+        }
+        let (record, name) = (&self.records.record, &self.records.name);
+        let undecodable =
+            |e: postcard::Error| Error::corrupt(name, format!("undecodable record {count}: {e}"));
+        if version == 1 {
+            let v1: EntryV1 = postcard::from_bytes(record).map_err(undecodable)?;
+            if v1.kind as u8 > Kind::Gap as u8 {
+                return Err(Error::corrupt(
+                    name,
+                    format!("record {count}: kind {:?} in a version-1 catalog", v1.kind),
+                ));
+            }
+            Ok(Some(v1.into()))
+        } else {
+            postcard::from_bytes(record).map(Some).map_err(undecodable)
+        }
+    }
+}
+
+/// The regions of a catalog's index `bytes` (docs/FORMAT.md §24.4; named
+/// `name` in errors), checked to be a version-`version` index whose
+/// offsets increase.
+pub fn read_index(bytes: &[u8], name: &str, version: u32) -> Result<Vec<Region>> {
+    let (mut r, found) = RecordReader::framed(bytes, name, INDEX_MAGIC)?;
+    if found != version {
+        return Err(Error::corrupt(
+            name,
+            format!("index version {found}, the catalog's is {version}"),
+        ));
+    }
+    r.max = MAX_INDEX_RECORD;
+    let mut regions: Vec<Region> = Vec::new();
+    while r.next_record()? {
+        let region: Region = postcard::from_bytes(&r.record).map_err(|e| {
+            Error::corrupt(name, format!("undecodable record {}: {e}", regions.len()))
+        })?;
+        if regions.last().is_some_and(|p| p.offset >= region.offset) {
+            return Err(Error::corrupt(
+                name,
+                format!("region {} does not follow the one before", regions.len()),
+            ));
+        }
+        regions.push(region);
+    }
+    Ok(regions)
 }
 
 #[cfg(test)]
@@ -422,6 +613,54 @@ mod tests {
         c.read_to_end(&mut bytes).unwrap();
         assert_eq!(bytes.len() as u64, c.len());
         bytes
+    }
+
+    #[test]
+    fn the_index_finds_each_region_with_its_ancestors_and_data_offset() {
+        let mut w = CatalogWriter::default();
+        let mut entries = vec![entry(b"r", Kind::Dir, 0)];
+        for d in 0..40 {
+            entries.push(entry(format!("r/d{d:02}").as_bytes(), Kind::Dir, 0));
+            for f in 0..100 {
+                let path = format!("r/d{d:02}/f{f:03}-{}", "x".repeat(40));
+                entries.push(entry(path.as_bytes(), Kind::File, f));
+            }
+        }
+        for e in &entries {
+            w.push(e).unwrap();
+        }
+        let mut c = w.finish().unwrap();
+        let index = std::mem::take(&mut c.index);
+        let mut bytes = Vec::new();
+        c.read_to_end(&mut bytes).unwrap();
+        let regions = read_index(&index, "index", CATALOG_VERSION).unwrap();
+        assert!(regions.len() > 3, "{}", regions.len());
+        let records_end = bytes.len() - 13;
+        for (k, r) in regions.iter().enumerate() {
+            let end = regions
+                .get(k + 1)
+                .map_or(records_end, |n| n.offset as usize);
+            let at = r.entries as usize;
+            let mut reader =
+                CatalogReader::region(&bytes[r.offset as usize..end], "region", CATALOG_VERSION)
+                    .unwrap();
+            let mut read = Vec::new();
+            while let Some(e) = reader.next_entry().unwrap() {
+                read.push(e);
+            }
+            assert_eq!(read[..], entries[at..at + read.len()]);
+            assert_eq!(r.path, entries[at].path);
+            let data: u64 = entries[..at].iter().map(|e| e.size).sum();
+            assert_eq!(r.data_offset, data);
+            let ancestors: Vec<&Entry> = entries[..at]
+                .iter()
+                .filter(|e| is_ancestor(&e.path, &r.path))
+                .collect();
+            assert_eq!(r.ancestors.iter().collect::<Vec<_>>(), ancestors);
+        }
+        let mut bad = index.clone();
+        bad[12] ^= 1;
+        assert!(read_index(&bad, "index", CATALOG_VERSION).is_err());
     }
 
     #[test]
@@ -518,10 +757,10 @@ mod tests {
         assert!(e.xattrs.is_empty() && !e.sparse);
         assert!(r.next_entry().unwrap().is_none());
         let mut future = bytes.clone();
-        future[4] = 3;
+        future[4] = CATALOG_VERSION as u8 + 1;
         let err = CatalogReader::new(&future[..], "new").err().unwrap();
         assert!(
-            matches!(err, Error::UnsupportedVersion { found: 3, .. }),
+            matches!(err, Error::UnsupportedVersion { found, .. } if found == CATALOG_VERSION + 1),
             "{err}"
         );
     }

@@ -4,7 +4,7 @@
 
 use super::catalog::Kind;
 use super::restore::{Cursor, TreeRestoreStats};
-use super::stream::{for_each_entry, tree_of};
+use super::stream::{for_each_entry_in, scope_of, tree_of};
 use super::tar::{write_tar, TarScope};
 use crate::error::{Error, Result};
 use crate::repo::Repository;
@@ -49,9 +49,10 @@ pub fn dump(
         return write_tar(repo, id, &TarScope::default(), out, options).map(|s| (Dumped::Tar, s));
     }
     let recipe = repo.recipe(id)?;
-    let mut cursor = Cursor::new(&recipe.chunks, id);
+    let scope = scope_of(repo, id, &tree, &recipe.chunks, wanted)?;
+    let mut cursor = Cursor::at(&recipe.chunks, id, scope.data_offset)?;
     let mut found: Option<(Kind, Range<usize>, Vec<u8>)> = None;
-    let catalog = for_each_entry(repo, id, &tree, &recipe.chunks, |e| {
+    let catalog = for_each_entry_in(repo, id, &tree, &recipe.chunks, &scope, |e| {
         let extent = match e.has_bytes() {
             true => cursor.extent(e.size)?,
             false => 0..0,
@@ -78,16 +79,18 @@ pub fn dump(
                 bytes_read: data.bytes_read,
                 ..TreeRestoreStats::default()
             };
+            stats.add_catalog(&scope.index);
             stats.add_catalog(&catalog);
             stats.seconds = started.elapsed().as_secs_f64();
             Ok((Dumped::File, stats))
         }
         (Kind::Dir, _, _) => {
-            let scope = TarScope {
+            let tar_scope = TarScope {
                 under: Some(wanted.to_vec()),
                 ..TarScope::default()
             };
-            let mut stats = write_tar(repo, id, &scope, out, options)?;
+            let mut stats = write_tar(repo, id, &tar_scope, out, options)?;
+            stats.add_catalog(&scope.index);
             stats.add_catalog(&catalog);
             Ok((Dumped::Tar, stats))
         }

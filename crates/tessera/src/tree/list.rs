@@ -2,7 +2,7 @@
 
 use super::catalog::{Entry, Kind};
 use super::dump::normalize_path;
-use super::stream::{for_each_entry, tree_of};
+use super::stream::{for_each_entry_in, scope_of, tree_of};
 use crate::error::{Error, Result};
 use crate::repo::Repository;
 use crate::snapshot::BackupId;
@@ -30,8 +30,15 @@ pub fn list_tree(
         .iter()
         .map(|p| p.trim_start_matches('/').as_bytes().to_vec())
         .collect();
+    let scope = scope_of(
+        repo,
+        id,
+        &tree,
+        &chunks,
+        path.as_deref().unwrap_or_default(),
+    )?;
     let mut shown = 0u64;
-    for_each_entry(repo, id, &tree, &chunks, |e| {
+    for_each_entry_in(repo, id, &tree, &chunks, &scope, |e| {
         seen |= path
             .as_ref()
             .is_some_and(|p| *p == e.path && e.kind != Kind::Gap);

@@ -9,7 +9,7 @@
 use super::catalog::{Entry, Kind};
 use super::meta::{make_node, unsupported, write_file_xattrs, write_xattrs};
 use super::select::Selection;
-use super::stream::{for_each_entry, tree_of};
+use super::stream::{for_each_entry, for_each_entry_in, scope_of, tree_of, Scope};
 use super::{catalog_order, relative_path};
 use crate::error::{Error, Result};
 use crate::repo::Repository;
@@ -105,8 +105,10 @@ pub struct TreeRestoreStats {
     pub bytes_restored: u64,
     /// Containers (lifecycle layout: objects) read, for the files and the catalog.
     pub containers_read: u64,
-    /// Of which for reading the catalog (three passes).
+    /// Of which for reading the catalog (three passes) and its index.
     pub catalog_containers_read: u64,
+    /// Ranged reads of containers (in other layouts: extents) for the catalog and its index.
+    pub catalog_extents_read: u64,
     /// Bytes read from the backend.
     pub bytes_read: u64,
     /// Wall time.
@@ -132,6 +134,7 @@ impl TreeRestoreStats {
     pub(super) fn add_catalog(&mut self, s: &RestoreStats) {
         self.containers_read += s.containers_read;
         self.catalog_containers_read += s.containers_read;
+        self.catalog_extents_read += s.extents;
         self.bytes_read += s.bytes_read;
     }
 }
@@ -168,11 +171,22 @@ pub fn restore_tree(
     // The files with bytes, in order: (path, where restored, size).
     let mut with_bytes: Vec<(Vec<u8>, PathBuf, u64)> = Vec::new();
     let mut write: Vec<bool> = Vec::new();
-    let mut cursor = Cursor::new(&recipe.chunks, id);
+    // A single path (`--include home/ann/a.txt`): with an index, only the
+    // catalog's regions that can hold it are read.
+    let scope = scope_of(
+        repo,
+        id,
+        &tree,
+        chunks,
+        &select.literal().unwrap_or_default(),
+    )?;
+    stats.add_catalog(&scope.index);
+    let scope = &scope;
+    let mut cursor = Cursor::at(&recipe.chunks, id, scope.data_offset)?;
     // The entries passes 2 and 3 need, while they fit in KEPT_BYTES (as
     // for a few files): the catalog is then read once, not three times.
     let mut kept = Some(Kept::default());
-    let s = for_each_entry(repo, id, &tree, chunks, |e| {
+    let s = for_each_entry_in(repo, id, &tree, chunks, scope, |e| {
         let extent = if e.has_bytes() {
             Some(cursor.extent(e.size)?)
         } else {
@@ -258,7 +272,7 @@ pub fn restore_tree(
                 return Ok(RestoreStats::default());
             }
             let mut file = 0usize;
-            for_each_entry(repo, id, tree, chunks, |e| {
+            for_each_entry_in(repo, id, tree, chunks, scope, |e| {
                 if !select.matches(&e.path) {
                     return Ok(true);
                 }
@@ -328,7 +342,7 @@ pub fn restore_tree(
             }
         }
         None => {
-            let s = for_each_entry(repo, id, tree, chunks, |e| set_dir(&e))?;
+            let s = for_each_entry_in(repo, id, tree, chunks, scope, |e| set_dir(&e))?;
             stats.add_catalog(&s);
         }
     }
@@ -337,7 +351,15 @@ pub fn restore_tree(
     sync_target(target)?;
 
     if options.verify {
-        let (verified, s) = verify(repo, id, tree, &recipe.chunks, target, select, write)?;
+        let (verified, s) = verify(
+            repo,
+            id,
+            (tree, scope),
+            &recipe.chunks,
+            target,
+            select,
+            write,
+        )?;
         stats.verified = verified;
         stats.add_catalog(&s);
     }
@@ -571,27 +593,23 @@ fn walk_delete(
 }
 
 /// Reads every file written by this restore back and checks each of its
-/// chunks against the recipe's fingerprint; the number of files checked.
+/// chunks against the recipe's fingerprint; the number of files checked
+/// (those of the part `scope` of the catalog of `tree`).
 fn verify(
     repo: &Repository,
     id: BackupId,
-    tree: &crate::snapshot::TreeRef,
+    (tree, scope): (&crate::snapshot::TreeRef, &Scope),
     chunks: &[ChunkRef],
     target: &Path,
     select: &Selection,
     write: &[bool],
 ) -> Result<(u64, RestoreStats)> {
-    let mut cursor = Cursor {
-        chunks,
-        index: 0,
-        offset: 0,
-        backup: id,
-    };
+    let mut cursor = Cursor::at(chunks, id, scope.data_offset)?;
     let fp = repo.fingerprinter();
     let mut file = 0usize;
     let mut verified = 0u64;
     let mut buf = Vec::new();
-    let s = for_each_entry(repo, id, tree, chunks, |e| {
+    let s = for_each_entry_in(repo, id, tree, chunks, scope, |e| {
         let extent = if e.has_bytes() {
             cursor.extent(e.size)?
         } else {
@@ -644,6 +662,15 @@ impl<'a> Cursor<'a> {
             offset: 0,
             backup,
         }
+    }
+
+    /// A cursor at byte `offset` of backup `backup`'s stream of `chunks`
+    /// (a chunk boundary: where a part of its catalog starts,
+    /// [`crate::tree::stream::Scope`]).
+    pub(super) fn at(chunks: &'a [ChunkRef], backup: BackupId, offset: u64) -> Result<Self> {
+        let mut c = Cursor::new(chunks, backup);
+        c.extent(offset)?;
+        Ok(c)
     }
 
     /// The chunks of the next `size` bytes, which must start and end at chunk boundaries.

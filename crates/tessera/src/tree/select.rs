@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 pub struct Selection {
     include: Option<GlobSet>,
     exclude: Option<GlobSet>,
+    /// The path of the only include pattern, when it is a literal path.
+    literal: Option<Vec<u8>>,
 }
 
 impl Selection {
@@ -22,7 +24,18 @@ impl Selection {
         Ok(Selection {
             include: set(include)?,
             exclude: set(exclude)?,
+            literal: match include {
+                [p] => literal_path(p),
+                _ => None,
+            },
         })
+    }
+
+    /// The catalog path below which every selected path lies, when the
+    /// selection is one include pattern naming a path without wildcards
+    /// (`home/ann/a.txt`: it and what is below it).
+    pub fn literal(&self) -> Option<Vec<u8>> {
+        self.literal.clone()
     }
 
     /// Whether `path` itself matches an include pattern and no exclude
@@ -86,6 +99,19 @@ pub fn read_paths(file: &Path) -> Result<Vec<PathBuf>> {
         .into_iter()
         .map(|l| PathBuf::from(std::ffi::OsString::from_vec(l)))
         .collect())
+}
+
+/// The catalog path pattern `p` matches exactly, if it is one: with a
+/// `/` (a pattern without one matches a name at any depth), no glob
+/// syntax, and no empty, `.` or `..` component.
+fn literal_path(p: &str) -> Option<Vec<u8>> {
+    let trimmed = p.trim_start_matches('/').trim_end_matches('/');
+    let plain = trimmed.contains('/')
+        && !trimmed.contains(['*', '?', '[', ']', '{', '}', '\\', '!'])
+        && trimmed
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    plain.then(|| trimmed.as_bytes().to_vec())
 }
 
 fn set(patterns: &[String]) -> Result<Option<GlobSet>> {

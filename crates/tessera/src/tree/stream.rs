@@ -1,7 +1,9 @@
 //! Reading a tree backup's catalog as its chunks are restored: entries are
-//! decoded one by one, so memory does not grow with the tree.
+//! decoded one by one, so memory does not grow with the tree; with a
+//! catalog index (version 3), only the regions that can hold one path.
 
-use super::catalog::{check_version, CatalogReader, Entry};
+use super::catalog::{check_version, is_ancestor, read_index, CatalogReader, Entry};
+use super::catalog_order;
 use super::catalog_read::read_catalog_chunks;
 use crate::config::Layout;
 use crate::error::{Error, Result};
@@ -9,12 +11,165 @@ use crate::pipe::pipe;
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
 use crate::snapshot::{self, BackupId, ChunkRef, TreeRef};
+use std::cmp::Ordering;
+use std::io::{Read, Write};
+use std::ops::Range;
+
+/// Bytes of a catalog's frame after its last record: terminator, count, CRC.
+const TRAILER: u64 = 1 + 8 + 4;
 
 /// The tree record of backup `id`, checked to be one this build reads.
 pub fn tree_of(repo: &Repository, id: BackupId) -> Result<TreeRef> {
     let tree = repo.snapshot(id)?.tree.ok_or(Error::NotATree(id))?;
     check_version(tree.catalog_version, &format!("catalog of backup {id}"))?;
     Ok(tree)
+}
+
+/// Which part of a catalog a reading covers: the whole catalog, or (with an
+/// index, docs/FORMAT.md §24.4) the regions that can hold one path and
+/// what lies below it.
+#[derive(Debug, Default)]
+pub struct Scope {
+    /// The directory records of the ancestors of the part's first record,
+    /// outermost first (read before it).
+    ancestors: Vec<Entry>,
+    /// The part's catalog chunks (none: the whole catalog)...
+    part: Option<Part>,
+    /// Stream offset of the first file's bytes in the part.
+    pub data_offset: u64,
+    /// The metrics of reading the index.
+    pub index: RestoreStats,
+}
+
+#[derive(Debug)]
+struct Part {
+    /// The recipe's chunks covering it.
+    chunks: Range<usize>,
+    /// Bytes of the first chunk before it.
+    skip: u64,
+    /// Its length.
+    len: u64,
+}
+
+/// The chunks of backup `id`'s catalog (not its index), checked against the recipe.
+fn catalog_chunks(id: BackupId, tree: &TreeRef, chunks: &[ChunkRef]) -> Result<Range<usize>> {
+    let first = usize::try_from(tree.catalog_chunk).unwrap_or(usize::MAX);
+    let end = match tree.index_bytes {
+        0 => chunks.len(),
+        _ => usize::try_from(tree.index_chunk).unwrap_or(usize::MAX),
+    };
+    if first > end || end > chunks.len() {
+        return Err(Error::corrupt(
+            snapshot::recipe_key(id),
+            format!(
+                "the catalog spans chunks {first} to {end}, the recipe has {}",
+                chunks.len()
+            ),
+        ));
+    }
+    Ok(first..end)
+}
+
+/// Restores the chunks `range` of backup `id` into `out` (in the container
+/// layout by ranges of containers: [`read_catalog_chunks`]).
+fn read_chunks(
+    repo: &Repository,
+    id: BackupId,
+    chunks: &[ChunkRef],
+    range: Range<usize>,
+    out: &mut dyn Write,
+) -> Result<RestoreStats> {
+    match repo.config().layout == Layout::Container && !repo.config().trace {
+        true => read_catalog_chunks(repo, id, &chunks[range], out),
+        false => {
+            let ranges = std::slice::from_ref(&range);
+            restore_selection(repo, id, ranges, out, &RestoreOptions::default())
+        }
+    }
+}
+
+/// The part of tree backup `id`'s catalog a reading of `path` (a catalog
+/// path) and what lies below it needs: with an index, the regions that can
+/// hold them (the index is read); the whole catalog otherwise (an older
+/// catalog, or the root).
+pub fn scope_of(
+    repo: &Repository,
+    id: BackupId,
+    tree: &TreeRef,
+    chunks: &[ChunkRef],
+    path: &[u8],
+) -> Result<Scope> {
+    if tree.index_bytes == 0 || path.is_empty() {
+        return Ok(Scope::default());
+    }
+    let catalog = catalog_chunks(id, tree, chunks)?;
+    let name = format!("catalog index of backup {id}");
+    let mut bytes = Vec::new();
+    let index = read_chunks(repo, id, chunks, catalog.end..chunks.len(), &mut bytes)?;
+    if bytes.len() as u64 != tree.index_bytes {
+        return Err(Error::corrupt(
+            &name,
+            format!(
+                "{} bytes, the snapshot says {}",
+                bytes.len(),
+                tree.index_bytes
+            ),
+        ));
+    }
+    let regions = read_index(&bytes, &name, tree.catalog_version)?;
+    // The last region starting at or before `path`, and the regions after
+    // it that start below `path`.
+    let first = regions
+        .partition_point(|r| catalog_order(&r.path, path) != Ordering::Greater)
+        .saturating_sub(1);
+    let Some(region) = regions.get(first) else {
+        return Err(Error::corrupt(&name, "no regions"));
+    };
+    let end_region = (first + 1..regions.len())
+        .find(|&k| !is_ancestor(path, &regions[k].path))
+        .unwrap_or(regions.len());
+    let records_end = tree.catalog_bytes.saturating_sub(TRAILER);
+    let (start, end) = (
+        region.offset,
+        regions.get(end_region).map_or(records_end, |r| r.offset),
+    );
+    if start < 8 || start >= end || end > records_end {
+        return Err(Error::corrupt(
+            &name,
+            format!("region {start}..{end} outside the catalog's records (8..{records_end})"),
+        ));
+    }
+    // The catalog's chunks covering [start, end).
+    let mut at = 0u64;
+    let mut covering: Option<(usize, u64)> = None;
+    let mut last = catalog.start;
+    for k in catalog.clone() {
+        let len = u64::from(chunks[k].len);
+        if covering.is_none() && start < at + len {
+            covering = Some((k, start - at));
+        }
+        at += len;
+        last = k + 1;
+        if at >= end {
+            break;
+        }
+    }
+    let (Some((from, skip)), true) = (covering, at >= end) else {
+        return Err(Error::corrupt(
+            snapshot::recipe_key(id),
+            format!("the catalog's chunks end before its byte {end}"),
+        ));
+    };
+    Ok(Scope {
+        ancestors: region.ancestors.clone(),
+        part: Some(Part {
+            chunks: from..last,
+            skip,
+            len: end - start,
+        }),
+        data_offset: region.data_offset,
+        index,
+    })
 }
 
 /// Calls `f` with every catalog entry of tree backup `id` in order, until it
@@ -26,43 +181,69 @@ pub fn for_each_entry(
     id: BackupId,
     tree: &TreeRef,
     chunks: &[ChunkRef],
+    f: impl FnMut(Entry) -> Result<bool>,
+) -> Result<RestoreStats> {
+    for_each_entry_in(repo, id, tree, chunks, &Scope::default(), f)
+}
+
+/// [`for_each_entry`] over the part `scope` of the catalog: its ancestors'
+/// directory records, then its records (with the whole catalog's scope,
+/// every record).
+pub fn for_each_entry_in(
+    repo: &Repository,
+    id: BackupId,
+    tree: &TreeRef,
+    chunks: &[ChunkRef],
+    scope: &Scope,
     mut f: impl FnMut(Entry) -> Result<bool>,
 ) -> Result<RestoreStats> {
-    let first = usize::try_from(tree.catalog_chunk).unwrap_or(usize::MAX);
-    let catalog = chunks.get(first..).ok_or_else(|| {
-        Error::corrupt(
-            snapshot::recipe_key(id),
-            format!(
-                "the catalog starts at chunk {first}, beyond the recipe's {}",
-                chunks.len()
-            ),
-        )
-    })?;
+    let range = match &scope.part {
+        Some(part) => part.chunks.clone(),
+        None => catalog_chunks(id, tree, chunks)?,
+    };
+    for e in &scope.ancestors {
+        if !f(e.clone())? {
+            return Ok(RestoreStats::default());
+        }
+    }
     let (mut out, input) = pipe(8);
     std::thread::scope(|s| {
         let reader = s.spawn(move || {
-            let ranged = repo.config().layout == Layout::Container && !repo.config().trace;
-            let restored = match ranged {
-                true => read_catalog_chunks(repo, id, catalog, &mut out)?,
-                false => {
-                    let range = first..chunks.len();
-                    let ranges = std::slice::from_ref(&range);
-                    restore_selection(repo, id, ranges, &mut out, &RestoreOptions::default())?
-                }
-            };
+            let restored = read_chunks(repo, id, chunks, range, &mut out)?;
             out.finish();
             Ok(restored)
         });
         let name = format!("catalog of backup {id}");
+        let mut input = input;
         let parsed = (|| -> Result<()> {
-            let mut catalog = CatalogReader::new(input, &name)?;
+            let mut catalog = match &scope.part {
+                None => CatalogReader::new(Box::new(&mut input) as Box<dyn Read>, &name)?,
+                Some(part) => {
+                    let skipped =
+                        std::io::copy(&mut (&mut input).take(part.skip), &mut std::io::sink())
+                            .map_err(|e| Error::io(format!("reading {name}"), e))?;
+                    if skipped != part.skip {
+                        return Err(Error::corrupt(&name, "truncated"));
+                    }
+                    let region = Box::new((&mut input).take(part.len));
+                    CatalogReader::region(region as Box<dyn Read>, &name, tree.catalog_version)?
+                }
+            };
             while let Some(entry) = catalog.next_entry()? {
                 if !f(entry)? {
-                    break;
+                    return Ok(());
                 }
+            }
+            drop(catalog);
+            // The rest of a part's last chunk: the reader finishes (and
+            // counts what it read).
+            if scope.part.is_some() {
+                std::io::copy(&mut input, &mut std::io::sink())
+                    .map_err(|e| Error::io(format!("reading {name}"), e))?;
             }
             Ok(())
         })();
+        drop(input);
         // The reader ends when its pipe closes (here, on an early stop).
         let restored = reader
             .join()
