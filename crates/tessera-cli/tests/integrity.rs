@@ -392,6 +392,7 @@ fn quarantined_chunk_is_stored_again_whatever_the_index() {
         let b = backup_json(&repo, &input);
         assert_eq!(num(&b, "unique_chunks"), 1, "{index}: {b}");
         let mut new = vec![num(&b, "id")];
+        assert_file_eq(&restore_to_file(&repo, new[0], &out), &data);
         let o = run(["check", "--read-data", "--json", repo.to_str().unwrap()]);
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         let named = v["problems"]
@@ -413,6 +414,31 @@ fn quarantined_chunk_is_stored_again_whatever_the_index() {
             assert_file_eq(&restore_to_file(&repo, id, &out), &data);
         }
     }
+}
+
+/// Issue 20 point 3, encrypted repository: a damaged container fails the
+/// restore, which names it and quarantines it (its authentication fails as
+/// a whole); the next backup of the same data, without `check` or
+/// `repair`, stores its chunks again and restores.
+#[test]
+fn a_failed_restore_quarantines_what_it_found() {
+    let r = four_backups("container", &[]);
+    let biggest = containers(&r.repo)
+        .into_iter()
+        .max_by_key(|c| {
+            std::fs::metadata(r.path(&format!("containers/{c}")))
+                .unwrap()
+                .len()
+        })
+        .unwrap();
+    r.flip(&format!("containers/{biggest}"));
+    let e = r.restore_error(4);
+    assert!(e.contains(&biggest), "{e}");
+    assert!(r.path(&format!("quarantine/{biggest}")).exists());
+    let id = num(&backup_json(&r.repo, &r.dir.join("input")), "id");
+    let out = r.dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    assert_file_eq(&restore_to_file(&r.repo, id, &out), &r.data[3]);
 }
 
 /// The index objects of `r` whose file name starts with `first` (`t`

@@ -720,7 +720,7 @@ mod tests {
     fn a_base_is_verified_before_use() {
         let (base, target, fp) = base_and_target();
 
-        let (_dir, mut intact) = stage_with_chunks(&[&base], |_| {});
+        let (dir, mut intact) = stage_with_chunks(&[&base], |_| {});
         let (delta, _) = intact.compress(&fp, &target, None).unwrap();
         assert_eq!(
             delta
@@ -733,7 +733,7 @@ mod tests {
 
         // One flipped byte far from the features' samples of the target's
         // edit: the base is still found by its features, but not used.
-        let (_dir2, mut damaged) = stage_with_chunks(&[&base], |bytes| {
+        let (dir2, mut damaged) = stage_with_chunks(&[&base], |bytes| {
             let last = bytes.len() - 1;
             bytes[last] ^= 0x40;
         });
@@ -745,6 +745,16 @@ mod tests {
         );
         let stats = damaged.stats();
         assert_eq!((stats.base_hits, stats.corrupt_bases), (1, 1));
+        // The commit quarantines the damaged base (issue 20: damage a
+        // backup's read of a base finds never spreads).
+        damaged.commit().unwrap();
+        let q = crate::quarantine::load(&Local::new(dir2.path())).unwrap();
+        let base_fp = FingerprintAlgo::Blake3.hash(&base);
+        assert!(crate::quarantine::is_quarantined(&q, 1, &base_fp), "{q:?}");
+        intact.commit().unwrap();
+        assert!(crate::quarantine::load(&Local::new(dir.path()))
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
