@@ -2298,7 +2298,7 @@ fn check_cmd(
                 match (users.is_empty(), p.kind) {
                     (false, _) => users.join(", "),
                     (true, ProblemKind::Derived) =>
-                        "none: derived data, rebuilt automatically".into(),
+                        "none: derived data, rebuilt automatically or by `repair`".into(),
                     (true, _) => "none".into(),
                 }
             );

@@ -11,10 +11,11 @@
 //!   the damaged object. Exemptions, by contract: a damaged `config` or key
 //!   file stops every command (check included) with one error line naming
 //!   the object and what to do; a deleted object whose absence is a normal
-//!   state of a healthy repository (an index part, an NDF table, policy
-//!   state, a quarantine record, the second copy of a state) cannot be told
-//!   from one never written, and it is derived: it is rebuilt, and nothing
-//!   else changes (the rest of the outcome proves it).
+//!   state of a healthy repository ([`absence_is_normal`]: a commit mark or
+//!   the second copy of a state, which a crash leaves missing; policy
+//!   state, a quarantine record, HID/EHID's cold table) cannot be told from
+//!   one never written, and it is derived: it is rebuilt, and nothing else
+//!   changes (the rest of the outcome proves it).
 //! * **no spreading**: every backup taken after the damage restores
 //!   byte-identically.
 //! * **recovered**: after the repairs every backup restores byte-identically
@@ -142,31 +143,22 @@ fn kind_of(key: &str) -> &'static str {
     }
 }
 
-/// Kinds `check` does not verify, with the reason: the index verifies
-/// each part when it uses it and rebuilds itself from the containers when
-/// one fails (the rest of the outcome proves that nothing is lost and no
-/// backup is blocked).
-fn unverified(kind: &str) -> bool {
-    matches!(
-        kind,
-        "index: table part" | "index: Bloom filter" | "index: metadata log"
-    )
-}
-
-/// Kinds whose deletion leaves a state a healthy repository can be in
-/// (derived data written lazily or only by some commands; the second copy
-/// of a state and a commit mark, which a crash between the two writes
-/// leaves missing, and which repair or the next backup rewrites):
-/// `check` need not notice the absence; the rest of the outcome proves it
-/// is harmless.
-fn absence_is_normal(kind: &str) -> bool {
-    kind.starts_with("index")
+/// Objects whose deletion leaves a state a healthy repository can be in,
+/// so that `check` cannot tell it from damage: the second copy of a state
+/// and a commit mark (a crash between the two writes leaves them missing;
+/// repair or the next backup rewrites them), HID/EHID's cold index table
+/// (written only once entries turn cold), policy state and the greedy
+/// feature index (written only by some backups of some sources), a
+/// quarantine record (there is none until damage is found) and the
+/// arranging journal (deleted by `arrange`). The rest of the outcome
+/// proves the absence harmless.
+fn absence_is_normal(key: &str) -> bool {
+    key.starts_with("index/ehid-cold/")
         || matches!(
-            kind,
+            kind_of(key),
             "commit mark"
                 | "state copy"
                 | "lineage state copy"
-                | "NDF table"
                 | "policy state"
                 | "delta feature index"
                 | "quarantine record"
@@ -619,8 +611,7 @@ fn run_case(
     } else {
         named
     };
-    out.exempt = !out.detected
-        && (unverified(kind) || (damage == Damage::Delete && absence_is_normal(kind)));
+    out.exempt = !out.detected && damage == Damage::Delete && absence_is_normal(key);
     if !out.detected && !out.exempt {
         out.failures.push(format!(
             "check --read-data does not name {key}: {} {stderr}",

@@ -329,3 +329,177 @@ fn damaged_container_is_quarantined_and_not_deduplicated_against() {
     assert!(matches!(o.status.code(), Some(0) | Some(3)), "{o:?}");
     r.assert_restores(4);
 }
+
+/// Offset in `hay` of the first 64-byte window of `data` (taken every 4 KiB)
+/// that `hay` holds verbatim.
+fn find_window(hay: &[u8], data: &[u8]) -> Option<usize> {
+    (0..data.len().saturating_sub(64))
+        .step_by(4096)
+        .find_map(|o| {
+            let needle = &data[o..o + 64];
+            hay.windows(64).position(|w| w == needle)
+        })
+}
+
+/// Damage never spreads, whatever the index (issue 20 point 3): one chunk
+/// of a container is damaged. A plain restore of the backup fails, naming
+/// the container, and quarantines that chunk alone; the next backup of the
+/// same data — without `check` or `repair` — stores that chunk again while
+/// deduplicating its intact neighbours, although the DDFS-family indexes
+/// load the container's metadata into their locality cache for them, and
+/// restores while the damaged copy is still there. After `check
+/// --read-data` (which quarantines the whole container) and `repair`, one
+/// more backup restores too, and so does the first one (re-pointed).
+#[test]
+fn quarantined_chunk_is_stored_again_whatever_the_index() {
+    for index in ["exact", "ddfs", "lazy", "hid", "ehid", "eager"] {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        ok([
+            "init",
+            repo.to_str().unwrap(),
+            "--encryption",
+            "none",
+            "--compression",
+            "off",
+            "--index",
+            index,
+            "--container-size",
+            "256KiB",
+        ]);
+        let data = random_bytes(21, 1_000_000);
+        let input = tmp.path().join("input");
+        std::fs::write(&input, &data).unwrap();
+        backup_json(&repo, &input);
+        let name = containers(&repo).into_iter().nth(1).unwrap();
+        let key = format!("containers/{name}");
+        let path = repo.join(&key);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let at = find_window(&bytes, &data).expect("chunk bytes stored verbatim");
+        bytes[at + 32] ^= 0x5a;
+        std::fs::write(&path, bytes).unwrap();
+        let out = tmp.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        let e = fail([
+            "restore".as_ref(),
+            repo.as_os_str(),
+            "1".as_ref(),
+            out.join("failed").as_os_str(),
+        ]);
+        assert!(e.contains(&name), "{index}: {e}");
+        assert!(!out.join("failed").exists(), "{index}");
+        assert!(repo.join(format!("quarantine/{name}")).exists(), "{index}");
+        let b = backup_json(&repo, &input);
+        assert_eq!(num(&b, "unique_chunks"), 1, "{index}: {b}");
+        let mut new = vec![num(&b, "id")];
+        assert_file_eq(&restore_to_file(&repo, new[0], &out), &data);
+        let o = run(["check", "--read-data", "--json", repo.to_str().unwrap()]);
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        let named = v["problems"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["object"] == key.as_str());
+        assert!(named, "{index}: {v}");
+        let o = run(["repair", "--json", repo.to_str().unwrap()]);
+        assert!(
+            matches!(o.status.code(), Some(0) | Some(3)),
+            "{index}: {o:?}"
+        );
+        new.push(num(&backup_json(&repo, &input), "id"));
+        let o = run(["repair", "--json", repo.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(0), "{index}: {o:?}");
+        assert!(path.exists(), "the damaged container is still there");
+        for id in [1].into_iter().chain(new) {
+            assert_file_eq(&restore_to_file(&repo, id, &out), &data);
+        }
+    }
+}
+
+/// Issue 20 point 3, encrypted repository: a damaged container fails the
+/// restore, which names it and quarantines it (its authentication fails as
+/// a whole); the next backup of the same data, without `check` or
+/// `repair`, stores its chunks again and restores.
+#[test]
+fn a_failed_restore_quarantines_what_it_found() {
+    let r = four_backups("container", &[]);
+    let biggest = containers(&r.repo)
+        .into_iter()
+        .max_by_key(|c| {
+            std::fs::metadata(r.path(&format!("containers/{c}")))
+                .unwrap()
+                .len()
+        })
+        .unwrap();
+    r.flip(&format!("containers/{biggest}"));
+    let e = r.restore_error(4);
+    assert!(e.contains(&biggest), "{e}");
+    assert!(r.path(&format!("quarantine/{biggest}")).exists());
+    let id = num(&backup_json(&r.repo, &r.dir.join("input")), "id");
+    let out = r.dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    assert_file_eq(&restore_to_file(&r.repo, id, &out), &r.data[3]);
+}
+
+/// The index objects of `r` whose file name starts with `first` (`t`
+/// table parts, `b` Bloom filters, `l` metadata log segments).
+fn index_objects(r: &Repo, first: char) -> Vec<String> {
+    let mut out = Vec::new();
+    for dir in std::fs::read_dir(r.path("index")).unwrap() {
+        let dir = dir.unwrap();
+        if !dir.file_type().unwrap().is_dir() {
+            continue;
+        }
+        for f in std::fs::read_dir(dir.path()).unwrap() {
+            let name = f.unwrap().file_name().to_string_lossy().into_owned();
+            if name.starts_with(first) {
+                out.push(format!(
+                    "index/{}/{name}",
+                    dir.file_name().to_string_lossy()
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Issue 20 point 1: `check` verifies the index's table parts, Bloom
+/// filters and metadata log segments; a damaged or deleted one is reported
+/// as derived data naming it, blocks neither backups nor restores, and
+/// `repair` rebuilds the index, after which `check` is clean.
+#[test]
+fn index_objects_are_checked_and_rebuilt_by_repair() {
+    for (index, kinds) in [("ddfs", "tb"), ("ehid", "tb"), ("lazy", "tbl")] {
+        let r = four_backups("container", &["--index", index]);
+        for first in kinds.chars() {
+            for delete in [false, true] {
+                let key = index_objects(&r, first)
+                    .into_iter()
+                    .next()
+                    .unwrap_or_else(|| panic!("{index}: no index object {first}*"));
+                if delete {
+                    r.remove(&key);
+                } else {
+                    r.flip(&key);
+                }
+                let p = r.problem(false, &key);
+                assert_eq!(p["kind"], "derived", "{index} {key}: {p}");
+                assert!(affected(&p).is_empty());
+                assert!(p["detail"].as_str().unwrap().contains("repair"), "{p}");
+                let o = run(["repair".as_ref(), "--json".as_ref(), r.repo.as_os_str()]);
+                assert_eq!(o.status.code(), Some(0), "{index} {key}: {o:?}");
+                let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+                assert_eq!(v["actions"][0]["kind"], "index_rebuilt", "{v}");
+                assert!(r.problems(true).is_empty(), "{index} {key}");
+            }
+        }
+        // Damage that a backup meets is rebuilt by it too.
+        let key = index_objects(&r, 'b').into_iter().next().unwrap();
+        r.flip(&key);
+        assert_eq!(r.backup(9), 5);
+        for id in 1..=4 {
+            r.assert_restores(id);
+        }
+    }
+}

@@ -223,6 +223,17 @@ impl Error {
         matches!(self, Error::Corrupt { .. } | Error::Authentication { .. })
     }
 
+    /// The object a missing, damaged or unreadable-version error names.
+    pub(crate) fn object(&self) -> Option<&str> {
+        match self {
+            Error::NotFound(o)
+            | Error::Corrupt { object: o, .. }
+            | Error::Authentication { object: o }
+            | Error::UnsupportedVersion { object: o, .. } => Some(o),
+            _ => None,
+        }
+    }
+
     /// Wraps an I/O error with the object or operation it concerns.
     pub fn io(what: impl Into<String>, source: io::Error) -> Self {
         Error::Io {

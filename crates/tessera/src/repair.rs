@@ -22,7 +22,9 @@
 //!    intact copy (from elsewhere in the lineage) of every chunk its readers
 //!    lost; the lineage's quarantine record keeps only what is still lost
 //!    ([`crate::lifecycle::repair_lineage`]);
-//! 5. with `forget_damaged`, backups still holding unrecoverable chunks are
+//! 5. container layout: an index with a damaged or missing object is
+//!    rebuilt from the containers;
+//! 6. with `forget_damaged`, backups still holding unrecoverable chunks are
 //!    deleted (their snapshots; space goes with the next `gc`); otherwise
 //!    they are kept and listed.
 //!
@@ -151,6 +153,9 @@ pub fn repair_with_progress(
     if repo.config().layout == Layout::Lifecycle && !repo.config().trace {
         repair_lineages(repo, dry, &mut report)?;
     }
+    if repo.config().layout == Layout::Container {
+        rebuild_damaged_index(repo, dry, &mut report)?;
+    }
     if options.forget_damaged {
         for u in &mut report.unrepaired {
             // Only a backup whose snapshot reads (delete needs it); others stay listed.
@@ -172,6 +177,34 @@ pub fn repair_with_progress(
         }
     }
     Ok(report)
+}
+
+/// Rebuilds the index from the containers when any of its objects (a
+/// manifest, a table part, a Bloom filter, a metadata log segment) is
+/// damaged, or missing while its manifest lists it — unless quarantining
+/// already rebuilt it.
+fn rebuild_damaged_index(repo: &Repository, dry: bool, report: &mut RepairReport) -> Result<()> {
+    if report.actions.iter().any(|a| a.kind == "index_rebuilt") {
+        return Ok(());
+    }
+    let damaged = crate::check::index_problems(repo)?;
+    if damaged.is_empty() {
+        return Ok(());
+    }
+    if !dry {
+        repo.rebuild_index()?;
+    }
+    let objects: Vec<String> = damaged.into_iter().map(|p| p.object).collect();
+    report.act(
+        "index_rebuilt",
+        "index".into(),
+        format!(
+            "index object(s) {} damaged or missing: the index rebuilt from the containers",
+            objects.join(", ")
+        ),
+        vec![],
+    );
+    Ok(())
 }
 
 /// Rewrites both copies of lineage `name`'s state when exactly one is
@@ -395,7 +428,9 @@ fn scan(repo: &Repository, progress: &dyn Progress) -> Result<Scan> {
     let load = |id: ContainerId| -> Result<Option<Arc<Container>>> {
         match backend
             .read(&container::key(id))
-            .and_then(|b| Container::parse(id, b))
+            // Every chunk is verified by its fingerprint: a damaged byte loses
+            // its chunk, not the container's intact neighbours.
+            .and_then(|b| Container::parse_unchecked_data(id, b))
         {
             Ok(c) => Ok(Some(Arc::new(c))),
             Err(e) if e.lost_reason().is_some() => Ok(None),

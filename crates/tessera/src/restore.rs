@@ -235,12 +235,35 @@ impl Write for Counted<'_> {
     }
 }
 
+/// A writer that drops the first `skip` bytes written through it (the
+/// output already holds them).
+struct SkipFirst<'a> {
+    inner: &'a mut dyn Write,
+    skip: u64,
+}
+
+impl Write for SkipFirst<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let dropped = self.skip.min(buf.len() as u64) as usize;
+        self.skip -= dropped as u64;
+        if dropped == buf.len() {
+            return Ok(dropped);
+        }
+        Ok(dropped + self.inner.write(&buf[dropped..])?)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
 /// A restore that met damage (`e`): the salvage path, run once into
 /// nothing, finds every damaged chunk and quarantines it (issue 20: damage
-/// a restore finds never spreads into new backups). A lifecycle backup
-/// all of whose chunks still have an intact copy among the objects of its
-/// version is then restored from those copies, if nothing was written yet;
-/// otherwise the error stands.
+/// a restore finds never spreads into new backups). When every chunk still
+/// verifies somewhere (a lifecycle version's chunks each have an intact
+/// copy among the objects of the version) the backup is restored along the
+/// salvage path, past the bytes already written (identical: each was
+/// verified); otherwise the error stands.
 fn after_damage(
     repo: &Repository,
     id: BackupId,
@@ -261,8 +284,15 @@ fn after_damage(
         crate::salvage::salvage_containers(repo, id, &chunks, sink, options.cache_containers, None)
     };
     match found {
-        Ok((_, _, lost)) if lost.is_empty() && lifecycle && written == 0 => {
-            salvage(repo, id, select, out, options)
+        Ok((_, _, lost)) if lost.is_empty() => {
+            let mut rest = SkipFirst {
+                inner: out,
+                skip: written,
+            };
+            match salvage(repo, id, select, &mut rest, options) {
+                Ok(stats) if stats.lost.is_empty() => Ok(stats),
+                _ => Err(e),
+            }
         }
         _ => Err(e),
     }

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 mod lifecycle;
 mod records;
-pub(crate) use records::{check_derived, check_records, derived_problem, Retained};
+pub(crate) use records::{check_derived, check_records, derived_problem, index_problems, Retained};
 
 /// Options of a check.
 #[derive(Clone, Copy, Debug)]
@@ -171,7 +171,9 @@ pub fn check_with_progress(
             let parsed = repo
                 .backend()
                 .read(&container::key(cid))
-                .and_then(|bytes| Container::parse(cid, bytes));
+                // Every chunk is re-hashed below: damaged data is reported (and
+                // quarantined) chunk by chunk, not as the whole container.
+                .and_then(|bytes| Container::parse_unchecked_data(cid, bytes));
             match parsed {
                 Ok(ct) => {
                     // Trace containers hold no data to re-hash.
@@ -496,7 +498,8 @@ fn check_deltas(
         };
         if base_container.as_ref().map(|c| c.header.id) != Some(base.container) {
             let bytes = repo.backend().read(&container::key(base.container))?;
-            base_container = Some(Container::parse(base.container, bytes)?);
+            // The decoded delta is hashed: the base's bytes need no checksum.
+            base_container = Some(Container::parse_unchecked_data(base.container, bytes)?);
         }
         let Some(bc) = &base_container else {
             continue;

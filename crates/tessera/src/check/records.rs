@@ -110,6 +110,10 @@ struct DerivedKind {
     rebuilt: &'static str,
 }
 
+/// How a damaged index object is rebuilt.
+const INDEX_REBUILT: &str =
+    "rebuilt from the containers by `tessera repair` (a backup that meets the damage rebuilds it too)";
+
 const DERIVED: &[DerivedKind] = &[
     DerivedKind {
         key: crate::repo::STATE_KEY,
@@ -127,31 +131,31 @@ const DERIVED: &[DerivedKind] = &[
         key: "index/exact",
         dir: false,
         kind: b"IDXE",
-        rebuilt: "rebuilt from the containers by the next backup",
+        rebuilt: INDEX_REBUILT,
     },
     DerivedKind {
         key: "index/ddfs/manifest",
         dir: false,
         kind: b"IDXD",
-        rebuilt: "rebuilt from the containers by the next backup",
+        rebuilt: INDEX_REBUILT,
     },
     DerivedKind {
         key: "index/ehid-hot/manifest",
         dir: false,
         kind: b"IDXD",
-        rebuilt: "rebuilt from the containers by the next backup",
+        rebuilt: INDEX_REBUILT,
     },
     DerivedKind {
         key: "index/ehid-cold/manifest",
         dir: false,
         kind: b"IDXD",
-        rebuilt: "rebuilt from the containers by the next backup",
+        rebuilt: INDEX_REBUILT,
     },
     DerivedKind {
         key: "index/lazy/manifest",
         dir: false,
         kind: b"IDXL",
-        rebuilt: "rebuilt from the containers by the next backup",
+        rebuilt: INDEX_REBUILT,
     },
     DerivedKind {
         key: "rewrite",
@@ -202,23 +206,77 @@ pub(crate) fn check_derived(repo: &Repository, report: &mut CheckReport) -> Resu
             ));
         }
     }
-    for d in DERIVED {
-        let keys = if d.dir {
-            backend
-                .list(d.key)?
-                .into_iter()
-                .map(|n| format!("{}/{n}", d.key))
-                .collect()
-        } else {
-            vec![d.key.to_string()]
-        };
-        for key in keys {
-            if let Some(e) = envelope_damage(backend, &key, d.kind) {
-                report.problems.push(derived_problem(&key, &e, d.rebuilt));
-            }
-        }
+    report.problems.extend(index_problems(repo)?);
+    for d in DERIVED.iter().filter(|d| !is_index(d.key)) {
+        report.problems.extend(derived_damage(backend, d)?);
     }
     Ok(())
+}
+
+/// Whether `key` is an index object.
+fn is_index(key: &str) -> bool {
+    key.starts_with("index/")
+}
+
+/// The problems of the on-disk indexes (derived data, rebuilt from the
+/// containers): damaged manifests, and the damaged or missing table parts,
+/// Bloom filters and metadata log segments the manifests list.
+/// `tessera repair` rebuilds the index when there is any.
+pub(crate) fn index_problems(repo: &Repository) -> Result<Vec<Problem>> {
+    let backend = repo.backend().as_ref();
+    let mut out = Vec::new();
+    if let Some(key) = expected_index(repo)? {
+        if let Err(e @ Error::NotFound(_)) = backend.size(key) {
+            out.push(derived_problem(key, &e, INDEX_REBUILT));
+        }
+    }
+    for d in DERIVED.iter().filter(|d| is_index(d.key)) {
+        out.extend(derived_damage(backend, d)?);
+    }
+    for e in crate::index::verify(backend)? {
+        let key = e.object().unwrap_or("index").to_string();
+        out.push(derived_problem(&key, &e, INDEX_REBUILT));
+    }
+    Ok(out)
+}
+
+/// The object the configured index of a container-layout repository
+/// always has once a committed backup stored chunks (every backup, and
+/// `gc`, commits the index before its snapshot; HID/EHID's cold table is
+/// written only when entries turn cold, so only the hot one counts).
+fn expected_index(repo: &Repository) -> Result<Option<&'static str>> {
+    use crate::config::IndexKind;
+    if repo.config().layout != crate::config::Layout::Container
+        || repo.containers()?.is_empty()
+        || (repo.backups()?.is_empty() && repo.commit_marks()?.is_empty())
+    {
+        return Ok(None);
+    }
+    Ok(Some(match repo.config().index {
+        IndexKind::Exact => "index/exact",
+        IndexKind::Ddfs => "index/ddfs/manifest",
+        IndexKind::Hid | IndexKind::Ehid => "index/ehid-hot/manifest",
+        IndexKind::Eager | IndexKind::Lazy => "index/lazy/manifest",
+    }))
+}
+
+/// The damaged objects of derived kind `d`.
+fn derived_damage(backend: &dyn Backend, d: &DerivedKind) -> Result<Vec<Problem>> {
+    let keys = if d.dir {
+        backend
+            .list(d.key)?
+            .into_iter()
+            .map(|n| format!("{}/{n}", d.key))
+            .collect()
+    } else {
+        vec![d.key.to_string()]
+    };
+    Ok(keys
+        .into_iter()
+        .filter_map(|key| {
+            envelope_damage(backend, &key, d.kind).map(|e| derived_problem(&key, &e, d.rebuilt))
+        })
+        .collect())
 }
 
 /// A problem with derived data: no backup affected.

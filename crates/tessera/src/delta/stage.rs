@@ -20,7 +20,7 @@ use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -233,6 +233,9 @@ pub struct DeltaStage {
     referenced: VecDeque<ContainerId>,
     /// Bases from unchecked containers whose bytes matched their checksum or fingerprint.
     verified: HashSet<BaseRef>,
+    /// Bases whose bytes did not verify: quarantined at commit (FORMAT.md
+    /// §10.8), so that later backups store them again.
+    corrupt: HashSet<BaseRef>,
     /// Whether every chunk stored whole gets its super-features as it is
     /// stored (see [`DeltaStage::compress`]): greedy, which indexes them
     /// all, and a source's first PFC-delta backup, which stores the data
@@ -278,6 +281,7 @@ impl DeltaStage {
             greedy,
             referenced: VecDeque::new(),
             verified: HashSet::new(),
+            corrupt: HashSet::new(),
             features_for_all,
             fragmented_into: None,
             stats: DeltaStats {
@@ -404,6 +408,7 @@ impl DeltaStage {
         let base = found.base_ref();
         let Ok(base_bytes) = found.bytes() else {
             self.stats.corrupt_bases += 1;
+            self.corrupt.insert(base);
             return Ok((None, Some(sf)));
         };
         if !found.container.data_checked() && !self.verified.contains(&base) {
@@ -413,6 +418,7 @@ impl DeltaStage {
             };
             if !sound {
                 self.stats.corrupt_bases += 1;
+                self.corrupt.insert(base);
                 return Ok((None, Some(sf)));
             }
             self.verified.insert(base);
@@ -468,8 +474,18 @@ impl DeltaStage {
     }
 
     /// Persists what the next backup needs (PFC sets, greedy's feature
-    /// index), once every container of this backup is durable.
+    /// index, the quarantine of bases that did not verify), once every
+    /// container of this backup is durable.
     pub fn commit(self) -> Result<()> {
+        // Damage this backup's read of a base found never spreads: the
+        // quarantine makes later backups store the chunk again.
+        let mut corrupt: BTreeMap<ContainerId, Vec<Fingerprint>> = BTreeMap::new();
+        for b in &self.corrupt {
+            corrupt.entry(b.container).or_default().push(b.fp);
+        }
+        for (c, fps) in corrupt {
+            crate::quarantine::record(self.backend.as_ref(), c, fps)?;
+        }
         if let Some(p) = self.pfc {
             p.commit(self.backend.as_ref())?;
         }
@@ -704,7 +720,7 @@ mod tests {
     fn a_base_is_verified_before_use() {
         let (base, target, fp) = base_and_target();
 
-        let (_dir, mut intact) = stage_with_chunks(&[&base], |_| {});
+        let (dir, mut intact) = stage_with_chunks(&[&base], |_| {});
         let (delta, _) = intact.compress(&fp, &target, None).unwrap();
         assert_eq!(
             delta
@@ -717,7 +733,7 @@ mod tests {
 
         // One flipped byte far from the features' samples of the target's
         // edit: the base is still found by its features, but not used.
-        let (_dir2, mut damaged) = stage_with_chunks(&[&base], |bytes| {
+        let (dir2, mut damaged) = stage_with_chunks(&[&base], |bytes| {
             let last = bytes.len() - 1;
             bytes[last] ^= 0x40;
         });
@@ -729,6 +745,16 @@ mod tests {
         );
         let stats = damaged.stats();
         assert_eq!((stats.base_hits, stats.corrupt_bases), (1, 1));
+        // The commit quarantines the damaged base (issue 20: damage a
+        // backup's read of a base finds never spreads).
+        damaged.commit().unwrap();
+        let q = crate::quarantine::load(&Local::new(dir2.path())).unwrap();
+        let base_fp = FingerprintAlgo::Blake3.hash(&base);
+        assert!(crate::quarantine::is_quarantined(&q, 1, &base_fp), "{q:?}");
+        intact.commit().unwrap();
+        assert!(crate::quarantine::load(&Local::new(dir.path()))
+            .unwrap()
+            .is_empty());
     }
 
     #[test]

@@ -1191,6 +1191,37 @@ fn open_run(
     }
 }
 
+/// Verifies the on-disk table under `prefix` (the DDFS table, or HID/EHID's
+/// hot or cold one) as `tessera check` does: every run the manifest lists
+/// — each part's header, every bucket's checksum and the entry count — and
+/// each run's Bloom filter. Returns what is damaged or missing, each error
+/// naming its object; nothing when the manifest itself is missing or
+/// unusable (the check of derived objects reports it; the index is rebuilt
+/// from the containers then). Errors other than damage (I/O) pass.
+pub(super) fn verify_in(backend: &dyn Backend, prefix: &str) -> Result<Vec<Error>> {
+    let key = format!("{prefix}/manifest");
+    let Some(manifest) = read_cached(backend, &key, Manifest::decode)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    for meta in manifest.runs {
+        let table = Table::new(prefix, meta);
+        if let Err(e) = table.scan(backend, |_, _| Ok(())) {
+            out.push(e);
+        }
+        let generation = meta.generation;
+        if let Err(e) = backend
+            .read(&bloom_key_in(prefix, generation))
+            .and_then(|b| decode_bloom_in(prefix, generation, &b))
+        {
+            out.push(e);
+        }
+    }
+    out.into_iter()
+        .map(|e| if unusable(&e) { Ok(e) } else { Err(e) })
+        .collect()
+}
+
 /// Builds and persists a table of one run (none without entries) from the
 /// containers' metadata.
 fn build_from_containers(

@@ -276,6 +276,41 @@ impl Manifest {
     }
 }
 
+/// Verifies the lazy/eager index's objects as `tessera check` does: the
+/// table the manifest names (part headers, bucket checksums, entry count),
+/// its Bloom filter and every page of the metadata log up to `log_len`.
+/// Returns what is damaged or missing, each error naming its object;
+/// nothing when the manifest is missing or unusable (reported as a derived
+/// object; the index is rebuilt then). Errors other than damage (I/O) pass.
+pub(super) fn verify(backend: &dyn Backend) -> Result<Vec<Error>> {
+    let Some(m) = read_cached(backend, MANIFEST_KEY, Manifest::decode)? else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    if let Err(e) = Table::new(LAZY_PREFIX, m.table).scan(backend, |_, _| Ok(())) {
+        out.push(e);
+    }
+    let g = m.table.generation;
+    if let Err(e) = backend
+        .read(&bloom_key_in(LAZY_PREFIX, g))
+        .and_then(|b| decode_bloom_in(LAZY_PREFIX, g, &b))
+    {
+        out.push(e);
+    }
+    let log = MetaLog::new(LAZY_PREFIX, m.log_generation, m.log_len);
+    // One segment at a time, so that memory stays bounded.
+    let mut at = 0;
+    while at < m.log_len {
+        if let Err(e) = log.read(backend, at, metalog::SEGMENT_ENTRIES) {
+            out.push(e);
+        }
+        at += metalog::SEGMENT_ENTRIES;
+    }
+    out.into_iter()
+        .map(|e| if unusable(&e) { Ok(e) } else { Err(e) })
+        .collect()
+}
+
 /// A buffered fingerprint: its chunks (the first occurrence and later
 /// repeats) wait for the on-disk search of its bucket.
 struct Buffered {

@@ -30,7 +30,8 @@ const ENTRY_LEN: usize = FINGERPRINT_LEN + 8;
 pub const PAGE_ENTRIES: u64 = ((PAGE_BYTES - 8) / ENTRY_LEN) as u64;
 /// Pages per segment object (1 MiB segments).
 pub const SEGMENT_PAGES: u64 = 256;
-const SEGMENT_ENTRIES: u64 = PAGE_ENTRIES * SEGMENT_PAGES;
+/// Entries per segment object.
+pub const SEGMENT_ENTRIES: u64 = PAGE_ENTRIES * SEGMENT_PAGES;
 
 /// One log entry: a chunk's fingerprint and the container that holds it.
 pub type Entry = (Fingerprint, ContainerId);

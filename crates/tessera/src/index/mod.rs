@@ -181,6 +181,20 @@ pub(crate) fn scan_containers(
     Ok(())
 }
 
+/// Verifies the objects of every on-disk index present (DDFS, HID/EHID hot
+/// and cold, lazy/eager) that their manifests list: table parts, Bloom
+/// filters and metadata log segments (`tessera check`). Returns the damaged
+/// or missing ones, each error naming its object; the manifests themselves
+/// are checked with the other derived objects.
+pub(crate) fn verify(backend: &dyn Backend) -> Result<Vec<Error>> {
+    let mut out = Vec::new();
+    for prefix in [DDFS_PREFIX, EHID_HOT_PREFIX, EHID_COLD_PREFIX] {
+        out.extend(ddfs::verify_in(backend, prefix)?);
+    }
+    out.extend(lazy::verify(backend)?);
+    Ok(out)
+}
+
 /// Whether an error means "this cached object cannot be used" (so rebuild it).
 pub(crate) fn unusable(e: &Error) -> bool {
     matches!(
