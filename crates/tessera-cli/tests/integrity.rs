@@ -50,6 +50,18 @@ fn four_backups(layout: &str, extra: &[&str]) -> Repo {
 }
 
 impl Repo {
+    /// The name of the largest container (the one holding most chunks).
+    fn biggest_container(&self) -> String {
+        containers(&self.repo)
+            .into_iter()
+            .max_by_key(|c| {
+                std::fs::metadata(self.path(&format!("containers/{c}")))
+                    .unwrap()
+                    .len()
+            })
+            .unwrap()
+    }
+
     fn path(&self, key: &str) -> PathBuf {
         self.repo.join(key)
     }
@@ -307,14 +319,7 @@ fn damaged_state_is_recomputed() {
 #[test]
 fn damaged_container_is_quarantined_and_not_deduplicated_against() {
     let r = four_backups("container", &[]);
-    let biggest = containers(&r.repo)
-        .into_iter()
-        .max_by_key(|c| {
-            std::fs::metadata(r.path(&format!("containers/{c}")))
-                .unwrap()
-                .len()
-        })
-        .unwrap();
+    let biggest = r.biggest_container();
     let key = format!("containers/{biggest}");
     r.flip(&key);
     let p = r.problem(true, &key);
@@ -423,14 +428,7 @@ fn quarantined_chunk_is_stored_again_whatever_the_index() {
 #[test]
 fn a_failed_restore_quarantines_what_it_found() {
     let r = four_backups("container", &[]);
-    let biggest = containers(&r.repo)
-        .into_iter()
-        .max_by_key(|c| {
-            std::fs::metadata(r.path(&format!("containers/{c}")))
-                .unwrap()
-                .len()
-        })
-        .unwrap();
+    let biggest = r.biggest_container();
     r.flip(&format!("containers/{biggest}"));
     let e = r.restore_error(4);
     assert!(e.contains(&biggest), "{e}");
