@@ -1,7 +1,7 @@
 //! Printing of the browsing commands: `list`, `find`, `diff`, `dump`,
 //! `restore --tar` and `tag` (the work is done by the library).
 
-use super::{entry_json, human, kind_name, open, Access};
+use super::{data_stdout, entry_json, human, kind_name, open, Access};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
@@ -277,8 +277,7 @@ pub fn diff_cmd(r: &Repository, from: BackupId, to: BackupId, json: bool) -> Res
 /// `tessera dump`: to standard output, which must not be a terminal for a tar stream.
 pub fn dump_cmd(r: &Repository, id: BackupId, path: &Path, options: &RestoreOptions) -> Result<()> {
     use std::os::unix::ffi::OsStrExt;
-    let stdout = io::stdout();
-    let mut out = io::BufWriter::with_capacity(1 << 20, stdout.lock());
+    let mut out = data_stdout();
     let shown = path.display();
     let (kind, _) = dump(r, id, path.as_os_str().as_bytes(), &mut out, options)
         .with_context(|| format!("dumping {shown} of backup {id}"))?;
@@ -304,8 +303,7 @@ pub fn tar_restore_cmd(
         if io::stdout().is_terminal() {
             bail!("refusing to write a tar stream to a terminal: redirect standard output");
         }
-        let stdout = io::stdout();
-        let mut out = io::BufWriter::with_capacity(1 << 20, stdout.lock());
+        let mut out = data_stdout();
         let s = write_tar(r, id, scope, &mut out, options)?;
         out.flush()?;
         s
