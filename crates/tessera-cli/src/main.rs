@@ -1291,7 +1291,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
         Command::Delete { repo, id, json } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
             let id = backup_id(&r, &id)?;
-            r.delete_backup(id)
+            tessera::delete::delete_backup(&r, id)
                 .with_context(|| format!("deleting backup {id}"))?;
             if json {
                 println!("{}", serde_json::json!({ "deleted": id }));
@@ -2231,7 +2231,7 @@ fn stats(repo: &Location, id: Option<&str>, json: bool, access: &Access) -> Resu
         }
         return Ok(());
     }
-    let t = r.totals()?;
+    let t = tessera::totals::totals(&r)?;
     if json {
         let mut v = serde_json::to_value(&t)?;
         v["config"] = serde_json::to_value(r.config())?;

@@ -131,7 +131,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     // GC after deleting the oldest half of the backups.
     let backups = repo.backups()?;
     for id in &backups[..backups.len() / 2] {
-        repo.delete_backup(*id)?;
+        tessera::delete::delete_backup(&repo, *id)?;
     }
     let maintenance = if collect {
         reset_peak_rss();

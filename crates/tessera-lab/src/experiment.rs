@@ -1276,7 +1276,7 @@ impl<'a> SystemRun<'a> {
             }
         }
 
-        let totals = repo.totals().map_err(&engine)?;
+        let totals = tessera::totals::totals(repo).map_err(&engine)?;
         let record = VersionRecord {
             system: system.name.clone(),
             repeat: self.repeat,

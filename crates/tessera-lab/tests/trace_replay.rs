@@ -379,8 +379,8 @@ fn check_case(case: &Case, paths: &[PathBuf]) -> usize {
             nominal_physical_bytes(&trace_repo),
             "{at}: nominal container bytes"
         );
-        let td = data_repo.totals().unwrap();
-        let tt = trace_repo.totals().unwrap();
+        let td = tessera::totals::totals(&data_repo).unwrap();
+        let tt = tessera::totals::totals(&trace_repo).unwrap();
         assert_eq!(
             (td.backups, td.logical_bytes, td.containers),
             (tt.backups, tt.logical_bytes, tt.containers),
@@ -483,8 +483,8 @@ fn trace_repository_totals_equal_data_totals() {
         let trace = trace_of(version, &case.config, dir.path());
         replay(&trace_repo, &trace, &label);
         assert_eq!(
-            data_repo.totals().unwrap(),
-            trace_repo.totals().unwrap(),
+            tessera::totals::totals(&data_repo).unwrap(),
+            tessera::totals::totals(&trace_repo).unwrap(),
             "v{}: repository totals (physical bytes, dedup ratio)",
             i + 1
         );

@@ -147,7 +147,7 @@ pub fn forget(repo: &Repository, options: &ForgetOptions) -> Result<ForgetReport
             Layout::Lifecycle => freed = Some(crate::lifecycle::delete_backups(repo, &removed)?),
             Layout::Container => {
                 for &id in &removed {
-                    repo.delete_backup(id)?;
+                    crate::delete::delete_backup(repo, id)?;
                 }
             }
         }

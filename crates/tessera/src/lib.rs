@@ -19,6 +19,7 @@ pub mod config;
 pub mod container;
 pub mod copy;
 pub mod crypto;
+pub mod delete;
 pub mod delta;
 pub mod envelope;
 pub mod error;
@@ -48,6 +49,7 @@ pub(crate) mod sorted_pairs;
 pub mod source_key;
 pub(crate) mod spill;
 pub mod tags;
+pub mod totals;
 pub mod tree;
 pub mod units;
 

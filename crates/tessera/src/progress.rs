@@ -209,7 +209,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let repo = repo_with_backups(dir.path(), Layout::Container);
         let first = repo.backups().unwrap()[0];
-        repo.delete_backup(first).unwrap();
+        crate::delete::delete_backup(&repo, first).unwrap();
         drop(repo);
         let repo = crate::Repository::open(&dir.path().join("r"), LockMode::Exclusive).unwrap();
         let names = |rec: &Recorder| -> Vec<String> {

@@ -161,7 +161,7 @@ pub fn repair_with_progress(
             // Only a backup whose snapshot reads (delete needs it); others stay listed.
             if repo.snapshot(u.backup).is_ok() {
                 if !dry {
-                    repo.delete_backup(u.backup)?;
+                    crate::delete::delete_backup(repo, u.backup)?;
                 }
                 u.forgotten = true;
                 report.actions.push(RepairAction {

@@ -751,43 +751,6 @@ impl Repository {
         self.config.lazy_params(mode)
     }
 
-    /// Totals over the whole repository.
-    pub fn totals(&self) -> Result<RepoTotals> {
-        if self.config.layout == crate::config::Layout::Lifecycle {
-            return crate::lifecycle::totals(self);
-        }
-        let snapshots = self.snapshots()?;
-        let containers = self.containers()?;
-        let mut physical_bytes = 0;
-        for &c in &containers {
-            physical_bytes += if self.config.trace {
-                // Trace containers store no data: count the size they stand for.
-                let head =
-                    self.backend
-                        .read_range(&container::key(c), 0, container::HEADER_LEN as u64)?;
-                container::Header::parse(c, &head)?.total_len() as u64
-            } else {
-                self.backend.size(&container::key(c))?
-            };
-        }
-        Ok(RepoTotals::new(
-            &snapshots,
-            physical_bytes,
-            containers.len() as u64,
-        ))
-    }
-
-    /// Deletes backup `id`. In the container layout, space is reclaimed by
-    /// garbage collection; the lifecycle layout frees it at once.
-    pub fn delete_backup(&self, id: BackupId) -> Result<()> {
-        match self.config.layout {
-            crate::config::Layout::Container => self.remove_snapshot(id),
-            crate::config::Layout::Lifecycle => {
-                crate::lifecycle::delete_backups(self, &[id]).map(|_| ())
-            }
-        }
-    }
-
     /// Removes backup `id`'s commit mark, then its snapshot, then its
     /// recipe (layouts free the space). An interruption after the mark
     /// leaves the backup committed without a mark (as in repositories

@@ -169,7 +169,7 @@ proptest! {
                 Step::Delete { pick } => {
                     if !live.is_empty() {
                         let id = *live.keys().nth(pick % live.len()).unwrap();
-                        repo.delete_backup(id).unwrap();
+                        tessera::delete::delete_backup(&repo, id).unwrap();
                         live.remove(&id);
                     }
                 }

@@ -428,7 +428,7 @@ fn crash_during_backup_and_deletion_loses_nothing() {
     // A crashed deletion: snapshot gone, reclaim not run yet.
     let repo = Repository::open(&root, LockMode::Exclusive).unwrap();
     let first = *originals.keys().next().unwrap();
-    repo.delete_backup(first).unwrap();
+    tessera::delete::delete_backup(&repo, first).unwrap();
     originals.remove(&first);
     verify_all(&repo, dir.path(), &originals);
     lifecycle::reclaim(&repo).unwrap();
@@ -585,7 +585,10 @@ fn trace_repository_plans_restores_from_metadata() {
     }
     // The trace repository's totals count the bytes its objects stand for:
     // the same as the real one's, up to the data-section checksums' layout.
-    let (tt, rt) = (trace.totals().unwrap(), real.totals().unwrap());
+    let (tt, rt) = (
+        tessera::totals::totals(&trace).unwrap(),
+        tessera::totals::totals(&real).unwrap(),
+    );
     assert_eq!(tt.logical_bytes, rt.logical_bytes);
     assert_eq!(tt.containers, rt.containers);
     assert_eq!(tt.physical_bytes, rt.physical_bytes, "{tt:?} vs {rt:?}");

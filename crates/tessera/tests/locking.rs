@@ -90,7 +90,7 @@ fn a_handle_does_only_what_it_was_opened_for() {
     assert!(matches!(err, Error::NotOpenFor { .. }), "{err:?}");
     drop(reader);
     let writer = Repository::open(dir.path(), LockMode::Backup).unwrap();
-    let err = writer.delete_backup(1).unwrap_err();
+    let err = tessera::delete::delete_backup(&writer, 1).unwrap_err();
     assert!(matches!(err, Error::NotOpenFor { .. }), "{err:?}");
     assert_eq!(writer.backups().unwrap(), vec![1]);
 }

@@ -214,7 +214,7 @@ pub fn forget_keep_last(repo: &Repository, keep: usize, dry_run: bool) -> Result
     }
     if !dry_run {
         for &id in &ids {
-            repo.delete_backup(id)?;
+            crate::delete::delete_backup(repo, id)?;
         }
     }
     Ok(ids)

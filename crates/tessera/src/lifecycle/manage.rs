@@ -13,10 +13,11 @@
 
 use super::format::{self, ReadLog};
 use super::{
-    cat_key, journal_key, lineages, live_ids, ndf_dir, ndf_key, parse_num_name, require_layout,
-    state_copy_key, state_key, vol_key, Lineage,
+    cat_key, journal_key, lineages, ndf_dir, ndf_key, parse_num_name, state_copy_key, state_key,
+    vol_key, Lineage,
 };
 use crate::backend::{Backend as _, LockMode};
+use crate::config::Layout;
 use crate::error::{Error, Result};
 use crate::repo::Repository;
 use crate::snapshot::BackupId;
@@ -304,7 +305,7 @@ pub fn trend(repo: &Repository, source: &str) -> Result<Vec<VersionSpace>> {
     Ok(out)
 }
 
-/// Totals over a lifecycle repository, like [`Repository::totals`]:
+/// Totals over a lifecycle repository, like [`crate::totals::totals`]:
 /// `physical_bytes` sums every object of the layout (category and volume
 /// parts, NDF tables, lineage states, journals) and `containers` counts the
 /// category and volume parts.
@@ -352,4 +353,21 @@ pub fn totals(repo: &Repository) -> Result<crate::repo::RepoTotals> {
         physical_bytes,
         parts,
     ))
+}
+
+/// Fails unless `repo` uses the lifecycle layout.
+pub(crate) fn require_layout(repo: &Repository) -> Result<()> {
+    if repo.config().layout != Layout::Lifecycle {
+        return Err(Error::InvalidConfig(
+            "this operation needs a repository with the lifecycle layout".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Ids of the backups whose data must be kept: committed ones, and those
+/// whose lost snapshot can still be recovered
+/// ([`Repository::retained_backups`]).
+pub(crate) fn live_ids(repo: &Repository) -> Result<BTreeSet<u64>> {
+    repo.retained_backups()
 }

@@ -38,6 +38,7 @@ pub use backup::{backup, BackupOutcome, LifecycleBackupOptions};
 pub use manage::{
     delete_backups, forget_keep_last, reclaim, space, totals, trend, DeleteStats, VersionSpace,
 };
+pub(crate) use manage::{live_ids, require_layout};
 pub(crate) use repair::repair_lineage;
 pub(crate) use restore::locate;
 pub use restore::{
@@ -46,9 +47,7 @@ pub use restore::{
 };
 
 use crate::backend::Backend;
-use crate::config::Layout;
 use crate::error::{Error, Result};
-use crate::repo::Repository;
 use format::{LineageState, ReadLog, VolumeHeader};
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -523,16 +522,6 @@ pub(crate) fn lineages(backend: &dyn Backend) -> Result<Vec<Lineage>> {
     Ok(out)
 }
 
-/// Fails unless `repo` uses the lifecycle layout.
-pub(crate) fn require_layout(repo: &Repository) -> Result<()> {
-    if repo.config().layout != Layout::Lifecycle {
-        return Err(Error::InvalidConfig(
-            "this operation needs a repository with the lifecycle layout".into(),
-        ));
-    }
-    Ok(())
-}
-
 /// Reads a volume header, `None` if the object does not exist.
 pub(crate) fn header_if_exists(
     backend: &dyn Backend,
@@ -544,13 +533,6 @@ pub(crate) fn header_if_exists(
         Err(Error::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
     }
-}
-
-/// Ids of the backups whose data must be kept: committed ones, and those
-/// whose lost snapshot can still be recovered
-/// ([`Repository::retained_backups`]).
-pub(crate) fn live_ids(repo: &Repository) -> Result<BTreeSet<u64>> {
-    repo.retained_backups()
 }
 
 /// The highest backup id any readable lineage state records (deleted
