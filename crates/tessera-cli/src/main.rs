@@ -267,6 +267,11 @@ enum Command {
         /// 1..=22; only in a repository created with compression).
         #[arg(long, value_name = "SETTING")]
         compression: Option<Compression>,
+        /// Lifecycle layout: memory for each sort of the arranging that
+        /// follows the backup (default 32MiB); past it they spill to
+        /// temporary files.
+        #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+        sort_memory: Option<u64>,
         /// Print the result as one JSON object.
         #[arg(long)]
         json: bool,
@@ -608,6 +613,11 @@ enum Command {
     Arrange {
         /// The repository.
         repo: Location,
+        /// Memory for each sort of a round (the active chunks by
+        /// fingerprint, the positions kept); past it they spill to
+        /// temporary files.
+        #[arg(long, value_name = "SIZE", default_value = "32MiB", value_parser = parse_size)]
+        sort_memory: u64,
         /// Print the metrics as JSON.
         #[arg(long)]
         json: bool,
@@ -1039,6 +1049,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             host,
             tags,
             compression,
+            sort_memory,
             json,
         } => {
             for file in &exclude_file {
@@ -1073,6 +1084,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 host,
                 tags,
                 compression,
+                sort_memory,
             };
             let tree_wanted = stdin_name.is_some() || !files_from.is_empty() || is_tree(&inputs);
             return backup_cmd(
@@ -1161,9 +1173,17 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             let id = backup_id(&r, &id)?;
             ls_cmd(&r, id, path.as_deref(), long, recursive, json)?
         }
-        Command::Arrange { repo, json } => {
+        Command::Arrange {
+            repo,
+            sort_memory,
+            json,
+        } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
-            let s = tessera::lifecycle::arrange_with_progress(&r, &Phases::default())?;
+            let options = tessera::lifecycle::ArrangeOptions {
+                rounds: None,
+                sort_budget: sort_memory,
+            };
+            let s = tessera::lifecycle::arrange_with_options(&r, &options, &Phases::default())?;
             if json {
                 println!("{}", serde_json::to_string(&s)?);
             } else if !quiet() {
@@ -1867,14 +1887,15 @@ fn is_tree(inputs: &[PathBuf]) -> bool {
     }
 }
 
-/// What a backup is called (label, source lineage, host and tags) and
-/// how its new chunks are compressed.
+/// What a backup is called (label, source lineage, host and tags), how
+/// its new chunks are compressed and the memory of the arranging after it.
 struct Naming {
     label: String,
     source: Option<String>,
     host: Option<String>,
     tags: Vec<String>,
     compression: Option<Compression>,
+    sort_memory: Option<u64>,
 }
 
 /// `--overwrite`'s values.
@@ -1924,6 +1945,7 @@ fn backup_cmd(
         host,
         tags,
         compression,
+        sort_memory,
     } = naming;
     let tags = tessera::tags::normalize(&tags)?;
     let host = host.unwrap_or_else(tessera::tree::host_name);
@@ -1962,6 +1984,7 @@ fn backup_cmd(
         progress,
         time: None,
         compression,
+        sort_budget: sort_memory,
     };
     let mut warnings = Vec::new();
     let outcome = match (inputs, trace) {

@@ -89,6 +89,9 @@ pub struct BackupOptions<'a> {
     /// Compression of the chunks this backup stores, instead of the
     /// repository's setting (only in a repository that compresses).
     pub compression: Option<Compression>,
+    /// Lifecycle layout: memory of each sort of the arranging that follows
+    /// the backup (`None`: [`crate::gc::DEFAULT_SORT_BUDGET`]).
+    pub sort_budget: Option<u64>,
 }
 
 /// A block of input as read, in a pooled buffer: the bytes are at
@@ -444,6 +447,7 @@ fn backup_lifecycle(
         progress: options.progress,
         time: options.time,
         compression: options.compression,
+        sort_budget: options.sort_budget,
     };
     let tree = OnceLock::new();
     std::thread::scope(|s| {

@@ -9,7 +9,8 @@ use std::io::Write;
 pub const MAGIC: &[u8; 4] = b"TSRA";
 /// Bytes of the envelope header (magic, kind, version, payload length).
 pub const HEADER_LEN: usize = 4 + 4 + 4 + 8;
-const TRAILER_LEN: usize = 4;
+/// Bytes of the envelope trailer (the CRC-32C, little-endian).
+pub const TRAILER_LEN: usize = 4;
 
 /// Wraps `payload` as an object of `kind` at format `version`.
 pub fn seal(kind: &[u8; 4], version: u32, payload: &[u8]) -> Vec<u8> {
@@ -94,46 +95,63 @@ pub fn open_versions<'a>(
     versions: &[u32],
     object: &'a [u8],
 ) -> Result<(u32, &'a [u8])> {
-    if object.len() < HEADER_LEN + TRAILER_LEN {
-        return Err(Error::corrupt(
-            name,
-            format!(
-                "truncated: {} bytes is shorter than an envelope",
-                object.len()
-            ),
-        ));
-    }
-    if &object[0..4] != MAGIC {
-        return Err(Error::corrupt(name, "bad magic (not a Tessera object)"));
-    }
-    if &object[4..8] != kind {
-        return Err(Error::corrupt(
-            name,
-            format!(
-                "object kind {:?}, expected {:?}",
-                String::from_utf8_lossy(&object[4..8]),
-                String::from_utf8_lossy(kind)
-            ),
-        ));
-    }
-    let payload_len = u64::from_le_bytes(le8(&object[12..20]));
-    let expected_len = (HEADER_LEN + TRAILER_LEN) as u64 + payload_len;
-    if object.len() as u64 != expected_len {
-        return Err(Error::corrupt(
-            name,
-            format!(
-                "length {} does not match the {} bytes its header announces (truncated?)",
-                object.len(),
-                expected_len
-            ),
-        ));
-    }
+    check_header(
+        name,
+        kind,
+        &object[..object.len().min(HEADER_LEN)],
+        object.len() as u64,
+    )?;
     let body_end = object.len() - TRAILER_LEN;
     let stored_crc = u32::from_le_bytes(le4(&object[body_end..]));
     if crc32c::crc32c(&object[..body_end]) != stored_crc {
         return Err(Error::corrupt(name, "checksum mismatch"));
     }
-    let found = u32::from_le_bytes(le4(&object[8..12]));
+    let found = check_version(name, versions, &object[..HEADER_LEN])?;
+    Ok((found, &object[HEADER_LEN..body_end]))
+}
+
+/// Checks the header of an object of `kind` (its first bytes, `header`,
+/// [`HEADER_LEN`] of them unless the object is shorter) stored in
+/// `object_len` bytes: magic, kind and length. Returns the payload length.
+/// The checksum and the version ([`check_version`]) are checked by the
+/// reader, after the payload: [`open_versions`] and streamed readers alike.
+pub fn check_header(name: &str, kind: &[u8; 4], header: &[u8], object_len: u64) -> Result<u64> {
+    if object_len < (HEADER_LEN + TRAILER_LEN) as u64 || header.len() < HEADER_LEN {
+        return Err(Error::corrupt(
+            name,
+            format!("truncated: {object_len} bytes is shorter than an envelope"),
+        ));
+    }
+    if &header[0..4] != MAGIC {
+        return Err(Error::corrupt(name, "bad magic (not a Tessera object)"));
+    }
+    if &header[4..8] != kind {
+        return Err(Error::corrupt(
+            name,
+            format!(
+                "object kind {:?}, expected {:?}",
+                String::from_utf8_lossy(&header[4..8]),
+                String::from_utf8_lossy(kind)
+            ),
+        ));
+    }
+    let payload_len = u64::from_le_bytes(le8(&header[12..20]));
+    let expected_len = (HEADER_LEN + TRAILER_LEN) as u64 + payload_len;
+    if object_len != expected_len {
+        return Err(Error::corrupt(
+            name,
+            format!(
+                "length {object_len} does not match the {expected_len} bytes its header announces (truncated?)"
+            ),
+        ));
+    }
+    Ok(payload_len)
+}
+
+/// The format version in `header` (checked by [`check_header`]) if it is
+/// one of `versions`.
+pub fn check_version(name: &str, versions: &[u32], header: &[u8]) -> Result<u32> {
+    let found = u32::from_le_bytes(le4(&header[8..12]));
     if !versions.contains(&found) {
         return Err(Error::UnsupportedVersion {
             object: name.to_string(),
@@ -141,7 +159,7 @@ pub fn open_versions<'a>(
             supported: versions.iter().copied().max().unwrap_or_default(),
         });
     }
-    Ok((found, &object[HEADER_LEN..body_end]))
+    Ok(found)
 }
 
 /// Copies 4 bytes of a slice known to be 4 bytes long.

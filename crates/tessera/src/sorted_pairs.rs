@@ -1,16 +1,19 @@
-//! An external sort of (container, fingerprint) pairs in bounded memory,
-//! read back as streams in (container, fingerprint) order, each pair once:
-//! what garbage collection's mark phase collects (every chunk a retained
-//! recipe references) and its select and sweep phases consume one
-//! container at a time, in container order.
+//! An external sort of fixed-size records in bounded memory, read back as
+//! streams in the records' order, each record once: what garbage
+//! collection's mark phase collects (every (container, fingerprint) pair a
+//! retained recipe references) and its select and sweep phases consume one
+//! container at a time, in container order; what `check` compares as
+//! sorted streams; and what the lifecycle arranging joins (the chunks of
+//! the active categories by fingerprint with the version's NDF table, then
+//! the positions it keeps in stream order).
 //!
-//! Pairs are buffered up to a budget, then sorted, deduplicated and written
-//! as a run to an unlinked temporary file ([`crate::spill::temp_file`]);
-//! runs are merged level by level (the [`FAN_IN`] runs of a level into one
-//! run of the next), so there are at most `FAN_IN − 1` runs per level, a
-//! logarithmic number, and a pair is rewritten once per level. Reading
-//! holds one small buffer per run. Spill files are scratch space, not
-//! repository objects.
+//! Records are buffered up to a budget, then sorted, deduplicated and
+//! written as a run to an unlinked temporary file
+//! ([`crate::spill::temp_file`]); runs are merged level by level (the
+//! [`FAN_IN`] runs of a level into one run of the next), so there are at
+//! most `FAN_IN − 1` runs per level, a logarithmic number, and a record is
+//! rewritten once per level. Reading holds one small buffer per run. Spill
+//! files are scratch space, not repository objects.
 
 use crate::container::ContainerId;
 use crate::error::Result;
@@ -21,44 +24,105 @@ use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 
-/// Bytes of one pair on disk: container id (u64 LE) then fingerprint.
-const RECORD_LEN: usize = 8 + FINGERPRINT_LEN;
 /// Runs of one level merged at once.
 pub(crate) const FAN_IN: usize = 8;
 /// Read buffer per run while merging or streaming.
 const READ_BUFFER: usize = 64 << 10;
 
-/// One pair.
+/// A fixed-size record of an external sort, sorted by its `Ord`.
+pub(crate) trait Record: Copy + Ord {
+    /// Bytes of one record on disk.
+    const LEN: usize;
+    /// Writes the record's `LEN` bytes.
+    fn write_to(&self, w: &mut impl Write) -> std::io::Result<()>;
+    /// The record of `LEN` bytes `b`.
+    fn read_from(b: &[u8]) -> Self;
+}
+
+/// One (container, fingerprint) pair.
 pub(crate) type Pair = (ContainerId, Fingerprint);
 
-/// A sorted run of distinct pairs in a temporary file.
+fn u64_at(b: &[u8]) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[..8]);
+    u64::from_le_bytes(a)
+}
+
+fn fp_at(b: &[u8]) -> Fingerprint {
+    let mut fp = [0u8; FINGERPRINT_LEN];
+    fp.copy_from_slice(&b[..FINGERPRINT_LEN]);
+    Fingerprint(fp)
+}
+
+/// On disk: container id (u64 LE) then fingerprint.
+impl Record for Pair {
+    const LEN: usize = 8 + FINGERPRINT_LEN;
+    fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
+        w.write_all(&self.0.to_le_bytes())?;
+        w.write_all(&self.1 .0)
+    }
+    fn read_from(b: &[u8]) -> Self {
+        (u64_at(b), fp_at(&b[8..]))
+    }
+}
+
+/// A fingerprint and a number (a chunk's position), sorted by fingerprint;
+/// on disk: fingerprint then number (u64 LE).
+impl Record for (Fingerprint, u64) {
+    const LEN: usize = FINGERPRINT_LEN + 8;
+    fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
+        w.write_all(&self.0 .0)?;
+        w.write_all(&self.1.to_le_bytes())
+    }
+    fn read_from(b: &[u8]) -> Self {
+        (fp_at(b), u64_at(&b[FINGERPRINT_LEN..]))
+    }
+}
+
+/// A number (a chunk's position); on disk as u64 LE.
+impl Record for u64 {
+    const LEN: usize = 8;
+    fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
+        w.write_all(&self.to_le_bytes())
+    }
+    fn read_from(b: &[u8]) -> Self {
+        u64_at(b)
+    }
+}
+
+/// A sorted run of distinct records in a temporary file.
 struct Run {
     file: File,
     len: u64,
     level: u32,
 }
 
-/// Collects pairs in bounded memory; [`PairSorter::finish`] sorts them.
-pub(crate) struct PairSorter {
-    buf: Vec<Pair>,
+/// Collects records in bounded memory; [`Sorter::finish`] sorts them.
+pub(crate) struct Sorter<R> {
+    buf: Vec<R>,
     limit: usize,
     runs: Vec<Run>,
 }
 
-impl PairSorter {
-    /// A sorter whose buffer holds about `budget` bytes (at least 16 pairs).
-    pub(crate) fn with_budget(budget: u64) -> PairSorter {
-        let limit = (budget / std::mem::size_of::<Pair>() as u64).max(16) as usize;
-        PairSorter {
+/// Collects (container, fingerprint) pairs.
+pub(crate) type PairSorter = Sorter<Pair>;
+/// Sorted (container, fingerprint) pairs.
+pub(crate) type SortedPairs = Sorted<Pair>;
+
+impl<R: Record> Sorter<R> {
+    /// A sorter whose buffer holds about `budget` bytes (at least 16 records).
+    pub(crate) fn with_budget(budget: u64) -> Sorter<R> {
+        let limit = (budget / std::mem::size_of::<R>() as u64).max(16) as usize;
+        Sorter {
             buf: Vec::new(),
             limit,
             runs: Vec::new(),
         }
     }
 
-    /// Adds a pair (repeats are kept once).
-    pub(crate) fn push(&mut self, container: ContainerId, fp: Fingerprint) -> Result<()> {
-        self.buf.push((container, fp));
+    /// Adds a record (repeats are kept once).
+    pub(crate) fn push(&mut self, record: R) -> Result<()> {
+        self.buf.push(record);
         if self.buf.len() >= self.limit {
             self.spill()?;
         }
@@ -80,7 +144,7 @@ impl PairSorter {
             let start = self.runs.len() - FAN_IN;
             let level = self.runs[start].level + 1;
             let merged = {
-                let mut stream = PairStream::new(&self.runs[start..])?;
+                let mut stream = Stream::<R>::new(&self.runs[start..])?;
                 write_run(std::iter::from_fn(|| stream.next().transpose()), level)?
             };
             self.runs.truncate(start);
@@ -90,23 +154,24 @@ impl PairSorter {
     }
 
     /// Sorts what was pushed.
-    pub(crate) fn finish(mut self) -> Result<SortedPairs> {
+    pub(crate) fn finish(mut self) -> Result<Sorted<R>> {
         if !self.buf.is_empty() {
             self.spill()?;
         }
-        Ok(SortedPairs { runs: self.runs })
+        Ok(Sorted {
+            runs: self.runs,
+            record: std::marker::PhantomData,
+        })
     }
 }
 
-/// Writes `pairs` (sorted, distinct) as a run of `level`.
-fn write_run(pairs: impl Iterator<Item = Result<Pair>>, level: u32) -> Result<Run> {
+/// Writes `records` (sorted, distinct) as a run of `level`.
+fn write_run<R: Record>(records: impl Iterator<Item = Result<R>>, level: u32) -> Result<Run> {
     let file = temp_file()?;
     let mut w = BufWriter::with_capacity(READ_BUFFER, &file);
     let mut len = 0;
-    for pair in pairs {
-        let (c, fp) = pair?;
-        w.write_all(&c.to_le_bytes()).map_err(spill_io)?;
-        w.write_all(&fp.0).map_err(spill_io)?;
+    for record in records {
+        record?.write_to(&mut w).map_err(spill_io)?;
         len += 1;
     }
     w.flush().map_err(spill_io)?;
@@ -114,33 +179,32 @@ fn write_run(pairs: impl Iterator<Item = Result<Pair>>, level: u32) -> Result<Ru
     Ok(Run { file, len, level })
 }
 
-/// Every pair pushed, sorted; read as often as needed with [`SortedPairs::stream`].
-pub(crate) struct SortedPairs {
+/// Every record pushed, sorted; read as often as needed with [`Sorted::stream`].
+pub(crate) struct Sorted<R> {
     runs: Vec<Run>,
+    record: std::marker::PhantomData<R>,
 }
 
-impl SortedPairs {
-    /// The pairs in (container, fingerprint) order, each once.
-    pub(crate) fn stream(&self) -> Result<PairStream<'_>> {
-        PairStream::new(&self.runs)
+impl<R: Record> Sorted<R> {
+    /// The records in order, each once.
+    pub(crate) fn stream(&self) -> Result<Stream<'_, R>> {
+        Stream::new(&self.runs)
     }
-}
 
-impl SortedPairs {
-    /// The pairs of `self` that `other` lacks, in order (a merge join of
+    /// The records of `self` that `other` lacks, in order (a merge join of
     /// the two streams: memory for the result only).
-    pub(crate) fn absent_from(&self, other: &SortedPairs) -> Result<Vec<Pair>> {
+    pub(crate) fn absent_from(&self, other: &Sorted<R>) -> Result<Vec<R>> {
         let mut absent = Vec::new();
         let (mut wanted, mut have) = (self.stream()?, other.stream()?);
-        while let Some(pair) = wanted.next()? {
+        while let Some(record) = wanted.next()? {
             loop {
                 match have.peek()? {
-                    Some(h) if h < pair => {
+                    Some(h) if h < record => {
                         have.next()?;
                     }
-                    Some(h) if h == pair => break,
+                    Some(h) if h == record => break,
                     _ => {
-                        absent.push(pair);
+                        absent.push(record);
                         break;
                     }
                 }
@@ -154,35 +218,31 @@ impl SortedPairs {
 struct RunReader<'a> {
     reader: BufReader<&'a File>,
     left: u64,
+    buf: Vec<u8>,
 }
 
 impl RunReader<'_> {
-    fn next(&mut self) -> Result<Option<Pair>> {
+    fn next<R: Record>(&mut self) -> Result<Option<R>> {
         if self.left == 0 {
             return Ok(None);
         }
-        let mut buf = [0u8; RECORD_LEN];
-        self.reader.read_exact(&mut buf).map_err(spill_io)?;
+        self.reader.read_exact(&mut self.buf).map_err(spill_io)?;
         self.left -= 1;
-        let mut c = [0u8; 8];
-        c.copy_from_slice(&buf[..8]);
-        let mut fp = [0u8; FINGERPRINT_LEN];
-        fp.copy_from_slice(&buf[8..]);
-        Ok(Some((u64::from_le_bytes(c), Fingerprint(fp))))
+        Ok(Some(R::read_from(&self.buf)))
     }
 }
 
-/// A merge of sorted runs: pairs in order, each once.
-pub(crate) struct PairStream<'a> {
+/// A merge of sorted runs: records in order, each once.
+pub(crate) struct Stream<'a, R> {
     readers: Vec<RunReader<'a>>,
-    heap: BinaryHeap<Reverse<(Pair, usize)>>,
-    last: Option<Pair>,
-    peeked: Option<Pair>,
+    heap: BinaryHeap<Reverse<(R, usize)>>,
+    last: Option<R>,
+    peeked: Option<R>,
 }
 
-impl<'a> PairStream<'a> {
-    fn new(runs: &'a [Run]) -> Result<PairStream<'a>> {
-        let mut s = PairStream {
+impl<'a, R: Record> Stream<'a, R> {
+    fn new(runs: &'a [Run]) -> Result<Stream<'a, R>> {
+        let mut s = Stream {
             readers: Vec::with_capacity(runs.len()),
             heap: BinaryHeap::with_capacity(runs.len()),
             last: None,
@@ -192,6 +252,7 @@ impl<'a> PairStream<'a> {
             s.readers.push(RunReader {
                 reader: reader(&run.file)?,
                 left: run.len,
+                buf: vec![0; R::LEN],
             });
         }
         for i in 0..s.readers.len() {
@@ -201,38 +262,41 @@ impl<'a> PairStream<'a> {
     }
 
     fn advance(&mut self, i: usize) -> Result<()> {
-        if let Some(pair) = self.readers[i].next()? {
-            self.heap.push(Reverse((pair, i)));
+        if let Some(record) = self.readers[i].next()? {
+            self.heap.push(Reverse((record, i)));
         }
         Ok(())
     }
 
-    /// The next distinct pair.
-    pub(crate) fn next(&mut self) -> Result<Option<Pair>> {
+    /// The next distinct record.
+    pub(crate) fn next(&mut self) -> Result<Option<R>> {
         match self.peeked.take() {
-            Some(pair) => Ok(Some(pair)),
+            Some(record) => Ok(Some(record)),
             None => self.pull(),
         }
     }
 
-    fn peek(&mut self) -> Result<Option<Pair>> {
+    /// The next distinct record, without taking it.
+    pub(crate) fn peek(&mut self) -> Result<Option<R>> {
         if self.peeked.is_none() {
             self.peeked = self.pull()?;
         }
         Ok(self.peeked)
     }
 
-    fn pull(&mut self) -> Result<Option<Pair>> {
-        while let Some(Reverse((pair, i))) = self.heap.pop() {
+    fn pull(&mut self) -> Result<Option<R>> {
+        while let Some(Reverse((record, i))) = self.heap.pop() {
             self.advance(i)?;
-            if self.last != Some(pair) {
-                self.last = Some(pair);
-                return Ok(Some(pair));
+            if self.last != Some(record) {
+                self.last = Some(record);
+                return Ok(Some(record));
             }
         }
         Ok(None)
     }
+}
 
+impl Stream<'_, Pair> {
     /// The fingerprints paired with `container`, skipping the pairs of
     /// smaller containers (call with ascending containers).
     pub(crate) fn take(&mut self, container: ContainerId) -> Result<Vec<Fingerprint>> {
@@ -270,7 +334,7 @@ mod tests {
         for round in 0..3 {
             for i in 0..n {
                 let k = (i * 7919 + round) % n;
-                s.push(k % 97, fp(k)).unwrap();
+                s.push((k % 97, fp(k))).unwrap();
             }
         }
         let sorted = s.finish().unwrap();

@@ -322,10 +322,13 @@ fn check_ndf_tables(repo: &Repository, l: &Lineage, report: &mut CheckReport) ->
         .collect::<BTreeSet<_>>()
     {
         let key = ndf_key(&l.name, v);
-        let damage = match backend.read(&key) {
-            Ok(b) => format::decode_ndf(&key, &b).err(),
-            Err(e) => Some(e),
-        };
+        // Streamed: a window of the table in memory at a time.
+        let damage = format::NdfReader::open(backend, &key)
+            .and_then(|mut r| {
+                while r.next()?.is_some() {}
+                Ok(())
+            })
+            .err();
         let Some(e) = damage else { continue };
         let how = match l.state.backup_of(v).map(|id| repo.recipe(id)) {
             Some(Ok(_)) => "rebuilt from the version's recipe when needed".to_string(),

@@ -240,7 +240,7 @@ pub fn check_with_progress(
             Ok(metas) => {
                 report.stored_chunks += metas.len() as u64;
                 for m in &metas {
-                    stored.push(cid, m.fp)?;
+                    stored.push((cid, m.fp))?;
                 }
                 if !options.read_data {
                     deltas.extend(
@@ -319,7 +319,7 @@ pub fn check_with_progress(
                     .or_default()
                     .insert(id);
             } else {
-                references.push(c.container, c.fp)?;
+                references.push((c.container, c.fp))?;
             }
         }
         let mut problems = Vec::new();
@@ -441,7 +441,7 @@ fn bases_not_stored(
 ) -> Result<ChunkSet> {
     let mut bases = PairSorter::with_budget(sort_budget);
     for d in deltas {
-        bases.push(d.2.container, d.2.fp)?;
+        bases.push((d.2.container, d.2.fp))?;
     }
     Ok(bases
         .finish()?

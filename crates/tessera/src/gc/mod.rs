@@ -585,7 +585,7 @@ fn mark(
         phase.add(1);
         let recipe = repo.recipe(id)?;
         for c in &recipe.chunks {
-            live.push(c.container, c.fp)?;
+            live.push((c.container, c.fp))?;
         }
         if with_owners {
             owners.add_backup(id, &recipe.chunks);

@@ -9,16 +9,19 @@
 //! interrupted round leaves its inputs intact; the next `arrange` deletes
 //! whatever the uncommitted round wrote and runs it again.
 
-use super::backup::load_table;
-use super::format::{self, Journal, PartWriter, ReadLog};
+use super::format::{self, Journal, PartWriter, ReadLog, VolumeHeader};
+use super::table::with_table;
 use super::{
     cat_key, journal_key, lineages, live_ids, ndf_dir, ndf_key, parse_num_name, require_layout,
     vol_key, Lineage,
 };
-use crate::backend::{Backend as _, LockMode};
+use crate::backend::{Backend, LockMode};
 use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
 use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
+use crate::sorted_pairs::{Sorted, Sorter};
+use crate::spill::DEFAULT_SORT_BUDGET;
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -71,27 +74,54 @@ impl ArrangeStats {
     }
 }
 
+/// Options of an arranging run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ArrangeOptions {
+    /// Rounds run at most per lineage (`None`: every pending round;
+    /// a limit makes arranging catch up gradually).
+    pub rounds: Option<u64>,
+    /// Memory of each of a round's sorts (the active chunks by fingerprint,
+    /// the positions of those version v references), beyond which they
+    /// spill to unnamed temporary files: a round's memory is bounded
+    /// whatever the version's size.
+    pub sort_budget: u64,
+}
+
+impl Default for ArrangeOptions {
+    fn default() -> Self {
+        ArrangeOptions {
+            rounds: None,
+            sort_budget: DEFAULT_SORT_BUDGET,
+        }
+    }
+}
+
 /// Runs every pending arranging round of every lineage of `repo` (open
 /// exclusively), resuming interrupted rounds first.
 pub fn arrange(repo: &Repository) -> Result<ArrangeStats> {
-    arrange_rounds(repo, None)
+    arrange_with_options(repo, &ArrangeOptions::default(), &Silent)
 }
 
 /// Like [`arrange`], reporting progress to `progress`: the rounds of
 /// each lineage, one phase a lineage.
 pub fn arrange_with_progress(repo: &Repository, progress: &dyn Progress) -> Result<ArrangeStats> {
-    arrange_rounds_with_progress(repo, None, progress)
+    arrange_with_options(repo, &ArrangeOptions::default(), progress)
 }
 
 /// Like [`arrange`], but runs at most `limit` rounds per lineage (arranging
 /// that catches up gradually).
 pub fn arrange_rounds(repo: &Repository, limit: Option<u64>) -> Result<ArrangeStats> {
-    arrange_rounds_with_progress(repo, limit, &Silent)
+    let options = ArrangeOptions {
+        rounds: limit,
+        ..ArrangeOptions::default()
+    };
+    arrange_with_options(repo, &options, &Silent)
 }
 
-fn arrange_rounds_with_progress(
+/// Like [`arrange_with_progress`], with `options`.
+pub fn arrange_with_options(
     repo: &Repository,
-    limit: Option<u64>,
+    options: &ArrangeOptions,
     progress: &dyn Progress,
 ) -> Result<ArrangeStats> {
     require_layout(repo)?;
@@ -99,7 +129,7 @@ fn arrange_rounds_with_progress(
     let started = Instant::now();
     let mut total = ArrangeStats::default();
     for mut l in lineages(repo.backend().as_ref())? {
-        let s = arrange_lineage(repo, &mut l, limit, progress)?;
+        let s = arrange_lineage(repo, &mut l, options, progress)?;
         total.add(&s);
     }
     total.seconds = started.elapsed().as_secs_f64();
@@ -107,13 +137,14 @@ fn arrange_rounds_with_progress(
 }
 
 /// Arranges one lineage: cleans up after an interrupted round, then runs up
-/// to `limit` pending rounds.
+/// to `options.rounds` pending rounds.
 pub(crate) fn arrange_lineage(
     repo: &Repository,
     lineage: &mut Lineage,
-    limit: Option<u64>,
+    options: &ArrangeOptions,
     progress: &dyn Progress,
 ) -> Result<ArrangeStats> {
+    let limit = options.rounds;
     let started = Instant::now();
     let io_before = repo.io_stats();
     let mut stats = ArrangeStats::default();
@@ -132,7 +163,7 @@ pub(crate) fn arrange_lineage(
     );
     while lineage.state.arranged < lineage.state.last() && limit.is_none_or(|n| stats.rounds < n) {
         let v = lineage.state.arranged + 1;
-        round(repo, lineage, v, &live, &mut stats)?;
+        round(repo, lineage, v, &live, options.sort_budget, &mut stats)?;
         stats.rounds += 1;
         phase.add(1);
     }
@@ -179,12 +210,92 @@ fn cleanup(repo: &Repository, lineage: &Lineage, stats: &mut ArrangeStats) -> Re
     backend.delete(&journal_key(l))
 }
 
-/// Arranging round `v` (the active categories are Cat.(i, v-1)).
+/// The header of active part `key` of Cat.(i, v-1), checked against its
+/// name and the repository; `None` if it holds no category.
+fn active_header(
+    backend: &dyn Backend,
+    key: &str,
+    (i, v): (u64, u64),
+    encoded: bool,
+    log: &mut ReadLog,
+) -> Result<Option<VolumeHeader>> {
+    let header = format::read_header(backend, key, log)?;
+    if header.categories.len() > 1 || header.end != v - 1 {
+        return Err(Error::corrupt(
+            key,
+            "an active category part holds several categories",
+        ));
+    }
+    let Some(entry) = header.categories.first() else {
+        return Ok(None);
+    };
+    if entry.start != i {
+        return Err(Error::corrupt(
+            key,
+            "category start disagrees with its name",
+        ));
+    }
+    if header.encoded != encoded {
+        return Err(Error::corrupt(
+            key,
+            "its chunk encoding (flag bit 1) disagrees with the repository's compression",
+        ));
+    }
+    Ok(Some(header))
+}
+
+/// The positions of the active chunks version `v` references, ascending
+/// (a chunk's position counts the chunks before it in the active parts
+/// `parts`, (start, key), in order), sorted in `budget` bytes: the chunks
+/// sorted by fingerprint, merge-joined with version v's NDF table (sorted
+/// on disk), the hits sorted back by position. `None` without version v's
+/// table and recipe.
+fn referenced_positions(
+    repo: &Repository,
+    lineage: &Lineage,
+    v: u64,
+    parts: &[(u64, String)],
+    encoded: bool,
+    budget: u64,
+) -> Result<Option<Sorted<u64>>> {
+    let backend = repo.backend().as_ref();
+    let mut log = ReadLog::default();
+    let mut by_fp = Sorter::<(Fingerprint, u64)>::with_budget(budget);
+    let mut position = 0u64;
+    for (i, key) in parts {
+        let Some(header) = active_header(backend, key, (*i, v), encoded, &mut log)? else {
+            continue;
+        };
+        for (fp, _) in format::read_meta(backend, key, &header, 0, &mut log)? {
+            by_fp.push((fp, position))?;
+            position += 1;
+        }
+    }
+    let by_fp = by_fp.finish()?;
+    with_table(repo, lineage, v, |next_in_table| {
+        let mut referenced = Sorter::<u64>::with_budget(budget);
+        let mut chunks = by_fp.stream()?;
+        let mut table = next_in_table()?;
+        while let Some((fp, position)) = chunks.next()? {
+            while table.is_some_and(|t| t < fp) {
+                table = next_in_table()?;
+            }
+            if table == Some(fp) {
+                referenced.push(position)?;
+            }
+        }
+        referenced.finish()
+    })
+}
+
+/// Arranging round `v` (the active categories are Cat.(i, v-1)); its
+/// sorts hold `sort_budget` bytes of memory each.
 fn round(
     repo: &Repository,
     lineage: &mut Lineage,
     v: u64,
     live: &BTreeSet<u64>,
+    sort_budget: u64,
     stats: &mut ArrangeStats,
 ) -> Result<()> {
     let backend = repo.backend().as_ref();
@@ -226,9 +337,29 @@ fn round(
         // Without version v's table (and recipe), every chunk stays active:
         // keeping a chunk in a category whose lifecycle is too long only
         // costs space, archiving one v references would lose it.
-        let table = load_table(repo, lineage, v)?;
-        let referenced =
-            |fp: &crate::fingerprint::Fingerprint| table.as_ref().is_none_or(|t| t.contains(fp));
+        // The round decides by position: the chunks v references, found
+        // by a merge join in bounded memory (no table in memory), are read
+        // back in the order the parts stream their chunks.
+        let parts: Vec<(u64, String)> = inputs
+            .iter()
+            .map(|&(i, p)| (i, cat_key(&l, i, v - 1, p)))
+            .collect();
+        let positions =
+            referenced_positions(repo, lineage, v, &parts, encoded && has_data, sort_budget)?;
+        let mut kept = positions.as_ref().map(Sorted::stream).transpose()?;
+        let mut position = 0u64;
+        let mut referenced = || -> Result<bool> {
+            let at = position;
+            position += 1;
+            let Some(kept) = kept.as_mut() else {
+                return Ok(true);
+            };
+            let hit = kept.peek()? == Some(at);
+            if hit {
+                kept.next()?;
+            }
+            Ok(hit)
+        };
         let mut log = ReadLog::default();
         let mut archive = PartWriter::new(backend, v - 1, has_data, part_bytes, |p, first| {
             vol_key(&l, v - 1, p, first)
@@ -270,28 +401,11 @@ fn round(
             while k < inputs.len() && inputs[k].0 == i {
                 let key = cat_key(&l, i, v - 1, inputs[k].1);
                 k += 1;
-                let header = format::read_header(backend, &key, &mut log)?;
-                if header.categories.len() > 1 || header.end != v - 1 {
-                    return Err(Error::corrupt(
-                        &key,
-                        "an active category part holds several categories",
-                    ));
-                }
-                let Some(entry) = header.categories.first() else {
+                let Some(header) =
+                    active_header(backend, &key, (i, v), encoded && has_data, &mut log)?
+                else {
                     continue;
                 };
-                if entry.start != i {
-                    return Err(Error::corrupt(
-                        &key,
-                        "category start disagrees with its name",
-                    ));
-                }
-                if header.encoded != (encoded && has_data) {
-                    return Err(Error::corrupt(
-                        &key,
-                        "its chunk encoding (flag bit 1) disagrees with the repository's compression",
-                    ));
-                }
                 let metas = format::read_meta(backend, &key, &header, 0, &mut log)?;
                 // Parts written before a checksum fails are outputs of an
                 // uncommitted round: the next arrange deletes them.
@@ -303,7 +417,7 @@ fn round(
                     &metas,
                     &mut log,
                     |fp, len, bytes| {
-                        if referenced(&fp) {
+                        if referenced()? {
                             stats.chunks_migrated += 1;
                             writer.push(to, &fp, len, bytes)
                         } else if dead {

@@ -2,14 +2,14 @@
 //! the backup itself and the previous version of its lineage; unique chunks
 //! form the new category Cat.(n,n).
 
-use super::arrange::{arrange_lineage, ArrangeStats};
+use super::arrange::{arrange_lineage, ArrangeOptions, ArrangeStats};
 use super::format::{self, PartWriter};
+use super::table::{load_table, FpSet};
 use super::{cat_key, ndf_key, require_layout, Lineage};
 use crate::backend::Backend;
 use crate::compression::{Compression, CompressionStats, EncodeCounts};
 use crate::config::Arrange;
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::index::{Chunk, IndexStats};
 use crate::quarantine::Quarantined;
 use crate::repo::Repository;
@@ -19,16 +19,13 @@ use crate::snapshot::{
 use crate::spill::{byte_order, SpillMap};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-/// A set of fingerprints (one NDF table in memory).
-pub(crate) type FpSet = hashbrown::HashSet<Fingerprint, FingerprintHashBuilder>;
-
 /// Memory for the backup's set of distinct fingerprints (its NDF table),
 /// beyond which it spills to temporary files.
 const CUR_BUDGET: u64 = 8 << 20;
 
 /// Approximate bytes of a fingerprint set of `capacity` slots.
 pub(crate) fn set_memory(set: &FpSet) -> u64 {
-    set.capacity() as u64 * (std::mem::size_of::<Fingerprint>() as u64 + 1)
+    set.capacity() as u64 * (std::mem::size_of::<crate::fingerprint::Fingerprint>() as u64 + 1)
 }
 
 /// Options of one lifecycle backup.
@@ -50,6 +47,9 @@ pub struct LifecycleBackupOptions<'a> {
     /// Compression of the chunks this backup stores, instead of the
     /// repository's setting (only in a repository that compresses).
     pub compression: Option<Compression>,
+    /// Memory of each sort of the arranging that follows the backup
+    /// ([`ArrangeOptions::sort_budget`]; `None`: the default).
+    pub sort_budget: Option<u64>,
 }
 
 /// A committed backup and, when the configuration arranges automatically,
@@ -65,27 +65,6 @@ pub struct BackupOutcome {
     /// the repository (arranging deletes objects they may read): it runs
     /// with the next backup of the lineage or `tessera arrange`.
     pub arrange_deferred: bool,
-}
-
-/// Version `v`'s NDF table of `lineage`: the stored table or, when it is
-/// missing or damaged (it is derived data), the same set rebuilt from the
-/// recipe of the version's backup (the table is exactly the distinct
-/// fingerprints of that recipe). `None` if neither is readable.
-pub(crate) fn load_table(repo: &Repository, lineage: &Lineage, v: u64) -> Result<Option<FpSet>> {
-    let key = ndf_key(&lineage.name, v);
-    let stored = match repo.backend().read(&key) {
-        Ok(b) => format::decode_ndf(&key, &b).ok(),
-        Err(e) if matches!(e, Error::NotFound(_)) || e.is_damage() => None,
-        Err(e) => return Err(e),
-    };
-    if let Some(fps) = stored {
-        return Ok(Some(fps.into_iter().collect()));
-    }
-    let recipe = lineage
-        .state
-        .backup_of(v)
-        .and_then(|id| repo.recipe(id).ok());
-    Ok(recipe.map(|r| r.chunks.iter().map(|c| c.fp).collect()))
 }
 
 /// Deletes parts `parts..` of Cat.(v,v) left by an interrupted backup of
@@ -328,7 +307,17 @@ pub(crate) fn backup_stream(
         // The backup is committed: a damaged object arranging must read
         // defers arranging (an interrupted round, resumed later) instead
         // of failing the backup.
-        true => match arrange_lineage(repo, &mut lineage, None, &crate::progress::Silent) {
+        true => match arrange_lineage(
+            repo,
+            &mut lineage,
+            &ArrangeOptions {
+                rounds: None,
+                sort_budget: options
+                    .sort_budget
+                    .unwrap_or(ArrangeOptions::default().sort_budget),
+            },
+            &crate::progress::Silent,
+        ) {
             Ok(s) => Some(s),
             Err(e) if e.is_damage() => None,
             Err(e) => return Err(e),

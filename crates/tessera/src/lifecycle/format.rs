@@ -730,26 +730,101 @@ pub(crate) fn write_ndf(
     Ok(())
 }
 
-/// Decodes an NDF table.
-pub fn decode_ndf(name: &str, bytes: &[u8]) -> Result<Vec<Fingerprint>> {
-    let payload = envelope::open(name, NDF_KIND, META_VERSION, bytes)?;
-    if !payload.len().is_multiple_of(FINGERPRINT_LEN) {
-        return Err(Error::corrupt(
-            name,
-            "NDF table length is not a multiple of 32",
-        ));
-    }
-    let mut out = Vec::with_capacity(payload.len() / FINGERPRINT_LEN);
-    for c in payload.chunks_exact(FINGERPRINT_LEN) {
-        let mut fp = [0u8; FINGERPRINT_LEN];
-        fp.copy_from_slice(c);
-        let fp = Fingerprint(fp);
-        if out.last().is_some_and(|p| *p >= fp) {
-            return Err(Error::corrupt(name, "NDF table is not sorted"));
+/// Bytes of an NDF table [`NdfReader`] reads per request (a multiple of
+/// the fingerprint length).
+const NDF_WINDOW: u64 = 4 << 20;
+
+/// Reads an NDF table's fingerprints in order without holding the table:
+/// ranges of [`NDF_WINDOW`] bytes, each fingerprint checked to ascend as it
+/// comes, the checksum and format version after the last one (so a caller
+/// trusts what it read only once [`NdfReader::next`] returned `None`).
+pub(crate) struct NdfReader<'a> {
+    backend: &'a dyn Backend,
+    key: String,
+    header: Vec<u8>,
+    /// Offset of the next unread payload byte.
+    at: u64,
+    /// Offset of the payload's end (the trailer's start).
+    end: u64,
+    buf: Vec<u8>,
+    pos: usize,
+    crc: u32,
+    last: Option<Fingerprint>,
+    verified: bool,
+}
+
+impl<'a> NdfReader<'a> {
+    /// Opens NDF table `key`, checking its envelope header and length.
+    pub(crate) fn open(backend: &'a dyn Backend, key: &str) -> Result<NdfReader<'a>> {
+        let size = backend.size(key)?;
+        let header = backend.read_range(key, 0, envelope::HEADER_LEN as u64)?;
+        let payload_len = envelope::check_header(key, NDF_KIND, &header, size)?;
+        if !payload_len.is_multiple_of(FINGERPRINT_LEN as u64) {
+            return Err(Error::corrupt(
+                key,
+                "NDF table length is not a multiple of 32",
+            ));
         }
-        out.push(fp);
+        Ok(NdfReader {
+            backend,
+            key: key.to_string(),
+            crc: crc32c::crc32c(&header),
+            header,
+            at: envelope::HEADER_LEN as u64,
+            end: envelope::HEADER_LEN as u64 + payload_len,
+            buf: Vec::new(),
+            pos: 0,
+            last: None,
+            verified: false,
+        })
     }
-    Ok(out)
+
+    /// The next fingerprint, or `None` after the last once the table's
+    /// checksum and version hold.
+    pub(crate) fn next(&mut self) -> Result<Option<Fingerprint>> {
+        if self.pos == self.buf.len() {
+            if self.at == self.end {
+                self.verify()?;
+                return Ok(None);
+            }
+            let len = (self.end - self.at).min(NDF_WINDOW);
+            self.buf = self.backend.read_range(&self.key, self.at, len)?;
+            if self.buf.len() as u64 != len {
+                return Err(Error::corrupt(&self.key, "truncated NDF table"));
+            }
+            self.crc = crc32c::crc32c_append(self.crc, &self.buf);
+            self.at += len;
+            self.pos = 0;
+        }
+        let mut fp = [0u8; FINGERPRINT_LEN];
+        fp.copy_from_slice(&self.buf[self.pos..self.pos + FINGERPRINT_LEN]);
+        self.pos += FINGERPRINT_LEN;
+        let fp = Fingerprint(fp);
+        if self.last.is_some_and(|p| p >= fp) {
+            return Err(Error::corrupt(&self.key, "NDF table is not sorted"));
+        }
+        self.last = Some(fp);
+        Ok(Some(fp))
+    }
+
+    /// Checks the trailer's checksum, then the format version.
+    fn verify(&mut self) -> Result<()> {
+        if self.verified {
+            return Ok(());
+        }
+        let trailer = self
+            .backend
+            .read_range(&self.key, self.end, envelope::TRAILER_LEN as u64)?;
+        if trailer.len() != envelope::TRAILER_LEN {
+            return Err(Error::corrupt(&self.key, "truncated NDF table"));
+        }
+        if u32::from_le_bytes(le4(&trailer)) != self.crc {
+            return Err(Error::corrupt(&self.key, "checksum mismatch"));
+        }
+        envelope::check_version(&self.key, &[META_VERSION], &self.header)?;
+        self.verified = true;
+        Ok(())
+    }
 }
 
 /// One backup version of a lineage.
@@ -959,6 +1034,67 @@ mod tests {
         assert!(parse_meta("v", &e, &bad).is_err());
     }
 
+    fn read_ndf(backend: &dyn Backend, key: &str) -> Result<Vec<Fingerprint>> {
+        let mut r = NdfReader::open(backend, key)?;
+        let mut out = Vec::new();
+        while let Some(fp) = r.next()? {
+            out.push(fp);
+        }
+        // Reading past the end stays at the end.
+        assert_eq!(r.next()?, None);
+        Ok(out)
+    }
+
+    #[test]
+    fn ndf_tables_stream_across_windows_and_damage_is_found() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = crate::backend::Local::new(dir.path());
+        // More fingerprints than one window holds.
+        let n = NDF_WINDOW / FINGERPRINT_LEN as u64 + 100;
+        let mut fps = crate::spill::SpillMap::with_budget(1 << 20, crate::spill::byte_order);
+        let mut expected = Vec::new();
+        for i in 0..n {
+            let mut b = [0u8; 32];
+            b[..8].copy_from_slice(&(i * 7919 % n).to_le_bytes());
+            fps.insert(Fingerprint(b), 0).unwrap();
+            expected.push(Fingerprint(b));
+        }
+        expected.sort_unstable();
+        write_ndf(&backend, "n", &mut fps, n).unwrap();
+        assert_eq!(read_ndf(&backend, "n").unwrap(), expected);
+        let good = Backend::read(&backend, "n").unwrap();
+        let damaged = |f: &dyn Fn(&mut Vec<u8>)| {
+            let mut b = good.clone();
+            f(&mut b);
+            Backend::write(&backend, "d", &b).unwrap();
+            read_ndf(&backend, "d").unwrap_err()
+        };
+        // A flipped byte in the last window: found by the checksum.
+        let e = damaged(&|b| {
+            let at = b.len() - 10;
+            b[at] ^= 1;
+        });
+        assert!(e.is_damage() && e.to_string().contains("checksum"), "{e}");
+        // Out of order (a fingerprint's first byte raised): found as it comes.
+        let e = damaged(&|b| b[envelope::HEADER_LEN] = 0xff);
+        assert!(e.to_string().contains("not sorted"), "{e}");
+        let e = damaged(&|b| b.truncate(b.len() - 32));
+        assert!(e.is_damage() && e.to_string().contains("length"), "{e}");
+        let e = damaged(&|b| b[8] = 9);
+        assert!(e.is_damage(), "{e}");
+        let e = damaged(&|b| {
+            b[8] = 9;
+            let end = b.len() - 4;
+            let crc = crc32c::crc32c(&b[..end]);
+            b[end..].copy_from_slice(&crc.to_le_bytes());
+        });
+        assert!(matches!(e, Error::UnsupportedVersion { .. }), "{e}");
+        assert!(matches!(
+            NdfReader::open(&backend, "absent"),
+            Err(Error::NotFound(_))
+        ));
+    }
+
     #[test]
     fn ndf_and_state_round_trip() {
         let dir = tempfile::tempdir().unwrap();
@@ -968,8 +1104,7 @@ mod tests {
             fps.insert(f, 0).unwrap();
         }
         write_ndf(&backend, "n", &mut fps, 2).unwrap();
-        let b = crate::backend::Backend::read(&backend, "n").unwrap();
-        assert_eq!(decode_ndf("n", &b).unwrap(), vec![fp(1), fp(3)]);
+        assert_eq!(read_ndf(&backend, "n").unwrap(), vec![fp(1), fp(3)]);
         let s = LineageState {
             source: "x".into(),
             versions: vec![Version {

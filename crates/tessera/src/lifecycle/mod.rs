@@ -30,9 +30,13 @@ pub mod format;
 mod manage;
 mod repair;
 mod restore;
+mod table;
 mod uploads;
 
-pub use arrange::{arrange, arrange_rounds, arrange_with_progress, ArrangeStats};
+pub use arrange::{
+    arrange, arrange_rounds, arrange_with_options, arrange_with_progress, ArrangeOptions,
+    ArrangeStats,
+};
 pub(crate) use backup::backup_stream;
 pub use backup::{backup, BackupOutcome, LifecycleBackupOptions};
 pub use manage::{

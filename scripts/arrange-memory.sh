@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Peak RSS and cost per GiB of the lifecycle arranging (issue 25): a trace
+# repository (lifecycle layout, manual arranging) gets two generated
+# versions of SIZE each, then `tessera arrange` runs on fresh copies of it
+# (round 2 splits version 1's category with version 2's NDF table), RUNS
+# times per sort budget (`--sort-memory`), each under `/usr/bin/time -f %M`.
+# The raw baseline, measured in the same run, is reading the objects the
+# round reads (the category parts and the NDF table, `cat > /dev/null`,
+# page cache warm as for the arranging). Every run's lifecycle objects must
+# be byte-identical to the first run's (`diff -r`). With BASELINE (another
+# `tessera` binary, e.g. one built from an older commit) its arranging runs
+# too, without `--sort-memory`, for a before/after comparison.
+#
+# Usage: scripts/arrange-memory.sh
+# Environment: SIZE (one version, default 32GiB), RUNS (default 3), BUDGETS
+# (default "32MiB 1MiB"), TESSERA (default target/release/tessera, built if
+# absent), BASELINE (optional), WORK (scratch directory, default a new one
+# under /tmp; removed at the end unless KEEP=1).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+TESSERA=${TESSERA:-target/release/tessera}
+SIZE=${SIZE:-32GiB}
+RUNS=${RUNS:-3}
+BUDGETS=${BUDGETS:-"32MiB 1MiB"}
+[ -x /usr/bin/time ] || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
+[ -x "$TESSERA" ] || cargo build --release -p tessera-cli
+WORK=${WORK:-$(mktemp -d /tmp/tessera-arrange-memory.XXXXXX)}
+mkdir -p "$WORK"
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$WORK"' EXIT
+
+"$TESSERA" gen --trace --versions 2 --size "$SIZE" "$WORK/gen" >/dev/null
+"$TESSERA" init --trace --layout lifecycle --arrange manual --encryption none "$WORK/template" >/dev/null
+for v in 1 2; do
+    "$TESSERA" backup "$WORK/template" --trace "$WORK/gen/v000$v.trace" --source s --json >"$WORK/backup$v.json"
+done
+rm -rf "$WORK/gen"
+gib=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["logical_bytes"] / 2**30)' "$WORK/backup2.json")
+
+median() { sort -g | awk '{ a[NR] = $1 } END { printf "%.2f %.2f %.2f\n", a[int((NR + 1) / 2)], a[1], a[NR] }'; }
+
+# The raw baseline: reading what the round reads.
+raw=$(for ((r = 0; r < RUNS; r++)); do
+    /usr/bin/time -f '%e' -o "$WORK/raw.time" sh -c "cat '$WORK'/template/lifecycle/*/cat/* '$WORK'/template/lifecycle/*/ndf/* >/dev/null"
+    tail -1 "$WORK/raw.time"
+done | median)
+
+# run NAME BINARY [ARGS]: RUNS arrangings on fresh copies; prints a table row.
+run() {
+    local name=$1 bin=$2
+    shift 2
+    : >"$WORK/rss" && : >"$WORK/secs"
+    for ((r = 0; r < RUNS; r++)); do
+        rm -rf "$WORK/copy" && cp -a "$WORK/template" "$WORK/copy"
+        /usr/bin/time -f '%M %e' -o "$WORK/arrange.time" "$bin" arrange "$WORK/copy" "$@" --json >"$WORK/arrange.json"
+        read -r kib s < <(tail -1 "$WORK/arrange.time")
+        echo "$kib" | awk '{ print $1 / 1024 }' >>"$WORK/rss"
+        echo "$s" >>"$WORK/secs"
+        if [ -d "$WORK/first" ]; then
+            diff -rq "$WORK/first" "$WORK/copy/lifecycle" >/dev/null || { echo "$name: lifecycle objects differ from the first run's" >&2; exit 1; }
+        else
+            cp -a "$WORK/copy/lifecycle" "$WORK/first"
+        fi
+    done
+    read -r rss rss_lo rss_hi < <(median <"$WORK/rss")
+    read -r s s_lo s_hi < <(median <"$WORK/secs")
+    read -r raw_s _ < <(echo "$raw")
+    awk -v n="$name" -v m="$rss" -v ml="$rss_lo" -v mh="$rss_hi" -v s="$s" -v sl="$s_lo" -v sh="$s_hi" -v g="$gib" -v raw="$raw_s" \
+        'BEGIN { printf "| %s | %.1f (%.1f–%.1f) | %.2f (%.2f–%.2f) | %.3f | %.1f× |\n", n, m, ml, mh, s, sl, sh, s / g, s / raw }'
+}
+
+echo "version 2: $(printf '%.2f' "$gib") GiB logical; $(du -sh "$WORK/template" | cut -f1) repository; raw read of the round's inputs: median $raw s (min max); medians of $RUNS runs (min–max)"
+printf '| arranging | peak RSS MiB | s | s per GiB of version | vs raw read |\n|---|---:|---:|---:|---:|\n'
+[ -z "${BASELINE:-}" ] || run "baseline" "$BASELINE"
+for b in $BUDGETS; do
+    run "--sort-memory $b" "$TESSERA" --sort-memory "$b"
+done
+echo "every run's lifecycle objects byte-identical"
