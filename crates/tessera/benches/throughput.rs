@@ -6,7 +6,12 @@
 //! * **baseline**: the repository's chunker over the in-memory input on one
 //!   thread, BLAKE3 fingerprints of each block's chunks in parallel (rayon),
 //!   nothing else — the pipeline's shape without index, containers or I/O;
-//! * **(a)** a backup of fresh random data, / baseline;
+//! * **write baseline**: the baseline while the same bytes are written
+//!   durably, as container-sized objects, by the repository's local backend
+//!   on [`WRITERS`] threads (copied into aligned buffers, written with the
+//!   backend's direct I/O, synced, linked into place): the least a backup of
+//!   new data must do beyond chunking and hashing;
+//! * **(a)** a backup of fresh random data, / baseline, and / write baseline;
 //! * **(b)** a backup of the same data again (every chunk a duplicate), / baseline;
 //! * **(c)** a restore of the first backup to a sink (every chunk still
 //!   verified), / reading all its container files sequentially with `std::fs`.
@@ -26,7 +31,9 @@ use crossbeam_channel::bounded;
 use rayon::prelude::*;
 use std::io::Cursor;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use tessera::backend::{AlignedBuf, Backend, Local};
 use tessera::backup::{backup, BackupOptions};
 use tessera::chunker::{cut_all, Chunker};
 use tessera::config::Config;
@@ -134,6 +141,47 @@ fn baseline(data: &[u8], chunker: &dyn Chunker, algo: FingerprintAlgo) -> (Durat
     (started.elapsed(), chunks)
 }
 
+/// Threads of the write baseline: as many as a backup's container writers.
+const WRITERS: usize = 4;
+
+/// The baseline while [`WRITERS`] threads write `data` durably into `dir`
+/// as new objects of `object_size` bytes through the local backend (each
+/// copied into an aligned buffer first, as a container is filled): both
+/// start together; the time is that of the later to finish.
+fn baseline_written(
+    data: &[u8],
+    chunker: &dyn Chunker,
+    algo: FingerprintAlgo,
+    dir: &Path,
+    object_size: usize,
+) -> Duration {
+    let backend = Local::new(dir);
+    let next = AtomicUsize::new(0);
+    let pieces = data.len().div_ceil(object_size);
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        for _ in 0..WRITERS {
+            s.spawn(|| {
+                let mut buf = AlignedBuf::with_capacity(object_size);
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= pieces {
+                        break;
+                    }
+                    let piece = &data[i * object_size..((i + 1) * object_size).min(data.len())];
+                    buf.clear();
+                    buf.extend_from_slice(piece);
+                    backend
+                        .write_new(&format!("w/{i:08}"), &[buf.as_slice()])
+                        .expect("writing the write baseline's object");
+                }
+            });
+        }
+        baseline(data, chunker, algo);
+    });
+    started.elapsed()
+}
+
 /// Writes dirty pages and drops the page cache; false if not permitted.
 fn drop_caches() -> bool {
     let synced = std::process::Command::new("sync")
@@ -180,11 +228,14 @@ struct Run {
     base_a: f64,
     /// Baseline bracketing (b).
     base_b: f64,
+    /// Write baseline bracketing (a).
+    base_w: f64,
     fresh: f64,
     dup: f64,
     read: f64,
     restore: f64,
     cpu_base: f64,
+    cpu_base_w: f64,
     cpu_fresh: f64,
     cpu_dup: f64,
     cpu_read: f64,
@@ -213,6 +264,9 @@ impl Run {
     fn ratio_a(&self) -> f64 {
         self.fresh / self.base_a
     }
+    fn ratio_w(&self) -> f64 {
+        self.fresh / self.base_w
+    }
     fn ratio_b(&self) -> f64 {
         self.dup / self.base_b
     }
@@ -240,9 +294,24 @@ fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
     // Each backup is bracketed by baselines, so that load from elsewhere on
     // the machine affects a measurement and its reference alike.
     let base = || timed(|| baseline(data, chunker.as_ref(), algo));
+    let written = tmp.path().join("written");
+    let base_w = || {
+        let out = timed(|| {
+            baseline_written(
+                data,
+                chunker.as_ref(),
+                algo,
+                &written,
+                config.container_size as usize,
+            )
+        });
+        std::fs::remove_dir_all(&written).expect("removing the write baseline's objects");
+        out
+    };
 
     let repo = Repository::init(&root, config.clone()).expect("init");
     let options = BackupOptions::default();
+    let (w1, _, cw1) = base_w();
     let (_, b1, c1) = base();
     let (first, t, cpu_fresh) =
         timed(|| backup(&repo, &mut Cursor::new(data), "input", &options).expect("backup"));
@@ -250,6 +319,7 @@ fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
     assert_eq!(first.logical_bytes, logical);
 
     let (_, b2, c2) = base();
+    let (w2, _, cw2) = base_w();
     let (second, t, cpu_dup) =
         timed(|| backup(&repo, &mut Cursor::new(data), "input", &options).expect("backup"));
     let dup = mb_s(logical, t);
@@ -279,11 +349,13 @@ fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
     let r = Run {
         base_a: mb_s(logical, (b1 + b2) / 2),
         base_b: mb_s(logical, (b2 + b3) / 2),
+        base_w: mb_s(logical, (w1 + w2) / 2),
         fresh,
         dup,
         read,
         restore: restore_mb_s,
         cpu_base: (c1 + c2 + c3) / 3.0,
+        cpu_base_w: (cw1 + cw2) / 2.0,
         cpu_fresh,
         cpu_dup,
         cpu_read,
@@ -293,12 +365,15 @@ fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
     };
     if !o.quiet {
         println!(
-            "run {run}: baselines {:.0}/{:.0}/{:.0} MB/s | (a) fresh {:.0} MB/s = {:.2} | (b) dup {:.0} MB/s = {:.2} | (c) read {:.0} MB/s, restore {:.0} MB/s = {:.2}",
+            "run {run}: baselines {:.0}/{:.0}/{:.0} MB/s, write baselines {:.0}/{:.0} MB/s | (a) fresh {:.0} MB/s = {:.2}, / write baseline {:.2} | (b) dup {:.0} MB/s = {:.2} | (c) read {:.0} MB/s, restore {:.0} MB/s = {:.2}",
             mb_s(logical, b1),
             mb_s(logical, b2),
             mb_s(logical, b3),
+            mb_s(logical, w1),
+            mb_s(logical, w2),
             r.fresh,
             r.ratio_a(),
+            r.ratio_w(),
             r.dup,
             r.ratio_b(),
             r.read,
@@ -306,8 +381,8 @@ fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
             r.ratio_c()
         );
         println!(
-            "        CPU s: baseline {:.2} fresh {:.2} dup {:.2} read {:.2} restore {:.2}",
-            r.cpu_base, r.cpu_fresh, r.cpu_dup, r.cpu_read, r.cpu_restore
+            "        CPU s: baseline {:.2} write baseline {:.2} fresh {:.2} dup {:.2} read {:.2} restore {:.2}",
+            r.cpu_base, r.cpu_base_w, r.cpu_fresh, r.cpu_dup, r.cpu_read, r.cpu_restore
         );
         println!("        fresh stages: {}", stages(&first));
         println!("        dup   stages: {}", stages(&second));
@@ -372,7 +447,7 @@ fn main() {
         "|-------------------------------------------|--------:|--------------:|-------:|---------------|----------:|----------------|------------------------|"
     );
     type Metric = fn(&Run) -> f64;
-    let rows: [(&str, Metric, Metric, f64, Metric, Metric); 3] = [
+    let rows: [(&str, Metric, Metric, f64, Metric, Metric); 4] = [
         (
             "(a) backup, fresh data / chunk+BLAKE3",
             |r| r.fresh,
@@ -380,6 +455,14 @@ fn main() {
             0.85,
             |r| r.cpu_fresh,
             |r| r.cpu_base,
+        ),
+        (
+            "(a') backup, fresh / chunk+BLAKE3 & write",
+            |r| r.fresh,
+            |r| r.base_w,
+            0.85,
+            |r| r.cpu_fresh,
+            |r| r.cpu_base_w,
         ),
         (
             "(b) backup, all duplicate / chunk+BLAKE3",
@@ -422,6 +505,12 @@ fn main() {
     );
     println!(
         "fastest run of a measure over the fastest run of its baseline (the least disturbed runs)."
+    );
+    println!(
+        "(a'): the same backup over the write baseline (chunk+BLAKE3 while {WRITERS} threads write the same"
+    );
+    println!(
+        "bytes durably as container-sized objects through the local backend), run just before and after it."
     );
     println!();
     println!("Per-stage seconds of the backups (medians; fp is summed over the hashing threads, write is the busiest writer; stages overlap):");
