@@ -30,7 +30,7 @@ const MAX_OPEN: usize = 128;
 const DIRENT_BUFFER: usize = 64 << 10;
 
 /// Objects the walk thread sends at once ([`Walk::send_all`]).
-const STEP_BATCH: usize = 64;
+const STEP_BATCH: usize = 256;
 
 /// What the exclude options leave out.
 #[derive(Clone)]
