@@ -4,7 +4,7 @@
 use super::catalog::{CatalogBytes, CatalogWriter, Entry, Kind, Xattr};
 use super::meta::{read_file_xattrs, read_xattrs, Names};
 use super::stream::{for_each_entry, tree_of};
-use super::walk::{At, Excludes, Found, Status, Step, Walk, Walked};
+use super::walk::{examine_batches, At, Excludes, Found, Status, Step, StepBatch, Walk, Walked};
 use super::{catalog_order, catalog_path, relative_path};
 use crate::backup::{self, BackupOptions, Outcome, SegmentRead, Segments, Source};
 use crate::error::{Error, Result};
@@ -64,9 +64,11 @@ const AHEAD_BYTES: u64 = 32 << 20;
 const PARENT_BATCH: usize = 256;
 /// ...and batches of them kept ready at most.
 const PARENT_AHEAD_BATCHES: usize = 4;
-/// Batches of walked objects the walk thread keeps ready at most (with the
-/// pending objects, each may hold its directory open).
-const WALK_AHEAD_BATCHES: usize = 2;
+/// Batches of walked objects the walk thread keeps ready or being examined
+/// at most (with the pending objects, each may hold its directory open).
+const WALK_AHEAD_BATCHES: usize = 8;
+/// Threads examining (`statx`) the files the walk finds.
+const STAT_THREADS: usize = 2;
 
 /// A committed tree backup and what it left out.
 #[derive(Debug)]
@@ -191,7 +193,8 @@ fn backup_tree_with(
         tree_options.follow_symlinks,
         tree_options.one_file_system,
     );
-    let (steps_tx, steps) = bounded::<Vec<Step>>(WALK_AHEAD_BATCHES);
+    let (steps_tx, steps) = bounded::<StepBatch>(WALK_AHEAD_BATCHES);
+    let (examine, to_examine) = bounded(WALK_AHEAD_BATCHES);
     let mut feed = TreeFeed {
         steps: Some(steps),
         batch: Vec::new().into_iter(),
@@ -222,7 +225,13 @@ fn backup_tree_with(
         refetch: None,
     };
     std::thread::scope(|s| {
-        s.spawn(move || walk.send_all(roots_walked, steps_tx));
+        s.spawn(move || walk.send_all(roots_walked, steps_tx, examine));
+        for _ in 0..STAT_THREADS {
+            let queue = to_examine.clone();
+            let follow = tree_options.follow_symlinks;
+            s.spawn(move || examine_batches(queue, follow));
+        }
+        drop(to_examine);
         let (jobs, queue) = bounded::<Job>(AHEAD_OBJECTS);
         for _ in 0..readers {
             let queue = queue.clone();
@@ -651,7 +660,7 @@ struct UnchangedFile {
 /// The segmented stream of a tree backup.
 struct TreeFeed<'a> {
     /// The walk of the roots, from the walk thread (none once stopped)...
-    steps: Option<Receiver<Vec<Step>>>,
+    steps: Option<Receiver<StepBatch>>,
     /// ...and the rest of its last batch.
     batch: std::vec::IntoIter<Step>,
     /// Follow symbolic links (`--follow-symlinks`).
@@ -803,11 +812,20 @@ impl TreeFeed<'_> {
     fn next_object(&mut self) -> Option<Walked> {
         loop {
             let Some(step) = self.batch.next() else {
-                self.batch = self.steps.as_ref()?.recv().ok()?.into_iter();
+                let next = self.steps.as_ref()?.recv().ok()?;
+                let Ok(batch) = next.recv() else {
+                    let stopped = std::io::Error::other("the walk's stat threads stopped");
+                    return Some(Err((PathBuf::new(), stopped)));
+                };
+                self.batch = batch.into_iter();
                 continue;
             };
             let root = match step {
                 Step::Object(walked) => return Some(walked),
+                Step::Unexamined(path, _) => {
+                    let lost = std::io::Error::other("not examined");
+                    return Some(Err((path, lost)));
+                }
                 Step::Root(root) => root,
             };
             for parent in root
@@ -1294,6 +1312,59 @@ mod tests {
             .map(|c| (c.fp, c.len))
             .collect();
         (data, entries)
+    }
+
+    #[test]
+    fn a_metadata_change_of_an_unchanged_file_lands_in_the_next_catalog() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        fs::create_dir_all(src.join("d")).unwrap();
+        for f in 0..50usize {
+            fs::write(src.join(format!("d/f{f:02}")), vec![f as u8; f * 97]).unwrap();
+        }
+        let repo = Repository::init(&dir.path().join("r"), Config::new("test".into())).unwrap();
+        let opts = BackupOptions {
+            source: "host:/x".into(),
+            ..BackupOptions::default()
+        };
+        let paths = std::slice::from_ref(&src);
+        let tree_opts = TreeBackupOptions::default();
+        backup_tree(&repo, paths, &tree_opts, &opts).unwrap();
+        // Same bytes, new mode; same bytes and mode, a new attribute (where
+        // the file system takes user attributes).
+        let (moded, tagged) = (src.join("d/f07"), src.join("d/f31"));
+        fs::set_permissions(&moded, fs::Permissions::from_mode(0o600)).unwrap();
+        let tagged_ok = xattr::set(&tagged, "user.tessera-test", b"v1").is_ok();
+        let t = backup_tree(&repo, paths, &tree_opts, &opts).unwrap();
+        let tree = t.outcome.snapshot.tree.clone().unwrap();
+        let changed = 1 + u64::from(tagged_ok);
+        assert_eq!(
+            (tree.files_changed, tree.files_unmodified),
+            (changed, 50 - changed)
+        );
+        let id = t.outcome.snapshot.id;
+        let chunks = repo.recipe(id).unwrap().chunks;
+        let mut found = HashMap::new();
+        for_each_entry(&repo, id, &tree_of(&repo, id).unwrap(), &chunks, |e| {
+            found.insert(e.path.clone(), e);
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(found[&catalog_path(&moded)].mode, 0o600);
+        if tagged_ok {
+            let xattrs = &found[&catalog_path(&tagged)].xattrs;
+            assert!(xattrs
+                .iter()
+                .any(|x| x.name == b"user.tessera-test" && x.value == b"v1"));
+        }
+        // The stream and catalog equal a forced re-read's.
+        let forced = TreeBackupOptions {
+            force: true,
+            ..TreeBackupOptions::default()
+        };
+        let f = backup_tree(&repo, paths, &forced, &opts).unwrap();
+        assert_eq!(listing(&repo, id), listing(&repo, f.outcome.snapshot.id));
     }
 
     #[test]

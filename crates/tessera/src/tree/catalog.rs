@@ -186,6 +186,8 @@ pub struct CatalogWriter {
     open_dirs: Vec<Entry>,
     /// The index's records so far.
     regions: Vec<Region>,
+    /// The record being written: its length, then its bytes (reused).
+    record: Vec<u8>,
 }
 
 impl Default for CatalogWriter {
@@ -199,6 +201,7 @@ impl Default for CatalogWriter {
             data: 0,
             open_dirs: Vec::new(),
             regions: Vec::new(),
+            record: Vec::new(),
         };
         w.memory.extend_from_slice(MAGIC);
         w.memory.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
@@ -237,17 +240,24 @@ impl Read for CatalogBytes {
 impl CatalogWriter {
     /// Appends one record.
     pub fn push(&mut self, entry: &Entry) -> Result<()> {
-        let record = postcard::to_stdvec(entry).map_err(|e| {
+        // The record is encoded after room for its length (a varint of at
+        // most 3 bytes, as records take at most MAX_RECORD bytes), into a
+        // buffer kept from record to record.
+        const ROOM: usize = 3;
+        let mut record = std::mem::take(&mut self.record);
+        record.clear();
+        record.resize(ROOM, 0);
+        let mut record = postcard::to_extend(entry, record).map_err(|e| {
             Error::Pipeline(format!(
                 "encoding the catalog entry of {}: {e}",
                 String::from_utf8_lossy(&entry.path)
             ))
         })?;
-        if record.len() as u64 > MAX_RECORD {
+        let len = (record.len() - ROOM) as u64;
+        if len > MAX_RECORD {
             return Err(Error::Pipeline(format!(
-                "catalog entry of {} takes {} bytes (at most {MAX_RECORD})",
+                "catalog entry of {} takes {len} bytes (at most {MAX_RECORD})",
                 String::from_utf8_lossy(&entry.path),
-                record.len()
             )));
         }
         while self
@@ -267,10 +277,13 @@ impl CatalogWriter {
                 ancestors: self.open_dirs.clone(),
             });
         }
-        let mut len = Vec::with_capacity(4);
-        push_varint(&mut len, record.len() as u64);
-        self.put(&len)?;
-        self.put(&record)?;
+        let mut prefix = Vec::with_capacity(ROOM);
+        push_varint(&mut prefix, len);
+        let start = ROOM - prefix.len();
+        record[start..ROOM].copy_from_slice(&prefix);
+        let put = self.put(&record[start..]);
+        self.record = record;
+        put?;
         self.count += 1;
         if entry.has_bytes() {
             self.data += entry.size;

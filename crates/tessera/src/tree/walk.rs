@@ -30,7 +30,7 @@ const MAX_OPEN: usize = 128;
 const DIRENT_BUFFER: usize = 64 << 10;
 
 /// Objects the walk thread sends at once ([`Walk::send_all`]).
-const STEP_BATCH: usize = 64;
+const STEP_BATCH: usize = 256;
 
 /// What the exclude options leave out.
 #[derive(Clone)]
@@ -230,6 +230,48 @@ pub(super) enum Step {
     Root(PathBuf),
     /// An object of the root being walked (or one it could not examine).
     Object(Walked),
+    /// An object that is not a directory (its directory entry says so),
+    /// whose status is left to a stat thread ([`examine_batches`]): it
+    /// becomes an [`Step::Object`] before the batch is used.
+    Unexamined(PathBuf, At),
+}
+
+/// A batch of steps on its way to the backup, in walk order: ready, or
+/// being examined by a stat thread.
+pub(super) type StepBatch = crossbeam_channel::Receiver<Vec<Step>>;
+
+/// A batch of steps for a stat thread, and where to send it once examined.
+pub(super) type ToExamine = (Vec<Step>, Sender<Vec<Step>>);
+
+/// A stat thread of a backup: turns the [`Step::Unexamined`] objects of
+/// each batch it receives into [`Step::Object`]s (one `statx` each,
+/// following symbolic links if `follow`) and sends the batch on, until its
+/// queue closes. Several run at once, so that the `statx` calls of the
+/// files spread over the cores while the walk reads directories; each
+/// batch keeps its order and the batches are used in the walk's order.
+pub(super) fn examine_batches(queue: crossbeam_channel::Receiver<ToExamine>, follow: bool) {
+    for (mut batch, done) in queue {
+        for step in &mut batch {
+            if let Step::Unexamined(..) = step {
+                let Step::Unexamined(path, at) =
+                    std::mem::replace(step, Step::Root(PathBuf::new()))
+                else {
+                    continue;
+                };
+                *step = Step::Object(match at.status(follow) {
+                    Ok(status) => Ok(Found {
+                        path,
+                        at,
+                        status,
+                        dir: None,
+                    }),
+                    Err(e) => Err((path, e)),
+                });
+            }
+        }
+        // The backup stopped waiting: its error is reported, not ours.
+        let _ = done.send(batch);
+    }
 }
 
 /// A directory being walked.
@@ -296,39 +338,65 @@ impl Walk {
 
     /// Walks `roots` one after another on this thread (the walk thread of
     /// a backup), sending its steps to `tx` in batches of [`STEP_BATCH`],
-    /// so that the system calls of the walk (directory reads, one `statx`
-    /// per object) run beside the work on the objects they find. Stops
-    /// when every root is done or `tx`'s receiver is gone.
-    pub(super) fn send_all(mut self, roots: Vec<PathBuf>, tx: Sender<Vec<Step>>) {
+    /// so that the system calls of the walk (directory reads, a `statx`
+    /// per directory) run beside the work on the objects they find. The
+    /// other objects' `statx` calls are left to the stat threads reading
+    /// `examine` ([`examine_batches`]; a batch goes through them when it
+    /// holds such an object). Stops when every root is done or `tx`'s
+    /// receiver is gone.
+    pub(super) fn send_all(
+        mut self,
+        roots: Vec<PathBuf>,
+        tx: Sender<StepBatch>,
+        examine: Sender<ToExamine>,
+    ) {
         let mut batch = Vec::with_capacity(STEP_BATCH);
+        let flush = |batch: &mut Vec<Step>| {
+            let batch = std::mem::replace(batch, Vec::with_capacity(STEP_BATCH));
+            let (done, ready) = crossbeam_channel::bounded(1);
+            let sent = match batch.iter().any(|s| matches!(s, Step::Unexamined(..))) {
+                true => examine.send((batch, done)).is_ok(),
+                false => done.send(batch).is_ok(),
+            };
+            sent && tx.send(ready).is_ok()
+        };
         let send = |batch: &mut Vec<Step>, step: Step| {
             batch.push(step);
-            batch.len() < STEP_BATCH
-                || tx
-                    .send(std::mem::replace(batch, Vec::with_capacity(STEP_BATCH)))
-                    .is_ok()
+            batch.len() < STEP_BATCH || flush(batch)
         };
         for root in roots {
             let first = self.start(&root);
             if !send(&mut batch, Step::Root(root)) || !send(&mut batch, Step::Object(first)) {
                 return;
             }
-            while let Some(walked) = self.next() {
-                if !send(&mut batch, Step::Object(walked)) {
+            while let Some(step) = self.next_step(true) {
+                if !send(&mut batch, step) {
                     return;
                 }
             }
         }
         if !batch.is_empty() {
-            let _ = tx.send(batch);
+            flush(&mut batch);
         }
     }
 
     /// The next object of the root started, `None` when it is done.
+    #[cfg(test)]
     pub(super) fn next(&mut self) -> Option<Walked> {
+        match self.next_step(false)? {
+            Step::Object(walked) => Some(walked),
+            _ => Some(Err((PathBuf::new(), io::Error::other("not examined")))),
+        }
+    }
+
+    /// The next step of the root started, `None` when it is done: an
+    /// [`Step::Object`], or (if `defer`) an [`Step::Unexamined`] object
+    /// whose directory entry says it is not a directory (nor, when
+    /// following links, a link), which the walk needs no status of.
+    fn next_step(&mut self, defer: bool) -> Option<Step> {
         loop {
             if let Some(failed) = self.failed.take() {
-                return Some(Err(failed));
+                return Some(Step::Object(Err(failed)));
             }
             let frame = self.stack.last_mut()?;
             let Some((name, d_type)) = frame.entries.get(frame.next).cloned() else {
@@ -343,7 +411,7 @@ impl Walk {
                     Ok(dir) => dir,
                     Err(e) => {
                         let failed = self.stack.pop().map(|f| f.path);
-                        return Some(Err((failed.unwrap_or(path), e)));
+                        return Some(Step::Object(Err((failed.unwrap_or(path), e))));
                     }
                 },
             };
@@ -362,16 +430,20 @@ impl Walk {
                         status = Some(s);
                         s.is_dir()
                     }
-                    Err(e) => return Some(Err((path, e))),
+                    Err(e) => return Some(Step::Object(Err((path, e)))),
                 },
                 _ => false,
             };
             if self.excludes.excluded(&path, is_dir) {
                 continue;
             }
+            // (A link is examined here when it is followed.)
+            if defer && !is_dir && status.is_none() {
+                return Some(Step::Unexamined(path, at));
+            }
             let status = match status.map_or_else(|| at.status(self.follow), Ok) {
                 Ok(s) => s,
-                Err(e) => return Some(Err((path, e))),
+                Err(e) => return Some(Step::Object(Err((path, e)))),
             };
             if self.follow && status.is_dir() {
                 let id = (status.dev, status.ino);
@@ -385,15 +457,15 @@ impl Walk {
                         "file system loop: points to its ancestor {}",
                         ancestor.display()
                     ));
-                    return Some(Err((path, loop_error)));
+                    return Some(Step::Object(Err((path, loop_error))));
                 }
                 if self.ancestors.contains(&id) {
                     let loop_error =
                         io::Error::other("file system loop: points to an ancestor of the root");
-                    return Some(Err((path, loop_error)));
+                    return Some(Step::Object(Err((path, loop_error))));
                 }
             }
-            return Some(Ok(self.found(path, at, status)));
+            return Some(Step::Object(Ok(self.found(path, at, status))));
         }
     }
 
