@@ -1,8 +1,8 @@
 //! Totals over a repository, whatever its layout (`tessera stats`):
 //! backups, logical and stored bytes, containers or parts.
 
-use crate::config::Layout;
 use crate::backend::Backend as _;
+use crate::config::Layout;
 use crate::container;
 use crate::error::Result;
 use crate::repo::{RepoTotals, Repository};

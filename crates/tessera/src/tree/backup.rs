@@ -4,7 +4,9 @@
 use super::catalog::{CatalogBytes, CatalogWriter, Entry, Kind, Xattr};
 use super::meta::{read_file_xattrs, read_xattrs, Names};
 use super::stream::{for_each_entry, tree_of};
-use super::walk::{examine_batches, At, Excludes, Found, Status, Step, StepBatch, Walk, Walked};
+use super::walk::{
+    examine_batches, At, Excludes, Found, Status, Step, StepBatch, Steps, Walk, Walked,
+};
 use super::{catalog_order, catalog_path, relative_path};
 use crate::backup::{self, BackupOptions, Outcome, SegmentRead, Segments, Source};
 use crate::error::{Error, Result};
@@ -196,8 +198,7 @@ fn backup_tree_with(
     let (steps_tx, steps) = bounded::<StepBatch>(WALK_AHEAD_BATCHES);
     let (examine, to_examine) = bounded(WALK_AHEAD_BATCHES);
     let mut feed = TreeFeed {
-        steps: Some(steps),
-        batch: Vec::new().into_iter(),
+        steps: Steps::new(steps),
         follow: tree_options.follow_symlinks,
         larger_than: tree_options.exclude_larger_than,
         names: Names::default(),
@@ -242,7 +243,7 @@ fn backup_tree_with(
         // The readers end when their queue closes, the walk thread when
         // its receiver is gone.
         feed.jobs = None;
-        feed.steps = None;
+        feed.steps.stop();
         outcome.map(|o| feed.outcome(o))
     })
 }
@@ -659,10 +660,8 @@ struct UnchangedFile {
 
 /// The segmented stream of a tree backup.
 struct TreeFeed<'a> {
-    /// The walk of the roots, from the walk thread (none once stopped)...
-    steps: Option<Receiver<StepBatch>>,
-    /// ...and the rest of its last batch.
-    batch: std::vec::IntoIter<Step>,
+    /// The walk of the roots, from the walk thread.
+    steps: Steps,
     /// Follow symbolic links (`--follow-symlinks`).
     follow: bool,
     /// Leave out regular files larger than this.
@@ -808,24 +807,25 @@ impl TreeFeed<'_> {
     }
 
     /// The next object of the walk, or `None` when every root is done.
-    /// The parent directories of each root are queued before it.
-    fn next_object(&mut self) -> Option<Walked> {
+    /// The parent directories of each root are queued before it. A walk
+    /// that stops before its end (its thread or a stat thread died) fails
+    /// the backup rather than commit a tree cut short.
+    fn next_object(&mut self) -> Result<Option<Walked>> {
         loop {
-            let Some(step) = self.batch.next() else {
-                let next = self.steps.as_ref()?.recv().ok()?;
-                let Ok(batch) = next.recv() else {
-                    let stopped = std::io::Error::other("the walk's stat threads stopped");
-                    return Some(Err((PathBuf::new(), stopped)));
-                };
-                self.batch = batch.into_iter();
-                continue;
+            let Some(step) = self
+                .steps
+                .next()
+                .map_err(|e| Error::Pipeline(e.to_string()))?
+            else {
+                return Ok(None);
             };
             let root = match step {
-                Step::Object(walked) => return Some(walked),
+                Step::Object(walked) => return Ok(Some(walked)),
                 Step::Unexamined(path, _) => {
                     let lost = std::io::Error::other("not examined");
-                    return Some(Err((path, lost)));
+                    return Ok(Some(Err((path, lost))));
                 }
+                Step::End => return Ok(None),
                 Step::Root(root) => root,
             };
             for parent in root
@@ -938,7 +938,7 @@ impl TreeFeed<'_> {
     /// Walks one object, queueing what it contributes; `false` when every
     /// root is done.
     fn walk_one(&mut self) -> Result<bool> {
-        let found = match self.next_object() {
+        let found = match self.next_object()? {
             None => return Ok(false),
             Some(Ok(found)) => found,
             Some(Err((path, e))) => {

@@ -234,11 +234,76 @@ pub(super) enum Step {
     /// whose status is left to a stat thread ([`examine_batches`]): it
     /// becomes an [`Step::Object`] before the batch is used.
     Unexamined(PathBuf, At),
+    /// Every root is walked: the last step. A walk whose steps end without
+    /// it was cut short.
+    End,
 }
 
 /// A batch of steps on its way to the backup, in walk order: ready, or
 /// being examined by a stat thread.
 pub(super) type StepBatch = crossbeam_channel::Receiver<Vec<Step>>;
+
+/// The receiving end of [`Walk::send_all`]: its steps one by one, in walk
+/// order.
+pub(super) struct Steps {
+    /// Batches from the walk thread (none once the walk ended)...
+    rx: Option<crossbeam_channel::Receiver<StepBatch>>,
+    /// ...and the rest of the last one.
+    batch: std::vec::IntoIter<Step>,
+}
+
+impl Steps {
+    /// The steps arriving on `rx`.
+    pub(super) fn new(rx: crossbeam_channel::Receiver<StepBatch>) -> Steps {
+        Steps {
+            rx: Some(rx),
+            batch: Vec::new().into_iter(),
+        }
+    }
+
+    /// The next step, `None` after [`Step::End`] (or once stopped). Steps
+    /// that end without it mean that the walk thread or a stat thread died:
+    /// an error, so that no backup commits a tree cut short.
+    pub(super) fn next(&mut self) -> Result<Option<Step>, CutShort> {
+        loop {
+            if let Some(step) = self.batch.next() {
+                if matches!(step, Step::End) {
+                    self.stop();
+                    return Ok(None);
+                }
+                return Ok(Some(step));
+            }
+            let Some(rx) = self.rx.as_ref() else {
+                return Ok(None);
+            };
+            let next = rx.recv().map_err(|_| CutShort("thread"))?;
+            self.batch = next
+                .recv()
+                .map_err(|_| CutShort("stat threads"))?
+                .into_iter();
+        }
+    }
+
+    /// Stops receiving: the walk thread ends when it next sends.
+    pub(super) fn stop(&mut self) {
+        self.rx = None;
+        self.batch = Vec::new().into_iter();
+    }
+}
+
+/// The walk's steps ended before [`Step::End`]: its named part stopped.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct CutShort(pub &'static str);
+
+impl std::fmt::Display for CutShort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the tree walk's {} stopped before the walk's end",
+            self.0
+        )
+    }
+}
 
 /// A batch of steps for a stat thread, and where to send it once examined.
 pub(super) type ToExamine = (Vec<Step>, Sender<Vec<Step>>);
@@ -375,9 +440,8 @@ impl Walk {
                 }
             }
         }
-        if !batch.is_empty() {
-            flush(&mut batch);
-        }
+        batch.push(Step::End);
+        flush(&mut batch);
     }
 
     /// The next object of the root started, `None` when it is done.
@@ -567,6 +631,75 @@ mod tests {
             item = walk.next();
         }
         out
+    }
+
+    /// Every object path the steps of `send_all` over `root` carry, in
+    /// order, with two stat threads; the error if they end short of
+    /// [`Step::End`].
+    fn steps_of(root: &Path) -> Result<Vec<PathBuf>, CutShort> {
+        let excludes = Excludes::new(&[], &[], &[], false).unwrap();
+        let walk = Walk::new(excludes, false, false);
+        let (tx, rx) = crossbeam_channel::bounded(2);
+        let (examine, queue) = crossbeam_channel::bounded(2);
+        std::thread::scope(|s| {
+            let roots = vec![root.to_path_buf()];
+            s.spawn(move || walk.send_all(roots, tx, examine));
+            for _ in 0..2 {
+                let queue = queue.clone();
+                s.spawn(move || examine_batches(queue, false));
+            }
+            drop(queue);
+            let mut steps = Steps::new(rx);
+            let mut paths = Vec::new();
+            while let Some(step) = steps.next()? {
+                if let Step::Object(Ok(found)) = step {
+                    paths.push(found.path);
+                }
+            }
+            Ok(paths)
+        })
+    }
+
+    #[test]
+    fn the_walk_threads_steps_end_with_end_and_cut_short_ones_fail() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("r");
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        // More objects than one batch, so that several batches go through the stat threads.
+        for f in 0..(STEP_BATCH + 10) {
+            std::fs::write(root.join(format!("d/{f:04}")), b"").unwrap();
+        }
+        let paths = steps_of(&root).unwrap();
+        assert_eq!(paths.len(), STEP_BATCH + 12);
+        let mut expected = vec![root.clone(), root.join("d")];
+        expected.extend((0..STEP_BATCH + 10).map(|f| root.join(format!("d/{f:04}"))));
+        assert_eq!(paths, expected);
+
+        // The walk thread gone before its end: an error, not an end.
+        let (tx, rx) = crossbeam_channel::bounded::<StepBatch>(1);
+        let (done, ready) = crossbeam_channel::bounded(1);
+        done.send(vec![Step::Root(root.clone())]).unwrap();
+        tx.send(ready).unwrap();
+        drop(tx);
+        let mut steps = Steps::new(rx);
+        assert!(matches!(steps.next(), Ok(Some(Step::Root(_)))));
+        assert_eq!(steps.next().err(), Some(CutShort("thread")));
+
+        // A batch a stat thread never returned: an error too.
+        let (tx, rx) = crossbeam_channel::bounded::<StepBatch>(1);
+        let (done, ready) = crossbeam_channel::bounded::<Vec<Step>>(1);
+        tx.send(ready).unwrap();
+        drop(done);
+        assert_eq!(Steps::new(rx).next().err(), Some(CutShort("stat threads")));
+
+        // After the end, nothing more.
+        let (tx, rx) = crossbeam_channel::bounded::<StepBatch>(1);
+        let (done, ready) = crossbeam_channel::bounded(1);
+        done.send(vec![Step::End]).unwrap();
+        tx.send(ready).unwrap();
+        let mut steps = Steps::new(rx);
+        assert!(matches!(steps.next(), Ok(None)));
+        assert!(matches!(steps.next(), Ok(None)));
     }
 
     #[test]
