@@ -12,26 +12,15 @@ use common::{edit, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::config::{Arrange, Config, Layout};
+use tessera::config::{Arrange, Config};
 use tessera::lifecycle::{self, ArrangeOptions, ArrangeStats, LifecycleRestoreOptions};
 use tessera::Repository;
 
 fn config(arrange: Arrange, compression: bool) -> Config {
-    let mut c = Config::new("arrange-spill".into());
-    c.chunker = ChunkerParams {
-        kind: ChunkerKind::Fastcdc,
-        min_size: 512,
-        avg_size: 2048,
-        max_size: 8192,
-    };
-    c.layout = Layout::Lifecycle;
-    c.arrange = arrange;
+    let mut c = common::small_lifecycle_config("arrange-spill", arrange);
     if compression {
         c.compression = tessera::config::Compression::Auto;
     }
-    // Small parts: categories and volumes span several objects.
-    c.lifecycle_part_bytes = 16 * 1024;
     c
 }
 

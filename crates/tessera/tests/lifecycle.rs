@@ -13,26 +13,16 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use tessera::backend::LockMode;
 use tessera::check::CheckOptions;
-use tessera::chunker::{Blocks, ChunkerKind, ChunkerParams};
-use tessera::config::{Arrange, Config, Layout};
+use tessera::chunker::Blocks;
+use tessera::config::{Arrange, Config};
 use tessera::error::{Error, Result};
 use tessera::index::Chunk;
 use tessera::lifecycle::{self, LifecycleBackupOptions, LifecycleRestoreOptions};
 use tessera::Repository;
 
 fn config(arrange: Arrange, trace: bool) -> Config {
-    let mut c = Config::new("lifecycle-test".into());
-    c.chunker = ChunkerParams {
-        kind: ChunkerKind::Fastcdc,
-        min_size: 512,
-        avg_size: 2048,
-        max_size: 8192,
-    };
-    c.layout = Layout::Lifecycle;
-    c.arrange = arrange;
+    let mut c = common::small_lifecycle_config("lifecycle-test", arrange);
     c.trace = trace;
-    // Small parts: categories and volumes span several objects.
-    c.lifecycle_part_bytes = 16 * 1024;
     c
 }
 

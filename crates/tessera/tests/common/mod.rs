@@ -5,6 +5,25 @@
 
 use std::path::Path;
 use tessera::backend::{Backend, Local, LockGuard, LockMode};
+use tessera::chunker::{ChunkerKind, ChunkerParams};
+use tessera::config::{Arrange, Config, Layout};
+
+/// A lifecycle-layout configuration with small chunks (FastCDC
+/// 512/2048/8192) and small parts, so that categories and volumes span
+/// several objects even with little data.
+pub fn small_lifecycle_config(name: &str, arrange: Arrange) -> Config {
+    let mut c = Config::new(name.into());
+    c.chunker = ChunkerParams {
+        kind: ChunkerKind::Fastcdc,
+        min_size: 512,
+        avg_size: 2048,
+        max_size: 8192,
+    };
+    c.layout = Layout::Lifecycle;
+    c.arrange = arrange;
+    c.lifecycle_part_bytes = 16 * 1024;
+    c
+}
 
 /// A xorshift generator: deterministic test data from a seed.
 pub struct Rng(pub u64);
