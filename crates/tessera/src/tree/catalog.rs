@@ -343,7 +343,7 @@ impl CatalogWriter {
         // A new region (and segment) at a record whose path cuts (so that
         // an unchanged run of records is cut the same way in the next
         // backup) or that would not fit in the current one.
-        let size = 1 + len as usize / 128 + len as usize;
+        let size = varint_len(len) + len as usize;
         let held = self.len - self.segment_start;
         let cut = crc32c::crc32c(&entry.path).is_multiple_of(REGION_CUT);
         if self.regions.is_empty() || held >= self.max / 4 && cut || held + size as u64 > self.max {
@@ -457,7 +457,7 @@ impl CatalogWriter {
             let first = k;
             let mut size = PAGE_FRAME;
             while k < records.len() {
-                let add = records[k].len() + 1 + records[k].len() / 128;
+                let add = varint_len(records[k].len() as u64) + records[k].len();
                 if k > first && (size + add) as u64 > self.max {
                     break;
                 }
@@ -517,6 +517,11 @@ pub(crate) fn check_version(version: u32, name: &str) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Bytes of `v` as a varint.
+fn varint_len(v: u64) -> usize {
+    (64 - v.leading_zeros()).max(1).div_ceil(7) as usize
 }
 
 fn push_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -911,6 +916,15 @@ mod tests {
             0
         )
         .is_err());
+    }
+
+    #[test]
+    fn varint_len_is_the_encoded_length() {
+        for v in [0, 1, 127, 128, 16383, 16384, 1 << 20, u64::MAX] {
+            let mut out = Vec::new();
+            push_varint(&mut out, v);
+            assert_eq!(varint_len(v), out.len(), "{v}");
+        }
     }
 
     #[test]
