@@ -169,10 +169,12 @@ fn tree_round_trip_is_metadata_exact_in_both_layouts() {
             repo.as_os_str(),
             src.as_os_str(),
         ]));
-        // (Only the catalog may change: it records the parent directories,
-        // which the restore's target was just created in.)
+        // (Only the catalog and its index may change: they record the
+        // parent directories, which the restore's target was just created in.)
+        let catalog = again["tree"]["catalog_bytes"].as_u64().unwrap();
+        let index = again["tree"]["index_bytes"].as_u64().unwrap();
         assert!(
-            again["unique"]["bytes"].as_u64() <= again["tree"]["catalog_bytes"].as_u64(),
+            again["unique"]["bytes"].as_u64() <= Some(catalog + index),
             "{again}"
         );
         // The target is no longer empty: refused, unless --overwrite.
@@ -371,6 +373,97 @@ fn restoring_one_file_reads_only_its_chunks() {
         ]));
         assert_eq!(some["files"], 2, "{some}");
         assert!(restored(&some_dir, &src.join("big3")).exists());
+    }
+}
+
+/// A single-file restore of a large catalog (many regions, several index
+/// pages, spread over many containers) reads at most two catalog extents:
+/// one index page and one region, each one chunk (docs/FORMAT.md §24.4),
+/// never a delta (whose base would be read too); an unchanged tree backed
+/// up again stores no new catalog bytes.
+#[test]
+fn restoring_one_file_of_a_large_catalog_reads_two_catalog_extents() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let mut files = Vec::new();
+    for d in 0..30 {
+        let sub = src.join(format!("directory-{d:02}-{}", "d".repeat(30)));
+        fs::create_dir_all(&sub).unwrap();
+        for f in 0..50 {
+            let path = sub.join(format!("file-{f:03}-{}", "f".repeat(40)));
+            fs::write(&path, format!("file {d} {f}")).unwrap();
+            files.push(path);
+        }
+    }
+    let repo = dir.path().join("repo");
+    ok([
+        "init".as_ref(),
+        repo.as_os_str(),
+        "--min-size".as_ref(),
+        "512B".as_ref(),
+        "--avg-size".as_ref(),
+        "2KiB".as_ref(),
+        "--max-size".as_ref(),
+        "8KiB".as_ref(),
+        "--container-size".as_ref(),
+        "64KiB".as_ref(),
+        "--delta".as_ref(),
+        "greedy".as_ref(),
+    ]);
+    let first = json(&ok([
+        "backup".as_ref(),
+        "--json".as_ref(),
+        repo.as_os_str(),
+        src.as_os_str(),
+    ]));
+    let pages = first["tree"]["index_pages"].as_array().unwrap().len();
+    assert!(pages > 1, "{first}");
+    assert!(first["containers_written"].as_u64() > Some(4), "{first}");
+    // Unchanged: the catalog and its index are stored already.
+    let again = json(&ok([
+        "backup".as_ref(),
+        "--json".as_ref(),
+        repo.as_os_str(),
+        src.as_os_str(),
+    ]));
+    assert_eq!(again["tree"]["files_unmodified"], files.len(), "{again}");
+    assert_eq!(again["unique"]["bytes"], 0, "{again}");
+    // Every 20th file changes: most regions change a little (similar
+    // chunks, which the delta policy would encode against the old ones).
+    for f in files.iter().step_by(20) {
+        fs::write(f, "changed").unwrap();
+    }
+    let changed = json(&ok([
+        "backup".as_ref(),
+        "--json".as_ref(),
+        repo.as_os_str(),
+        src.as_os_str(),
+    ]));
+    assert_eq!(changed["id"], 3, "{changed}");
+    let n = files.len();
+    for (k, &i) in [0, 1, n / 3, n / 2, n / 2 + 7, 2 * n / 3, n - 2, n - 1]
+        .iter()
+        .enumerate()
+    {
+        let target = dir.path().join(format!("one-{k}"));
+        let one = json(&ok([
+            "restore".as_ref(),
+            "--json".as_ref(),
+            repo.as_os_str(),
+            "3".as_ref(),
+            target.as_os_str(),
+            "--include".as_ref(),
+            files[i].as_os_str(),
+        ]));
+        assert_eq!(one["files"], 1, "{one}");
+        assert!(
+            one["catalog_extents_read"].as_u64() <= Some(2),
+            "{i}: {one}"
+        );
+        assert_eq!(
+            fs::read(restored(&target, &files[i])).unwrap(),
+            fs::read(&files[i]).unwrap()
+        );
     }
 }
 

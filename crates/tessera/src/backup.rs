@@ -35,7 +35,7 @@ use bytes::Bytes;
 use crossbeam_channel::{bounded, Receiver, Select, Sender};
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -113,6 +113,9 @@ enum Mark {
     /// Chunks given whole (fingerprint and length, no bytes) follow at this
     /// offset, which is a segment boundary.
     Reused(usize, Vec<(Fingerprint, u32)>),
+    /// A whole segment of this length, cut as one chunk, starts at this
+    /// offset, which is a segment boundary.
+    Whole(usize, usize),
 }
 
 /// Reused chunks gathered in one block at most (they carry no bytes, so a
@@ -234,6 +237,12 @@ pub enum SegmentRead {
     /// ([`Segments::take_reused`]; an unchanged file of a tree backup). It
     /// comes at a segment boundary and needs no `SegmentEnd`.
     Reused,
+    /// This many bytes (at least one, at most the chunker's maximum chunk
+    /// size): a whole segment, stored as exactly one chunk (a tree backup's
+    /// catalog regions and index pages). It comes at a segment boundary and
+    /// needs no `SegmentEnd`; every read is given at least the maximum chunk
+    /// size of room.
+    Whole(usize),
     /// The stream ended (after its last segment's end).
     End,
 }
@@ -325,6 +334,26 @@ pub fn run_with(
     }
 }
 
+/// What the front end learns of the stream while it runs.
+struct StreamFacts {
+    /// The tree a segmented source holds (set when it ends).
+    tree: OnceLock<TreeRef>,
+    /// The sequence number of the first chunk of a whole segment
+    /// ([`SegmentRead::Whole`]; `u64::MAX`: none yet): it and the chunks
+    /// after it (a tree's catalog and index) are never stored as deltas, as
+    /// a reader of one would need its base too.
+    whole_from: AtomicU64,
+}
+
+impl Default for StreamFacts {
+    fn default() -> Self {
+        StreamFacts {
+            tree: OnceLock::new(),
+            whole_from: AtomicU64::new(u64::MAX),
+        }
+    }
+}
+
 /// Handles of the front-end threads and the stage each runs.
 type FrontEnd<'scope> = Vec<(
     &'static str,
@@ -339,9 +368,10 @@ fn spawn_front_end<'scope, 'env, 'src: 'scope>(
     chunker: &'scope dyn Chunker,
     hasher: &'scope Fingerprinter,
     pool: &'scope BufferPool,
-    tree: &'scope OnceLock<TreeRef>,
+    facts: &'scope StreamFacts,
     tx: Sender<Vec<Chunk>>,
 ) -> FrontEnd<'scope> {
+    let (tree, whole_from) = (&facts.tree, &facts.whole_from);
     let layout = pool.layout;
     let (raw_tx, raw_rx) = bounded::<RawBlock>(QUEUE_DEPTH);
     let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
@@ -365,7 +395,7 @@ fn spawn_front_end<'scope, 'env, 'src: 'scope>(
         ("input reader", reader),
         (
             "chunking",
-            s.spawn(move || cut_blocks(chunker, pool, layout, raw_rx, block_tx)),
+            s.spawn(move || cut_blocks(chunker, pool, layout, whole_from, raw_rx, block_tx)),
         ),
         (
             "fingerprinting",
@@ -449,7 +479,8 @@ fn backup_lifecycle(
         compression: options.compression,
         sort_budget: options.sort_budget,
     };
-    let tree = OnceLock::new();
+    // (The lifecycle layout stores no deltas: `whole_from` is not used.)
+    let facts = StreamFacts::default();
     std::thread::scope(|s| {
         let front = spawn_front_end(
             s,
@@ -457,14 +488,14 @@ fn backup_lifecycle(
             chunker.as_ref(),
             repo.fingerprinter(),
             &pool,
-            &tree,
+            &facts,
             tx,
         );
         let done = lifecycle::backup_stream(
             repo,
             rx.into_iter().map(Ok),
             &lifecycle_options,
-            Some(&tree),
+            Some(&facts.tree),
             refetch,
         );
         // An input error explains a backup that ended early.
@@ -528,7 +559,6 @@ fn backup_containers(
     }
 
     let pool = BufferPool::new(BlockLayout::new(chunker.max_size()));
-    let tree = OnceLock::new();
     let stop = AtomicBool::new(false);
     let (chunk_tx, chunk_rx) = bounded::<Vec<Chunk>>(QUEUE_DEPTH);
     let (container_tx, container_rx) = bounded::<Builder>(CONTAINER_QUEUE_DEPTH);
@@ -537,6 +567,7 @@ fn backup_containers(
     let (spare_tx, spare_rx) = bounded::<AlignedBuf>(writers + CONTAINER_QUEUE_DEPTH);
 
     let mut recipe = RecipeWriter::new(id)?;
+    let facts = StreamFacts::default();
     let mut totals = std::thread::scope(|s| -> Result<StoreTotals> {
         if !readahead.is_empty() {
             // The index reads nearly all of them whole, when it meets their
@@ -550,7 +581,7 @@ fn backup_containers(
             chunker.as_ref(),
             repo.fingerprinter(),
             &pool,
-            &tree,
+            &facts,
             chunk_tx,
         );
         let writers: Vec<_> = (0..writers)
@@ -571,6 +602,7 @@ fn backup_containers(
             refetch,
         );
         store.quarantine = crate::quarantine::load(repo.backend().as_ref())?;
+        store.whole_from = Some(&facts.whole_from);
         store.encoding = encoding;
         // Containers that are encoded or encrypted anyway are copied once,
         // when written, instead of when filled and again then.
@@ -614,7 +646,7 @@ fn backup_containers(
     let commit_started = Instant::now();
     index.finish(&mut Vec::new())?;
     let logical_bytes = recipe.logical_bytes();
-    let tree = match tree.into_inner() {
+    let tree = match facts.tree.into_inner() {
         Some(mut t) => {
             t.locate(recipe.refs()?)?;
             Some(t)
@@ -794,9 +826,14 @@ fn read_segments(
         let mut marks = Vec::new();
         let mut reused = 0;
         let mut eof = false;
-        while len < target.len() && reused < REUSED_PER_BLOCK {
+        // Every read has room for a whole segment ([`SegmentRead::Whole`]).
+        while target.len() - len >= layout.headroom && reused < REUSED_PER_BLOCK {
             match input.read(&mut target[len..])? {
                 SegmentRead::Data(n) => len += n,
+                SegmentRead::Whole(n) => {
+                    marks.push(Mark::Whole(len, n));
+                    len += n;
+                }
                 SegmentRead::SegmentEnd => marks.push(Mark::End(len)),
                 SegmentRead::Reused => {
                     let chunks = input.take_reused();
@@ -842,10 +879,13 @@ fn fill(input: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<(usize, bool)> 
 
 /// Stage 1b: cuts blocks into chunks. Bytes past the last final boundary of
 /// a block are carried into the headroom of the next block.
+/// The sequence number of the first chunk of a whole segment goes to
+/// `whole_from` (before the block holding it is sent).
 fn cut_blocks(
     chunker: &dyn Chunker,
     pool: &BufferPool,
     layout: BlockLayout,
+    whole_from: &AtomicU64,
     rx: Receiver<RawBlock>,
     tx: Sender<Block>,
 ) -> Result<Duration> {
@@ -891,6 +931,21 @@ fn cut_blocks(
                     }
                     reused_count += chunks.len();
                     reused.push((lengths.len(), chunks));
+                }
+                Mark::Whole(at, n) => {
+                    // Every byte before it is cut; it is one chunk.
+                    if used != carry.len() + at || n == 0 || n > chunker.max_size() {
+                        return Err(Error::Pipeline(format!(
+                            "a whole segment of {n} bytes does not start at a segment \
+                             boundary or exceeds the maximum chunk size"
+                        )));
+                    }
+                    if whole_from.load(Ordering::Relaxed) == u64::MAX {
+                        let at = seq + (lengths.len() + reused_count) as u64;
+                        whole_from.store(at, Ordering::Release);
+                    }
+                    lengths.push(n as u32);
+                    used += n;
                 }
             }
         }
@@ -1223,6 +1278,10 @@ struct Store<'a> {
     refetch: Option<&'a dyn Refetch>,
     /// Chunks known damaged (FORMAT.md §10.8): a duplicate of one is stored again.
     quarantine: HashMap<ContainerId, Quarantined>,
+    /// The sequence number of the stream's first whole segment
+    /// ([`SegmentRead::Whole`]), set by the chunking stage: it and the
+    /// chunks after it (a tree's catalog and index) are never stored as deltas.
+    whole_from: Option<&'a AtomicU64>,
     totals: StoreTotals,
 }
 
@@ -1273,6 +1332,7 @@ impl<'a> Store<'a> {
             delta,
             refetch,
             quarantine: HashMap::new(),
+            whole_from: None,
             totals: StoreTotals::default(),
         }
     }
@@ -1365,8 +1425,11 @@ impl<'a> Store<'a> {
                 )))
             }
         };
+        let catalog = self
+            .whole_from
+            .is_some_and(|w| chunk.seq >= w.load(Ordering::Acquire));
         let (compressed, features) = match (&mut self.delta, data) {
-            (Some(d), Some(bytes)) => d.compress(&chunk.fp, bytes, old_copy)?,
+            (Some(d), Some(bytes)) if !catalog => d.compress(&chunk.fp, bytes, old_copy)?,
             _ => (None, None),
         };
         let len = compressed

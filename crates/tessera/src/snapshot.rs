@@ -369,7 +369,7 @@ pub struct Snapshot {
 }
 
 /// Format version of tree catalogs this build writes; it reads this one and every earlier one.
-pub const CATALOG_VERSION: u32 = 3;
+pub const CATALOG_VERSION: u32 = 4;
 
 /// Where a tree backup's catalog is in its stream, and what the tree holds.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -389,6 +389,10 @@ pub struct TreeRef {
     /// Length of the catalog's index, which ends the stream (0: none).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub index_bytes: u64,
+    /// The pages of the index, in order (catalog version 4: docs/FORMAT.md
+    /// §24.4); empty: one page (version 3).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub index_pages: Vec<IndexPage>,
     /// Catalog entries (directories, files, symbolic links).
     pub entries: u64,
     /// Regular files among them.
@@ -415,6 +419,15 @@ pub struct TreeRef {
     /// Bytes of unchanged files represented by reused chunks (not read).
     #[serde(default)]
     pub bytes_reused: u64,
+}
+
+/// One page of a catalog index (docs/FORMAT.md §24.4), as the snapshot lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexPage {
+    /// The path of its first region, hexadecimal.
+    pub path: String,
+    /// Its length in bytes.
+    pub bytes: u64,
 }
 
 fn is_zero(v: &u64) -> bool {

@@ -205,7 +205,8 @@ fn backup_tree_with(
         links: HashMap::new(),
         recorded: HashSet::new(),
         state,
-        catalog: CatalogWriter::default(),
+        // Regions and index pages of at most one chunk.
+        catalog: CatalogWriter::new(repo.config().chunker.build()?.max_size()),
         offset: 0,
         files: 0,
         warnings: Vec::new(),
@@ -641,13 +642,8 @@ enum State {
         changed: Option<String>,
         path: PathBuf,
     },
-    /// Feeding the catalog.
+    /// Feeding the catalog, then its index.
     Catalog(CatalogBytes),
-    /// Feeding the catalog's index (its last segment), from `at`.
-    Index {
-        bytes: Vec<u8>,
-        at: usize,
-    },
     Done,
 }
 
@@ -1134,6 +1130,7 @@ impl TreeFeed<'_> {
         let bytes = std::mem::take(&mut self.catalog).finish()?;
         self.tree.catalog_bytes = bytes.len();
         self.tree.index_bytes = bytes.index.len() as u64;
+        self.tree.index_pages = bytes.pages.clone();
         self.state = State::Catalog(bytes);
         Ok(())
     }
@@ -1229,26 +1226,10 @@ impl Segments for TreeFeed<'_> {
                         return Ok(SegmentRead::SegmentEnd);
                     }
                 },
-                State::Catalog(bytes) => match bytes.read(buf) {
-                    Ok(0) => {
-                        let bytes = std::mem::take(&mut bytes.index);
-                        self.state = State::Index { bytes, at: 0 };
-                        return Ok(SegmentRead::SegmentEnd);
-                    }
-                    Ok(n) => return Ok(SegmentRead::Data(n)),
-                    Err(e) if e.kind() == ErrorKind::Interrupted => {}
-                    Err(e) => return Err(Error::io("reading the catalog's spill file", e)),
+                State::Catalog(bytes) => match bytes.feed(buf)? {
+                    Some(read) => return Ok(read),
+                    None => self.state = State::Done,
                 },
-                State::Index { bytes, at } => {
-                    let n = buf.len().min(bytes.len() - *at);
-                    if n == 0 {
-                        self.state = State::Done;
-                        continue;
-                    }
-                    buf[..n].copy_from_slice(&bytes[*at..*at + n]);
-                    *at += n;
-                    return Ok(SegmentRead::Data(n));
-                }
                 State::Done => return Ok(SegmentRead::End),
             }
         }

@@ -2,8 +2,9 @@
 //! after the files' bytes in the backup's stream and read back record by
 //! record (docs/FORMAT.md §24.2).
 
+use crate::backup::SegmentRead;
 use crate::error::{Error, Result};
-use crate::snapshot::CATALOG_VERSION;
+use crate::snapshot::{IndexPage, CATALOG_VERSION};
 use crate::spill::temp_file;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
@@ -144,11 +145,18 @@ impl Entry {
 /// Catalog bytes kept in memory before a writer spills them to a temporary file.
 const SPILL_AT: usize = 8 << 20;
 
-/// Catalog bytes per region of the index (docs/FORMAT.md §24.4).
-const REGION: u64 = 64 << 10;
+/// Largest catalog segment (a region with the catalog's header or trailer)
+/// and index page (docs/FORMAT.md §24.4), unless the chunker's maximum
+/// chunk size is smaller.
+pub const REGION_MAX: usize = 64 << 10;
+/// A region ends after a record whose path's CRC-32C is a multiple of this
+/// (once it holds a quarter of its maximum).
+const REGION_CUT: u32 = 32;
 const INDEX_MAGIC: &[u8; 4] = b"TCIX";
 /// Largest record of an index (a region's ancestors included).
 const MAX_INDEX_RECORD: u64 = 64 << 20;
+/// Bytes of an index page's frame: magic, version, terminator, count, CRC.
+const PAGE_FRAME: usize = 4 + 4 + 1 + 8 + 4;
 
 /// One region of a catalog, as its index records it (docs/FORMAT.md §24.4).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -163,6 +171,19 @@ pub struct Region {
     pub path: Vec<u8>,
     /// The directory records of the ancestors of `path`, outermost first.
     pub ancestors: Vec<Entry>,
+    /// Byte offset in the catalog of its end (version 4 records it after
+    /// the fields above; for version 3, the next region's offset).
+    #[serde(skip)]
+    pub end: u64,
+}
+
+/// A segment of a catalog's or index's bytes as the backup's stream holds it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Segment {
+    /// Its length.
+    pub len: u64,
+    /// Whether it is stored as one chunk (at most the writer's maximum).
+    pub whole: bool,
 }
 
 /// Whether catalog path `dir` is a proper ancestor of `path`.
@@ -186,12 +207,27 @@ pub struct CatalogWriter {
     open_dirs: Vec<Entry>,
     /// The index's records so far.
     regions: Vec<Region>,
+    /// The catalog's segments before the current one.
+    segments: Vec<Segment>,
+    /// Catalog offset of the current segment.
+    segment_start: u64,
+    /// Largest whole segment or page.
+    max: u64,
     /// The record being written: its length, then its bytes (reused).
     record: Vec<u8>,
 }
 
 impl Default for CatalogWriter {
     fn default() -> Self {
+        CatalogWriter::new(REGION_MAX)
+    }
+}
+
+impl CatalogWriter {
+    /// A writer whose regions and index pages take at most `max` bytes
+    /// (the chunker's maximum chunk size, at most [`REGION_MAX`]) when
+    /// their records fit.
+    pub fn new(max: usize) -> Self {
         let mut w = CatalogWriter {
             memory: Vec::new(),
             spill: None,
@@ -201,6 +237,9 @@ impl Default for CatalogWriter {
             data: 0,
             open_dirs: Vec::new(),
             regions: Vec::new(),
+            segments: Vec::new(),
+            segment_start: 0,
+            max: max.clamp(PAGE_FRAME + 1, REGION_MAX) as u64,
             record: Vec::new(),
         };
         w.memory.extend_from_slice(MAGIC);
@@ -215,8 +254,16 @@ impl Default for CatalogWriter {
 pub struct CatalogBytes {
     input: Box<dyn Read + Send>,
     len: u64,
-    /// The index segment (docs/FORMAT.md §24.4).
+    /// The index (docs/FORMAT.md §24.4): its pages one after another.
     pub index: Vec<u8>,
+    /// The index's pages.
+    pub pages: Vec<IndexPage>,
+    /// The segments of the catalog then of the index, in stream order.
+    segments: std::collections::VecDeque<Segment>,
+    /// Bytes left of the current segment that is not whole (0: at a boundary).
+    left: u64,
+    /// A segment that is not whole was fed to its end: it ends now.
+    ending: bool,
 }
 
 impl CatalogBytes {
@@ -231,9 +278,35 @@ impl CatalogBytes {
     }
 }
 
-impl Read for CatalogBytes {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        self.input.read(buf)
+impl CatalogBytes {
+    /// Feeds the catalog then its index into a backup's stream, segment by
+    /// segment (whole segments as one chunk); `None` after the last.
+    pub fn feed(&mut self, buf: &mut [u8]) -> Result<Option<SegmentRead>> {
+        let read_err = |e| Error::io("reading the catalog's spill file", e);
+        if self.left == 0 {
+            if std::mem::take(&mut self.ending) {
+                return Ok(Some(SegmentRead::SegmentEnd));
+            }
+            let Some(next) = self.segments.pop_front() else {
+                return Ok(None);
+            };
+            if !next.whole {
+                self.left = next.len;
+            } else {
+                let len = next.len as usize;
+                let room = buf.len();
+                let buf = buf.get_mut(..len).ok_or_else(|| {
+                    Error::Pipeline(format!("a {len}-byte catalog region, room for {room}"))
+                })?;
+                self.input.read_exact(buf).map_err(read_err)?;
+                return Ok(Some(SegmentRead::Whole(len)));
+            }
+        }
+        let n = buf.len().min(self.left as usize);
+        self.input.read_exact(&mut buf[..n]).map_err(read_err)?;
+        self.left -= n as u64;
+        self.ending = self.left == 0;
+        Ok(Some(SegmentRead::Data(n)))
     }
 }
 
@@ -267,14 +340,28 @@ impl CatalogWriter {
         {
             self.open_dirs.pop();
         }
-        let region_start = self.regions.last().map(|r| r.offset + REGION);
-        if region_start.is_none_or(|start| self.len >= start) {
+        // A new region (and segment) at a record whose path cuts (so that
+        // an unchanged run of records is cut the same way in the next
+        // backup) or that would not fit in the current one.
+        let size = varint_len(len) + len as usize;
+        let held = self.len - self.segment_start;
+        let cut = crc32c::crc32c(&entry.path).is_multiple_of(REGION_CUT);
+        if self.regions.is_empty() || held >= self.max / 4 && cut || held + size as u64 > self.max {
+            if let Some(last) = self.regions.last_mut() {
+                last.end = self.len;
+                self.segments.push(Segment {
+                    len: self.len - self.segment_start,
+                    whole: self.len - self.segment_start <= self.max,
+                });
+                self.segment_start = self.len;
+            }
             self.regions.push(Region {
                 offset: self.len,
                 entries: self.count,
                 data_offset: self.data,
                 path: entry.path.clone(),
                 ancestors: self.open_dirs.clone(),
+                end: 0,
             });
         }
         let mut prefix = Vec::with_capacity(ROOM);
@@ -318,19 +405,40 @@ impl CatalogWriter {
         self.count
     }
 
-    /// The finished catalog: terminator, record count, CRC.
+    /// The finished catalog: terminator, record count, CRC; and its index.
     pub fn finish(mut self) -> Result<CatalogBytes> {
+        let records_end = self.len;
         self.put(&[0])?;
         let count = self.count.to_le_bytes();
         self.put(&count)?;
         let crc = self.crc.to_le_bytes();
         self.put(&crc)?;
         let len = self.len;
-        let mut index = Vec::new();
-        index.extend_from_slice(INDEX_MAGIC);
-        index.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
+        if let Some(last) = self.regions.last_mut() {
+            last.end = records_end;
+        }
+        // The last region takes the trailer if it fits; else it is a
+        // segment of its own.
+        let mut segments = std::mem::take(&mut self.segments);
+        let last = len - self.segment_start;
+        if last <= self.max || records_end == self.segment_start {
+            segments.push(Segment {
+                len: last,
+                whole: last <= self.max,
+            });
+        } else {
+            segments.push(Segment {
+                len: records_end - self.segment_start,
+                whole: records_end - self.segment_start <= self.max,
+            });
+            segments.push(Segment {
+                len: len - records_end,
+                whole: true,
+            });
+        }
+        let mut records = Vec::with_capacity(self.regions.len());
         for r in &self.regions {
-            let record = postcard::to_stdvec(r)
+            let record = postcard::to_stdvec(&(r, r.end))
                 .map_err(|e| Error::Pipeline(format!("encoding the catalog's index: {e}")))?;
             if record.len() as u64 > MAX_INDEX_RECORD {
                 return Err(Error::Pipeline(format!(
@@ -339,13 +447,44 @@ impl CatalogWriter {
                     record.len()
                 )));
             }
-            push_varint(&mut index, record.len() as u64);
-            index.extend_from_slice(&record);
+            records.push(record);
         }
-        index.push(0);
-        index.extend_from_slice(&(self.regions.len() as u64).to_le_bytes());
-        let crc = crc32c::crc32c(&index);
-        index.extend_from_slice(&crc.to_le_bytes());
+        // Pages of at most `max` bytes where their records fit.
+        let mut index = Vec::new();
+        let mut pages = Vec::new();
+        let mut k = 0;
+        while k < records.len() {
+            let first = k;
+            let mut size = PAGE_FRAME;
+            while k < records.len() {
+                let add = varint_len(records[k].len() as u64) + records[k].len();
+                if k > first && (size + add) as u64 > self.max {
+                    break;
+                }
+                size += add;
+                k += 1;
+            }
+            let start = index.len();
+            index.extend_from_slice(INDEX_MAGIC);
+            index.extend_from_slice(&CATALOG_VERSION.to_le_bytes());
+            for record in &records[first..k] {
+                push_varint(&mut index, record.len() as u64);
+                index.extend_from_slice(record);
+            }
+            index.push(0);
+            index.extend_from_slice(&((k - first) as u64).to_le_bytes());
+            let crc = crc32c::crc32c(&index[start..]);
+            index.extend_from_slice(&crc.to_le_bytes());
+            let bytes = (index.len() - start) as u64;
+            segments.push(Segment {
+                len: bytes,
+                whole: bytes <= self.max,
+            });
+            pages.push(IndexPage {
+                path: hex::encode(&self.regions[first].path),
+                bytes,
+            });
+        }
         let spill_err = |e| Error::io("reading the catalog's spill file", e);
         let input: Box<dyn Read + Send> = match self.spill {
             None => Box::new(std::io::Cursor::new(self.memory)),
@@ -355,7 +494,16 @@ impl CatalogWriter {
                 Box::new(BufReader::new(f))
             }
         };
-        Ok(CatalogBytes { input, len, index })
+        let input = Box::new(input.chain(std::io::Cursor::new(index.clone())));
+        Ok(CatalogBytes {
+            input,
+            len,
+            index,
+            pages,
+            segments: segments.into(),
+            left: 0,
+            ending: false,
+        })
     }
 }
 
@@ -369,6 +517,11 @@ pub(crate) fn check_version(version: u32, name: &str) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Bytes of `v` as a varint.
+fn varint_len(v: u64) -> usize {
+    (64 - v.leading_zeros()).max(1).div_ceil(7) as usize
 }
 
 fn push_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -589,9 +742,11 @@ impl<R: Read> CatalogReader<R> {
 }
 
 /// The regions of a catalog's index `bytes` (docs/FORMAT.md §24.4; named
-/// `name` in errors), checked to be a version-`version` index whose
-/// offsets increase.
-pub fn read_index(bytes: &[u8], name: &str, version: u32) -> Result<Vec<Region>> {
+/// `name` in errors): a version-3 index, or one page of a version-4 one,
+/// checked to be of version `version` and whose offsets increase. A
+/// version-3 region's `end` is the next one's offset (the last's:
+/// `records_end`).
+pub fn read_index(bytes: &[u8], name: &str, version: u32, records_end: u64) -> Result<Vec<Region>> {
     let (mut r, found) = RecordReader::framed(bytes, name, INDEX_MAGIC)?;
     if found != version {
         return Err(Error::corrupt(
@@ -602,16 +757,40 @@ pub fn read_index(bytes: &[u8], name: &str, version: u32) -> Result<Vec<Region>>
     r.max = MAX_INDEX_RECORD;
     let mut regions: Vec<Region> = Vec::new();
     while r.next_record()? {
-        let region: Region = postcard::from_bytes(&r.record).map_err(|e| {
-            Error::corrupt(name, format!("undecodable record {}: {e}", regions.len()))
-        })?;
-        if regions.last().is_some_and(|p| p.offset >= region.offset) {
+        let undecodable =
+            |e| Error::corrupt(name, format!("undecodable record {}: {e}", regions.len()));
+        let region = match version {
+            ..=3 => postcard::from_bytes::<Region>(&r.record).map_err(undecodable)?,
+            _ => {
+                let (mut region, end): (Region, u64) =
+                    postcard::from_bytes(&r.record).map_err(undecodable)?;
+                region.end = end;
+                region
+            }
+        };
+        if let Some(p) = regions.last_mut() {
+            if p.offset >= region.offset {
+                return Err(Error::corrupt(
+                    name,
+                    format!("region {} does not follow the one before", regions.len()),
+                ));
+            }
+            if version <= 3 {
+                p.end = region.offset;
+            }
+        }
+        if region.end <= region.offset && version > 3 {
             return Err(Error::corrupt(
                 name,
-                format!("region {} does not follow the one before", regions.len()),
+                format!("region {} ends before it starts", regions.len()),
             ));
         }
         regions.push(region);
+    }
+    if version <= 3 {
+        if let Some(last) = regions.last_mut() {
+            last.end = records_end;
+        }
     }
     Ok(regions)
 }
@@ -620,17 +799,41 @@ pub fn read_index(bytes: &[u8], name: &str, version: u32) -> Result<Vec<Region>>
 mod tests {
     use super::*;
 
+    /// The bytes `c` feeds and its segments: (length, whole).
+    fn fed(c: &mut CatalogBytes) -> (Vec<u8>, Vec<(usize, bool)>) {
+        let mut buf = vec![0u8; REGION_MAX];
+        let (mut bytes, mut segments) = (Vec::new(), Vec::new());
+        let mut open = 0;
+        while let Some(read) = c.feed(&mut buf).unwrap() {
+            match read {
+                SegmentRead::Data(n) => {
+                    bytes.extend_from_slice(&buf[..n]);
+                    open += n;
+                }
+                SegmentRead::SegmentEnd => segments.push((std::mem::take(&mut open), false)),
+                SegmentRead::Whole(n) => {
+                    assert_eq!(open, 0);
+                    bytes.extend_from_slice(&buf[..n]);
+                    segments.push((n, true));
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(open, 0);
+        (bytes, segments)
+    }
+
     fn finished(w: CatalogWriter) -> Vec<u8> {
         let mut c = w.finish().unwrap();
-        let mut bytes = Vec::new();
-        c.read_to_end(&mut bytes).unwrap();
-        assert_eq!(bytes.len() as u64, c.len());
+        let (mut bytes, _) = fed(&mut c);
+        assert_eq!(bytes.len() as u64, c.len() + c.index.len() as u64);
+        bytes.truncate(c.len() as usize);
         bytes
     }
 
     #[test]
     fn the_index_finds_each_region_with_its_ancestors_and_data_offset() {
-        let mut w = CatalogWriter::default();
+        let mut w = CatalogWriter::new(4096);
         let mut entries = vec![entry(b"r", Kind::Dir, 0)];
         for d in 0..40 {
             entries.push(entry(format!("r/d{d:02}").as_bytes(), Kind::Dir, 0));
@@ -643,16 +846,48 @@ mod tests {
             w.push(e).unwrap();
         }
         let mut c = w.finish().unwrap();
-        let index = std::mem::take(&mut c.index);
-        let mut bytes = Vec::new();
-        c.read_to_end(&mut bytes).unwrap();
-        let regions = read_index(&index, "index", CATALOG_VERSION).unwrap();
-        assert!(regions.len() > 3, "{}", regions.len());
+        let (mut bytes, segments) = fed(&mut c);
+        let index = bytes.split_off(c.len() as usize);
         let records_end = bytes.len() - 13;
+        // Every region and page is one whole segment of at most the
+        // writer's maximum; the regions' segments start at their offsets.
+        assert!(segments.iter().all(|&(n, whole)| whole && n <= 4096));
+        assert_eq!(
+            segments.len(),
+            c.pages.len() + {
+                let mut regions = 0;
+                let mut at = 0;
+                for p in &c.pages {
+                    let page = &index[at..at + p.bytes as usize];
+                    regions += read_index(page, "page", CATALOG_VERSION, 0).unwrap().len();
+                    at += p.bytes as usize;
+                }
+                regions
+            }
+        );
+        let mut regions = Vec::new();
+        let mut at = 0;
+        for p in &c.pages {
+            let page = &index[at..at + p.bytes as usize];
+            let mine = read_index(page, "page", CATALOG_VERSION, 0).unwrap();
+            assert_eq!(hex::encode(&mine[0].path), p.path);
+            regions.extend(mine);
+            at += p.bytes as usize;
+        }
+        assert!(regions.len() > 3 && c.pages.len() > 1, "{}", regions.len());
+        let mut segment_start = 0;
         for (k, r) in regions.iter().enumerate() {
-            let end = regions
-                .get(k + 1)
-                .map_or(records_end, |n| n.offset as usize);
+            let end = r.end as usize;
+            assert_eq!(
+                end,
+                regions
+                    .get(k + 1)
+                    .map_or(records_end, |n| n.offset as usize)
+            );
+            if k > 0 {
+                assert_eq!(r.offset as usize, segment_start);
+            }
+            segment_start += segments[k].0;
             let at = r.entries as usize;
             let mut reader =
                 CatalogReader::region(&bytes[r.offset as usize..end], "region", CATALOG_VERSION)
@@ -671,9 +906,25 @@ mod tests {
                 .collect();
             assert_eq!(r.ancestors.iter().collect::<Vec<_>>(), ancestors);
         }
+        assert_eq!(segment_start, bytes.len());
         let mut bad = index.clone();
         bad[12] ^= 1;
-        assert!(read_index(&bad, "index", CATALOG_VERSION).is_err());
+        assert!(read_index(
+            &bad[..c.pages[0].bytes as usize],
+            "index",
+            CATALOG_VERSION,
+            0
+        )
+        .is_err());
+    }
+
+    #[test]
+    fn varint_len_is_the_encoded_length() {
+        for v in [0, 1, 127, 128, 16383, 16384, 1 << 20, u64::MAX] {
+            let mut out = Vec::new();
+            push_varint(&mut out, v);
+            assert_eq!(varint_len(v), out.len(), "{v}");
+        }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! decoded one by one, so memory does not grow with the tree; with a
 //! catalog index (version 3), only the regions that can hold one path.
 
-use super::catalog::{check_version, is_ancestor, read_index, CatalogReader, Entry};
+use super::catalog::{check_version, is_ancestor, read_index, CatalogReader, Entry, Region};
 use super::catalog_order;
 use super::catalog_read::read_catalog_chunks;
 use crate::config::Layout;
@@ -88,10 +88,111 @@ fn read_chunks(
     }
 }
 
+/// The recipe's chunks `range` (a segment's, starting at its byte 0)
+/// covering its bytes `[start, end)`, with the bytes of the first before
+/// `start`.
+fn covering(
+    id: BackupId,
+    chunks: &[ChunkRef],
+    range: Range<usize>,
+    start: u64,
+    end: u64,
+) -> Result<Part> {
+    let mut at = 0u64;
+    let mut first: Option<(usize, u64)> = None;
+    let mut last = range.start;
+    for k in range {
+        let len = u64::from(chunks[k].len);
+        if first.is_none() && start < at + len {
+            first = Some((k, start - at));
+        }
+        at += len;
+        last = k + 1;
+        if at >= end {
+            break;
+        }
+    }
+    match (first, at >= end) {
+        (Some((from, skip)), true) => Ok(Part {
+            chunks: from..last,
+            skip,
+            len: end - start,
+        }),
+        _ => Err(Error::corrupt(
+            snapshot::recipe_key(id),
+            format!("the chunks end before byte {end} of the catalog or its index"),
+        )),
+    }
+}
+
+/// The regions of tree backup `id`'s index that a reading of `path` needs
+/// (docs/FORMAT.md §24.4): with index pages (version 4), those of the
+/// pages that can hold them only; all of them otherwise.
+fn regions_for(
+    repo: &Repository,
+    id: BackupId,
+    tree: &TreeRef,
+    chunks: &[ChunkRef],
+    path: &[u8],
+) -> Result<(Vec<Region>, RestoreStats)> {
+    let name = format!("catalog index of backup {id}");
+    let index = catalog_chunks(id, tree, chunks)?.end..chunks.len();
+    let records_end = tree.catalog_bytes.saturating_sub(TRAILER);
+    let mut firsts = Vec::with_capacity(tree.index_pages.len());
+    for p in &tree.index_pages {
+        firsts.push(hex::decode(&p.path).map_err(|e| {
+            Error::corrupt(snapshot::snapshot_key(id), format!("index page path: {e}"))
+        })?);
+    }
+    let pages: Vec<u64> = match tree.index_pages.is_empty() {
+        true => vec![tree.index_bytes],
+        false => tree.index_pages.iter().map(|p| p.bytes).collect(),
+    };
+    if pages.iter().sum::<u64>() != tree.index_bytes {
+        return Err(Error::corrupt(
+            &name,
+            format!("its pages do not add up to its {} bytes", tree.index_bytes),
+        ));
+    }
+    // The last page starting at or before `path`, and the pages after it
+    // that start below `path`.
+    let (from, to) = match firsts.is_empty() {
+        true => (0, 1),
+        false => {
+            let from = firsts
+                .partition_point(|f| catalog_order(f, path) != Ordering::Greater)
+                .saturating_sub(1);
+            let to = (from + 1..firsts.len())
+                .find(|&k| !is_ancestor(path, &firsts[k]))
+                .unwrap_or(firsts.len());
+            (from, to)
+        }
+    };
+    let start: u64 = pages[..from].iter().sum();
+    let end: u64 = start + pages[from..to].iter().sum::<u64>();
+    let part = covering(id, chunks, index, start, end)?;
+    let mut bytes = Vec::new();
+    let stats = read_chunks(repo, id, chunks, part.chunks.clone(), &mut bytes)?;
+    let mine = usize::try_from(part.skip)
+        .ok()
+        .and_then(|s| bytes.get(s..s + usize::try_from(part.len).ok()?))
+        .ok_or_else(|| Error::corrupt(&name, "truncated"))?;
+    let mut regions = Vec::new();
+    let mut at = 0usize;
+    for &len in &pages[from..to] {
+        let page = mine
+            .get(at..at + len as usize)
+            .ok_or_else(|| Error::corrupt(&name, "truncated"))?;
+        regions.extend(read_index(page, &name, tree.catalog_version, records_end)?);
+        at += len as usize;
+    }
+    Ok((regions, stats))
+}
+
 /// The part of tree backup `id`'s catalog a reading of `path` (a catalog
 /// path) and what lies below it needs: with an index, the regions that can
-/// hold them (the index is read); the whole catalog otherwise (an older
-/// catalog, or the root).
+/// hold them (the index, or the pages of it that can list them, is read);
+/// the whole catalog otherwise (an older catalog, or the root).
 pub fn scope_of(
     repo: &Repository,
     id: BackupId,
@@ -104,19 +205,7 @@ pub fn scope_of(
     }
     let catalog = catalog_chunks(id, tree, chunks)?;
     let name = format!("catalog index of backup {id}");
-    let mut bytes = Vec::new();
-    let index = read_chunks(repo, id, chunks, catalog.end..chunks.len(), &mut bytes)?;
-    if bytes.len() as u64 != tree.index_bytes {
-        return Err(Error::corrupt(
-            &name,
-            format!(
-                "{} bytes, the snapshot says {}",
-                bytes.len(),
-                tree.index_bytes
-            ),
-        ));
-    }
-    let regions = read_index(&bytes, &name, tree.catalog_version)?;
+    let (regions, index) = regions_for(repo, id, tree, chunks, path)?;
     // The last region starting at or before `path`, and the regions after
     // it that start below `path`.
     let first = regions
@@ -129,44 +218,16 @@ pub fn scope_of(
         .find(|&k| !is_ancestor(path, &regions[k].path))
         .unwrap_or(regions.len());
     let records_end = tree.catalog_bytes.saturating_sub(TRAILER);
-    let (start, end) = (
-        region.offset,
-        regions.get(end_region).map_or(records_end, |r| r.offset),
-    );
+    let (start, end) = (region.offset, regions[end_region - 1].end);
     if start < 8 || start >= end || end > records_end {
         return Err(Error::corrupt(
             &name,
             format!("region {start}..{end} outside the catalog's records (8..{records_end})"),
         ));
     }
-    // The catalog's chunks covering [start, end).
-    let mut at = 0u64;
-    let mut covering: Option<(usize, u64)> = None;
-    let mut last = catalog.start;
-    for k in catalog.clone() {
-        let len = u64::from(chunks[k].len);
-        if covering.is_none() && start < at + len {
-            covering = Some((k, start - at));
-        }
-        at += len;
-        last = k + 1;
-        if at >= end {
-            break;
-        }
-    }
-    let (Some((from, skip)), true) = (covering, at >= end) else {
-        return Err(Error::corrupt(
-            snapshot::recipe_key(id),
-            format!("the catalog's chunks end before its byte {end}"),
-        ));
-    };
     Ok(Scope {
         ancestors: region.ancestors.clone(),
-        part: Some(Part {
-            chunks: from..last,
-            skip,
-            len: end - start,
-        }),
+        part: Some(covering(id, chunks, catalog, start, end)?),
         data_offset: region.data_offset,
         index,
     })
