@@ -136,7 +136,9 @@ def main():
     ap.add_argument("--skip-million", action="store_true")
     ap.add_argument("--work")
     a = ap.parse_args()
-    if not os.access(TESSERA, os.X_OK):
+    if "TESSERA" not in os.environ:
+        # Built every time (nothing to do when up to date): a binary left
+        # from an older checkout would measure old code.
         sh(f"cd {ROOT} && cargo build --release -p tessera-cli")
     work = os.path.abspath(a.work or tempfile.mkdtemp(prefix="tessera-treebench."))
     os.makedirs(work, exist_ok=True)
