@@ -1,21 +1,30 @@
 #!/usr/bin/env bash
-# Peak RSS and cost per GiB of the lifecycle arranging (issue 25): a trace
-# repository (lifecycle layout, manual arranging) gets two generated
-# versions of SIZE each, then `tessera arrange` runs on fresh copies of it
-# (round 2 splits version 1's category with version 2's NDF table), RUNS
-# times per sort budget (`--sort-memory`), each under `/usr/bin/time -f %M`.
-# The raw baseline, measured in the same run, is reading the objects the
-# round reads (the category parts and the NDF table, `cat > /dev/null`,
-# page cache warm as for the arranging). Every run's lifecycle objects must
-# be byte-identical to the first run's (`diff -r`). With BASELINE (another
-# `tessera` binary, e.g. one built from an older commit) its arranging runs
-# too, without `--sort-memory`, for a before/after comparison.
+# Peak RSS and cost per GiB of the lifecycle arranging and of `check` of a
+# lifecycle repository (issue 25): a trace repository (lifecycle layout,
+# manual arranging) gets two generated versions of SIZE each, then
+# `tessera arrange` runs on fresh copies of it (round 2 splits version 1's
+# category with version 2's NDF table), RUNS times per sort budget
+# (`--sort-memory`), each under `/usr/bin/time -f %M`. The raw baseline,
+# measured in the same run, is reading the objects the round reads (the
+# category parts and the NDF table, `cat > /dev/null`, page cache warm as
+# for the arranging). Every run's lifecycle objects must be byte-identical
+# to the first run's (`diff -r`). With BASELINE (another `tessera` binary,
+# e.g. one built from an older commit) its arranging runs too, without
+# `--sort-memory`, for a before/after comparison.
+#
+# With `COMMANDS="arrange check"` (or `check` alone), `tessera check` then
+# runs RUNS times per budget (and BASELINE) on the arranged repository
+# (version 1 in a volume, version 2 in the active category: check reads
+# every object, and both recipes), its cost per GiB of logical data in
+# the repository (both versions); its raw baseline is reading the whole
+# repository. Every check must find the repository healthy.
 #
 # Usage: scripts/arrange-memory.sh
 # Environment: SIZE (one version, default 32GiB), RUNS (default 3), BUDGETS
-# (default "32MiB 1MiB"), TESSERA (default target/release/tessera, built if
-# absent), BASELINE (optional), WORK (scratch directory, default a new one
-# under /tmp; removed at the end unless KEEP=1).
+# (default "32MiB 1MiB"), COMMANDS (default "arrange"), TESSERA (default
+# target/release/tessera, built if absent), BASELINE (optional), WORK
+# (scratch directory, default a new one under /tmp; removed at the end
+# unless KEEP=1).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -23,6 +32,7 @@ TESSERA=${TESSERA:-target/release/tessera}
 SIZE=${SIZE:-32GiB}
 RUNS=${RUNS:-3}
 BUDGETS=${BUDGETS:-"32MiB 1MiB"}
+COMMANDS=${COMMANDS:-arrange}
 [ -x /usr/bin/time ] || { echo "needs /usr/bin/time (apt-get install time)" >&2; exit 1; }
 [ -x "$TESSERA" ] || cargo build --release -p tessera-cli
 WORK=${WORK:-$(mktemp -d /tmp/tessera-arrange-memory.XXXXXX)}
@@ -35,44 +45,91 @@ for v in 1 2; do
     "$TESSERA" backup "$WORK/template" --trace "$WORK/gen/v000$v.trace" --source s --json >"$WORK/backup$v.json"
 done
 rm -rf "$WORK/gen"
-gib=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["logical_bytes"] / 2**30)' "$WORK/backup2.json")
+gib_of() { python3 -c 'import json,sys; print(sum(json.load(open(f))["logical_bytes"] for f in sys.argv[1:]) / 2**30)' "$@"; }
+gib=$(gib_of "$WORK/backup2.json")
+gib_all=$(gib_of "$WORK/backup1.json" "$WORK/backup2.json")
 
 median() { sort -g | awk '{ a[NR] = $1 } END { printf "%.2f %.2f %.2f\n", a[int((NR + 1) / 2)], a[1], a[NR] }'; }
 
-# The raw baseline: reading what the round reads.
-raw=$(for ((r = 0; r < RUNS; r++)); do
-    /usr/bin/time -f '%e' -o "$WORK/raw.time" sh -c "cat '$WORK'/template/lifecycle/*/cat/* '$WORK'/template/lifecycle/*/ndf/* >/dev/null"
-    tail -1 "$WORK/raw.time"
-done | median)
+# raw_read FILES...: RUNS timed reads of FILES; prints median min max.
+raw_read() {
+    for ((r = 0; r < RUNS; r++)); do
+        /usr/bin/time -f '%e' -o "$WORK/raw.time" cat "$@" >/dev/null
+        tail -1 "$WORK/raw.time"
+    done | median
+}
 
-# run NAME BINARY [ARGS]: RUNS arrangings on fresh copies; prints a table row.
-run() {
+# row NAME RAW GIB: a table row from the runs in $WORK/rss and $WORK/secs.
+row() {
+    local name=$1 raw_s=$2 gib=$3
+    read -r rss rss_lo rss_hi < <(median <"$WORK/rss")
+    read -r s s_lo s_hi < <(median <"$WORK/secs")
+    awk -v n="$name" -v m="$rss" -v ml="$rss_lo" -v mh="$rss_hi" -v s="$s" -v sl="$s_lo" -v sh="$s_hi" -v g="$gib" -v raw="$raw_s" \
+        'BEGIN { printf "| %s | %.1f (%.1f–%.1f) | %.2f (%.2f–%.2f) | %.3f | %.1f× |\n", n, m, ml, mh, s, sl, sh, s / g, s / raw }'
+}
+
+# timed BINARY ARGS...: one run under /usr/bin/time, appended to rss and secs.
+timed() {
+    /usr/bin/time -f '%M %e' -o "$WORK/run.time" "$@" --json >"$WORK/run.json"
+    read -r kib s < <(tail -1 "$WORK/run.time")
+    echo "$kib" | awk '{ print $1 / 1024 }' >>"$WORK/rss"
+    echo "$s" >>"$WORK/secs"
+}
+
+# arrange NAME BINARY [ARGS]: RUNS arrangings on fresh copies; prints a table row.
+arrange() {
     local name=$1 bin=$2
     shift 2
     : >"$WORK/rss" && : >"$WORK/secs"
     for ((r = 0; r < RUNS; r++)); do
         rm -rf "$WORK/copy" && cp -a "$WORK/template" "$WORK/copy"
-        /usr/bin/time -f '%M %e' -o "$WORK/arrange.time" "$bin" arrange "$WORK/copy" "$@" --json >"$WORK/arrange.json"
-        read -r kib s < <(tail -1 "$WORK/arrange.time")
-        echo "$kib" | awk '{ print $1 / 1024 }' >>"$WORK/rss"
-        echo "$s" >>"$WORK/secs"
+        timed "$bin" arrange "$WORK/copy" "$@"
         if [ -d "$WORK/first" ]; then
             diff -rq "$WORK/first" "$WORK/copy/lifecycle" >/dev/null || { echo "$name: lifecycle objects differ from the first run's" >&2; exit 1; }
         else
             cp -a "$WORK/copy/lifecycle" "$WORK/first"
         fi
     done
-    read -r rss rss_lo rss_hi < <(median <"$WORK/rss")
-    read -r s s_lo s_hi < <(median <"$WORK/secs")
-    read -r raw_s _ < <(echo "$raw")
-    awk -v n="$name" -v m="$rss" -v ml="$rss_lo" -v mh="$rss_hi" -v s="$s" -v sl="$s_lo" -v sh="$s_hi" -v g="$gib" -v raw="$raw_s" \
-        'BEGIN { printf "| %s | %.1f (%.1f–%.1f) | %.2f (%.2f–%.2f) | %.3f | %.1f× |\n", n, m, ml, mh, s, sl, sh, s / g, s / raw }'
+    row "$name" "$raw" "$gib"
 }
 
-echo "version 2: $(printf '%.2f' "$gib") GiB logical; $(du -sh "$WORK/template" | cut -f1) repository; raw read of the round's inputs: median $raw s (min max); medians of $RUNS runs (min–max)"
-printf '| arranging | peak RSS MiB | s | s per GiB of version | vs raw read |\n|---|---:|---:|---:|---:|\n'
-[ -z "${BASELINE:-}" ] || run "baseline" "$BASELINE"
-for b in $BUDGETS; do
-    run "--sort-memory $b" "$TESSERA" --sort-memory "$b"
-done
-echo "every run's lifecycle objects byte-identical"
+# check NAME BINARY [ARGS]: RUNS checks of the arranged copy; prints a table row.
+check() {
+    local name=$1 bin=$2
+    shift 2
+    : >"$WORK/rss" && : >"$WORK/secs"
+    for ((r = 0; r < RUNS; r++)); do
+        timed "$bin" check "$WORK/copy" "$@"
+        python3 -c 'import json,sys; r = json.load(open(sys.argv[1])); sys.exit(1 if r["problems"] else 0)' "$WORK/run.json" \
+            || { echo "$name: check found problems" >&2; exit 1; }
+    done
+    row "$name" "$raw" "$gib_all"
+}
+
+if [[ " $COMMANDS " == *" arrange "* ]]; then
+    # The raw baseline: reading what the round reads.
+    raw=$(raw_read "$WORK"/template/lifecycle/*/cat/* "$WORK"/template/lifecycle/*/ndf/*)
+    echo "version 2: $(printf '%.2f' "$gib") GiB logical; $(du -sh "$WORK/template" | cut -f1) repository; raw read of the round's inputs: median $raw s (min max); medians of $RUNS runs (min–max)"
+    printf '| arranging | peak RSS MiB | s | s per GiB of version | vs raw read |\n|---|---:|---:|---:|---:|\n'
+    [ -z "${BASELINE:-}" ] || arrange "baseline" "$BASELINE"
+    for b in $BUDGETS; do
+        arrange "--sort-memory $b" "$TESSERA" --sort-memory "$b"
+    done
+    echo "every run's lifecycle objects byte-identical"
+else
+    cp -a "$WORK/template" "$WORK/copy"
+    "$TESSERA" arrange "$WORK/copy" >/dev/null
+fi
+
+if [[ " $COMMANDS " == *" check "* ]]; then
+    # The raw baseline: reading the whole (arranged) repository.
+    mapfile -t all < <(find "$WORK/copy" -type f)
+    raw=$(raw_read "${all[@]}")
+    echo "check of the arranged repository ($(du -sh "$WORK/copy" | cut -f1)): raw read of every object: median $raw s (min max); $(printf '%.2f' "$gib_all") GiB logical in both versions; medians of $RUNS runs (min–max)"
+    printf '| check | peak RSS MiB | s | s per GiB of repository | vs raw read |\n|---|---:|---:|---:|---:|\n'
+    [ -z "${BASELINE:-}" ] || check "baseline" "$BASELINE"
+    for b in $BUDGETS; do
+        check "--sort-memory $b" "$TESSERA" --sort-memory "$b"
+    done
+    echo "every check found the repository healthy"
+fi

@@ -1,6 +1,7 @@
-//! `--sort-memory` of `tessera arrange` and of backups that arrange: a
-//! budget too small for a single run spills every sort and arranges
-//! exactly as the default budget does.
+//! `--sort-memory` of `tessera arrange`, of backups that arrange and of
+//! `check` of a lifecycle repository: a budget too small for a single run
+//! spills every sort and arranges (checks) exactly as the default budget
+//! does.
 
 mod common;
 use common::*;
@@ -66,5 +67,12 @@ fn arranging_with_a_tiny_sort_memory_arranges_the_same() {
             assert_file_eq(&out, &std::fs::read(input).unwrap());
         }
         assert!(ok(["check".as_ref(), r.as_os_str()]).contains("no problems"));
+        // `check` of the lifecycle layout, every sort spilled, reports the same.
+        let check = |args: &[&str]| {
+            let mut all = vec!["check", r.to_str().unwrap(), "--json"];
+            all.extend_from_slice(args);
+            ok(all)
+        };
+        assert_eq!(check(&["--sort-memory", "0"]), check(&[]));
     }
 }

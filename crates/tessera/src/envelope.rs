@@ -136,7 +136,8 @@ pub fn check_header(name: &str, kind: &[u8; 4], header: &[u8], object_len: u64) 
         ));
     }
     let payload_len = u64::from_le_bytes(le8(&header[12..20]));
-    let expected_len = (HEADER_LEN + TRAILER_LEN) as u64 + payload_len;
+    // Saturating: a damaged length field must not overflow.
+    let expected_len = payload_len.saturating_add((HEADER_LEN + TRAILER_LEN) as u64);
     if object_len != expected_len {
         return Err(Error::corrupt(
             name,
@@ -197,6 +198,16 @@ mod tests {
                 "flip at {i} undetected"
             );
         }
+    }
+
+    #[test]
+    fn a_huge_length_field_is_an_error() {
+        let mut sealed = seal(b"TEST", 1, b"payload");
+        sealed[12..20].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(
+            open("t", b"TEST", 1, &sealed),
+            Err(Error::Corrupt { .. })
+        ));
     }
 
     #[test]

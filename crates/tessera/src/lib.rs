@@ -35,6 +35,7 @@ pub mod progress;
 pub mod prune;
 pub mod quarantine;
 pub mod ranges;
+pub(crate) mod recipe_reader;
 pub mod refetch;
 pub mod repair;
 pub mod repo;

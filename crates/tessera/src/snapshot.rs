@@ -19,7 +19,8 @@ pub const SNAPSHOT_DIR: &str = "snapshots";
 /// Directory of recipe objects.
 pub const RECIPE_DIR: &str = "recipes";
 const SNAPSHOT_KIND: &[u8; 4] = b"SNAP";
-const RECIPE_KIND: &[u8; 4] = b"RCPE";
+/// Object kind of recipes (their envelope).
+pub(crate) const RECIPE_KIND: &[u8; 4] = b"RCPE";
 /// Format version of snapshots and recipes.
 pub const SNAPSHOT_VERSION: u32 = 1;
 
@@ -145,7 +146,7 @@ impl Recipe {
 const SPILLED_REF_LEN: usize = FINGERPRINT_LEN + 4 + 8;
 /// Most bytes a chunk reference takes in a recipe (postcard: the
 /// fingerprint, then the length and the container as varints).
-const MAX_ENCODED_REF_LEN: usize = FINGERPRINT_LEN + 5 + 10;
+pub(crate) const MAX_ENCODED_REF_LEN: usize = FINGERPRINT_LEN + 5 + 10;
 
 /// A recipe built reference by reference during a backup, so that a backup
 /// does not hold its recipe in memory: the references go to a spill file

@@ -3,9 +3,11 @@
 //! collection's mark phase collects (every (container, fingerprint) pair a
 //! retained recipe references) and its select and sweep phases consume one
 //! container at a time, in container order; what `check` compares as
-//! sorted streams; and what the lifecycle arranging joins (the chunks of
+//! sorted streams; what the lifecycle arranging joins (the chunks of
 //! the active categories by fingerprint with the version's NDF table, then
-//! the positions it keeps in stream order).
+//! the positions it keeps in stream order); and the fingerprints of a
+//! lifecycle version's recipe and of the categories it reads, which
+//! `check` compares.
 //!
 //! Records are buffered up to a budget, then sorted, deduplicated and
 //! written as a run to an unlinked temporary file
@@ -76,6 +78,17 @@ impl Record for (Fingerprint, u64) {
     }
     fn read_from(b: &[u8]) -> Self {
         (fp_at(b), u64_at(&b[FINGERPRINT_LEN..]))
+    }
+}
+
+/// A fingerprint; on disk as its bytes.
+impl Record for Fingerprint {
+    const LEN: usize = FINGERPRINT_LEN;
+    fn write_to(&self, w: &mut impl Write) -> std::io::Result<()> {
+        w.write_all(&self.0)
+    }
+    fn read_from(b: &[u8]) -> Self {
+        fp_at(b)
     }
 }
 

@@ -8,18 +8,18 @@ use super::{
 };
 use crate::backend::Backend as _;
 use crate::error::{Error, Result};
-use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
+use crate::fingerprint::Fingerprint;
 use crate::lifecycle::format::{self, Journal, ReadLog};
 use crate::lifecycle::{
     cat_key, journal_key, lineage_names, ndf_dir, ndf_key, read_state_copy, require_layout,
     state_copy_key, state_key, vol_key, Lineage, LIFECYCLE_DIR,
 };
 use crate::progress::{Phase, Progress, Unit};
+use crate::recipe_reader::for_each_ref;
 use crate::repo::Repository;
 use crate::snapshot::BackupId;
+use crate::sorted_pairs::Sorter;
 use std::collections::{BTreeMap, BTreeSet};
-
-type FpSet = hashbrown::HashSet<Fingerprint, FingerprintHashBuilder>;
 
 fn problem(report: &mut CheckReport, object: &str, e: &Error, affected: Vec<BackupId>) {
     report.problems.push(Problem::damaged(object, e, affected));
@@ -182,7 +182,9 @@ pub fn check_with_progress(
                 continue;
             }
             covered.insert(v.backup);
-            let e = match check_version(repo, &l, v.version, v.backup, &bad_objects, &mut report) {
+            let version = (v.version, v.backup);
+            let budget = options.sort_budget;
+            let e = match check_version(repo, &l, version, &bad_objects, budget, &mut report) {
                 Ok((missing, e)) => {
                     lost.extend(missing);
                     e
@@ -330,7 +332,7 @@ fn check_ndf_tables(repo: &Repository, l: &Lineage, report: &mut CheckReport) ->
             })
             .err();
         let Some(e) = damage else { continue };
-        let how = match l.state.backup_of(v).map(|id| repo.recipe(id)) {
+        let how = match l.state.backup_of(v).map(|id| for_each_ref(backend, id, |_| Ok(()))) {
             Some(Ok(_)) => "rebuilt from the version's recipe when needed".to_string(),
             _ => format!(
                 "the version's recipe is gone too: the next round keeps every active chunk of version {v} (costs space), the next backup stores its chunks again"
@@ -345,18 +347,25 @@ fn check_ndf_tables(repo: &Repository, l: &Lineage, report: &mut CheckReport) ->
 /// in the sound objects it reads. Returns the chunks it does not find and
 /// the error to report for them (none when a damaged object it reads is
 /// reported already).
+///
+/// In bounded memory: the recipe is streamed ([`for_each_ref`]), its
+/// fingerprints and those of the objects' chunks are sorted in
+/// `sort_budget` bytes each and compared as sorted streams; only when
+/// chunks are missing is the recipe read again, for the first of them.
 fn check_version(
     repo: &Repository,
     l: &Lineage,
-    k: u64,
-    id: BackupId,
+    (k, id): (u64, BackupId),
     bad_objects: &BTreeSet<String>,
+    sort_budget: u64,
     report: &mut CheckReport,
 ) -> Result<(Vec<Fingerprint>, Option<Error>)> {
     let backend = repo.backend().as_ref();
-    let recipe = repo.recipe(id)?;
-    report.references += recipe.chunks.len() as u64;
-    let mut present = FpSet::default();
+    let mut wanted = Sorter::<Fingerprint>::with_budget(sort_budget);
+    let references = for_each_ref(backend, id, |c| wanted.push(c.fp))?;
+    let wanted = wanted.finish()?;
+    report.references += references;
+    let mut present = Sorter::<Fingerprint>::with_budget(sort_budget);
     let mut log = ReadLog::default();
     let required = l.required(backend, k)?;
     let (bad, good): (Vec<_>, Vec<_>) = required
@@ -367,27 +376,29 @@ fn check_version(
     crate::lifecycle::for_each_required(backend, &good, &mut log, |req, header, prefix, log| {
         for idx in 0..prefix {
             for (fp, _) in format::read_meta(backend, &req.key, header, idx, log)? {
-                present.insert(fp);
+                present.push(fp)?;
             }
         }
         Ok(())
     })?;
-    let missing: BTreeSet<Fingerprint> = recipe
-        .chunks
-        .iter()
-        .filter(|c| !present.contains(&c.fp))
-        .map(|c| c.fp)
-        .collect();
-    let first = recipe.chunks.iter().find(|c| !present.contains(&c.fp));
-    let e = match first {
-        Some(c) if !skipped => {
-            let mut e = crate::lifecycle::not_in_categories(l, id, k, &good, &c.fp);
-            if let Error::ChunkNotInCategories { fingerprint, .. } = &mut e {
-                fingerprint.push_str(&format!(" (and {} more)", missing.len() - 1));
-            }
-            Some(e)
+    // Sorted and distinct.
+    let missing = wanted.absent_from(&present.finish()?)?;
+    if missing.is_empty() || skipped {
+        return Ok((missing, None));
+    }
+    let mut first = None;
+    for_each_ref(backend, id, |c| {
+        if first.is_none() && missing.binary_search(&c.fp).is_ok() {
+            first = Some(c.fp);
         }
-        _ => None,
-    };
-    Ok((missing.into_iter().collect(), e))
+        Ok(())
+    })?;
+    let e = first.map(|fp| {
+        let mut e = crate::lifecycle::not_in_categories(l, id, k, &good, &fp);
+        if let Error::ChunkNotInCategories { fingerprint, .. } = &mut e {
+            fingerprint.push_str(&format!(" (and {} more)", missing.len() - 1));
+        }
+        e
+    });
+    Ok((missing, e))
 }

@@ -272,7 +272,7 @@ fn referenced_positions(
         }
     }
     let by_fp = by_fp.finish()?;
-    with_table(repo, lineage, v, |next_in_table| {
+    with_table(repo, lineage, v, budget, |next_in_table| {
         let mut referenced = Sorter::<u64>::with_budget(budget);
         let mut chunks = by_fp.stream()?;
         let mut table = next_in_table()?;

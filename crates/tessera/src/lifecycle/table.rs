@@ -1,13 +1,17 @@
 //! Version `v`'s NDF table read as a sorted stream of fingerprints: the
 //! stored table or, when it is missing or damaged (it is derived data), the
 //! same fingerprints rebuilt from the recipe of the version's backup (the
-//! table is exactly the distinct fingerprints of that recipe).
+//! table is exactly the distinct fingerprints of that recipe, streamed and
+//! sorted in bounded memory).
 
 use super::format::NdfReader;
 use super::{ndf_key, Lineage};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
+use crate::recipe_reader::for_each_ref;
 use crate::repo::Repository;
+use crate::sorted_pairs::Sorter;
+use crate::spill::DEFAULT_SORT_BUDGET;
 
 /// A set of fingerprints (one NDF table in memory).
 pub(crate) type FpSet = hashbrown::HashSet<Fingerprint, FingerprintHashBuilder>;
@@ -29,15 +33,18 @@ fn unusable(e: &Error) -> bool {
 /// damaged part-way, what `consume` returned is dropped and it is called
 /// again with the recipe's fingerprints, so `consume` must not act on the
 /// fingerprints before it returns (only then is the table's checksum
-/// checked). The recipe is held in memory, as every recipe reader does.
+/// checked). The recipe is streamed too, its fingerprints sorted in
+/// `budget` bytes of memory.
 pub(crate) fn with_table<T>(
     repo: &Repository,
     lineage: &Lineage,
     v: u64,
+    budget: u64,
     mut consume: impl FnMut(NextFp) -> Result<T>,
 ) -> Result<Option<T>> {
+    let backend = repo.backend().as_ref();
     let key = ndf_key(&lineage.name, v);
-    match NdfReader::open(repo.backend().as_ref(), &key) {
+    match NdfReader::open(backend, &key) {
         Ok(mut reader) => {
             let mut damaged = false;
             let mut next = || match reader.next() {
@@ -57,25 +64,34 @@ pub(crate) fn with_table<T>(
         Err(e) if unusable(&e) => {}
         Err(e) => return Err(e),
     }
-    let Some(recipe) = lineage
-        .state
-        .backup_of(v)
-        .and_then(|id| repo.recipe(id).ok())
-    else {
+    let Some(id) = lineage.state.backup_of(v) else {
         return Ok(None);
     };
-    let mut fps: Vec<Fingerprint> = recipe.chunks.iter().map(|c| c.fp).collect();
-    drop(recipe);
-    fps.sort_unstable();
-    fps.dedup();
-    let mut fps = fps.into_iter();
-    consume(&mut || Ok(fps.next())).map(Some)
+    let mut fps = Sorter::<Fingerprint>::with_budget(budget);
+    // An error sorting (local disk) is not the recipe's.
+    let mut sorting: Option<Error> = None;
+    let read = for_each_ref(backend, id, |c| {
+        fps.push(c.fp).map_err(|e| {
+            let pass = Error::Pipeline(format!("sorting the fingerprints of backup {id}: {e}"));
+            sorting = Some(e);
+            pass
+        })
+    });
+    if let Some(e) = sorting {
+        return Err(e);
+    }
+    if read.is_err() {
+        return Ok(None);
+    }
+    let fps = fps.finish()?;
+    let mut stream = fps.stream()?;
+    consume(&mut || stream.next()).map(Some)
 }
 
 /// Version `v`'s NDF table of `lineage` as a set in memory (see
 /// [`with_table`]). `None` if neither the table nor the recipe is readable.
 pub(crate) fn load_table(repo: &Repository, lineage: &Lineage, v: u64) -> Result<Option<FpSet>> {
-    with_table(repo, lineage, v, |next| {
+    with_table(repo, lineage, v, DEFAULT_SORT_BUDGET, |next| {
         let mut set = FpSet::default();
         while let Some(fp) = next()? {
             set.insert(fp);
