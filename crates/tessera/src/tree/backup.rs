@@ -3,7 +3,9 @@
 
 use super::catalog::{CatalogBytes, CatalogWriter, Entry, Kind, Xattr};
 use super::meta::{read_file_xattrs, read_xattrs, Names};
-use super::stream::{for_each_entry, tree_of};
+#[cfg(test)]
+use super::stream::for_each_entry;
+use super::stream::{for_each_record, tree_of};
 use super::walk::{
     examine_batches, At, Excludes, Found, Status, Step, StepBatch, Steps, Walk, Walked,
 };
@@ -21,9 +23,11 @@ use rustix::fs::FileType;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fs::{self, File, Metadata};
 use std::io::{ErrorKind, Read};
+use std::ops::Range;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// What to back up of the given paths.
 #[derive(Clone, Debug, Default)]
@@ -53,6 +57,9 @@ pub struct TreeBackupOptions {
     pub stdin_name: Option<String>,
 }
 
+/// Chunks of unchanged files announced at once at most (the files queued
+/// one after another go together, not one by one).
+const REUSED_AT_ONCE: usize = 1024;
 /// Threads reading small files whole, ahead of the stream and in parallel.
 const READERS: usize = 3;
 /// Files of at most this many bytes are read by the reader threads; larger
@@ -263,21 +270,16 @@ fn run_feed<'a>(
     // The parent's catalog is read alongside the walk (both are in the same
     // order), on a thread of its own, entry by entry.
     std::thread::scope(|s| {
-        let (tx, rx) = bounded::<Vec<Entry>>(PARENT_AHEAD_BATCHES);
+        let (tx, rx) = bounded::<ParentBatch>(PARENT_AHEAD_BATCHES);
         let recipe = chunks.clone();
         let reader = s.spawn(move || {
-            let mut batch = Vec::with_capacity(PARENT_BATCH);
-            let read = for_each_entry(repo, id, &tree, &recipe, |e| {
-                batch.push(e);
-                Ok(batch.len() < PARENT_BATCH
-                    || tx
-                        .send(std::mem::replace(
-                            &mut batch,
-                            Vec::with_capacity(PARENT_BATCH),
-                        ))
-                        .is_ok())
+            let mut batch = ParentBatch::default();
+            let read = for_each_record(repo, id, &tree, &recipe, |e, record| {
+                batch.push(e, record);
+                Ok(batch.entries.len() < PARENT_BATCH
+                    || tx.send(std::mem::take(&mut batch)).is_ok())
             });
-            if !batch.is_empty() {
+            if !batch.entries.is_empty() {
                 let _ = tx.send(batch);
             }
             read
@@ -286,6 +288,7 @@ fn run_feed<'a>(
             usable: Usable::of(repo, &options.source)?,
             rx,
             batch: Vec::new().into_iter(),
+            records: Arc::default(),
             next: None,
             offset: 0,
             chunks,
@@ -464,14 +467,46 @@ impl Refetch for ParentChunks<'_> {
     }
 }
 
+/// Entries of the parent's catalog, with their records where the catalog
+/// is of this build's version: ranges of `records`.
+#[derive(Default)]
+struct ParentBatch {
+    entries: Vec<(Entry, Option<Range<usize>>)>,
+    records: Vec<u8>,
+}
+
+impl ParentBatch {
+    fn push(&mut self, entry: Entry, record: Option<&[u8]>) {
+        let range = record.map(|r| {
+            let start = self.records.len();
+            self.records.extend_from_slice(r);
+            start..self.records.len()
+        });
+        self.entries.push((entry, range));
+    }
+}
+
+/// A record of the parent's catalog: a range of its batch's records.
+struct ParentRecord {
+    records: Arc<Vec<u8>>,
+    range: Range<usize>,
+}
+
+impl ParentRecord {
+    fn bytes(&self) -> &[u8] {
+        &self.records[self.range.clone()]
+    }
+}
+
 /// The parent's catalog, walked in step with the file system.
 struct ParentWalk {
     /// The parent's entries in batches, from the thread reading its catalog...
-    rx: Receiver<Vec<Entry>>,
-    /// ...and the rest of the last batch.
-    batch: std::vec::IntoIter<Entry>,
-    /// The next entry not yet passed.
-    next: Option<Entry>,
+    rx: Receiver<ParentBatch>,
+    /// ...and the rest of the last batch, with its records.
+    batch: std::vec::IntoIter<(Entry, Option<Range<usize>>)>,
+    records: Arc<Vec<u8>>,
+    /// The next entry not yet passed (of the last batch), and its record.
+    next: Option<(Entry, Option<Range<usize>>)>,
     /// Offset of `next` in the parent's stream.
     offset: u64,
     chunks: std::sync::Arc<Vec<ChunkRef>>,
@@ -521,27 +556,34 @@ impl Usable {
 }
 
 impl ParentWalk {
-    /// The parent's entry of `path` (entries before it are passed), if any.
-    fn find(&mut self, path: &[u8]) -> Option<Entry> {
+    /// The parent's entry of `path` (entries before it are passed), if
+    /// any, and its record if the catalog is of this build's version.
+    fn find(&mut self, path: &[u8]) -> Option<(Entry, Option<ParentRecord>)> {
         loop {
             if self.next.is_none() {
                 self.next = match self.batch.next() {
                     Some(e) => Some(e),
                     None => {
-                        self.batch = self.rx.recv().ok()?.into_iter();
+                        let batch = self.rx.recv().ok()?;
+                        self.batch = batch.entries.into_iter();
+                        self.records = Arc::new(batch.records);
                         continue;
                     }
                 };
             }
             let next = self.next.as_ref()?;
-            match catalog_order(&next.path, path) {
+            match catalog_order(&next.0.path, path) {
                 std::cmp::Ordering::Less => self.pass(),
                 std::cmp::Ordering::Equal => {
-                    let e = self.next.take()?;
+                    let (e, range) = self.next.take()?;
                     if e.has_bytes() {
                         self.offset += e.size;
                     }
-                    return Some(e);
+                    let record = range.map(|range| ParentRecord {
+                        records: self.records.clone(),
+                        range,
+                    });
+                    return Some((e, record));
                 }
                 std::cmp::Ordering::Greater => return None,
             }
@@ -549,7 +591,7 @@ impl ParentWalk {
     }
 
     fn pass(&mut self) {
-        if let Some(e) = self.next.take() {
+        if let Some((e, _)) = self.next.take() {
             if e.has_bytes() {
                 self.offset += e.size;
             }
@@ -558,8 +600,8 @@ impl ParentWalk {
 
     /// The parent's chunks of the file of `size` bytes at `offset` of its
     /// stream (which must start and end at chunk boundaries, as files are
-    /// cut at their ends), and the first one's position in its recipe.
-    fn chunks_of(&mut self, offset: u64, size: u64) -> Option<(usize, Vec<(Fingerprint, u32)>)> {
+    /// cut at their ends): the first one's position in its recipe and their count.
+    fn chunks_of(&mut self, offset: u64, size: u64) -> Option<(usize, usize)> {
         while self.chunk_offset < offset {
             let c = self.chunks.get(self.chunk)?;
             self.chunk_offset += u64::from(c.len);
@@ -569,13 +611,11 @@ impl ParentWalk {
             return None;
         }
         let first = self.chunk;
-        let mut out = Vec::new();
         let mut end = offset;
         let mut usable = true;
         while end < offset + size {
             let c = self.chunks.get(self.chunk)?;
             usable &= self.usable.allows(c);
-            out.push((c.fp, c.len));
             end += u64::from(c.len);
             self.chunk += 1;
             self.chunk_offset = end;
@@ -583,7 +623,7 @@ impl ParentWalk {
         if end != offset + size || !usable {
             return None;
         }
-        Some((first, out))
+        Some((first, self.chunk - first))
     }
 }
 
@@ -647,11 +687,13 @@ enum State {
     Done,
 }
 
-/// An unchanged file's extended attributes and chunks in the parent.
+/// An unchanged file's entry in the parent (and its record) and its
+/// chunks there: `count` from `first` in the parent's recipe.
 struct UnchangedFile {
-    xattrs: Vec<Xattr>,
+    entry: Entry,
+    record: Option<ParentRecord>,
     first: usize,
-    chunks: Vec<(Fingerprint, u32)>,
+    count: usize,
 }
 
 /// The segmented stream of a tree backup.
@@ -696,12 +738,14 @@ struct TreeFeed<'a> {
 enum Pending {
     /// An entry without bytes.
     Entry(Box<Entry>),
-    /// An unchanged file: the parent's chunks, from `first` in its recipe.
+    /// An unchanged file: `count` of the parent's chunks, from `first` in
+    /// its recipe; its record when it is the parent's.
     Reused {
         entry: Box<Entry>,
+        record: Option<ParentRecord>,
         nlink: u64,
         first: usize,
-        chunks: Vec<(Fingerprint, u32)>,
+        count: usize,
     },
     /// A small file being read by a reader thread.
     Fetching {
@@ -766,17 +810,15 @@ impl TreeFeed<'_> {
         }
     }
 
-    /// The parent's chunks of the file at `path` if it is unchanged (same
-    /// size, modification and status-change times, device and inode);
-    /// counts it as new, changed or unmodified.
-    /// With the parent's extended attributes (unchanged as the status-change
-    /// time is) and the first chunk's position in the parent's recipe.
-    fn unchanged(&mut self, entry: &Entry, status: &Status) -> Option<UnchangedFile> {
+    /// The parent's entry and chunks of the regular file at catalog path
+    /// `path` if it is unchanged (same size, modification and status-change
+    /// times, device and inode); counts it as new, changed or unmodified.
+    fn unchanged(&mut self, path: &[u8], status: &Status) -> Option<UnchangedFile> {
         let Some(parent) = &mut self.parent else {
             self.tree.files_new += 1;
             return None;
         };
-        let Some(old) = parent.find(&entry.path) else {
+        let Some((old, record)) = parent.find(path) else {
             self.tree.files_new += 1;
             return None;
         };
@@ -784,15 +826,21 @@ impl TreeFeed<'_> {
         let same = old.kind == Kind::File
             && old.size == status.size
             && (old.mtime, old.mtime_ns, old.ctime, old.ctime_ns)
-                == (entry.mtime, entry.mtime_ns, entry.ctime, entry.ctime_ns)
-            && (old.dev, old.ino) == (entry.dev, entry.ino);
+                == (
+                    status.mtime.0,
+                    status.mtime.1,
+                    status.ctime.0,
+                    status.ctime.1,
+                )
+            && (old.dev, old.ino) == (status.dev, status.ino);
         let chunks = same
             .then(|| parent.chunks_of(parent_offset, old.size))
             .flatten()
-            .map(|(first, chunks)| UnchangedFile {
-                xattrs: old.xattrs,
+            .map(|(first, count)| UnchangedFile {
+                entry: old,
+                record,
                 first,
-                chunks,
+                count,
             });
         if chunks.is_some() {
             self.tree.files_unmodified += 1;
@@ -869,6 +917,59 @@ impl TreeFeed<'_> {
         })
     }
 
+    /// The catalog entry of an unchanged regular file: its entry in the
+    /// parent (`old`: path, times, size, extended attributes, unchanged as
+    /// the status-change time is) with what may change without it (the
+    /// access time, owner names) taken from `status` — what [`Self::bare_entry`]
+    /// and the parent's attributes make, without allocating again what is
+    /// equal; and whether it equals `old` (its record is then the parent's).
+    fn reused_entry(&mut self, old: Entry, status: &Status) -> (Entry, bool) {
+        let sparse = status.blocks.saturating_mul(512) < status.size;
+        let mut same = (old.mode, old.uid, old.gid, old.atime, old.atime_ns)
+            == (
+                status.mode & 0o7777,
+                status.uid,
+                status.gid,
+                status.atime.0,
+                status.atime.1,
+            )
+            && (old.rdev, old.sparse) == (0, sparse)
+            && old.target.is_empty();
+        let mut keep = |old: Vec<u8>, now: &[u8]| {
+            if old == now {
+                old
+            } else {
+                same = false;
+                now.to_vec()
+            }
+        };
+        let user = keep(old.user, self.names.user_ref(status.uid));
+        let group = keep(old.group, self.names.group_ref(status.gid));
+        let entry = Entry {
+            path: old.path,
+            kind: Kind::File,
+            mode: status.mode & 0o7777,
+            uid: status.uid,
+            gid: status.gid,
+            mtime: status.mtime.0,
+            mtime_ns: status.mtime.1,
+            ctime: status.ctime.0,
+            ctime_ns: status.ctime.1,
+            dev: status.dev,
+            ino: status.ino,
+            size: status.size,
+            target: Vec::new(),
+            atime: status.atime.0,
+            atime_ns: status.atime.1,
+            user,
+            group,
+            rdev: 0,
+            sparse,
+            xattrs: old.xattrs,
+        };
+        (entry, same)
+    }
+
     /// The catalog entry of `path` without extended attributes.
     fn bare_entry(&mut self, path: &Path, status: &Status, kind: Kind, target: Vec<u8>) -> Entry {
         Entry {
@@ -898,11 +999,15 @@ impl TreeFeed<'_> {
         }
     }
 
-    /// Records a regular file (its bytes fed), remembered as the first link
-    /// of its inode when it has several.
-    fn push_file(&mut self, entry: &Entry, nlink: u64) -> Result<()> {
+    /// Records a regular file (its bytes fed; as `record` if given, its
+    /// record in the parent's catalog), remembered as the first link of its
+    /// inode when it has several.
+    fn push_file(&mut self, entry: &Entry, nlink: u64, record: Option<&[u8]>) -> Result<()> {
         self.files += 1;
-        self.catalog.push(entry)?;
+        match record {
+            Some(record) => self.catalog.push_record(entry, record)?,
+            None => self.catalog.push(entry)?,
+        }
         if nlink > 1 {
             self.links
                 .entry((entry.dev, entry.ino))
@@ -998,10 +1103,10 @@ impl TreeFeed<'_> {
                 return Ok(());
             }
         }
-        let mut entry = self.bare_entry(&path, status, Kind::File, Vec::new());
-        if let Some(unchanged) = self.unchanged(&entry, status) {
-            entry.xattrs = unchanged.xattrs;
-            entry.size = status.size;
+        let bytes = path.as_os_str().as_bytes();
+        let catalog_path = bytes.strip_prefix(b"/").unwrap_or(bytes);
+        if let Some(unchanged) = self.unchanged(catalog_path, status) {
+            let (entry, same) = self.reused_entry(unchanged.entry, status);
             if nlink > 1 {
                 // Its next links, walked before it is in the stream, link to it.
                 self.links
@@ -1009,12 +1114,14 @@ impl TreeFeed<'_> {
             }
             self.pending.push_back(Pending::Reused {
                 entry: Box::new(entry),
+                record: unchanged.record.filter(|_| same),
                 nlink,
                 first: unchanged.first,
-                chunks: unchanged.chunks,
+                count: unchanged.count,
             });
             return Ok(());
         }
+        let mut entry = self.bare_entry(&path, status, Kind::File, Vec::new());
         let expected = status.size;
         match &self.jobs {
             Some(jobs) if nlink == 1 && expected <= SMALL_FILE => {
@@ -1058,21 +1165,28 @@ impl TreeFeed<'_> {
             Pending::Entry(e) => self.catalog.push(&e)?,
             Pending::Reused {
                 entry,
+                record,
                 nlink,
                 first,
-                chunks,
+                count,
             } => {
-                if let (Some(refetch), false) = (self.refetch, chunks.is_empty()) {
-                    refetch
-                        .files
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push_back((self.offset, first, chunks.len()));
+                self.reuse(&entry, record, nlink, first, count)?;
+                // The unchanged files queued right after it go with it:
+                // their chunks follow one another, with no bytes between.
+                while self.reused.len() < REUSED_AT_ONCE
+                    && matches!(self.pending.front(), Some(Pending::Reused { .. }))
+                {
+                    if let Some(Pending::Reused {
+                        entry,
+                        record,
+                        nlink,
+                        first,
+                        count,
+                    }) = self.pending.pop_front()
+                    {
+                        self.reuse(&entry, record, nlink, first, count)?;
+                    }
                 }
-                self.offset += entry.size;
-                self.tree.bytes_reused += entry.size;
-                self.push_file(&entry, nlink)?;
-                self.reused = chunks;
                 return Ok(Some(SegmentRead::Reused));
             }
             Pending::Fetching {
@@ -1120,6 +1234,39 @@ impl TreeFeed<'_> {
             }
         }
         Ok(None)
+    }
+
+    /// Puts an unchanged file in the stream: records it and adds its
+    /// `count` chunks from `first` in the parent's recipe to those announced
+    /// next; its record is the parent's `record` if given.
+    fn reuse(
+        &mut self,
+        entry: &Entry,
+        record: Option<ParentRecord>,
+        nlink: u64,
+        first: usize,
+        count: usize,
+    ) -> Result<()> {
+        if count > 0 {
+            let refetch = self
+                .refetch
+                .ok_or_else(|| Error::Pipeline("an unchanged file without a parent".into()))?;
+            let chunks = refetch.chunks.get(first..first + count).ok_or_else(|| {
+                Error::Pipeline(format!(
+                    "chunks {first}..{} beyond the parent's recipe",
+                    first + count
+                ))
+            })?;
+            self.reused.extend(chunks.iter().map(|c| (c.fp, c.len)));
+            refetch
+                .files
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push_back((self.offset, first, count));
+        }
+        self.offset += entry.size;
+        self.tree.bytes_reused += entry.size;
+        self.push_file(entry, nlink, record.as_ref().map(ParentRecord::bytes))
     }
 
     /// Ends the stream's files: the catalog follows.
@@ -1183,7 +1330,7 @@ impl Segments for TreeFeed<'_> {
                         self.note_changed(&path, &what);
                     }
                     self.state = State::Walking;
-                    self.push_file(&entry, nlink)?;
+                    self.push_file(&entry, nlink, None)?;
                     return Ok(SegmentRead::SegmentEnd);
                 }
                 State::Reading {
@@ -1202,7 +1349,7 @@ impl Segments for TreeFeed<'_> {
                             self.note_changed(&path, &what);
                         }
                         self.state = State::Walking;
-                        self.push_file(&entry, nlink)?;
+                        self.push_file(&entry, nlink, None)?;
                         return Ok(SegmentRead::SegmentEnd);
                     }
                     Ok(n) => {
@@ -1346,6 +1493,73 @@ mod tests {
         };
         let f = backup_tree(&repo, paths, &forced, &opts).unwrap();
         assert_eq!(listing(&repo, id), listing(&repo, f.outcome.snapshot.id));
+    }
+
+    /// Every chunk of a re-backup reusing its parent's unchanged files (and
+    /// their catalog records) equals a forced re-read's: data, catalog
+    /// regions and index pages; files changed in the middle of otherwise
+    /// unchanged regions are picked up.
+    #[test]
+    fn a_re_backup_reusing_records_stores_what_a_forced_one_does() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        // Enough records for several catalog regions.
+        for d in 0..3 {
+            fs::create_dir_all(src.join(format!("directory-{d}"))).unwrap();
+            for f in 0..700usize {
+                let name = format!("directory-{d}/a-file-with-a-longish-name-{f:04}");
+                fs::write(src.join(name), vec![(d * 7 + f) as u8; f % 50]).unwrap();
+            }
+        }
+        let repo = Repository::init(&dir.path().join("r"), Config::new("test".into())).unwrap();
+        let opts = BackupOptions {
+            source: "host:/x".into(),
+            ..BackupOptions::default()
+        };
+        let paths = std::slice::from_ref(&src);
+        let first = backup_tree(&repo, paths, &TreeBackupOptions::default(), &opts).unwrap();
+        let regions = first.outcome.snapshot.tree.as_ref().unwrap().catalog_bytes
+            / super::super::catalog::REGION_MAX as u64;
+        assert!(regions >= 2, "{regions} regions");
+        // New bytes (same length), a new mode, an access time of its own.
+        let grown = src.join("directory-1/a-file-with-a-longish-name-0350");
+        fs::write(&grown, vec![0xee; 350 % 50]).unwrap();
+        let moded = src.join("directory-1/a-file-with-a-longish-name-0351");
+        fs::set_permissions(&moded, fs::Permissions::from_mode(0o600)).unwrap();
+        let read = src.join("directory-2/a-file-with-a-longish-name-0100");
+        filetime::set_file_atime(&read, filetime::FileTime::from_unix_time(1_000_000, 7)).unwrap();
+        let chunks = |t: &TreeOutcome| -> Vec<(Fingerprint, u32)> {
+            let id = t.outcome.snapshot.id;
+            repo.recipe(id)
+                .unwrap()
+                .chunks
+                .iter()
+                .map(|c| (c.fp, c.len))
+                .collect()
+        };
+        let reused = backup_tree(&repo, paths, &TreeBackupOptions::default(), &opts).unwrap();
+        let tree = reused.outcome.snapshot.tree.clone().unwrap();
+        assert_eq!((tree.files_changed, tree.files_unmodified), (3, 2097));
+        let forced = TreeBackupOptions {
+            force: true,
+            ..TreeBackupOptions::default()
+        };
+        let f = backup_tree(&repo, paths, &forced, &opts).unwrap();
+        assert_eq!(chunks(&reused), chunks(&f));
+        // Nothing changed since: every chunk again, none stored.
+        let again = backup_tree(&repo, paths, &TreeBackupOptions::default(), &opts).unwrap();
+        assert_eq!(chunks(&again), chunks(&f));
+        assert_eq!(again.outcome.snapshot.stats.stored_bytes, 0);
+        let id = reused.outcome.snapshot.id;
+        let mut found = HashMap::new();
+        for_each_entry(&repo, id, &tree, &repo.recipe(id).unwrap().chunks, |e| {
+            found.insert(e.path.clone(), e);
+            Ok(true)
+        })
+        .unwrap();
+        assert_eq!(found[&catalog_path(&moded)].mode, 0o600);
+        assert_eq!(found[&catalog_path(&read)].atime_ns, 7);
     }
 
     #[test]

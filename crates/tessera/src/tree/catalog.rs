@@ -42,8 +42,10 @@ pub enum Kind {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Xattr {
     /// Its name, e.g. `user.comment`.
+    #[serde(with = "serde_bytes")]
     pub name: Vec<u8>,
     /// Its value.
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
 }
 
@@ -52,6 +54,7 @@ pub struct Xattr {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// Absolute path without the leading `/`, as bytes.
+    #[serde(with = "serde_bytes")]
     pub path: Vec<u8>,
     /// What it is.
     pub kind: Kind,
@@ -77,14 +80,17 @@ pub struct Entry {
     pub size: u64,
     /// Target of a symbolic link, or the catalog path of the file a hard
     /// link is a link to; empty otherwise.
+    #[serde(with = "serde_bytes")]
     pub target: Vec<u8>,
     /// Access time: seconds since the epoch.
     pub atime: i64,
     /// Nanoseconds of the access time.
     pub atime_ns: u32,
     /// Name of the owner on the backed-up host (empty if unknown).
+    #[serde(with = "serde_bytes")]
     pub user: Vec<u8>,
     /// Name of the group (empty if unknown).
+    #[serde(with = "serde_bytes")]
     pub group: Vec<u8>,
     /// Device number of a device node, 0 otherwise.
     pub rdev: u64,
@@ -168,6 +174,7 @@ pub struct Region {
     /// Stream offset of the bytes of the first file (or gap) at or after it.
     pub data_offset: u64,
     /// Path of its first record.
+    #[serde(with = "serde_bytes")]
     pub path: Vec<u8>,
     /// The directory records of the ancestors of `path`, outermost first.
     pub ancestors: Vec<Entry>,
@@ -333,6 +340,31 @@ impl CatalogWriter {
                 String::from_utf8_lossy(&entry.path),
             )));
         }
+        let mut prefix = Vec::with_capacity(ROOM);
+        push_varint(&mut prefix, len);
+        let start = ROOM - prefix.len();
+        record[start..ROOM].copy_from_slice(&prefix);
+        let put = self.put_record(entry, &record[start..], len);
+        self.record = record;
+        put
+    }
+
+    /// Appends the record of `entry` as `record`, its bytes in a catalog of
+    /// this version (an unchanged record of the parent backup's catalog),
+    /// without encoding it again.
+    pub fn push_record(&mut self, entry: &Entry, record: &[u8]) -> Result<()> {
+        debug_assert_eq!(postcard::to_stdvec(entry).ok().as_deref(), Some(record));
+        let mut bytes = std::mem::take(&mut self.record);
+        bytes.clear();
+        push_varint(&mut bytes, record.len() as u64);
+        bytes.extend_from_slice(record);
+        let put = self.put_record(entry, &bytes, record.len() as u64);
+        self.record = bytes;
+        put
+    }
+
+    /// Appends `bytes`, the record of `entry` (`len` bytes) after its length.
+    fn put_record(&mut self, entry: &Entry, bytes: &[u8], len: u64) -> Result<()> {
         while self
             .open_dirs
             .last()
@@ -364,13 +396,7 @@ impl CatalogWriter {
                 end: 0,
             });
         }
-        let mut prefix = Vec::with_capacity(ROOM);
-        push_varint(&mut prefix, len);
-        let start = ROOM - prefix.len();
-        record[start..ROOM].copy_from_slice(&prefix);
-        let put = self.put(&record[start..]);
-        self.record = record;
-        put?;
+        self.put(bytes)?;
         self.count += 1;
         if entry.has_bytes() {
             self.data += entry.size;
@@ -714,6 +740,13 @@ impl<R: Read> CatalogReader<R> {
             },
         };
         Ok(CatalogReader { records, version })
+    }
+
+    /// The bytes of the record [`Self::next_entry`] returned last, if the
+    /// catalog is of this build's version (so that they are what encoding
+    /// that entry gives).
+    pub fn record(&self) -> Option<&[u8]> {
+        (self.version == CATALOG_VERSION).then_some(&self.records.record[..])
     }
 
     /// The next entry, or `None` after the last (whose count and CRC are then checked).

@@ -18,18 +18,22 @@ pub(crate) struct Names {
 impl Names {
     /// The name of user `uid` (empty if it has none).
     pub(crate) fn user(&mut self, uid: u32) -> Vec<u8> {
-        self.users
-            .entry(uid)
-            .or_insert_with(|| user_name(uid))
-            .clone()
+        self.user_ref(uid).to_vec()
     }
 
     /// The name of group `gid` (empty if it has none).
     pub(crate) fn group(&mut self, gid: u32) -> Vec<u8> {
-        self.groups
-            .entry(gid)
-            .or_insert_with(|| group_name(gid))
-            .clone()
+        self.group_ref(gid).to_vec()
+    }
+
+    /// [`Names::user`], borrowed.
+    pub(crate) fn user_ref(&mut self, uid: u32) -> &[u8] {
+        self.users.entry(uid).or_insert_with(|| user_name(uid))
+    }
+
+    /// [`Names::group`], borrowed.
+    pub(crate) fn group_ref(&mut self, gid: u32) -> &[u8] {
+        self.groups.entry(gid).or_insert_with(|| group_name(gid))
     }
 }
 

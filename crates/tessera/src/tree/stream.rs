@@ -258,12 +258,38 @@ pub fn for_each_entry_in(
     scope: &Scope,
     mut f: impl FnMut(Entry) -> Result<bool>,
 ) -> Result<RestoreStats> {
+    for_each_record_in(repo, id, tree, chunks, scope, |e, _| f(e))
+}
+
+/// [`for_each_entry`] with each entry's record as the catalog holds it,
+/// when the catalog is of this build's version (see
+/// [`super::catalog::CatalogWriter::push_record`]).
+pub(crate) fn for_each_record(
+    repo: &Repository,
+    id: BackupId,
+    tree: &TreeRef,
+    chunks: &[ChunkRef],
+    f: impl FnMut(Entry, Option<&[u8]>) -> Result<bool>,
+) -> Result<RestoreStats> {
+    for_each_record_in(repo, id, tree, chunks, &Scope::default(), f)
+}
+
+/// [`for_each_entry_in`] with the records ([`for_each_record`]; none for
+/// the scope's ancestors).
+fn for_each_record_in(
+    repo: &Repository,
+    id: BackupId,
+    tree: &TreeRef,
+    chunks: &[ChunkRef],
+    scope: &Scope,
+    mut f: impl FnMut(Entry, Option<&[u8]>) -> Result<bool>,
+) -> Result<RestoreStats> {
     let range = match &scope.part {
         Some(part) => part.chunks.clone(),
         None => catalog_chunks(id, tree, chunks)?,
     };
     for e in &scope.ancestors {
-        if !f(e.clone())? {
+        if !f(e.clone(), None)? {
             return Ok(RestoreStats::default());
         }
     }
@@ -291,7 +317,7 @@ pub fn for_each_entry_in(
                 }
             };
             while let Some(entry) = catalog.next_entry()? {
-                if !f(entry)? {
+                if !f(entry, catalog.record())? {
                     return Ok(());
                 }
             }

@@ -463,7 +463,12 @@ impl Walk {
                 return Some(Step::Object(Err(failed)));
             }
             let frame = self.stack.last_mut()?;
-            let Some((name, d_type)) = frame.entries.get(frame.next).cloned() else {
+            // Each entry is walked once: its name is taken, not copied.
+            let Some((name, d_type)) = frame
+                .entries
+                .get_mut(frame.next)
+                .map(|(name, d_type)| (std::mem::take(name), *d_type))
+            else {
                 self.stack.pop();
                 continue;
             };
