@@ -699,7 +699,7 @@ fn an_interrupted_commit_leaves_the_previous_runs() {
 /// the size the budget allows, and never changes again, within the budget.
 /// (The churn's cost, a whole-map rehash every few loads when the map was
 /// sized fuller than half, is not visible from outside a call: the scale
-/// benchmark shows it, README "Scale benchmark".)
+/// benchmark shows it, docs/MEASUREMENTS.md "Scale benchmark".)
 #[test]
 fn a_full_cache_keeps_its_map_through_evictions() {
     let mut cache = Cache::new(1 << 20);
