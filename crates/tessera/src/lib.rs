@@ -29,6 +29,7 @@ pub mod gc;
 pub mod index;
 pub mod key;
 pub mod lifecycle;
+pub mod lineage_state;
 pub mod mount;
 pub(crate) mod pipe;
 pub mod progress;

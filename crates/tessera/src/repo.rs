@@ -606,7 +606,7 @@ impl Repository {
             .filter_map(|key| self.backend.read(key).ok())
             .filter_map(|b| salvage_state(&b))
             .fold(State::default(), State::max);
-        let lineages = crate::lifecycle::highest_recorded_backup(self.backend.as_ref());
+        let lineages = crate::lineage_state::highest_recorded_backup(self.backend.as_ref());
         State {
             last_backup_id: salvaged.last_backup_id.max(lineages),
             ..salvaged

@@ -251,7 +251,7 @@ pub(crate) fn backup_stream(
         .map(|p| cat_key(&lineage.name, v, v, p))
         .collect();
     lineage.update_parts(backend, &[], &written)?;
-    lineage.state.versions.push(super::format::Version {
+    lineage.state.versions.push(crate::lineage_state::Version {
         version: v,
         backup: id,
     });

@@ -1,7 +1,7 @@
 //! Byte formats of the lifecycle layout (docs/LIFECYCLE-FORMAT.md): volume
 //! objects (also used, with one category, for active and pending
-//! categories), NDF fingerprint tables, lineage state and the arranging
-//! journal.
+//! categories), NDF fingerprint tables and the arranging journal (lineage
+//! states: [`crate::lineage_state`]).
 
 use super::uploads::Uploads;
 use crate::backend::{Backend, WriteMode};
@@ -33,12 +33,9 @@ pub const FLAG_ENCODED: u32 = 2;
 pub const MAX_CATEGORIES: u32 = 1 << 20;
 
 const NDF_KIND: &[u8; 4] = b"LNDF";
-const STATE_KIND: &[u8; 4] = b"LSTA";
 const JOURNAL_KIND: &[u8; 4] = b"LJRN";
 /// Format version of NDF tables and journals.
 pub const META_VERSION: u32 = 1;
-/// Format version of lineage states (1: without `parts`, still read).
-pub const STATE_VERSION: u32 = 2;
 
 /// One category's entry in a volume header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -827,75 +824,6 @@ impl<'a> NdfReader<'a> {
     }
 }
 
-/// One backup version of a lineage.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Version {
-    /// Lineage-local version number: 1, 2, 3, …
-    pub version: u64,
-    /// The repository backup id.
-    pub backup: u64,
-}
-
-/// The persistent state of one source lineage.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LineageState {
-    /// The source name.
-    pub source: String,
-    /// Every version ever committed, ascending (deleted ones included).
-    pub versions: Vec<Version>,
-    /// Last version whose arranging round is done (0: none).
-    pub arranged: u64,
-    /// Every active and pending category part and archived volume part
-    /// (`cat/<name>`, `vol/<name>`); `None` in version 1 states.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parts: Option<std::collections::BTreeSet<String>>,
-}
-
-impl LineageState {
-    /// The last version number (0 when empty).
-    pub fn last(&self) -> u64 {
-        self.versions.last().map_or(0, |v| v.version)
-    }
-
-    /// The version of backup `id`.
-    pub fn version_of(&self, id: u64) -> Option<u64> {
-        self.versions
-            .iter()
-            .find(|v| v.backup == id)
-            .map(|v| v.version)
-    }
-
-    /// The backup id of `version`.
-    pub fn backup_of(&self, version: u64) -> Option<u64> {
-        self.versions
-            .get(usize::try_from(version).ok()?.checked_sub(1)?)
-            .map(|v| v.backup)
-    }
-
-    /// Encodes the state.
-    pub fn encode(&self) -> Vec<u8> {
-        let json = serde_json::to_vec(self).unwrap_or_default();
-        envelope::seal(STATE_KIND, STATE_VERSION, &json)
-    }
-
-    /// Decodes and validates a state.
-    pub fn decode(name: &str, bytes: &[u8]) -> Result<LineageState> {
-        let (_, payload) =
-            envelope::open_versions(name, STATE_KIND, &[META_VERSION, STATE_VERSION], bytes)?;
-        let s: LineageState = serde_json::from_slice(payload)
-            .map_err(|e| Error::corrupt(name, format!("invalid JSON: {e}")))?;
-        let numbered = s
-            .versions
-            .iter()
-            .enumerate()
-            .all(|(k, v)| v.version == k as u64 + 1);
-        if !numbered || s.arranged > s.last() {
-            return Err(Error::corrupt(name, "inconsistent lineage state"));
-        }
-        Ok(s)
-    }
-}
-
 /// The arranging journal: the round in progress and the objects it reads and writes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Journal {
@@ -1105,28 +1033,6 @@ mod tests {
         }
         write_ndf(&backend, "n", &mut fps, 2).unwrap();
         assert_eq!(read_ndf(&backend, "n").unwrap(), vec![fp(1), fp(3)]);
-        let s = LineageState {
-            source: "x".into(),
-            versions: vec![Version {
-                version: 1,
-                backup: 7,
-            }],
-            arranged: 1,
-            parts: Some(["cat/x".to_string()].into()),
-        };
-        assert_eq!(LineageState::decode("s", &s.encode()).unwrap(), s);
-        // A version 1 state (no `parts`) is still read.
-        let v1 = envelope::seal(
-            STATE_KIND,
-            1,
-            br#"{"source":"x","versions":[],"arranged":0}"#,
-        );
-        assert_eq!(LineageState::decode("s", &v1).unwrap().parts, None);
-        let bad = LineageState {
-            arranged: 2,
-            ..s.clone()
-        };
-        assert!(LineageState::decode("s", &bad.encode()).is_err());
         let j = Journal {
             round: 2,
             inputs: vec!["a".into()],

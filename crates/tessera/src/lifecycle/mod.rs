@@ -52,50 +52,18 @@ pub use restore::{
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use format::{LineageState, ReadLog, VolumeHeader};
+use crate::lineage_state::LineageState;
+pub(crate) use crate::lineage_state::{lineage_names, read_state_copy};
+pub use crate::lineage_state::{state_copy_key, state_key, STATE_COPY_DIR, STATE_DIR};
+use format::{ReadLog, VolumeHeader};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Directory of all lifecycle objects.
 pub const LIFECYCLE_DIR: &str = "lifecycle";
-/// Directory of the lineage state objects.
-pub const STATE_DIR: &str = "lifecycle/state";
-/// Directory of the second copies of the lineage state objects.
-pub const STATE_COPY_DIR: &str = "lifecycle/state-copy";
 
 /// The directory name of the lineage of `source`: `s` and the hex of its bytes.
 pub fn lineage_name(source: &str) -> String {
     format!("s{}", crate::source_key::source_hex(source))
-}
-
-/// Key of lineage `l`'s state.
-pub fn state_key(l: &str) -> String {
-    format!("{STATE_DIR}/{l}")
-}
-
-/// Key of the second copy of lineage `l`'s state.
-pub fn state_copy_key(l: &str) -> String {
-    format!("{STATE_COPY_DIR}/{l}")
-}
-
-/// Reads one copy of a lineage state: `None` if absent.
-pub(crate) fn read_state_copy(backend: &dyn Backend, key: &str) -> Result<Option<LineageState>> {
-    match backend.read(key) {
-        Ok(b) => LineageState::decode(key, &b).map(Some),
-        Err(Error::NotFound(_)) => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
-/// Of two copies of a lineage state, the one further along: states only
-/// grow (versions are appended, `arranged` rises), and the two copies
-/// differ only after an interruption between their writes.
-fn further(a: LineageState, b: LineageState) -> LineageState {
-    let key = |s: &LineageState| (s.versions.len(), s.arranged);
-    if key(&b) > key(&a) {
-        b
-    } else {
-        a
-    }
 }
 
 /// Directory of lineage `l`'s active and pending categories.
@@ -189,18 +157,12 @@ impl Lineage {
     /// one further along if both do); `None` if it has no state. Fails only
     /// if no copy is readable and at least one is damaged.
     pub fn load(backend: &dyn Backend, name: &str) -> Result<Option<Lineage>> {
-        let primary = read_state_copy(backend, &state_key(name));
-        let copy = read_state_copy(backend, &state_copy_key(name));
-        let state = match (primary, copy) {
-            (Ok(Some(a)), Ok(Some(b))) => Some(further(a, b)),
-            (Ok(Some(a)), _) | (_, Ok(Some(a))) => Some(a),
-            (Ok(None), Ok(None)) => None,
-            (Err(e), _) | (_, Err(e)) => return Err(e),
-        };
-        Ok(state.map(|state| Lineage {
-            name: name.to_string(),
-            state,
-        }))
+        Ok(
+            crate::lineage_state::load(backend, name)?.map(|state| Lineage {
+                name: name.to_string(),
+                state,
+            }),
+        )
     }
 
     /// The lineage of `source`, new if it has none yet.
@@ -508,13 +470,6 @@ pub(crate) fn for_each_required(
     Ok(())
 }
 
-/// Names of all lineages with a state object (either copy), ascending.
-pub(crate) fn lineage_names(backend: &dyn Backend) -> Result<BTreeSet<String>> {
-    let mut names: BTreeSet<String> = backend.list(STATE_DIR)?.into_iter().collect();
-    names.extend(backend.list(STATE_COPY_DIR)?);
-    Ok(names)
-}
-
 /// All lineages with a state object.
 pub(crate) fn lineages(backend: &dyn Backend) -> Result<Vec<Lineage>> {
     let mut out = Vec::new();
@@ -537,16 +492,4 @@ pub(crate) fn header_if_exists(
         Err(Error::NotFound(_)) => Ok(None),
         Err(e) => Err(e),
     }
-}
-
-/// The highest backup id any readable lineage state records (deleted
-/// versions included); 0 if none. Damaged states are skipped.
-pub(crate) fn highest_recorded_backup(backend: &dyn Backend) -> u64 {
-    lineage_names(backend)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(|name| Lineage::load(backend, name).ok().flatten())
-        .flat_map(|l| l.state.versions.into_iter().map(|v| v.backup))
-        .max()
-        .unwrap_or(0)
 }
