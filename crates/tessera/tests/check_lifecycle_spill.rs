@@ -12,8 +12,6 @@ mod common;
 use common::{copy_dir, edit, Rng};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
-use tessera::backend::LockMode;
-use tessera::check::{check, CheckOptions};
 use tessera::config::Arrange;
 use tessera::lifecycle::{self, ArrangeOptions};
 use tessera::snapshot::{recipe_key, Recipe};
@@ -92,19 +90,6 @@ fn flip(path: &Path, at: usize) {
         b[at] ^= 0x20;
         std::fs::write(path, b).unwrap();
     }
-}
-
-fn report(path: &Path, read_data: bool, sort_budget: u64) -> String {
-    let repo = Repository::open(path, LockMode::Read).unwrap();
-    let r = check(
-        &repo,
-        CheckOptions {
-            read_data,
-            sort_budget,
-        },
-    )
-    .unwrap();
-    format!("{r:?}")
 }
 
 proptest! {
@@ -208,8 +193,8 @@ proptest! {
         // Check writes quarantine records: each check runs on its own copy.
         let spilled = dir.path().join("spilled");
         copy_dir(&path, &spilled);
-        let in_memory = report(&path, read_data, tessera::gc::DEFAULT_SORT_BUDGET);
-        let sorted = report(&spilled, read_data, 0);
+        let in_memory = common::check_report(&path, read_data, tessera::gc::DEFAULT_SORT_BUDGET);
+        let sorted = common::check_report(&spilled, read_data, 0);
         prop_assert_eq!(in_memory, sorted);
     }
 }

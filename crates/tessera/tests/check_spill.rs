@@ -8,9 +8,7 @@ mod common;
 
 use common::{copy_dir, edit, Rng};
 use proptest::prelude::*;
-use tessera::backend::LockMode;
 use tessera::backup::{backup, BackupOptions};
-use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::Config;
 use tessera::delta::DeltaKind;
@@ -45,19 +43,6 @@ fn config(delta: DeltaKind) -> Config {
     };
     c.container_size = 16 * 1024;
     c
-}
-
-fn report(path: &std::path::Path, read_data: bool, sort_budget: u64) -> String {
-    let repo = Repository::open(path, LockMode::Read).unwrap();
-    let r = check(
-        &repo,
-        CheckOptions {
-            read_data,
-            sort_budget,
-        },
-    )
-    .unwrap();
-    format!("{r:?}")
 }
 
 proptest! {
@@ -111,8 +96,8 @@ proptest! {
         // Check writes quarantine records: each check runs on its own copy.
         let spilled = dir.path().join("spilled");
         copy_dir(&path, &spilled);
-        let in_memory = report(&path, read_data, DEFAULT_SORT_BUDGET);
-        let sorted = report(&spilled, read_data, 0);
+        let in_memory = common::check_report(&path, read_data, DEFAULT_SORT_BUDGET);
+        let sorted = common::check_report(&spilled, read_data, 0);
         prop_assert_eq!(in_memory, sorted);
     }
 }

@@ -162,3 +162,14 @@ impl<G: Gate> Backend for Faulty<G> {
         self.inner.lock(mode)
     }
 }
+
+/// The report of `check` of the repository at `path` (read-only), as text,
+/// with `read_data` and a sort budget of `sort_budget` bytes.
+pub fn check_report(path: &Path, read_data: bool, sort_budget: u64) -> String {
+    let repo = tessera::repo::Repository::open(path, LockMode::Read).unwrap();
+    let options = tessera::check::CheckOptions {
+        read_data,
+        sort_budget,
+    };
+    format!("{:?}", tessera::check::check(&repo, options).unwrap())
+}
