@@ -1,6 +1,7 @@
-//! The backup pipeline: read → chunk → fingerprint (parallel) → deduplicate
-//! → fill containers → seal and write containers (background, several at
-//! once) → commit.
+//! The backup pipeline: read → chunk and fingerprint (in parallel, blocks
+//! cut speculatively and stitched in order: [`fused`]) → deduplicate → fill
+//! containers → seal and write containers (background, several at once) →
+//! commit.
 //!
 //! Stages run on their own threads connected by bounded channels, so memory
 //! stays within a few blocks and containers whatever the input size. Input
@@ -11,7 +12,7 @@
 //! anywhere before the snapshot write is invisible.
 
 use crate::backend::{Backend, LockMode};
-use crate::chunker::{cut_all, cut_parallel, Chunker};
+use crate::chunker::{cut_all, Chunker};
 use crate::compression::{Compression, CompressionStats, EncodeCounts};
 use crate::config::Layout;
 use crate::container::{self, AlignedBuf, Builder, ContainerId};
@@ -39,22 +40,26 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+mod fused;
+
 /// Bytes read from the input per block (at least four maximum-size chunks).
 /// Small enough that a block is still in the CPU cache when the next stage
-/// (chunking, then hashing) reads it after it was copied in.
+/// (chunking and hashing) reads it after it was copied in.
 const BLOCK_SIZE: usize = 1024 * 1024;
-/// Chunking a block is split over the rayon threads when each gets at least
-/// this many maximum-size chunks of it (so that resynchronising at the piece
-/// starts, a few chunks, stays small against the piece).
-const PARALLEL_CHUNKS_PER_SEGMENT: usize = 4;
-/// Chunking is split only with at least this many rayon threads: on two
-/// cores fingerprinting already keeps both busy, and splitting chunking
-/// measured 5–7% slower backups (benches/throughput.rs); with more cores the
-/// serial chunker becomes the bottleneck (lazy-dedup paper, §3.5).
-const PARALLEL_CHUNKING_MIN_THREADS: usize = 4;
+/// With at least this many rayon threads, blocks are cut and fingerprinted
+/// together on the rayon pool, several at once, and stitched in stream
+/// order ([`fused`]): no thread chunks the whole stream. On two cores that
+/// measured about 10 % faster for duplicate data and no slower for fresh
+/// data than one chunking thread feeding fingerprinting on the pool
+/// (docs/MEASUREMENTS.md). That one is left for a single rayon thread (it
+/// overlaps chunking with hashing) and for fixed-size chunking (cutting costs
+/// nothing, and chains started at a block's start would not meet the true
+/// ones).
+const FUSED_MIN_THREADS: usize = 2;
 /// Blocks or batches queued between two stages.
 const QUEUE_DEPTH: usize = 4;
-/// Blocks being fingerprinted or waiting for it on the rayon pool at once.
+/// With one rayon thread: blocks being fingerprinted or waiting for it on
+/// the rayon pool at once.
 const HASH_IN_FLIGHT: usize = QUEUE_DEPTH;
 /// Full containers queued for the writers.
 const CONTAINER_QUEUE_DEPTH: usize = 2;
@@ -354,10 +359,11 @@ impl Default for StreamFacts {
     }
 }
 
-/// Handles of the front-end threads and the stage each runs.
+/// Handles of the front-end threads and the stage each runs; each thread
+/// returns its busy time (reading and chunking, fingerprinting).
 type FrontEnd<'scope> = Vec<(
     &'static str,
-    std::thread::ScopedJoinHandle<'scope, Result<Duration>>,
+    std::thread::ScopedJoinHandle<'scope, Result<(Duration, Duration)>>,
 )>;
 
 /// Starts the front end of `source` on threads of `s`: batches of
@@ -374,13 +380,16 @@ fn spawn_front_end<'scope, 'env, 'src: 'scope>(
     let (tree, whole_from) = (&facts.tree, &facts.whole_from);
     let layout = pool.layout;
     let (raw_tx, raw_rx) = bounded::<RawBlock>(QUEUE_DEPTH);
-    let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
+    let reading = |r: Result<Duration>| r.map(|t| (t, Duration::ZERO));
     let reader = match source {
         Source::Trace(chunks) => {
-            return vec![("trace reader", s.spawn(move || read_trace(chunks, tx)))]
+            return vec![(
+                "trace reader",
+                s.spawn(move || reading(read_trace(chunks, tx))),
+            )]
         }
         Source::Data { input, name } => {
-            s.spawn(move || read_blocks(input, name, pool, layout, raw_tx))
+            s.spawn(move || reading(read_blocks(input, name, pool, layout, raw_tx)))
         }
         Source::Segments(input) => s.spawn(move || {
             let busy = read_segments(input, pool, layout, raw_tx)?;
@@ -388,18 +397,42 @@ fn spawn_front_end<'scope, 'env, 'src: 'scope>(
                 // Set once: this thread is the only writer.
                 let _ = tree.set(t);
             }
-            Ok(busy)
+            Ok((busy, Duration::ZERO))
         }),
     };
+    if chunker.content_defined() && rayon::current_num_threads() >= FUSED_MIN_THREADS {
+        return vec![
+            ("input reader", reader),
+            (
+                "chunking and fingerprinting",
+                s.spawn(move || {
+                    fused::cut_and_hash(
+                        chunker,
+                        hasher,
+                        pool,
+                        whole_from,
+                        raw_rx,
+                        tx,
+                        fused::PIECES,
+                    )
+                }),
+            ),
+        ];
+    }
+    let (block_tx, block_rx) = bounded::<Block>(QUEUE_DEPTH);
     vec![
         ("input reader", reader),
         (
             "chunking",
-            s.spawn(move || cut_blocks(chunker, pool, layout, whole_from, raw_rx, block_tx)),
+            s.spawn(move || {
+                reading(cut_blocks(
+                    chunker, pool, layout, whole_from, raw_rx, block_tx,
+                ))
+            }),
         ),
         (
             "fingerprinting",
-            s.spawn(move || fingerprint(hasher, block_rx, tx)),
+            s.spawn(move || fingerprint(hasher, block_rx, tx).map(|t| (Duration::ZERO, t))),
         ),
     ]
 }
@@ -409,17 +442,11 @@ fn spawn_front_end<'scope, 'env, 'src: 'scope>(
 fn join_front_end(front: FrontEnd) -> Result<(Duration, Duration)> {
     let mut read = Duration::ZERO;
     let mut hash = Duration::ZERO;
-    let joined: Vec<_> = front
-        .into_iter()
-        .map(|(stage, h)| (stage, join(h, stage)))
-        .collect();
-    for (stage, r) in joined {
-        let t = r?;
-        if stage == "fingerprinting" {
-            hash += t;
-        } else {
-            read += t;
-        }
+    let joined: Vec<_> = front.into_iter().map(|(stage, h)| join(h, stage)).collect();
+    for r in joined {
+        let (r, h) = r?;
+        read += r;
+        hash += h;
     }
     Ok((read, hash))
 }
@@ -877,8 +904,9 @@ fn fill(input: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<(usize, bool)> 
     Ok((len, false))
 }
 
-/// Stage 1b: cuts blocks into chunks. Bytes past the last final boundary of
-/// a block are carried into the headroom of the next block.
+/// Stage 1b with one rayon thread (else [`fused::cut_and_hash`]): cuts
+/// blocks into chunks. Bytes past the last final boundary of a block are
+/// carried into the headroom of the next block.
 /// The sequence number of the first chunk of a whole segment goes to
 /// `whole_from` (before the block holding it is sent).
 fn cut_blocks(
@@ -901,7 +929,7 @@ fn cut_blocks(
     } in rx
     {
         let t = Instant::now();
-        // `cut_block` leaves fewer than `max_size` (= headroom) bytes uncut.
+        // `cut_all` leaves fewer than `max_size` (= headroom) bytes uncut.
         let start = layout.headroom - carry.len();
         let end = layout.headroom + len;
         buf[start..layout.headroom].copy_from_slice(&carry);
@@ -915,7 +943,7 @@ fn cut_blocks(
             match mark {
                 Mark::End(e) => {
                     let segment_end = carry.len() + e;
-                    used += cut_block(
+                    used += cut_all(
                         chunker,
                         &buf[start + used..start + segment_end],
                         true,
@@ -925,9 +953,7 @@ fn cut_blocks(
                 Mark::Reused(at, chunks) => {
                     // Every byte before them is cut: they start a segment.
                     if used != carry.len() + at {
-                        return Err(Error::Pipeline(
-                            "reused chunks do not start at a segment boundary".into(),
-                        ));
+                        return Err(reused_misplaced());
                     }
                     reused_count += chunks.len();
                     reused.push((lengths.len(), chunks));
@@ -935,10 +961,7 @@ fn cut_blocks(
                 Mark::Whole(at, n) => {
                     // Every byte before it is cut; it is one chunk.
                     if used != carry.len() + at || n == 0 || n > chunker.max_size() {
-                        return Err(Error::Pipeline(format!(
-                            "a whole segment of {n} bytes does not start at a segment \
-                             boundary or exceeds the maximum chunk size"
-                        )));
+                        return Err(whole_misplaced(n));
                     }
                     if whole_from.load(Ordering::Relaxed) == u64::MAX {
                         let at = seq + (lengths.len() + reused_count) as u64;
@@ -949,7 +972,7 @@ fn cut_blocks(
                 }
             }
         }
-        used += cut_block(chunker, &buf[start + used..end], eof, &mut lengths);
+        used += cut_all(chunker, &buf[start + used..end], eof, &mut lengths);
         let data = pool.share(buf, start..end);
         carry = data.slice(used..);
         busy += t.elapsed();
@@ -974,56 +997,90 @@ fn cut_blocks(
     Ok(busy)
 }
 
-/// Cuts one block like `cut_all`: in parallel pieces on the rayon pool
-/// (`cut_parallel`, the same cut points) when there are enough threads and
-/// the block holds at least [`PARALLEL_CHUNKS_PER_SEGMENT`] maximum-size
-/// chunks per thread, serially otherwise.
-fn cut_block(chunker: &dyn Chunker, data: &[u8], eof: bool, lengths: &mut Vec<u32>) -> usize {
-    let segments = rayon::current_num_threads();
-    if segments >= PARALLEL_CHUNKING_MIN_THREADS
-        && data.len() >= segments * PARALLEL_CHUNKS_PER_SEGMENT * chunker.max_size()
-    {
-        cut_parallel(chunker, data, eof, segments, lengths)
-    } else {
-        cut_all(chunker, data, eof, lengths)
-    }
+/// The error of reused chunks given within a segment.
+fn reused_misplaced() -> Error {
+    Error::Pipeline("reused chunks do not start at a segment boundary".into())
 }
 
-/// Stage 2: fingerprints blocks on the rayon pool, a whole block per task,
-/// and forwards their chunks in stream order. Up to [`HASH_IN_FLIGHT`]
-/// blocks are queued on the pool at once, so every rayon thread always has
-/// a block to hash: no fork and join per block, no thread idling at a block's
-/// end while another finishes its share. Returns the summed hashing time.
+/// The error of a whole segment of `n` bytes given within a segment, or too long.
+fn whole_misplaced(n: usize) -> Error {
+    Error::Pipeline(format!(
+        "a whole segment of {n} bytes does not start at a segment boundary or exceeds \
+         the maximum chunk size"
+    ))
+}
+
+/// Stage 2 with one rayon thread: fingerprints blocks on the rayon pool, a
+/// whole block per task, and forwards their chunks in stream order, up to
+/// [`HASH_IN_FLIGHT`] blocks queued at once ([`ordered_on_pool`]). Returns
+/// the summed hashing time.
 fn fingerprint(
     hasher: &dyn BatchHasher,
     rx: Receiver<Block>,
     tx: Sender<Vec<Chunk>>,
 ) -> Result<Duration> {
     let mut busy = Duration::ZERO;
+    ordered_on_pool(
+        &rx,
+        HASH_IN_FLIGHT,
+        |block| {
+            let t = Instant::now();
+            let chunks = hash_block(hasher, block);
+            (chunks, t.elapsed())
+        },
+        |(chunks, t)| {
+            busy += t;
+            // The consumer stopped: its error is reported, not ours.
+            Ok(tx.send(chunks).is_ok())
+        },
+    )?;
+    Ok(busy)
+}
+
+/// Runs `work` on the rayon pool for every item of `rx`, up to `in_flight`
+/// items at once, and hands the results to `deliver` in the order of the
+/// items, until `rx` closes, `deliver` returns `false` or an error (which is
+/// returned). Several items in flight keep every rayon thread busy: no fork
+/// and join per item, no thread idling while another finishes its share.
+fn ordered_on_pool<I: Send, R: Send>(
+    rx: &Receiver<I>,
+    in_flight: usize,
+    work: impl Fn(I) -> R + Sync,
+    mut deliver: impl FnMut(R) -> Result<bool>,
+) -> Result<()> {
+    let work = &work;
     rayon::in_place_scope(|scope| {
-        let mut pending: VecDeque<Receiver<(Vec<Chunk>, Duration)>> = VecDeque::new();
+        let mut pending: VecDeque<Receiver<R>> = VecDeque::new();
         let mut input_open = true;
+        let spawn = |item: I| {
+            let (done_tx, done_rx) = bounded(1);
+            scope.spawn(move |_| {
+                // The collector stopped: its error is reported, not ours.
+                let _ = done_tx.send(work(item));
+            });
+            done_rx
+        };
         loop {
-            let room = input_open && pending.len() < HASH_IN_FLIGHT;
+            let room = input_open && pending.len() < in_flight;
             let Some(oldest) = pending.front().cloned() else {
                 if !room {
-                    break;
+                    return Ok(());
                 }
-                // Nothing in flight: wait for a block.
+                // Nothing in flight: wait for an item.
                 match rx.recv() {
-                    Ok(block) => pending.push_back(spawn_hash(scope, hasher, block)),
+                    Ok(item) => pending.push_back(spawn(item)),
                     Err(_) => input_open = false,
                 }
                 continue;
             };
-            // Take a new block when there is room, or the oldest result, whichever comes first.
+            // Take a new item when there is room, or the oldest result, whichever comes first.
             let mut select = Select::new();
-            let input = room.then(|| select.recv(&rx));
+            let input = room.then(|| select.recv(rx));
             let output = select.recv(&oldest);
             let op = select.select();
             if Some(op.index()) == input {
-                match op.recv(&rx) {
-                    Ok(block) => pending.push_back(spawn_hash(scope, hasher, block)),
+                match op.recv(rx) {
+                    Ok(item) => pending.push_back(spawn(item)),
                     Err(_) => input_open = false,
                 }
                 continue;
@@ -1031,61 +1088,60 @@ fn fingerprint(
             debug_assert_eq!(op.index(), output);
             pending.pop_front();
             // A task that ended without sending panicked; rayon re-raises it at scope end.
-            let Ok((chunks, t)) = op.recv(&oldest) else {
-                break;
+            let Ok(result) = op.recv(&oldest) else {
+                return Ok(());
             };
-            busy += t;
-            if tx.send(chunks).is_err() {
-                // The consumer stopped: its error is reported, not ours.
-                break;
+            if !deliver(result)? {
+                return Ok(());
             }
         }
-    });
-    Ok(busy)
-}
-
-/// Queues the fingerprinting of `block` on the rayon pool; its chunks and
-/// the time taken arrive on the returned channel.
-fn spawn_hash<'scope>(
-    scope: &rayon::Scope<'scope>,
-    hasher: &'scope dyn BatchHasher,
-    block: Block,
-) -> Receiver<(Vec<Chunk>, Duration)> {
-    let (done_tx, done_rx) = bounded(1);
-    scope.spawn(move |_| {
-        let t = Instant::now();
-        let chunks = hash_block(hasher, block);
-        // The collector stopped: its error is reported, not ours.
-        let _ = done_tx.send((chunks, t.elapsed()));
-    });
-    done_rx
+    })
 }
 
 /// Fingerprints one block's chunks (on the calling thread).
 fn hash_block(hasher: &dyn BatchHasher, block: Block) -> Vec<Chunk> {
     let mut off = 0usize;
-    let datas: Vec<Bytes> = block
+    let slices: Vec<&[u8]> = block
         .lengths
         .iter()
         .map(|&len| {
-            let data = block.data.slice(off..off + len as usize);
+            let data = &block.data[off..off + len as usize];
             off += len as usize;
             data
         })
         .collect();
-    let slices: Vec<&[u8]> = datas.iter().map(|d| d.as_ref()).collect();
     let mut fps = Vec::with_capacity(slices.len());
     hasher.hash_batch(&slices, &mut fps);
-    let hashed = datas
-        .into_iter()
-        .zip(fps)
-        .zip(&block.lengths)
-        .map(|((data, fp), &len)| (fp, len, Some(data)));
-    if block.reused.is_empty() {
+    assemble(
+        &block.data,
+        &block.lengths,
+        fps,
+        block.reused,
+        block.first_seq,
+    )
+}
+
+/// The chunks of a block in stream order, numbered from `first_seq`: those
+/// of `lengths`, which tile `data`, with the fingerprints `fps`, and the
+/// `reused` groups (no bytes), each inserted before the chunk of its index.
+fn assemble(
+    data: &Bytes,
+    lengths: &[u32],
+    fps: Vec<Fingerprint>,
+    reused: Vec<(usize, Vec<(Fingerprint, u32)>)>,
+    first_seq: u64,
+) -> Vec<Chunk> {
+    let mut off = 0usize;
+    let hashed = lengths.iter().zip(fps).map(|(&len, fp)| {
+        let bytes = data.slice(off..off + len as usize);
+        off += len as usize;
+        (fp, len, Some(bytes))
+    });
+    if reused.is_empty() {
         return hashed
             .enumerate()
             .map(|(i, (fp, len, data))| Chunk {
-                seq: block.first_seq + i as u64,
+                seq: first_seq + i as u64,
                 fp,
                 len,
                 data,
@@ -1094,9 +1150,9 @@ fn hash_block(hasher: &dyn BatchHasher, block: Block) -> Vec<Chunk> {
     }
     // Reused chunks (no bytes) go between the hashed ones where they were given.
     let mut hashed = hashed.peekable();
-    let mut all = Vec::with_capacity(block.lengths.len());
+    let mut all = Vec::with_capacity(lengths.len());
     let mut next = 0;
-    for (at, group) in block.reused {
+    for (at, group) in reused {
         while next < at {
             all.extend(hashed.next());
             next += 1;
@@ -1107,7 +1163,7 @@ fn hash_block(hasher: &dyn BatchHasher, block: Block) -> Vec<Chunk> {
     all.into_iter()
         .enumerate()
         .map(|(i, (fp, len, data))| Chunk {
-            seq: block.first_seq + i as u64,
+            seq: first_seq + i as u64,
             fp,
             len,
             data,
@@ -1570,6 +1626,24 @@ mod tests {
             for piece in [777_777, 1000] {
                 round_trip(params, &data[..len], piece);
             }
+        }
+    }
+
+    /// Fixed-size chunking takes the chunking thread and fingerprinting on
+    /// the pool (not the fused front end): the same cut points, a chunk
+    /// size that does not divide the block size included.
+    #[test]
+    fn fixed_size_chunking_keeps_the_cut_points_of_the_whole_input() {
+        for size in [4096, 5000] {
+            let params = ChunkerParams {
+                kind: ChunkerKind::Fixed,
+                min_size: size,
+                avg_size: size,
+                max_size: size,
+            };
+            assert!(!params.build().unwrap().content_defined());
+            let data = pseudo_random(3 * BLOCK_SIZE + 777, 13);
+            round_trip(params, &data, 100_000);
         }
     }
 

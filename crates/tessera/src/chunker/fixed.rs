@@ -22,4 +22,9 @@ impl Chunker for FixedSize {
     fn max_size(&self) -> usize {
         self.size
     }
+
+    /// Cut points are multiples of the size from the start.
+    fn content_defined(&self) -> bool {
+        false
+    }
 }

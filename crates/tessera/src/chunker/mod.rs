@@ -14,6 +14,7 @@ mod rabin;
 pub use self::fastcdc::FastCdc;
 pub use self::fixed::FixedSize;
 pub use self::parallel::cut_parallel;
+pub(crate) use self::parallel::{piece_starts, stitch, Chain, ChunkLabels};
 pub use self::rabin::Rabin;
 
 use crate::error::{Error, Result};
@@ -35,6 +36,14 @@ pub trait Chunker: Send + Sync {
 
     /// The largest chunk this chunker produces.
     fn max_size(&self) -> usize;
+
+    /// Whether cut points depend on the content: chains of cuts started
+    /// anywhere then meet the true ones within a few chunks (parallel
+    /// chunking with stitching relies on it to be fast; its result is
+    /// exact either way).
+    fn content_defined(&self) -> bool {
+        true
+    }
 }
 
 /// Which chunking algorithm a repository uses.

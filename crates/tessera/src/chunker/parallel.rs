@@ -18,6 +18,12 @@
 //! speed-up is lost. Piece starts are multiples of `max_size`, so that
 //! fixed-size chunking, whose true boundaries are the multiples of its chunk
 //! size, meets every piece at its first boundary.
+//!
+//! The pieces ([`Chain`]) and the walk ([`stitch`]) are also the backup
+//! pipeline's (`backup/fused.rs`): there a chain carries a label per chunk
+//! computed in the same task ([`ChunkLabels`]: its fingerprint), the walk
+//! may start anywhere (after the bytes the previous block left uncut), and
+//! chains of several blocks are cut at once.
 
 use super::{cut_all, Chunker};
 use rayon::prelude::*;
@@ -35,13 +41,34 @@ fn step(chunker: &dyn Chunker, data: &[u8], pos: usize, eof: bool) -> Option<usi
     Some(chunker.cut(window).clamp(1, window.len()))
 }
 
+/// What a chain computes for each of its chunks besides its length, in the
+/// same parallel task (the backup pipeline: its fingerprint).
+pub trait ChunkLabels: Sync {
+    /// The label of one chunk.
+    type Label: Send;
+    /// Appends the labels of the chunks of `lengths`, which tile `data` from `start`.
+    fn label(&self, data: &[u8], start: usize, lengths: &[u32], out: &mut Vec<Self::Label>);
+}
+
+/// No labels: chunk lengths only ([`cut_parallel`]).
+struct NoLabels;
+
+impl ChunkLabels for NoLabels {
+    type Label = ();
+    fn label(&self, _: &[u8], _: usize, lengths: &[u32], out: &mut Vec<()>) {
+        out.resize(out.len() + lengths.len(), ());
+    }
+}
+
 /// The speculative chain of one piece: boundaries of `data` (the whole
 /// buffer) from `start`, as if `start` were a chunk boundary, up to the first
-/// one at or past `stop` (or where [`step`] stops).
-struct Piece {
+/// one at or past `stop` (or where [`step`] stops), and the chunks' labels.
+pub struct Chain<L> {
     start: usize,
     /// Lengths of the chain's chunks, the first starting at `start`.
     lengths: Vec<u32>,
+    /// Their labels.
+    labels: Vec<L>,
     /// Where the chain ends: `start` plus the sum of `lengths`.
     end: usize,
     /// Stitching cursor: the chain's boundary `pos` is at `start + lengths[..next]`.
@@ -49,9 +76,18 @@ struct Piece {
     pos: usize,
 }
 
-impl Piece {
-    fn cut(chunker: &dyn Chunker, data: &[u8], eof: bool, start: usize, stop: usize) -> Piece {
-        let mut lengths = Vec::with_capacity((stop - start) / 4096 + 1);
+impl<L> Chain<L> {
+    /// Cuts the chain of `data` from `start` to the first boundary at or
+    /// past `stop`, then labels its chunks.
+    pub fn cut<C: ChunkLabels<Label = L> + ?Sized>(
+        chunker: &dyn Chunker,
+        labels: &C,
+        data: &[u8],
+        eof: bool,
+        start: usize,
+        stop: usize,
+    ) -> Chain<L> {
+        let mut lengths = Vec::with_capacity(stop.saturating_sub(start) / 4096 + 1);
         let mut pos = start;
         while pos < stop {
             let Some(n) = step(chunker, data, pos, eof) else {
@@ -61,29 +97,58 @@ impl Piece {
             lengths.push(n as u32);
             pos += n;
         }
-        Piece {
+        Chain::of(labels, data, start, lengths)
+    }
+
+    /// The chain of the given chunks of `data` from `start`, labelled (a
+    /// segment given whole, say); they must lie within `data`.
+    pub fn of<C: ChunkLabels<Label = L> + ?Sized>(
+        labels: &C,
+        data: &[u8],
+        start: usize,
+        lengths: Vec<u32>,
+    ) -> Chain<L> {
+        let mut out = Vec::with_capacity(lengths.len());
+        labels.label(data, start, &lengths, &mut out);
+        let end = start + lengths.iter().map(|&n| n as usize).sum::<usize>();
+        Chain {
             start,
             lengths,
-            end: pos,
+            labels: out,
+            end,
             next: 0,
             pos: start,
         }
     }
 
-    /// If `at` is one of this chain's boundaries with chunks after it, the
-    /// lengths of those chunks. Calls must come with non-decreasing `at`.
-    fn rest_from(&mut self, at: usize) -> Option<&[u32]> {
+    /// Moves the chunk after boundary `at` of this chain, and all the
+    /// chain's chunks after it, to `lengths` and `labels`, if `at` is one
+    /// of its boundaries with chunks after it. Calls must come with
+    /// non-decreasing `at`.
+    fn take_from(&mut self, at: usize, lengths: &mut Vec<u32>, labels: &mut Vec<L>) -> bool {
         while self.pos < at && self.next < self.lengths.len() {
             self.pos += self.lengths[self.next] as usize;
             self.next += 1;
         }
-        (self.pos == at && self.next < self.lengths.len()).then(|| &self.lengths[self.next..])
+        if self.pos != at || self.next >= self.lengths.len() {
+            return false;
+        }
+        lengths.extend_from_slice(&self.lengths[self.next..]);
+        labels.extend(self.labels.drain(self.next..));
+        self.next = self.lengths.len();
+        self.pos = self.end;
+        true
+    }
+
+    /// Takes the labels of the chain's chunks, in order.
+    pub fn take_labels(&mut self) -> Vec<L> {
+        std::mem::take(&mut self.labels)
     }
 }
 
 /// Where the pieces of `len` bytes start: `segments` about equal pieces,
 /// their starts rounded down to multiples of `max` and deduplicated.
-fn piece_starts(len: usize, segments: usize, max: usize) -> Vec<usize> {
+pub fn piece_starts(len: usize, segments: usize, max: usize) -> Vec<usize> {
     let max = max.max(1);
     let mut starts: Vec<usize> = (0..segments)
         .map(|j| {
@@ -133,46 +198,61 @@ fn cut_parallel_counted(
         let used = cut_all(chunker, data, eof, lengths);
         return (used, lengths.len() - before);
     }
-    let mut pieces: Vec<Piece> = starts
+    let mut pieces: Vec<Chain<()>> = starts
         .par_iter()
         .enumerate()
         .map(|(j, &start)| {
             let stop = starts.get(j + 1).copied().unwrap_or(data.len());
-            Piece::cut(chunker, data, eof, start, stop)
+            Chain::cut(chunker, &NoLabels, data, eof, start, stop)
         })
         .collect();
-    stitch(chunker, data, eof, &mut pieces, lengths)
+    stitch(
+        chunker,
+        &NoLabels,
+        data,
+        eof,
+        0,
+        &mut pieces,
+        lengths,
+        &mut Vec::new(),
+    )
 }
 
-/// Walks the true boundaries from 0, adopting a piece's chain wherever a
-/// true boundary is one of its boundaries and cutting serially elsewhere.
-/// Returns the bytes consumed and the number of chunks cut serially.
-fn stitch(
+/// Walks the true boundaries of `data` from `from` (a true boundary),
+/// adopting a chain (and its labels) wherever a true boundary is one of its
+/// boundaries and cutting (and labelling) serially elsewhere, exactly as
+/// [`cut_all`] cuts `data[from..]`. `chains` are in order of their starts.
+/// Returns where the cut stopped (`from` plus the bytes consumed) and the
+/// number of chunks cut serially.
+#[allow(clippy::too_many_arguments)]
+pub fn stitch<C: ChunkLabels + ?Sized>(
     chunker: &dyn Chunker,
+    labeller: &C,
     data: &[u8],
     eof: bool,
-    pieces: &mut [Piece],
+    from: usize,
+    chains: &mut [Chain<C::Label>],
     lengths: &mut Vec<u32>,
+    labels: &mut Vec<C::Label>,
 ) -> (usize, usize) {
-    let mut pos = 0;
+    let mut pos = from;
     let mut serial = 0;
-    // Pieces before `first` end at or before `pos` and can no longer help.
+    // Chains before `first` end at or before `pos` and can no longer help.
     let mut first = 0;
     loop {
-        while pieces.get(first).is_some_and(|p| p.end <= pos) {
+        while chains.get(first).is_some_and(|p| p.end <= pos) {
             first += 1;
         }
         let mut adopted = None;
-        for piece in &mut pieces[first..] {
-            if piece.start > pos {
+        for chain in &mut chains[first..] {
+            if chain.start > pos {
                 break;
             }
-            if piece.end <= pos {
+            if chain.end <= pos {
                 continue;
             }
-            if let Some(rest) = piece.rest_from(pos) {
-                lengths.extend_from_slice(rest);
-                adopted = Some(piece.end);
+            if chain.take_from(pos, lengths, labels) {
+                adopted = Some(chain.end);
                 break;
             }
         }
@@ -185,6 +265,7 @@ fn stitch(
         match step(chunker, data, pos, eof) {
             Some(n) => {
                 lengths.push(n as u32);
+                labeller.label(data, pos, &[n as u32], labels);
                 pos += n;
                 serial += 1;
             }
