@@ -149,7 +149,7 @@ pub(crate) fn backup_stream(
         ClassCount::default(),
     );
     let mut logical = 0u64;
-    let mut peak_memory = 0u64;
+    let mut peak_memory = prev.peak_memory();
     for batch in batches {
         for c in batch? {
             let bytes = match (&c.data, has_data) {

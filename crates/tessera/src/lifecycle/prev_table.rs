@@ -95,9 +95,13 @@ impl PrevTable {
             let mut set = FpSet::default();
             while let Some(fp) = next()? {
                 if set.len() == limit {
+                    let set_bytes = set_memory(&set);
                     let mut head: Vec<Fingerprint> = set.into_iter().chain([fp]).collect();
                     head.sort_unstable();
-                    return TableFile::write(head, next, budget, quarantined).map(PrevTable::File);
+                    let loading = set_bytes + head.capacity() as u64 * FP;
+                    let mut file = TableFile::write(head, next, budget, quarantined)?;
+                    file.loading = loading;
+                    return Ok(PrevTable::File(file));
                 }
                 set.insert(fp);
             }
@@ -132,6 +136,14 @@ impl PrevTable {
             PrevTable::File(file) => file.memory(),
         }
     }
+
+    /// Bytes of memory the table held at most, loading included.
+    pub(crate) fn peak_memory(&self) -> u64 {
+        match self {
+            PrevTable::Memory(set) => set_memory(set),
+            PrevTable::File(file) => file.loading.max(file.memory()),
+        }
+    }
 }
 
 /// A table's distinct fingerprints, sorted, in a temporary file.
@@ -149,6 +161,9 @@ pub(crate) struct TableFile {
     excluded: FpSet,
     /// One block, as last read.
     buf: Vec<u8>,
+    /// Bytes of memory held while loading (the hash set and its sorted
+    /// copy, before the table turned out larger than the budget).
+    loading: u64,
 }
 
 impl TableFile {
@@ -223,6 +238,7 @@ impl TableFile {
             bloom,
             excluded,
             buf: Vec::new(),
+            loading: 0,
         })
     }
 
