@@ -19,9 +19,18 @@
 # the repository (both versions); its raw baseline is reading the whole
 # repository. Every check must find the repository healthy.
 #
+# With `COMMANDS=backup` (alone or with the others), the backup of version
+# 2 runs RUNS times per budget (and BASELINE) on fresh copies of the
+# repository holding version 1 only: its lookup of version 1's NDF table
+# is what `--sort-memory` bounds; its cost per GiB of version 2. Its raw
+# baseline is reading what it reads (version 2's trace and version 1's
+# NDF table). Every run's lifecycle objects must be byte-identical to the
+# first run's (the baseline's too: the same chunks are stored).
+#
 # Usage: scripts/arrange-memory.sh
 # Environment: SIZE (one version, default 32GiB), RUNS (default 3), BUDGETS
-# (default "32MiB 1MiB"), COMMANDS (default "arrange"), TESSERA (default
+# (default "32MiB 1MiB"), COMMANDS (default "arrange"; any of "backup
+# arrange check"), TESSERA (default
 # target/release/tessera, built if absent), BASELINE (optional), WORK
 # (scratch directory, default a new one under /tmp; removed at the end
 # unless KEEP=1).
@@ -43,8 +52,9 @@ mkdir -p "$WORK"
 "$TESSERA" init --trace --layout lifecycle --arrange manual --encryption none "$WORK/template" >/dev/null
 for v in 1 2; do
     "$TESSERA" backup "$WORK/template" --trace "$WORK/gen/v000$v.trace" --source s --json >"$WORK/backup$v.json"
+    [ $v = 2 ] || [[ " $COMMANDS " != *" backup "* ]] || cp -a "$WORK/template" "$WORK/version1"
 done
-rm -rf "$WORK/gen"
+[[ " $COMMANDS " == *" backup "* ]] || rm -rf "$WORK/gen"
 gib_of() { python3 -c 'import json,sys; print(sum(json.load(open(f))["logical_bytes"] for f in sys.argv[1:]) / 2**30)' "$@"; }
 gib=$(gib_of "$WORK/backup2.json")
 gib_all=$(gib_of "$WORK/backup1.json" "$WORK/backup2.json")
@@ -93,6 +103,25 @@ arrange() {
     row "$name" "$raw" "$gib"
 }
 
+# backup NAME BINARY [ARGS]: RUNS backups of version 2 on fresh copies of
+# the repository holding version 1; prints a table row.
+backup() {
+    local name=$1 bin=$2
+    shift 2
+    : >"$WORK/rss" && : >"$WORK/secs"
+    for ((r = 0; r < RUNS; r++)); do
+        rm -rf "$WORK/copy" && cp -a "$WORK/version1" "$WORK/copy"
+        timed "$bin" backup "$WORK/copy" --trace "$WORK/gen/v0002.trace" --source s "$@"
+        if [ -d "$WORK/first-backup" ]; then
+            diff -rq "$WORK/first-backup" "$WORK/copy/lifecycle" >/dev/null || { echo "$name: lifecycle objects differ from the first run's" >&2; exit 1; }
+        else
+            cp -a "$WORK/copy/lifecycle" "$WORK/first-backup"
+        fi
+    done
+    rm -rf "$WORK/copy"
+    row "$name" "$raw" "$gib"
+}
+
 # check NAME BINARY [ARGS]: RUNS checks of the arranged copy; prints a table row.
 check() {
     local name=$1 bin=$2
@@ -106,6 +135,19 @@ check() {
     row "$name" "$raw" "$gib_all"
 }
 
+if [[ " $COMMANDS " == *" backup "* ]]; then
+    # The raw baseline: reading what the backup reads.
+    raw=$(raw_read "$WORK/gen/v0002.trace" "$WORK"/version1/lifecycle/*/ndf/*)
+    echo "version 2: $(printf '%.2f' "$gib") GiB logical, $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chunks"])' "$WORK/backup2.json") chunks; raw read of the trace and version 1's NDF table: median $raw s (min max); medians of $RUNS runs (min–max); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    printf '| backup of version 2 | peak RSS MiB | s | s per GiB of version | vs raw read |\n|---|---:|---:|---:|---:|\n'
+    [ -z "${BASELINE:-}" ] || backup "baseline" "$BASELINE"
+    for b in $BUDGETS; do
+        backup "--sort-memory $b" "$TESSERA" --sort-memory "$b"
+    done
+    echo "every run's lifecycle objects byte-identical; load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    rm -rf "$WORK/gen" "$WORK/version1"
+fi
+
 if [[ " $COMMANDS " == *" arrange "* ]]; then
     # The raw baseline: reading what the round reads.
     raw=$(raw_read "$WORK"/template/lifecycle/*/cat/* "$WORK"/template/lifecycle/*/ndf/*)
@@ -116,7 +158,7 @@ if [[ " $COMMANDS " == *" arrange "* ]]; then
         arrange "--sort-memory $b" "$TESSERA" --sort-memory "$b"
     done
     echo "every run's lifecycle objects byte-identical"
-else
+elif [[ " $COMMANDS " == *" check "* ]]; then
     cp -a "$WORK/template" "$WORK/copy"
     "$TESSERA" arrange "$WORK/copy" >/dev/null
 fi

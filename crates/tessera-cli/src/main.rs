@@ -267,7 +267,8 @@ enum Command {
         /// 1..=22; only in a repository created with compression).
         #[arg(long, value_name = "SETTING")]
         compression: Option<Compression>,
-        /// Lifecycle layout: memory for each sort of the arranging that
+        /// Lifecycle layout: memory for the previous version's table as
+        /// the backup looks it up, and for each sort of the arranging that
         /// follows the backup (default 32MiB); past it they spill to
         /// temporary files.
         #[arg(long, value_name = "SIZE", value_parser = parse_size)]

@@ -94,7 +94,8 @@ pub struct BackupOptions<'a> {
     /// Compression of the chunks this backup stores, instead of the
     /// repository's setting (only in a repository that compresses).
     pub compression: Option<Compression>,
-    /// Lifecycle layout: memory of each sort of the arranging that follows
+    /// Lifecycle layout: memory of the previous version's NDF table as the
+    /// backup looks it up, and of each sort of the arranging that follows
     /// the backup (`None`: [`crate::gc::DEFAULT_SORT_BUDGET`]).
     pub sort_budget: Option<u64>,
 }

@@ -70,6 +70,17 @@ pub(crate) fn spill_io(e: std::io::Error) -> Error {
     Error::io("spill file", e)
 }
 
+/// How many entries a hash table of `slot_bytes` per slot holds in about
+/// `budget` bytes: 7/8 of the largest power-of-two number of slots that
+/// fits (at least 16 slots), the table's load limit, so that it never grows.
+pub(crate) fn table_limit(budget: u64, slot_bytes: u64) -> usize {
+    let mut slots: u64 = 16;
+    while (slots * 2) * slot_bytes <= budget {
+        slots *= 2;
+    }
+    (slots / 8 * 7) as usize
+}
+
 /// A sorted run of spilled entries.
 struct Run {
     file: File,
@@ -148,14 +159,9 @@ impl SpillMap {
     /// A map whose in-memory part stays within about `budget` bytes,
     /// iterated in `order`.
     pub(crate) fn with_budget(budget: u64, order: Order) -> SpillMap {
-        // The largest power-of-two table that fits, filled to 7/8.
-        let mut buckets: u64 = 16;
-        while (buckets * 2) * (RECORD_LEN as u64 + 1) <= budget {
-            buckets *= 2;
-        }
         SpillMap {
             mem: FingerprintMap::default(),
-            limit: (buckets / 8 * 7) as usize,
+            limit: table_limit(budget, RECORD_LEN as u64 + 1),
             runs: Vec::new(),
             order,
         }

@@ -4,14 +4,13 @@
 
 use super::arrange::{arrange_lineage, ArrangeOptions, ArrangeStats};
 use super::format::{self, PartWriter};
-use super::table::{load_table, FpSet};
+use super::prev_table::PrevTable;
 use super::{cat_key, ndf_key, require_layout, Lineage};
 use crate::backend::Backend;
 use crate::compression::{Compression, CompressionStats, EncodeCounts};
 use crate::config::Arrange;
 use crate::error::{Error, Result};
 use crate::index::{Chunk, IndexStats};
-use crate::quarantine::Quarantined;
 use crate::repo::Repository;
 use crate::snapshot::{
     BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds, TreeRef,
@@ -22,11 +21,6 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 /// Memory for the backup's set of distinct fingerprints (its NDF table),
 /// beyond which it spills to temporary files.
 const CUR_BUDGET: u64 = 8 << 20;
-
-/// Approximate bytes of a fingerprint set of `capacity` slots.
-pub(crate) fn set_memory(set: &FpSet) -> u64 {
-    set.capacity() as u64 * (std::mem::size_of::<crate::fingerprint::Fingerprint>() as u64 + 1)
-}
 
 /// Options of one lifecycle backup.
 #[derive(Default)]
@@ -47,7 +41,9 @@ pub struct LifecycleBackupOptions<'a> {
     /// Compression of the chunks this backup stores, instead of the
     /// repository's setting (only in a repository that compresses).
     pub compression: Option<Compression>,
-    /// Memory of each sort of the arranging that follows the backup
+    /// Memory of the previous version's NDF table as this backup looks it
+    /// up (past it, a temporary file with an index and a Bloom filter in
+    /// memory), and of each sort of the arranging that follows the backup
     /// ([`ArrangeOptions::sort_budget`]; `None`: the default).
     pub sort_budget: Option<u64>,
 }
@@ -113,21 +109,16 @@ pub(crate) fn backup_stream(
     let v = lineage.state.last() + 1;
 
     let t = Instant::now();
-    // Without the previous version's table (and recipe), nothing is an
-    // adjacent duplicate: every chunk is stored again, which is safe.
-    let mut prev = match v {
-        1 => FpSet::default(),
-        _ => load_table(repo, &lineage, v - 1)?.unwrap_or_default(),
-    };
+    let sort_budget = options
+        .sort_budget
+        .unwrap_or(ArrangeOptions::default().sort_budget);
     // Damage never spreads: a chunk known to be damaged or missing (or
     // every chunk, when a part of the lineage is missing) is not an
-    // adjacent duplicate: it is stored again.
+    // adjacent duplicate: it is stored again. Without the previous
+    // version's table (and recipe), nothing is an adjacent duplicate
+    // either: every chunk is stored again, which is safe.
     let unusable = lineage.unusable(backend)?;
-    match &unusable {
-        Quarantined::All => prev.clear(),
-        Quarantined::Chunks(q) if !q.is_empty() => prev.retain(|fp| !unusable.contains(fp)),
-        Quarantined::Chunks(_) => {}
-    }
+    let mut prev = PrevTable::load(repo, &lineage, v - 1, sort_budget, &unusable)?;
     let mut index_time = t.elapsed();
     let mut store_time = std::time::Duration::ZERO;
     // This version's distinct fingerprints (its NDF table), spilled past CUR_BUDGET.
@@ -158,7 +149,7 @@ pub(crate) fn backup_stream(
         ClassCount::default(),
     );
     let mut logical = 0u64;
-    let mut peak_memory = 0u64;
+    let mut peak_memory = prev.peak_memory();
     for batch in batches {
         for c in batch? {
             let bytes = match (&c.data, has_data) {
@@ -183,7 +174,7 @@ pub(crate) fn backup_stream(
             let t = Instant::now();
             let fresh = cur.insert(c.fp, 0)?.is_none();
             distinct += u64::from(fresh);
-            let in_prev = fresh && prev.contains(&c.fp);
+            let in_prev = fresh && prev.contains(&c.fp)?;
             index_time += t.elapsed();
             if !fresh {
                 internal.add(c.len);
@@ -203,15 +194,15 @@ pub(crate) fn backup_stream(
                 store_time += t.elapsed();
             }
         }
-        peak_memory = peak_memory.max(set_memory(&prev) + cur.memory());
+        peak_memory = peak_memory.max(prev.memory() + cur.memory());
         if let Some(p) = options.progress {
             p(logical);
         }
     }
-    peak_memory = peak_memory.max(set_memory(&prev) + cur.memory());
+    peak_memory = peak_memory.max(prev.memory() + cur.memory());
     let index_stats = IndexStats {
         policy: "ndf".into(),
-        entries: prev.len() as u64 + distinct,
+        entries: prev.len() + distinct,
         memory_bytes: peak_memory,
         lookups: recipe.chunks(),
         ..IndexStats::default()
@@ -312,9 +303,7 @@ pub(crate) fn backup_stream(
             &mut lineage,
             &ArrangeOptions {
                 rounds: None,
-                sort_budget: options
-                    .sort_budget
-                    .unwrap_or(ArrangeOptions::default().sort_budget),
+                sort_budget,
             },
             &crate::progress::Silent,
         ) {

@@ -28,6 +28,7 @@ mod arrange;
 mod backup;
 pub mod format;
 mod manage;
+mod prev_table;
 mod repair;
 mod restore;
 mod table;

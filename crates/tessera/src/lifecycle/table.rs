@@ -11,7 +11,6 @@ use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
 use crate::recipe_reader::for_each_ref;
 use crate::repo::Repository;
 use crate::sorted_pairs::Sorter;
-use crate::spill::DEFAULT_SORT_BUDGET;
 
 /// A set of fingerprints (one NDF table in memory).
 pub(crate) type FpSet = hashbrown::HashSet<Fingerprint, FingerprintHashBuilder>;
@@ -86,16 +85,4 @@ pub(crate) fn with_table<T>(
     let fps = fps.finish()?;
     let mut stream = fps.stream()?;
     consume(&mut || stream.next()).map(Some)
-}
-
-/// Version `v`'s NDF table of `lineage` as a set in memory (see
-/// [`with_table`]). `None` if neither the table nor the recipe is readable.
-pub(crate) fn load_table(repo: &Repository, lineage: &Lineage, v: u64) -> Result<Option<FpSet>> {
-    with_table(repo, lineage, v, DEFAULT_SORT_BUDGET, |next| {
-        let mut set = FpSet::default();
-        while let Some(fp) = next()? {
-            set.insert(fp);
-        }
-        Ok(set)
-    })
 }
