@@ -7,9 +7,13 @@
 //! - [`SpillMap`]: a fingerprint → `u64` map that keeps at most a configured
 //!   number of entries in memory and writes the rest as sorted runs, each
 //!   with a Bloom filter in memory (~1.2 bytes per spilled entry), so that
-//!   lookups of absent fingerprints cost no I/O. It iterates in the order
-//!   it was made with ([`Order`]: table order or byte order), the newest
-//!   value of a key winning.
+//!   lookups of absent fingerprints cost no I/O. Runs are merged tiered
+//!   (LSM-style: [`MERGE_FANOUT`] runs of one level into one of the next),
+//!   so that a map of `n` entries keeps O(log n) runs — lookups check
+//!   O(log n) Bloom filters and the map holds O(log n) open files — and
+//!   each entry is rewritten O(log n) times. It iterates in the order it
+//!   was made with ([`Order`]: table order or byte order), the newest value
+//!   of a key winning.
 //!
 //! Spill files are scratch space, not repository objects: they are not part
 //! of the on-disk format and never read by another process.
@@ -32,6 +36,11 @@ pub const DEFAULT_SORT_BUDGET: u64 = 32 << 20;
 const RECORD_LEN: usize = FINGERPRINT_LEN + 8;
 /// False-positive rate of each run's Bloom filter.
 const RUN_BLOOM_FPR: f64 = 0.01;
+/// How many runs of one level a [`SpillMap`] merges into one run of the
+/// next level: with `s` spills it keeps at most
+/// `(MERGE_FANOUT - 1) * (log_F(s) + 1)` runs, each entry rewritten about
+/// `log_F(s)` times.
+const MERGE_FANOUT: usize = 4;
 
 /// The sort key of a fingerprint in a [`SpillMap`]'s runs.
 pub(crate) type Order = fn(&Fingerprint) -> (u64, Fingerprint);
@@ -86,26 +95,37 @@ struct Run {
     file: File,
     len: u64,
     bloom: BloomFilter,
+    /// 0 for a run spilled from memory, `l + 1` for a merge of runs of
+    /// level `l`.
+    level: u32,
 }
 
 impl Run {
-    /// Writes `entries` (sorted in the map's order) as a run.
-    fn write(entries: &[(Fingerprint, u64)]) -> Result<Run> {
+    /// Writes the entries `next` yields (sorted in the map's order, distinct
+    /// keys, at most `expected` of them) as a run of `level`.
+    fn write(
+        expected: u64,
+        level: u32,
+        mut next: impl FnMut() -> Result<Option<(Fingerprint, u64)>>,
+    ) -> Result<Run> {
         let file = temp_file()?;
-        let mut bloom =
-            BloomFilter::with_false_pos(RUN_BLOOM_FPR).expected_items(entries.len().max(1));
+        let mut bloom = BloomFilter::with_false_pos(RUN_BLOOM_FPR)
+            .expected_items(usize::try_from(expected).unwrap_or(usize::MAX).max(1));
         let mut w = BufWriter::with_capacity(1 << 16, &file);
-        for (fp, v) in entries {
+        let mut len = 0u64;
+        while let Some((fp, v)) = next()? {
             bloom.insert_hash(fp.key64());
             w.write_all(&fp.0).map_err(spill_io)?;
             w.write_all(&v.to_le_bytes()).map_err(spill_io)?;
+            len += 1;
         }
         w.flush().map_err(spill_io)?;
         drop(w);
         Ok(Run {
             file,
-            len: entries.len() as u64,
+            len,
             bloom,
+            level,
         })
     }
 
@@ -197,12 +217,32 @@ impl SpillMap {
         Ok(None)
     }
 
-    /// Writes the in-memory entries as a new run.
+    /// Writes the in-memory entries as a new run of level 0, then, while
+    /// the newest [`MERGE_FANOUT`] runs are of one level, merges them into
+    /// one run of the next level (they are the newest runs, so the newest
+    /// value of a key still wins). Levels thus never increase from the
+    /// oldest run to the newest, with fewer than [`MERGE_FANOUT`] runs per
+    /// level.
     fn spill(&mut self) -> Result<()> {
         let mut entries: Vec<(Fingerprint, u64)> = self.mem.drain().collect();
         let order = self.order;
         entries.sort_unstable_by_key(|e| order(&e.0));
-        self.runs.push(Run::write(&entries)?);
+        let mut it = entries.into_iter();
+        self.runs
+            .push(Run::write(it.len() as u64, 0, || Ok(it.next()))?);
+        while let Some(first) = self.runs.len().checked_sub(MERGE_FANOUT) {
+            let level = self.runs[first].level;
+            if self.runs[first..].iter().any(|r| r.level != level) {
+                break;
+            }
+            let expected = self.runs[first..].iter().map(|r| r.len).sum();
+            let merged = {
+                let mut all = Sorted::of(&self.runs[first..], order)?;
+                Run::write(expected, level + 1, || all.next())?
+            };
+            self.runs.truncate(first);
+            self.runs.push(merged);
+        }
         Ok(())
     }
 
@@ -221,20 +261,7 @@ impl SpillMap {
         if !self.mem.is_empty() {
             self.spill()?;
         }
-        let mut sorted = Sorted {
-            readers: Vec::with_capacity(self.runs.len()),
-            heap: BinaryHeap::new(),
-            peeked: None,
-            order: self.order,
-        };
-        for (i, r) in self.runs.iter().enumerate() {
-            sorted.readers.push(RunReader {
-                reader: reader(&r.file)?,
-                left: r.len,
-            });
-            sorted.advance(i)?;
-        }
-        Ok(sorted)
+        Sorted::of(&self.runs, self.order)
     }
 
     /// Keeps the entries for which `f` returns a (possibly new) value; drops
@@ -281,7 +308,25 @@ pub(crate) struct Sorted<'a> {
     order: Order,
 }
 
-impl Sorted<'_> {
+impl<'a> Sorted<'a> {
+    /// The merge of `runs` (oldest first).
+    fn of(runs: &'a [Run], order: Order) -> Result<Sorted<'a>> {
+        let mut sorted = Sorted {
+            readers: Vec::with_capacity(runs.len()),
+            heap: BinaryHeap::new(),
+            peeked: None,
+            order,
+        };
+        for (i, r) in runs.iter().enumerate() {
+            sorted.readers.push(RunReader {
+                reader: reader(&r.file)?,
+                left: r.len,
+            });
+            sorted.advance(i)?;
+        }
+        Ok(sorted)
+    }
+
     /// Queues run `i`'s next record.
     fn advance(&mut self, i: usize) -> Result<()> {
         if let Some((fp, v)) = self.readers[i].next()? {
@@ -365,7 +410,8 @@ mod tests {
         }
         // The in-memory part never holds more than its limit.
         assert!(m.mem.len() < m.limit);
-        assert!(m.runs.len() >= 5);
+        // Five spills: the first four merged into one run of level 1.
+        assert_eq!(m.runs.iter().map(|r| r.level).collect::<Vec<_>>(), [1, 0]);
         for i in (0..n).step_by(97) {
             assert_eq!(m.insert(fp(i), i + 1_000_000).unwrap(), Some(i));
         }
@@ -394,6 +440,103 @@ mod tests {
         while let Some((f, _)) = all.next().unwrap() {
             assert!(last < Some(f));
             last = Some(f);
+        }
+    }
+
+    #[test]
+    fn runs_stay_logarithmic_in_the_number_of_spills() {
+        let mut m = SpillMap::with_budget(0, order_key);
+        let limit = m.limit as u64;
+        let mut spills = 0u64;
+        for i in 0..100 * limit {
+            m.insert(fp(i), i).unwrap();
+            if !m.mem.is_empty() {
+                continue;
+            }
+            spills += 1;
+            // One run per base-4 digit unit of the number of spills.
+            let mut digits = 0;
+            let mut s = spills;
+            while s > 0 {
+                digits += s % MERGE_FANOUT as u64;
+                s /= MERGE_FANOUT as u64;
+            }
+            assert_eq!(m.runs.len() as u64, digits, "after {spills} spills");
+            assert!(m.runs.windows(2).all(|w| w[0].level >= w[1].level));
+        }
+        assert_eq!(spills, 100);
+        // 100 = 1210 in base 4: levels 3, 2, 2, 1.
+        let levels: Vec<u32> = m.runs.iter().map(|r| r.level).collect();
+        assert_eq!(levels, [3, 2, 2, 1]);
+        assert!(m.runs.len() <= (MERGE_FANOUT - 1) * 4);
+        let lens: u64 = m.runs.iter().map(|r| r.len).sum();
+        assert_eq!(lens, 100 * limit);
+        for i in (0..100 * limit).step_by(37) {
+            assert_eq!(m.get(&fp(i)).unwrap(), Some(i));
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Insert(u8, u64),
+        Get(u8),
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0u8..80, any::<u64>()).prop_map(|(k, v)| Op::Insert(k, v)),
+            1 => (0u8..80).prop_map(Op::Get),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// A map of a tiny budget (14 entries in memory: many spills and
+        /// merges over several levels) behaves as a `HashMap`.
+        #[test]
+        fn spill_map_behaves_as_a_hash_map(
+            ops in proptest::collection::vec(op(), 0..3000),
+            keep in 0u64..4,
+            bytes in proptest::bool::ANY,
+        ) {
+            let order = if bytes { byte_order } else { order_key };
+            let mut m = SpillMap::with_budget(0, order);
+            let mut model = std::collections::HashMap::new();
+            for op in ops {
+                match op {
+                    Op::Insert(k, v) => {
+                        proptest::prop_assert_eq!(m.insert(fp(k.into()), v).unwrap(), model.insert(k, v));
+                    }
+                    Op::Get(k) => {
+                        proptest::prop_assert_eq!(m.get(&fp(k.into())).unwrap(), model.get(&k).copied());
+                    }
+                }
+                proptest::prop_assert!(m.runs.len() <= (MERGE_FANOUT - 1) * 8);
+            }
+            let sorted_model = |model: &std::collections::HashMap<u8, u64>| {
+                let mut v: Vec<(Fingerprint, u64)> =
+                    model.iter().map(|(&k, &v)| (fp(k.into()), v)).collect();
+                v.sort_unstable_by_key(|e| order(&e.0));
+                v
+            };
+            let drain = |m: &mut SpillMap| {
+                let mut seen = Vec::new();
+                let mut all = m.sorted().unwrap();
+                while let Some(e) = all.next().unwrap() {
+                    seen.push(e);
+                }
+                seen
+            };
+            proptest::prop_assert_eq!(drain(&mut m), sorted_model(&model));
+            let f = |v: u64| (v % 4 != keep).then_some(v / 2);
+            m.retain_map(|_, v| f(v)).unwrap();
+            model = model.into_iter().filter_map(|(k, v)| f(v).map(|v| (k, v))).collect();
+            proptest::prop_assert_eq!(drain(&mut m), sorted_model(&model));
+            for k in 0..80u8 {
+                proptest::prop_assert_eq!(m.get(&fp(k.into())).unwrap(), model.get(&k).copied());
+            }
         }
     }
 }
