@@ -94,7 +94,10 @@ pub(crate) fn table_limit(budget: u64, slot_bytes: u64) -> usize {
 struct Run {
     file: File,
     len: u64,
-    bloom: BloomFilter,
+    /// `None` while the run is being merged (its filter freed first, so
+    /// that a merge never holds two filters for the same entries): the
+    /// run is then searched on every lookup.
+    bloom: Option<BloomFilter>,
     /// 0 for a run spilled from memory, `l + 1` for a merge of runs of
     /// level `l`.
     level: u32,
@@ -124,7 +127,7 @@ impl Run {
         Ok(Run {
             file,
             len,
-            bloom,
+            bloom: Some(bloom),
             level,
         })
     }
@@ -140,7 +143,11 @@ impl Run {
 
     /// The value of `fp` in this run (a binary search over the file).
     fn get(&self, fp: &Fingerprint, order: Order) -> Result<Option<u64>> {
-        if !self.bloom.contains_hash(fp.key64()) {
+        if self
+            .bloom
+            .as_ref()
+            .is_some_and(|b| !b.contains_hash(fp.key64()))
+        {
             return Ok(None);
         }
         let key = order(fp);
@@ -228,7 +235,9 @@ impl SpillMap {
     /// one run of the next level (they are the newest runs, so the newest
     /// value of a key still wins). Levels thus never increase from the
     /// oldest run to the newest, with fewer than [`MERGE_FANOUT`] runs per
-    /// level.
+    /// level. The merged runs' Bloom filters are freed before the merged
+    /// run's is built, so that memory stays at one filter bit count per
+    /// entry (an I/O error leaves the runs without filters: still exact).
     fn spill(&mut self) -> Result<()> {
         let mut entries: Vec<(Fingerprint, u64)> = self.mem.drain().collect();
         let order = self.order;
@@ -242,6 +251,9 @@ impl SpillMap {
                 break;
             }
             let expected = self.runs[first..].iter().map(|r| r.len).sum();
+            for run in &mut self.runs[first..] {
+                run.bloom = None;
+            }
             let merged = {
                 let mut all = Sorted::of(&self.runs[first..], order)?;
                 Run::write(expected, level + 1, || all.next())?
@@ -257,7 +269,8 @@ impl SpillMap {
         let blooms: u64 = self
             .runs
             .iter()
-            .map(|r| r.bloom.num_bits() as u64 / 8)
+            .filter_map(|r| r.bloom.as_ref())
+            .map(|b| b.num_bits() as u64 / 8)
             .sum();
         self.mem.allocation_size() as u64 + blooms
     }
