@@ -8,10 +8,10 @@
 
 mod common;
 
-use common::{edit, Rng};
+use common::{edit, files, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use tessera::config::{Arrange, Config};
 use tessera::lifecycle::{self, ArrangeOptions, ArrangeStats, LifecycleRestoreOptions};
 use tessera::Repository;
@@ -51,27 +51,6 @@ fn step() -> impl Strategy<Value = Step> {
         2 => proptest::option::of(0u8..3).prop_map(|rounds| Step::Arrange { rounds }),
         1 => (any::<usize>(), proptest::option::of(any::<usize>())).prop_map(|(pick, flip)| Step::Table { pick, flip }),
     ]
-}
-
-/// The files under `dir`, sorted, with their bytes.
-fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                let rel = p.strip_prefix(dir).unwrap().to_path_buf();
-                out.insert(rel, std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
 }
 
 /// An arranging run's counts, without its I/O and time (the spilling run

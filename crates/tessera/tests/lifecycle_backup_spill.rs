@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{edit, Rng};
+use common::{edit, files, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,27 +47,6 @@ fn step() -> impl Strategy<Value = Step> {
         2 => any::<usize>().prop_map(|pick| Step::Quarantine { pick }),
         1 => (0u8..2).prop_map(|source| Step::DamageQuarantine { source }),
     ]
-}
-
-/// The files under `dir`, sorted, with their bytes.
-fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else {
-                let rel = p.strip_prefix(dir).unwrap().to_path_buf();
-                out.insert(rel, std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    out
 }
 
 /// A backup's classification of its chunks and its index entries.

@@ -3,7 +3,8 @@
 //! fails writes on demand.
 #![allow(dead_code)] // each test binary uses a part
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use tessera::backend::{Backend, Local, LockGuard, LockMode};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::config::{Arrange, Config, Layout};
@@ -172,4 +173,25 @@ pub fn check_report(path: &Path, read_data: bool, sort_budget: u64) -> String {
         sort_budget,
     };
     format!("{:?}", tessera::check::check(&repo, options).unwrap())
+}
+
+/// The files under `dir`, sorted, with their bytes.
+pub fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().to_path_buf();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
 }
