@@ -75,7 +75,7 @@ row() {
     read -r rss rss_lo rss_hi < <(median <"$WORK/rss")
     read -r s s_lo s_hi < <(median <"$WORK/secs")
     awk -v n="$name" -v m="$rss" -v ml="$rss_lo" -v mh="$rss_hi" -v s="$s" -v sl="$s_lo" -v sh="$s_hi" -v g="$gib" -v raw="$raw_s" \
-        'BEGIN { printf "| %s | %.1f (%.1f–%.1f) | %.2f (%.2f–%.2f) | %.3f | %.1f× |\n", n, m, ml, mh, s, sl, sh, s / g, s / raw }'
+        'BEGIN { vs = raw + 0 > 0 ? sprintf("%.1f×", s / raw) : "(raw read under 10 ms)"; printf "| %s | %.1f (%.1f–%.1f) | %.2f (%.2f–%.2f) | %.3f | %s |\n", n, m, ml, mh, s, sl, sh, s / g, vs }'
 }
 
 # timed BINARY ARGS...: one run under /usr/bin/time, appended to rss and secs.
@@ -86,20 +86,29 @@ timed() {
     echo "$s" >>"$WORK/secs"
 }
 
+# on_copies NAME FROM FIRST COMMAND...: RUNS timed runs of COMMAND, each
+# on a fresh copy of the repository FROM at $WORK/copy; every run's
+# lifecycle objects must equal those of the first run kept in FIRST.
+on_copies() {
+    local name=$1 from=$2 first=$3
+    shift 3
+    : >"$WORK/rss" && : >"$WORK/secs"
+    for ((r = 0; r < RUNS; r++)); do
+        rm -rf "$WORK/copy" && cp -a "$from" "$WORK/copy"
+        timed "$@"
+        if [ -d "$first" ]; then
+            diff -rq "$first" "$WORK/copy/lifecycle" >/dev/null || { echo "$name: lifecycle objects differ from the first run's" >&2; exit 1; }
+        else
+            cp -a "$WORK/copy/lifecycle" "$first"
+        fi
+    done
+}
+
 # arrange NAME BINARY [ARGS]: RUNS arrangings on fresh copies; prints a table row.
 arrange() {
     local name=$1 bin=$2
     shift 2
-    : >"$WORK/rss" && : >"$WORK/secs"
-    for ((r = 0; r < RUNS; r++)); do
-        rm -rf "$WORK/copy" && cp -a "$WORK/template" "$WORK/copy"
-        timed "$bin" arrange "$WORK/copy" "$@"
-        if [ -d "$WORK/first" ]; then
-            diff -rq "$WORK/first" "$WORK/copy/lifecycle" >/dev/null || { echo "$name: lifecycle objects differ from the first run's" >&2; exit 1; }
-        else
-            cp -a "$WORK/copy/lifecycle" "$WORK/first"
-        fi
-    done
+    on_copies "$name" "$WORK/template" "$WORK/first" "$bin" arrange "$WORK/copy" "$@"
     row "$name" "$raw" "$gib"
 }
 
@@ -108,16 +117,7 @@ arrange() {
 backup() {
     local name=$1 bin=$2
     shift 2
-    : >"$WORK/rss" && : >"$WORK/secs"
-    for ((r = 0; r < RUNS; r++)); do
-        rm -rf "$WORK/copy" && cp -a "$WORK/version1" "$WORK/copy"
-        timed "$bin" backup "$WORK/copy" --trace "$WORK/gen/v0002.trace" --source s "$@"
-        if [ -d "$WORK/first-backup" ]; then
-            diff -rq "$WORK/first-backup" "$WORK/copy/lifecycle" >/dev/null || { echo "$name: lifecycle objects differ from the first run's" >&2; exit 1; }
-        else
-            cp -a "$WORK/copy/lifecycle" "$WORK/first-backup"
-        fi
-    done
+    on_copies "$name" "$WORK/version1" "$WORK/first-backup" "$bin" backup "$WORK/copy" --trace "$WORK/gen/v0002.trace" --source s "$@"
     rm -rf "$WORK/copy"
     row "$name" "$raw" "$gib"
 }

@@ -41,6 +41,8 @@ const RUN_BLOOM_FPR: f64 = 0.01;
 /// `(MERGE_FANOUT - 1) * (log_F(s) + 1)` runs, each entry rewritten about
 /// `log_F(s)` times.
 const MERGE_FANOUT: usize = 4;
+/// Bytes of the buffer of each run read or written whole.
+const RUN_BUFFER: usize = 1 << 16;
 
 /// The sort key of a fingerprint in a [`SpillMap`]'s runs.
 pub(crate) type Order = fn(&Fingerprint) -> (u64, Fingerprint);
@@ -71,7 +73,7 @@ pub(crate) fn temp_file() -> Result<File> {
 /// A buffered reader of `file` from its start.
 pub(crate) fn reader(mut file: &File) -> Result<BufReader<&File>> {
     file.seek(SeekFrom::Start(0)).map_err(spill_io)?;
-    Ok(BufReader::with_capacity(1 << 16, file))
+    Ok(BufReader::with_capacity(RUN_BUFFER, file))
 }
 
 /// An I/O error on a spill file.
@@ -114,7 +116,7 @@ impl Run {
         let file = temp_file()?;
         let mut bloom = BloomFilter::with_false_pos(RUN_BLOOM_FPR)
             .expected_items(usize::try_from(expected).unwrap_or(usize::MAX).max(1));
-        let mut w = BufWriter::with_capacity(1 << 16, &file);
+        let mut w = BufWriter::with_capacity(RUN_BUFFER, &file);
         let mut len = 0u64;
         while let Some((fp, v)) = next()? {
             bloom.insert_hash(fp.key64());
@@ -264,7 +266,10 @@ impl SpillMap {
         Ok(())
     }
 
-    /// Bytes of memory the map holds: its table and the runs' Bloom filters.
+    /// Bytes of memory the map holds between calls: its table and the
+    /// runs' Bloom filters. While a spill merges runs it also holds the
+    /// buffers of the runs it reads and of the one it writes,
+    /// ([`MERGE_FANOUT`] + 1) × [`RUN_BUFFER`] bytes, freed when it ends.
     pub(crate) fn memory(&self) -> u64 {
         let blooms: u64 = self
             .runs

@@ -8,10 +8,9 @@
 
 mod common;
 
-use common::{edit, files, Rng};
+use common::{damage_ndf_table, edit, files, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use tessera::config::{Arrange, Config};
 use tessera::lifecycle::{self, ArrangeOptions, ArrangeStats, LifecycleRestoreOptions};
 use tessera::Repository;
@@ -122,24 +121,7 @@ proptest! {
                             .unwrap();
                         stats.push(Some(counts(&s)));
                     }
-                    Step::Table { pick, flip } => {
-                        let tables: Vec<PathBuf> = files(&root.join("lifecycle"))
-                            .into_keys()
-                            .filter(|p| p.to_string_lossy().contains("/ndf/"))
-                            .collect();
-                        if !tables.is_empty() {
-                            let path = root.join("lifecycle").join(&tables[pick % tables.len()]);
-                            match flip {
-                                Some(at) => {
-                                    let mut b = std::fs::read(&path).unwrap();
-                                    let at = at % b.len();
-                                    b[at] ^= 0x10;
-                                    std::fs::write(&path, b).unwrap();
-                                }
-                                None => std::fs::remove_file(&path).unwrap(),
-                            }
-                        }
-                    }
+                    Step::Table { pick, flip } => damage_ndf_table(root, *pick, *flip),
                 }
             }
             if let Step::Delete { pick } = &s {

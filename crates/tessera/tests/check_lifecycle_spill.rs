@@ -9,7 +9,7 @@
 
 mod common;
 
-use common::{copy_dir, edit, Rng};
+use common::{copy_dir, edit, paths, Rng};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 use tessera::config::Arrange;
@@ -56,27 +56,6 @@ fn damage() -> impl Strategy<Value = Damage> {
         (any::<usize>(), any::<usize>()).prop_map(|(p, b)| Damage::FlipRecipe(p, b)),
         (any::<usize>(), any::<usize>()).prop_map(|(a, b)| Damage::ForeignRecipe(a, b)),
     ]
-}
-
-/// The files under `dir` whose path contains `part`, sorted.
-fn files(dir: &Path, part: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut todo = vec![dir.to_path_buf()];
-    while let Some(d) = todo.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                todo.push(p);
-            } else if p.to_string_lossy().contains(part) {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
 }
 
 fn pick(paths: &[PathBuf], i: usize) -> Option<&PathBuf> {
@@ -134,8 +113,8 @@ proptest! {
         let lifecycle_dir = path.join("lifecycle");
         let recipe = |i: usize| (!backups.is_empty()).then(|| backups[i % backups.len()]);
         for d in damages {
-            let parts: Vec<PathBuf> = [files(&lifecycle_dir, "/cat/"), files(&lifecycle_dir, "/vol/")].concat();
-            let tables = files(&lifecycle_dir, "/ndf/");
+            let parts: Vec<PathBuf> = [paths(&lifecycle_dir, "/cat/"), paths(&lifecycle_dir, "/vol/")].concat();
+            let tables = paths(&lifecycle_dir, "/ndf/");
             match d {
                 Damage::DeletePart(i) => {
                     if let Some(p) = pick(&parts, i) {

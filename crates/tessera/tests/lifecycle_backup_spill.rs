@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{edit, files, Rng};
+use common::{damage_ndf_table, edit, files, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -112,24 +112,7 @@ proptest! {
                         stats.push(classes(&o.snapshot.stats));
                         last = Some(o.snapshot.id);
                     }
-                    Step::Table { pick, flip } => {
-                        let tables: Vec<PathBuf> = files(&root.join("lifecycle"))
-                            .into_keys()
-                            .filter(|p| p.to_string_lossy().contains("/ndf/"))
-                            .collect();
-                        if !tables.is_empty() {
-                            let path = root.join("lifecycle").join(&tables[pick % tables.len()]);
-                            match flip {
-                                Some(at) => {
-                                    let mut b = std::fs::read(&path).unwrap();
-                                    let at = at % b.len();
-                                    b[at] ^= 0x10;
-                                    std::fs::write(&path, b).unwrap();
-                                }
-                                None => std::fs::remove_file(&path).unwrap(),
-                            }
-                        }
-                    }
+                    Step::Table { pick, flip } => damage_ndf_table(root, *pick, *flip),
                     Step::Quarantine { pick } => {
                         if let Some(id) = last {
                             let bytes = std::fs::read(root.join(recipe_key(id))).unwrap();

@@ -1498,6 +1498,26 @@ mod tests {
     /// their catalog records) equals a forced re-read's: data, catalog
     /// regions and index pages; files changed in the middle of otherwise
     /// unchanged regions are picked up.
+    /// The times of `path`'s parent directories (but the root), which a
+    /// tree backup of `path` records.
+    fn ancestors_status(path: &Path) -> Vec<[i64; 6]> {
+        path.ancestors()
+            .skip(1)
+            .filter(|p| p.parent().is_some())
+            .map(|p| {
+                let m = fs::symlink_metadata(p).unwrap();
+                [
+                    m.mtime(),
+                    m.mtime_nsec(),
+                    m.ctime(),
+                    m.ctime_nsec(),
+                    m.atime(),
+                    m.atime_nsec(),
+                ]
+            })
+            .collect()
+    }
+
     #[test]
     fn a_re_backup_reusing_records_stores_what_a_forced_one_does() {
         use std::os::unix::fs::PermissionsExt;
@@ -1548,17 +1568,28 @@ mod tests {
                 .map(|c| (c.fp, c.len))
                 .collect()
         };
-        let reused = backup_tree(&repo, paths, &TreeBackupOptions::default(), &opts).unwrap();
-        let tree = reused.outcome.snapshot.tree.clone().unwrap();
-        assert_eq!((tree.files_changed, tree.files_unmodified), (3, 2097));
-        let forced = TreeBackupOptions {
-            force: true,
+        let from = |parent: &TreeOutcome, force: bool| TreeBackupOptions {
+            parent: Some(parent.outcome.snapshot.id),
+            force,
             ..TreeBackupOptions::default()
         };
-        let f = backup_tree(&repo, paths, &forced, &opts).unwrap();
+        // The catalog records the source's parent directories too, and the
+        // temporary directory's changes whenever a test running beside this
+        // one makes or removes its own: compare backups made while they
+        // stayed as they were.
+        let (reused, f, again) = (0..20)
+            .find_map(|_| {
+                let before = ancestors_status(&src);
+                let reused = backup_tree(&repo, paths, &from(&first, false), &opts).unwrap();
+                let f = backup_tree(&repo, paths, &from(&first, true), &opts).unwrap();
+                // Nothing changed since: every chunk again, none stored.
+                let again = backup_tree(&repo, paths, &from(&f, false), &opts).unwrap();
+                (ancestors_status(&src) == before).then_some((reused, f, again))
+            })
+            .expect("the source's parent directories kept changing");
+        let tree = reused.outcome.snapshot.tree.clone().unwrap();
+        assert_eq!((tree.files_changed, tree.files_unmodified), (3, 2097));
         assert_eq!(chunks(&reused), chunks(&f));
-        // Nothing changed since: every chunk again, none stored.
-        let again = backup_tree(&repo, paths, &TreeBackupOptions::default(), &opts).unwrap();
         assert_eq!(chunks(&again), chunks(&f));
         assert_eq!(again.outcome.snapshot.stats.stored_bytes, 0);
         let id = reused.outcome.snapshot.id;

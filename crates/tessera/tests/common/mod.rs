@@ -175,9 +175,9 @@ pub fn check_report(path: &Path, read_data: bool, sort_budget: u64) -> String {
     format!("{:?}", tessera::check::check(&repo, options).unwrap())
 }
 
-/// The files under `dir`, sorted, with their bytes.
-pub fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
-    let mut out = BTreeMap::new();
+/// The paths of the files under `dir` whose path contains `part`, sorted.
+pub fn paths(dir: &Path, part: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else {
@@ -187,11 +187,45 @@ pub fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
             let p = e.path();
             if p.is_dir() {
                 todo.push(p);
-            } else {
-                let rel = p.strip_prefix(dir).unwrap().to_path_buf();
-                out.insert(rel, std::fs::read(&p).unwrap());
+            } else if p.to_string_lossy().contains(part) {
+                out.push(p);
             }
         }
     }
+    out.sort();
     out
+}
+
+/// The files under `dir`, sorted, with their bytes, keyed by their path
+/// relative to `dir`.
+pub fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    paths(dir, "")
+        .into_iter()
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p.strip_prefix(dir).unwrap().to_path_buf(), bytes)
+        })
+        .collect()
+}
+
+/// Damages one NDF table of the lifecycle repository at `root`, the
+/// `pick`-th (modulo their number): flips a bit of its byte at `flip`
+/// (modulo its length), or deletes it when `flip` is `None`. Does nothing
+/// when the repository has no table.
+pub fn damage_ndf_table(root: &Path, pick: usize, flip: Option<usize>) {
+    let tables = paths(&root.join("lifecycle"), "/ndf/");
+    let Some(path) = tables.get(pick % tables.len().max(1)) else {
+        return;
+    };
+    match flip {
+        Some(at) => {
+            let mut b = std::fs::read(path).unwrap();
+            if !b.is_empty() {
+                let at = at % b.len();
+                b[at] ^= 0x10;
+                std::fs::write(path, b).unwrap();
+            }
+        }
+        None => std::fs::remove_file(path).unwrap(),
+    }
 }
