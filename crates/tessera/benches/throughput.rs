@@ -1,7 +1,8 @@
 //! End-to-end throughput of backup and restore against plain baselines.
 //!
 //! Run with `cargo bench -p tessera --bench throughput`. Every run uses a
-//! fresh repository and measures:
+//! fresh repository (unencrypted, uncompressed, with the DDFS index that
+//! `tessera init` gives new repositories) and measures:
 //!
 //! * **baseline**: the repository's chunker over the in-memory input on one
 //!   thread, BLAKE3 fingerprints of each block's chunks in parallel (rayon),
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant};
 use tessera::backend::{AlignedBuf, Backend, Local};
 use tessera::backup::{backup, BackupOptions};
 use tessera::chunker::{cut_all, Chunker};
-use tessera::config::Config;
+use tessera::config::{Config, IndexKind};
 use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::snapshot::Snapshot;
@@ -287,7 +288,9 @@ fn stages(s: &Snapshot) -> String {
 fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
     let tmp = tempfile::tempdir_in(&o.dir).expect("creating temporary directory");
     let root = tmp.path().join("repo");
-    let config = Config::new(format!("bench{run}"));
+    let mut config = Config::new(format!("bench{run}"));
+    // The index `tessera init` gives new repositories.
+    config.index = IndexKind::Ddfs;
     let chunker = config.chunker.build().expect("chunker");
     let algo = config.fingerprint;
     let logical = data.len() as u64;

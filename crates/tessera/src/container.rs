@@ -314,9 +314,8 @@ thread_local! {
 /// Reads and checks the header and metadata section of container `id`
 /// (usually one ranged read).
 pub fn read_meta(backend: &dyn Backend, id: ContainerId) -> Result<(Header, Vec<ChunkMeta>)> {
-    const GUESS: u64 = 64 * 1024;
     let k = key(id);
-    let mut bytes = backend.read_range(&k, 0, GUESS)?;
+    let mut bytes = backend.read_range(&k, 0, META_GUESS)?;
     let header = Header::parse(id, &bytes)?;
     if bytes.len() < header.meta_end() {
         let rest = backend.read_range(
@@ -329,6 +328,10 @@ pub fn read_meta(backend: &dyn Backend, id: ContainerId) -> Result<(Header, Vec<
     let metas = header.parse_meta(&bytes)?;
     Ok((header, metas))
 }
+
+/// Bytes [`read_meta`] reads first: the header and, in containers of up to
+/// about a thousand chunks, the whole metadata.
+pub(crate) const META_GUESS: u64 = 64 * 1024;
 
 /// Accumulates chunks into a container until it is full.
 pub struct Builder {

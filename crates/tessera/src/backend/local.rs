@@ -179,19 +179,20 @@ fn open_direct(_path: &Path) -> Option<File> {
 
 /// Starts the kernel's readahead of the whole file `f` (Linux; elsewhere nothing).
 #[cfg(target_os = "linux")]
-fn start_readahead(f: &File) {
+fn start_readahead(f: &File, len: u64) {
     use std::os::unix::io::AsRawFd;
+    let len = libc::off_t::try_from(len).unwrap_or(libc::off_t::MAX);
     // SAFETY: the descriptor stays open for the call, and posix_fadvise only
     // advises the kernel: it reads or writes none of our memory. A failure
     // only means no readahead.
     unsafe {
-        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_WILLNEED);
+        libc::posix_fadvise(f.as_raw_fd(), 0, len, libc::POSIX_FADV_WILLNEED);
     }
 }
 
 /// Readahead hints are used on Linux only.
 #[cfg(not(target_os = "linux"))]
-fn start_readahead(_f: &File) {}
+fn start_readahead(_f: &File, _len: u64) {}
 
 /// Moves the synced temporary file `tmp` to `path`: by renaming over any
 /// old file, or by linking (failing with `AlreadyExists` if `path` exists)
@@ -208,6 +209,19 @@ fn move_into_place(tmp: &Path, path: &Path, mode: WriteMode) -> io::Result<()> {
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
+}
+
+impl Local {
+    /// Starts the kernel's readahead of the first `len` bytes (0: all) of
+    /// each of the objects `keys` that exists.
+    fn read_ahead(&self, keys: &[String], len: u64) {
+        for key in keys {
+            let file = self.path(key).ok().and_then(|p| File::open(p).ok());
+            if let Some(f) = file {
+                start_readahead(&f, len);
+            }
+        }
+    }
 }
 
 impl Backend for Local {
@@ -291,11 +305,12 @@ impl Backend for Local {
     }
 
     fn will_read(&self, keys: &[String]) {
-        for key in keys {
-            let file = self.path(key).ok().and_then(|p| File::open(p).ok());
-            if let Some(f) = file {
-                start_readahead(&f);
-            }
+        self.read_ahead(keys, 0);
+    }
+
+    fn will_read_heads(&self, keys: &[String], len: u64) {
+        if len > 0 {
+            self.read_ahead(keys, len);
         }
     }
 
@@ -412,6 +427,7 @@ mod tests {
         b.write("data/0001", b"abc").unwrap();
         let keys = ["data/0001", "data/absent", "../outside", ""].map(String::from);
         b.will_read(&keys);
+        b.will_read_heads(&keys, 2);
         assert_eq!(b.read("data/0001").unwrap(), b"abc");
         assert_eq!(b.list("data").unwrap(), vec!["0001"]);
         assert!(!dir.path().join("data/absent").exists());

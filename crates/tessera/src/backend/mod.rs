@@ -183,6 +183,12 @@ pub trait Backend: Send + Sync {
     fn will_read(&self, keys: &[String]) {
         let _ = keys;
     }
+    /// Hints that the first `len` bytes of each of the objects `keys` will
+    /// be read soon (local: the kernel's readahead of that range; other
+    /// backends ignore it). Like [`Backend::will_read`], not a request.
+    fn will_read_heads(&self, keys: &[String], len: u64) {
+        let _ = (keys, len);
+    }
     /// Requests a bulk transfer (a restore's container reads, a backup's
     /// container writes) should keep in flight at once: an object store's
     /// `--connections`; `None` for backends without such a setting (local
@@ -508,6 +514,9 @@ impl Backend for Counting {
     }
     fn will_read(&self, keys: &[String]) {
         self.inner.will_read(keys);
+    }
+    fn will_read_heads(&self, keys: &[String], len: u64) {
+        self.inner.will_read_heads(keys, len);
     }
     fn write_new_filled(
         &self,

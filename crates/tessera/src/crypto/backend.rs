@@ -214,6 +214,10 @@ impl Backend for Encrypting {
         self.inner.will_read(keys);
     }
 
+    fn will_read_heads(&self, keys: &[String], len: u64) {
+        self.inner.will_read_heads(keys, len);
+    }
+
     fn connections(&self) -> Option<usize> {
         self.inner.connections()
     }

@@ -282,6 +282,34 @@ fn repeated_backup_hits_the_cache_after_one_disk_lookup_per_container() {
 }
 
 #[test]
+fn a_container_load_reads_the_next_containers_metadata_ahead_once() {
+    let mem = Arc::new(Mem::default());
+    let backend: Arc<dyn Backend> = mem.clone();
+    let mut sim = Sim::new(backend.clone(), 100, CHUNK_LEN);
+    let stream: Vec<u32> = (0..2000).collect();
+    let mut first = Ddfs::open(backend.clone(), &[], DdfsParams::default()).unwrap();
+    sim.backup(&mut [&mut first], &stream, 64);
+    let ids = sim.ids();
+    assert_eq!(ids.len(), 20);
+    assert!(
+        mem.1.lock().unwrap().is_empty(),
+        "a first backup loads nothing"
+    );
+
+    let mut second = Ddfs::open(backend.clone(), &ids, DdfsParams::default()).unwrap();
+    sim.backup(&mut [&mut second], &stream, 64);
+    assert_eq!(second.stats().container_loads, 20);
+    // Each container after the first is hinted once, before its load,
+    // with the length its metadata is first read with; none past the last.
+    let hints = mem.1.lock().unwrap().clone();
+    let expected: Vec<(String, u64)> = ids[1..]
+        .iter()
+        .map(|&c| (container::key(c), container::META_GUESS))
+        .collect();
+    assert_eq!(hints, expected);
+}
+
+#[test]
 fn tiny_cache_evicts_and_still_decides_right() {
     let (_dir, backend) = counting();
     let mut sim = Sim::new(backend.clone(), 50, CHUNK_LEN);

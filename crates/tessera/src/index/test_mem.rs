@@ -9,13 +9,20 @@ use crate::fingerprint::Fingerprint;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
-/// Objects in memory.
+/// Objects in memory; the read-ahead hints it was given.
 #[derive(Default)]
-pub(crate) struct Mem(Mutex<BTreeMap<String, Vec<u8>>>);
+pub(crate) struct Mem(
+    Mutex<BTreeMap<String, Vec<u8>>>,
+    pub(crate) Mutex<Vec<(String, u64)>>,
+);
 
 impl Backend for Mem {
     fn location(&self) -> String {
         "memory".into()
+    }
+    fn will_read_heads(&self, keys: &[String], len: u64) {
+        let mut hints = self.1.lock().unwrap();
+        hints.extend(keys.iter().map(|k| (k.clone(), len)));
     }
     fn read(&self, key: &str) -> Result<Vec<u8>> {
         let m = self.0.lock().unwrap();
