@@ -106,10 +106,13 @@ fn scenario(repo: &str, init_args: &[&str], work: &Path) {
 
     let first = num(&backup(repo, &[&file], &[]), "id");
     let second = num(&backup(repo, &[&tree], &[]), "id");
-    // The same file again: deduplicated against the first backup.
+    // The same file again: deduplicated against the first backup. (Its
+    // catalog, which records the times of the file's parent directories,
+    // is stored anew if a test running beside this one changed the
+    // temporary directory's in between.)
     let again = backup(repo, &[&file], &[]);
     assert!(
-        num(&again, "stored_bytes") == 0,
+        num(&again["duplicates"], "bytes") >= 3 << 20,
         "a repeated file stored again: {again}"
     );
     assert_eq!(ids(repo), vec![first, second, num(&again, "id")]);

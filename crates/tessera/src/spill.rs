@@ -43,6 +43,10 @@ const RUN_BLOOM_FPR: f64 = 0.01;
 const MERGE_FANOUT: usize = 4;
 /// Bytes of the buffer of each run read or written whole.
 const RUN_BUFFER: usize = 1 << 16;
+/// Records per block of a run: the run keeps the sort key of each block's
+/// first record in memory (0.16 bytes per entry), and a lookup that passes
+/// the Bloom filter reads the one block that may hold its key (10 KiB).
+const BLOCK_RECORDS: usize = 256;
 
 /// The sort key of a fingerprint in a [`SpillMap`]'s runs.
 pub(crate) type Order = fn(&Fingerprint) -> (u64, Fingerprint);
@@ -103,14 +107,18 @@ struct Run {
     /// 0 for a run spilled from memory, `l + 1` for a merge of runs of
     /// level `l`.
     level: u32,
+    /// The sort key of the first record of each block of
+    /// [`BLOCK_RECORDS`] records.
+    firsts: Vec<(u64, Fingerprint)>,
 }
 
 impl Run {
-    /// Writes the entries `next` yields (sorted in the map's order, distinct
-    /// keys, at most `expected` of them) as a run of `level`.
+    /// Writes the entries `next` yields (sorted in `order`, distinct keys,
+    /// at most `expected` of them) as a run of `level`.
     fn write(
         expected: u64,
         level: u32,
+        order: Order,
         mut next: impl FnMut() -> Result<Option<(Fingerprint, u64)>>,
     ) -> Result<Run> {
         let file = temp_file()?;
@@ -118,7 +126,11 @@ impl Run {
             .expected_items(usize::try_from(expected).unwrap_or(usize::MAX).max(1));
         let mut w = BufWriter::with_capacity(RUN_BUFFER, &file);
         let mut len = 0u64;
+        let mut firsts = Vec::new();
         while let Some((fp, v)) = next()? {
+            if len.is_multiple_of(BLOCK_RECORDS as u64) {
+                firsts.push(order(&fp));
+            }
             bloom.insert_hash(fp.key64());
             w.write_all(&fp.0).map_err(spill_io)?;
             w.write_all(&v.to_le_bytes()).map_err(spill_io)?;
@@ -126,24 +138,18 @@ impl Run {
         }
         w.flush().map_err(spill_io)?;
         drop(w);
+        firsts.shrink_to_fit();
         Ok(Run {
             file,
             len,
             bloom: Some(bloom),
             level,
+            firsts,
         })
     }
 
-    /// Entry `i` of the run.
-    fn record(&self, i: u64) -> Result<(Fingerprint, u64)> {
-        let mut buf = [0u8; RECORD_LEN];
-        self.file
-            .read_exact_at(&mut buf, i * RECORD_LEN as u64)
-            .map_err(spill_io)?;
-        Ok(parse_record(&buf))
-    }
-
-    /// The value of `fp` in this run (a binary search over the file).
+    /// The value of `fp` in this run: one read of the block that may hold
+    /// it, searched in memory.
     fn get(&self, fp: &Fingerprint, order: Order) -> Result<Option<u64>> {
         if self
             .bloom
@@ -153,10 +159,30 @@ impl Run {
             return Ok(None);
         }
         let key = order(fp);
-        let (mut lo, mut hi) = (0u64, self.len);
+        // The last block whose first key is at most `key`.
+        let Some(block) = self
+            .firsts
+            .partition_point(|first| *first <= key)
+            .checked_sub(1)
+        else {
+            return Ok(None);
+        };
+        let start = (block * BLOCK_RECORDS) as u64;
+        let records = (self.len - start).min(BLOCK_RECORDS as u64) as usize;
+        let mut buf = [0u8; BLOCK_RECORDS * RECORD_LEN];
+        let buf = &mut buf[..records * RECORD_LEN];
+        self.file
+            .read_exact_at(buf, start * RECORD_LEN as u64)
+            .map_err(spill_io)?;
+        let record = |i: usize| -> (Fingerprint, u64) {
+            let mut r = [0u8; RECORD_LEN];
+            r.copy_from_slice(&buf[i * RECORD_LEN..(i + 1) * RECORD_LEN]);
+            parse_record(&r)
+        };
+        let (mut lo, mut hi) = (0, records);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            let (found, v) = self.record(mid)?;
+            let (found, v) = record(mid);
             match order(&found).cmp(&key) {
                 std::cmp::Ordering::Less => lo = mid + 1,
                 std::cmp::Ordering::Greater => hi = mid,
@@ -164,6 +190,13 @@ impl Run {
             }
         }
         Ok(None)
+    }
+
+    /// Bytes of memory the run holds: its Bloom filter and its block keys.
+    fn memory(&self) -> u64 {
+        let bloom = self.bloom.as_ref().map_or(0, |b| b.num_bits() as u64 / 8);
+        let firsts = self.firsts.capacity() * std::mem::size_of::<(u64, Fingerprint)>();
+        bloom + firsts as u64
     }
 }
 
@@ -180,7 +213,8 @@ fn parse_record(buf: &[u8; RECORD_LEN]) -> (Fingerprint, u64) {
 /// [`SpillMap::spill`]): after `s` spills it keeps at most
 /// `(MERGE_FANOUT - 1) * (log_F(s) + 1)` runs (at most 18 for the 130
 /// million chunks of a 1 TiB backup at an 8 MiB budget, not 1,133), so
-/// an insert of a new key checks that many Bloom filters and the map holds
+/// an insert of a new key checks that many Bloom filters (and reads one
+/// 10 KiB block of a run whose filter lets it through) and the map holds
 /// that many open files. A merge streams with one 64 KiB buffer per run it
 /// reads and one for the run it writes.
 pub(crate) struct SpillMap {
@@ -217,10 +251,23 @@ impl SpillMap {
             None if self.runs.is_empty() => None,
             None => self.get_spilled(&fp)?,
         };
-        if self.mem.len() >= self.limit {
-            self.spill()?;
-        }
+        self.spill_if_full()?;
         Ok(old)
+    }
+
+    /// Sets `fp` to `v`: [`SpillMap::insert`] without its search of the
+    /// spilled runs for the old value (a value in memory is newer than
+    /// any spilled one, for lookups and merges alike).
+    pub(crate) fn set(&mut self, fp: Fingerprint, v: u64) -> Result<()> {
+        self.mem.insert(fp, v);
+        self.spill_if_full()
+    }
+
+    fn spill_if_full(&mut self) -> Result<()> {
+        match self.mem.len() >= self.limit {
+            true => self.spill(),
+            false => Ok(()),
+        }
     }
 
     fn get_spilled(&self, fp: &Fingerprint) -> Result<Option<u64>> {
@@ -246,7 +293,7 @@ impl SpillMap {
         entries.sort_unstable_by_key(|e| order(&e.0));
         let mut it = entries.into_iter();
         self.runs
-            .push(Run::write(it.len() as u64, 0, || Ok(it.next()))?);
+            .push(Run::write(it.len() as u64, 0, order, || Ok(it.next()))?);
         while let Some(first) = self.runs.len().checked_sub(MERGE_FANOUT) {
             let level = self.runs[first].level;
             if self.runs[first..].iter().any(|r| r.level != level) {
@@ -258,7 +305,7 @@ impl SpillMap {
             }
             let merged = {
                 let mut all = Sorted::of(&self.runs[first..], order)?;
-                Run::write(expected, level + 1, || all.next())?
+                Run::write(expected, level + 1, order, || all.next())?
             };
             self.runs.truncate(first);
             self.runs.push(merged);
@@ -267,17 +314,13 @@ impl SpillMap {
     }
 
     /// Bytes of memory the map holds between calls: its table and the
-    /// runs' Bloom filters. While a spill merges runs it also holds the
-    /// buffers of the runs it reads and of the one it writes,
-    /// ([`MERGE_FANOUT`] + 1) × [`RUN_BUFFER`] bytes, freed when it ends.
+    /// runs' Bloom filters and block keys. While a spill merges runs it
+    /// also holds the buffers of the runs it reads and of the one it
+    /// writes, ([`MERGE_FANOUT`] + 1) × [`RUN_BUFFER`] bytes, freed when
+    /// it ends.
     pub(crate) fn memory(&self) -> u64 {
-        let blooms: u64 = self
-            .runs
-            .iter()
-            .filter_map(|r| r.bloom.as_ref())
-            .map(|b| b.num_bits() as u64 / 8)
-            .sum();
-        self.mem.allocation_size() as u64 + blooms
+        let runs: u64 = self.runs.iter().map(Run::memory).sum();
+        self.mem.allocation_size() as u64 + runs
     }
 
     /// Every entry once, in the map's order, with its newest value.
@@ -502,15 +545,17 @@ mod tests {
 
     #[derive(Debug, Clone)]
     enum Op {
-        Insert(u8, u64),
-        Get(u8),
+        Insert(u16, u64),
+        Set(u16, u64),
+        Get(u16),
     }
 
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         use proptest::prelude::*;
         prop_oneof![
-            3 => (0u8..80, any::<u64>()).prop_map(|(k, v)| Op::Insert(k, v)),
-            1 => (0u8..80).prop_map(Op::Get),
+            3 => (any::<u16>(), any::<u64>()).prop_map(|(k, v)| Op::Insert(k, v)),
+            1 => (any::<u16>(), any::<u64>()).prop_map(|(k, v)| Op::Set(k, v)),
+            2 => any::<u16>().prop_map(Op::Get),
         ]
     }
 
@@ -518,12 +563,14 @@ mod tests {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 
         /// A map of a tiny budget (14 entries in memory: many spills and
-        /// merges over several levels) behaves as a `HashMap`.
+        /// merges over several levels) behaves as a `HashMap`, over 80 keys
+        /// (runs of one block) or 3,000 (merged runs of several blocks).
         #[test]
         fn spill_map_behaves_as_a_hash_map(
             ops in proptest::collection::vec(op(), 0..3000),
             keep in 0u64..4,
             bytes in proptest::bool::ANY,
+            keys in proptest::prop_oneof![proptest::strategy::Just(80u16), proptest::strategy::Just(3000u16)],
         ) {
             let order = if bytes { byte_order } else { order_key };
             let mut m = SpillMap::with_budget(0, order);
@@ -531,15 +578,22 @@ mod tests {
             for op in ops {
                 match op {
                     Op::Insert(k, v) => {
+                        let k = k % keys;
                         proptest::prop_assert_eq!(m.insert(fp(k.into()), v).unwrap(), model.insert(k, v));
                     }
+                    Op::Set(k, v) => {
+                        let k = k % keys;
+                        m.set(fp(k.into()), v).unwrap();
+                        model.insert(k, v);
+                    }
                     Op::Get(k) => {
+                        let k = k % keys;
                         proptest::prop_assert_eq!(m.get(&fp(k.into())).unwrap(), model.get(&k).copied());
                     }
                 }
                 proptest::prop_assert!(m.runs.len() <= (MERGE_FANOUT - 1) * 8);
             }
-            let sorted_model = |model: &std::collections::HashMap<u8, u64>| {
+            let sorted_model = |model: &std::collections::HashMap<u16, u64>| {
                 let mut v: Vec<(Fingerprint, u64)> =
                     model.iter().map(|(&k, &v)| (fp(k.into()), v)).collect();
                 v.sort_unstable_by_key(|e| order(&e.0));
@@ -558,7 +612,7 @@ mod tests {
             m.retain_map(|_, v| f(v)).unwrap();
             model = model.into_iter().filter_map(|(k, v)| f(v).map(|v| (k, v))).collect();
             proptest::prop_assert_eq!(drain(&mut m), sorted_model(&model));
-            for k in 0..80u8 {
+            for k in 0..keys {
                 proptest::prop_assert_eq!(m.get(&fp(k.into())).unwrap(), model.get(&k).copied());
             }
         }

@@ -775,7 +775,7 @@ impl Ddfs {
                     (true, true) => self.stats.bloom_false_positives += 1,
                     (true, false) => self.stats.bloom_negatives += 1,
                 }
-                self.pending.insert(*fp, PENDING)?;
+                self.pending.set(*fp, PENDING)?;
                 Ok(Decision::Unique)
             }
         }
