@@ -135,15 +135,22 @@ check() {
     row "$name" "$raw" "$gib_all"
 }
 
+# rows COMMAND: COMMAND's table rows (backup, arrange or check) for
+# BASELINE, if set, and each budget.
+rows() {
+    local run=$1
+    [ -z "${BASELINE:-}" ] || "$run" "baseline" "$BASELINE"
+    for b in $BUDGETS; do
+        "$run" "--sort-memory $b" "$TESSERA" --sort-memory "$b"
+    done
+}
+
 if [[ " $COMMANDS " == *" backup "* ]]; then
     # The raw baseline: reading what the backup reads.
     raw=$(raw_read "$WORK/gen/v0002.trace" "$WORK"/version1/lifecycle/*/ndf/*)
     echo "version 2: $(printf '%.2f' "$gib") GiB logical, $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["chunks"])' "$WORK/backup2.json") chunks; raw read of the trace and version 1's NDF table: median $raw s (min max); medians of $RUNS runs (min–max); load average $(cut -d' ' -f1-3 /proc/loadavg)"
     printf '| backup of version 2 | peak RSS MiB | s | s per GiB of version | vs raw read |\n|---|---:|---:|---:|---:|\n'
-    [ -z "${BASELINE:-}" ] || backup "baseline" "$BASELINE"
-    for b in $BUDGETS; do
-        backup "--sort-memory $b" "$TESSERA" --sort-memory "$b"
-    done
+    rows backup
     echo "every run's lifecycle objects byte-identical; load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
     rm -rf "$WORK/gen" "$WORK/version1"
 fi
@@ -153,10 +160,7 @@ if [[ " $COMMANDS " == *" arrange "* ]]; then
     raw=$(raw_read "$WORK"/template/lifecycle/*/cat/* "$WORK"/template/lifecycle/*/ndf/*)
     echo "version 2: $(printf '%.2f' "$gib") GiB logical; $(du -sh "$WORK/template" | cut -f1) repository; raw read of the round's inputs: median $raw s (min max); medians of $RUNS runs (min–max)"
     printf '| arranging | peak RSS MiB | s | s per GiB of version | vs raw read |\n|---|---:|---:|---:|---:|\n'
-    [ -z "${BASELINE:-}" ] || arrange "baseline" "$BASELINE"
-    for b in $BUDGETS; do
-        arrange "--sort-memory $b" "$TESSERA" --sort-memory "$b"
-    done
+    rows arrange
     echo "every run's lifecycle objects byte-identical"
 elif [[ " $COMMANDS " == *" check "* ]]; then
     cp -a "$WORK/template" "$WORK/copy"
@@ -169,9 +173,6 @@ if [[ " $COMMANDS " == *" check "* ]]; then
     raw=$(raw_read "${all[@]}")
     echo "check of the arranged repository ($(du -sh "$WORK/copy" | cut -f1)): raw read of every object: median $raw s (min max); $(printf '%.2f' "$gib_all") GiB logical in both versions; medians of $RUNS runs (min–max)"
     printf '| check | peak RSS MiB | s | s per GiB of repository | vs raw read |\n|---|---:|---:|---:|---:|\n'
-    [ -z "${BASELINE:-}" ] || check "baseline" "$BASELINE"
-    for b in $BUDGETS; do
-        check "--sort-memory $b" "$TESSERA" --sort-memory "$b"
-    done
+    rows check
     echo "every check found the repository healthy"
 fi

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{damage_ndf_table, edit, files, Rng};
+use common::{damage_ndf_table, edit, files, first_difference, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use tessera::config::{Arrange, Config};
@@ -131,14 +131,7 @@ proptest! {
             }
             prop_assert_eq!(&stats.first(), &stats.last(), "arranging counts after {:?}", s);
             let [a, b] = [0, 1].map(|i| files(&roots[i].join("lifecycle")));
-            prop_assert_eq!(
-                a.keys().collect::<Vec<_>>(),
-                b.keys().collect::<Vec<_>>(),
-                "objects after {:?}", &s
-            );
-            for (k, v) in &a {
-                prop_assert!(b[k] == *v, "{} differs after {:?}", k.display(), s);
-            }
+            prop_assert_eq!(first_difference(&a, &b), None, "objects after {:?}", s);
         }
         let last: Vec<ArrangeStats> = repos
             .iter()

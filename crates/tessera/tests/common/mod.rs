@@ -208,6 +208,23 @@ pub fn files(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
         .collect()
 }
 
+/// The first path (in order) that one of two [`files`] maps holds and the
+/// other does not, or holds with other bytes; `None` when they are equal.
+pub fn first_difference(
+    a: &BTreeMap<PathBuf, Vec<u8>>,
+    b: &BTreeMap<PathBuf, Vec<u8>>,
+) -> Option<PathBuf> {
+    let (mut x, mut y) = (a.iter(), b.iter());
+    loop {
+        match (x.next(), y.next()) {
+            (None, None) => return None,
+            (Some((p, u)), Some((q, v))) if p == q && u == v => {}
+            (Some((p, _)), Some((q, _))) => return Some(p.min(q).clone()),
+            (Some((p, _)), None) | (None, Some((p, _))) => return Some(p.clone()),
+        }
+    }
+}
+
 /// Damages one NDF table of the lifecycle repository at `root`, the
 /// `pick`-th (modulo their number): flips a bit of its byte at `flip`
 /// (modulo its length), or deletes it when `flip` is `None`. Does nothing
