@@ -507,13 +507,13 @@ impl Lazy {
     ) -> Result<()> {
         if first == Decision::Unique {
             if let Some(c) = chunks.first() {
-                self.new.insert(c.fp, PENDING)?;
+                self.new.set(c.fp, PENDING)?;
                 // Its first log position (the earliest, should it come again).
                 let pos = self.appends.scanned + c.seq;
                 match self.fresh.insert(c.fp, pos)? {
                     None => self.fresh_len += 1,
                     Some(old) if old < pos => {
-                        self.fresh.insert(c.fp, old)?;
+                        self.fresh.set(c.fp, old)?;
                     }
                     Some(_) => {}
                 }
@@ -968,7 +968,7 @@ impl Lazy {
                     && self.late.get(&fp)?.is_some()
                     && self.fresh.get(&fp)?.is_none()
                 {
-                    self.fresh.insert(fp, i)?;
+                    self.fresh.set(fp, i)?;
                     self.fresh_len += 1;
                 }
                 referenced.insert(c);
@@ -1171,8 +1171,8 @@ fn scan_entry(
 ) -> Result<bool> {
     let first = new.get(&fp)?.is_none();
     if first {
-        new.insert(fp, id)?;
-        fresh.insert(fp, appends.written)?;
+        new.set(fp, id)?;
+        fresh.set(fp, appends.written)?;
     }
     appends.write((fp, id))?;
     Ok(first)
@@ -1313,7 +1313,7 @@ impl DedupIndex for Lazy {
                 Some(_) => {}
                 None => {
                     self.placed_new += 1;
-                    self.late.insert(fp, 0)?;
+                    self.late.set(fp, 0)?;
                     self.late_len += 1;
                 }
             }

@@ -73,7 +73,7 @@ impl Relocations {
         if new == old {
             m.kept.insert((old, fp));
         } else {
-            m.copies.insert(fp, new)?;
+            m.copies.set(fp, new)?;
         }
         m.homes.entry(old).or_default().insert(new);
         Ok(())
