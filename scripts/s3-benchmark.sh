@@ -2,7 +2,7 @@
 # Throughput of backups and restores to a loopback S3 server (versitygw),
 # as ratios to the same data on a local repository and to the server's raw
 # PUT/GET throughput of 4 MiB objects through the same client stack
-# (tessera-s3-raw: PUTs from as many threads as the backup's container
+# (the engine's example s3-raw: PUTs from as many threads as the backup's container
 # writers, GETs from as many as the restore's container readers: both
 # --connections), all measured in this run: median of RUNS (default 3) runs
 # each, with min–max spread. Beside each throughput, the client's processor
@@ -14,9 +14,10 @@
 # CONNECTIONS=N sets `--connections` of the backups and restores and the raw
 # baseline's threads (default: Tessera's default, twice the processors
 # from 4 to 16).
-# TESSERA_BIN=path uses that binary (and tessera-s3-raw beside it) instead of
-# building the release ones; with TESSERA_TEST_S3 set (scripts/s3-server.sh
-# start), that server is used instead of a new one.
+# TESSERA_BIN=path uses that binary instead of building the release one;
+# RAW=path the raw baseline (else the engine's example s3-raw is built);
+# with TESSERA_TEST_S3 set (scripts/s3-server.sh start), that server is used
+# instead of a new one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZE_MIB=${1:-512}
@@ -31,7 +32,12 @@ else
     cargo build --release -q -p tessera-cli
     T=$PWD/target/release/tessera
 fi
-RAW=$(dirname "$T")/tessera-s3-raw
+# The raw baseline is an example of the engine crate (not installed with
+# the CLI): built here unless RAW names one.
+if [[ -z ${RAW:-} ]]; then
+    cargo build --release -q -p tessera --example s3-raw
+    RAW=$PWD/target/release/examples/s3-raw
+fi
 WORK=$(mktemp -d)
 if [[ -n ${TESSERA_TEST_S3:-} ]]; then
     # A server is running already (its environment is set): use it.
@@ -83,7 +89,7 @@ PREFIX=bench-$(date +%s)-$$
 declare -A R C S
 for run in $(seq "$RUNS"); do
     # Raw PUT / GET of as many bytes as 4 MiB objects (the containers'
-    # size) through the same client stack (tessera-s3-raw: the S3 backend
+    # size) through the same client stack (the engine's example s3-raw: the S3 backend
     # on OpenDAL), from --connections threads each (0: the default), as
     # the backup's container writers and the restore's container readers.
     s0=$(server_cpu)

@@ -3,7 +3,7 @@
 //! with its retries), as the baseline of scripts/s3-benchmark.sh:
 //!
 //! ```text
-//! tessera-s3-raw LOCATION TOTAL_MIB OBJECT_MIB PUT_THREADS GET_THREADS
+//! cargo run --release -p tessera --example s3-raw -- LOCATION TOTAL_MIB OBJECT_MIB PUT_THREADS GET_THREADS
 //! ```
 //!
 //! writes TOTAL_MIB of incompressible data as OBJECT_MIB objects below
@@ -20,7 +20,7 @@ use tessera::backend::Location;
 
 fn main() {
     if let Err(e) = run() {
-        eprintln!("tessera-s3-raw: error: {e}");
+        eprintln!("s3-raw: error: {e}");
         std::process::exit(1);
     }
 }
@@ -34,7 +34,7 @@ fn arg(args: &[String], i: usize, what: &str) -> Result<usize, String> {
 
 fn run() -> Result<(), String> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: tessera-s3-raw LOCATION TOTAL_MIB OBJECT_MIB PUT_THREADS GET_THREADS";
+    let usage = "usage: cargo run --release -p tessera --example s3-raw -- LOCATION TOTAL_MIB OBJECT_MIB PUT_THREADS GET_THREADS";
     let location: Location = args
         .get(1)
         .ok_or(usage)?
