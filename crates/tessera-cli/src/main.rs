@@ -10,34 +10,34 @@ use std::process::ExitCode;
 use std::time::Duration;
 use tessera::backend::{Backend, Location, LockMode, S3Options};
 use tessera::backup::{run as run_backup, BackupOptions, Source};
-use tessera::check::{check_with_progress, CheckOptions, ProblemKind};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::config::Config;
-use tessera::config::IndexKind;
-use tessera::config::{Arrange, Compression, Encryption, Layout};
+use tessera::commands::check::{check_with_progress, CheckOptions, ProblemKind};
+use tessera::commands::forget::{forget, parse_group_by, ForgetOptions, ForgetReport};
+use tessera::commands::repair::{repair_with_progress, RepairOptions};
+use tessera::commands::retention::{Count, Period, Policy};
+use tessera::commands::tags::TagChange;
 use tessera::delta::features::FeatureKind;
 use tessera::delta::stage::{BasePrefetch, BaseScope};
 use tessera::delta::{DeltaKind, DeltaParams};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
-use tessera::forget::{forget, parse_group_by, ForgetOptions, ForgetReport};
+use tessera::format::snapshot::BackupId;
 use tessera::gc::{gc_with_progress, Defrag, GcOptions};
-use tessera::repair::{repair_with_progress, RepairOptions};
+use tessera::repo::config::Config;
+use tessera::repo::config::IndexKind;
+use tessera::repo::config::{Arrange, Compression, Encryption, Layout};
+use tessera::restore::plan::CachePolicy;
 use tessera::restore::{
     restore, restore_to_path, ExistingFile, RestoreOptions, DEFAULT_CACHE_CONTAINERS,
 };
-use tessera::restore_plan::CachePolicy;
-use tessera::retention::{Count, Period, Policy};
 use tessera::rewrite::{RewriteKind, RewriteParams};
-use tessera::snapshot::BackupId;
-use tessera::tags::TagChange;
 use tessera::tree::catalog::{Entry, Kind};
 use tessera::tree::select::Selection;
 use tessera::tree::{
     backup_tree, list_tree, restore_tree, Overwrite, TarScope, TreeBackupOptions,
     TreeRestoreOptions,
 };
-use tessera::units::{parse_size, parse_size_u32};
+use tessera::util::units::{parse_size, parse_size_u32};
 use tessera::Repository;
 use tessera_lab::analyze::{analyze_paths, Input, VersionRow};
 use tessera_lab::experiment::{self, ExperimentConfig};
@@ -534,7 +534,7 @@ enum Command {
         /// emptiest containers until at most that much is unused), or
         /// `unlimited` (delete only wholly unused containers).
         #[arg(long, value_name = "PCT|SIZE", default_value = "5%")]
-        max_unused: tessera::prune::MaxUnused,
+        max_unused: tessera::commands::prune::MaxUnused,
         /// Copy at most this many live bytes forward.
         #[arg(long, value_name = "SIZE", value_parser = parse_size)]
         max_repack: Option<u64>,
@@ -799,10 +799,10 @@ struct InitArgs {
     #[arg(long)]
     consult_cold: bool,
     /// HID/EHID: containers the last backup used below this percentage are sparse.
-    #[arg(long, default_value_t = tessera::config::DEFAULT_EHID_SPARSE_PCT)]
+    #[arg(long, default_value_t = tessera::repo::config::DEFAULT_EHID_SPARSE_PCT)]
     sparse_threshold: u32,
     /// DDFS: target false-positive rate of the Bloom filter.
-    #[arg(long, default_value_t = tessera::config::DEFAULT_BLOOM_FPR)]
+    #[arg(long, default_value_t = tessera::repo::config::DEFAULT_BLOOM_FPR)]
     bloom_fpr: f64,
     /// DDFS, eager, lazy: memory budget of the index's cache (lazy: cache
     /// and buffer together).
@@ -815,13 +815,13 @@ struct InitArgs {
     bloom_size: Option<u64>,
     /// Lazy: buffer fingerprint threshold (fingerprints a buffer bucket
     /// collects before they are searched on disk together).
-    #[arg(long, default_value_t = tessera::config::DEFAULT_LAZY_BFT)]
+    #[arg(long, default_value_t = tessera::repo::config::DEFAULT_LAZY_BFT)]
     bft: u32,
     /// Eager, lazy: metadata-log entries prefetched into the cache per on-disk hit.
-    #[arg(long, default_value_t = tessera::config::DEFAULT_LAZY_PREFETCH)]
+    #[arg(long, default_value_t = tessera::repo::config::DEFAULT_LAZY_PREFETCH)]
     prefetch: u32,
     /// Lazy: percent of --index-memory given to the buffer (the rest is the cache).
-    #[arg(long, default_value_t = tessera::config::DEFAULT_LAZY_BUFFER_PCT)]
+    #[arg(long, default_value_t = tessera::repo::config::DEFAULT_LAZY_BUFFER_PCT)]
     buffer_share: u32,
     /// Data layout: container (a log of containers) or lifecycle (MFDedup
     /// categories and volumes, deletion without GC).
@@ -1180,11 +1180,12 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             json,
         } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
-            let options = tessera::lifecycle::ArrangeOptions {
+            let options = tessera::layout::lifecycle::ArrangeOptions {
                 rounds: None,
                 sort_budget: sort_memory,
             };
-            let s = tessera::lifecycle::arrange_with_options(&r, &options, &Phases::default())?;
+            let s =
+                tessera::layout::lifecycle::arrange_with_options(&r, &options, &Phases::default())?;
             if json {
                 println!("{}", serde_json::to_string(&s)?);
             } else if !quiet() {
@@ -1209,9 +1210,9 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             let freed = if ids.is_empty() {
                 0
             } else {
-                tessera::lifecycle::space(&r, &ids)?
+                tessera::layout::lifecycle::space(&r, &ids)?
             };
-            let trend = tessera::lifecycle::trend(&r, &source)?;
+            let trend = tessera::layout::lifecycle::trend(&r, &source)?;
             if json {
                 println!(
                     "{}",
@@ -1291,7 +1292,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
         } => {
             let r = open(&repo, LockMode::Read, access)?;
             let cache = parse_size(&cache).map_err(|e| anyhow::anyhow!("--cache: {e}"))?;
-            let fs = tessera::mount::MountedRepo::new(r, cache)?;
+            let fs = tessera::commands::mount::MountedRepo::new(r, cache)?;
             mount::serve(fs, &mountpoint, || {
                 eprintln!(
                     "mounted {} at {}; `umount {}` or Ctrl-C unmounts",
@@ -1312,7 +1313,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
         Command::Delete { repo, id, json } => {
             let r = open(&repo, LockMode::Exclusive, access)?;
             let id = backup_id(&r, &id)?;
-            tessera::delete::delete_backup(&r, id)
+            tessera::commands::delete::delete_backup(&r, id)
                 .with_context(|| format!("deleting backup {id}"))?;
             if json {
                 println!("{}", serde_json::json!({ "deleted": id }));
@@ -1410,13 +1411,14 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 LockMode::Exclusive
             };
             let r = open(&repo, mode, access)?;
-            let options = tessera::prune::PruneOptions {
+            let options = tessera::commands::prune::PruneOptions {
                 max_unused,
                 max_repack,
                 defrag,
                 dry_run,
             };
-            let report = tessera::prune::prune_with_progress(&r, &options, &Phases::default())?;
+            let report =
+                tessera::commands::prune::prune_with_progress(&r, &options, &Phases::default())?;
             if json {
                 println!("{}", serde_json::to_string_pretty(&report)?);
             } else if !quiet() {
@@ -1631,7 +1633,7 @@ fn print_gc(s: &tessera::gc::GcStats, json: bool) -> Result<()> {
 }
 
 /// Prints what `prune` planned and did.
-fn print_prune(report: &tessera::prune::PruneReport) -> Result<()> {
+fn print_prune(report: &tessera::commands::prune::PruneReport) -> Result<()> {
     if let Some(p) = &report.plan {
         println!(
             "{} containers: {} unused, {} wholly unused (deleted), {} repacked ({} copied); {} unused afterwards (GC threshold {:.1}%)",
@@ -1948,7 +1950,7 @@ fn backup_cmd(
         compression,
         sort_memory,
     } = naming;
-    let tags = tessera::tags::normalize(&tags)?;
+    let tags = tessera::commands::tags::normalize(&tags)?;
     let host = host.unwrap_or_else(tessera::tree::host_name);
     let tree = trace.is_none() && tree_wanted;
     let t = tree_options;
@@ -2255,7 +2257,7 @@ fn stats(repo: &Location, id: Option<&str>, json: bool, access: &Access) -> Resu
         }
         return Ok(());
     }
-    let t = tessera::totals::totals(&r)?;
+    let t = tessera::commands::stats::totals(&r)?;
     if json {
         let mut v = serde_json::to_value(&t)?;
         v["config"] = serde_json::to_value(r.config())?;
@@ -2701,7 +2703,7 @@ fn copy_cmd(
     let mut unclaimed = into.snapshots()?;
     let mut records = Vec::new();
     for id in ids {
-        let c = tessera::copy::copy_backup(&from, &into, id, &mut unclaimed)
+        let c = tessera::commands::copy::copy_backup(&from, &into, id, &mut unclaimed)
             .with_context(|| format!("copying backup {id}"))?;
         if !json {
             match c.skipped {

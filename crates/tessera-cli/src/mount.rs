@@ -1,4 +1,4 @@
-//! `tessera mount`: the FUSE adapter of [`tessera::mount::MountedRepo`]
+//! `tessera mount`: the FUSE adapter of [`tessera::commands::mount::MountedRepo`]
 //! (names, attributes and verified bytes come from the library; this only
 //! speaks the FUSE protocol through `fuser`), and the mount's lifetime:
 //! mounted in the foreground until `umount`, SIGINT, SIGTERM or SIGHUP,
@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use tessera::mount::{Attr, MountedRepo, NodeKind};
+use tessera::commands::mount::{Attr, MountedRepo, NodeKind};
 
 /// How long the kernel may cache names and attributes (backups never change).
 const TTL: Duration = Duration::from_secs(60);

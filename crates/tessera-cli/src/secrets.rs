@@ -305,8 +305,8 @@ pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
     match command {
         KeyCommand::List { repo, json } => {
             let r = open_repo(&repo, LockMode::Read, access)?;
-            let keys = tessera::key::list_keys(&r)?;
-            let current = tessera::key::current_key(&r);
+            let keys = tessera::commands::key::list_keys(&r)?;
+            let current = tessera::commands::key::current_key(&r);
             if json {
                 println!(
                     "{}",
@@ -337,7 +337,7 @@ pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
         }
         KeyCommand::Add { repo, new, json } => {
             let r = open_repo(&repo, LockMode::Backup, access)?;
-            let id = tessera::key::add_key(&r, &new.key()?)?;
+            let id = tessera::commands::key::add_key(&r, &new.key()?)?;
             match json {
                 true => println!("{}", serde_json::json!({ "added": id })),
                 false => println!("added key {id}"),
@@ -345,7 +345,7 @@ pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
         }
         KeyCommand::Remove { repo, id, json } => {
             let r = open_repo(&repo, LockMode::Backup, access)?;
-            tessera::key::remove_key(&r, &id)?;
+            tessera::commands::key::remove_key(&r, &id)?;
             match json {
                 true => println!("{}", serde_json::json!({ "removed": id })),
                 false => println!("removed key {id}"),
@@ -353,8 +353,8 @@ pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
         }
         KeyCommand::Passwd { repo, new, json } => {
             let r = open_repo(&repo, LockMode::Backup, access)?;
-            let replaced = tessera::key::current_key(&r).map(str::to_owned);
-            let id = tessera::key::change_password(&r, &new.key()?)?;
+            let replaced = tessera::commands::key::current_key(&r).map(str::to_owned);
+            let id = tessera::commands::key::change_password(&r, &new.key()?)?;
             match json {
                 true => println!("{}", serde_json::json!({ "key": id, "replaced": replaced })),
                 false => println!(

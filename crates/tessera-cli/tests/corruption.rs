@@ -9,7 +9,7 @@ use common::*;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use tessera::container::{HEADER_LEN, META_ENTRY_LEN};
+use tessera::layout::container::{HEADER_LEN, META_ENTRY_LEN};
 
 /// A repository with three backups: 1 = A, 2 = B (unrelated to A), 3 = A
 /// edited (shares most chunks with A). Returns the containers each backup

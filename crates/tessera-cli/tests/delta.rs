@@ -170,15 +170,15 @@ fn a_lost_base_is_reported_and_fails_the_restore_cleanly() {
     let backend = tessera::backend::Local::new(&repo);
     let mut base = None;
     for name in containers(&repo) {
-        let id = tessera::container::parse_key_name(&name).unwrap();
-        let (_, metas) = tessera::container::read_meta(&backend, id).unwrap();
+        let id = tessera::layout::container::parse_key_name(&name).unwrap();
+        let (_, metas) = tessera::layout::container::read_meta(&backend, id).unwrap();
         if let Some(b) = metas.iter().find_map(|m| m.base) {
             base = Some(b.container);
             break;
         }
     }
     let base = base.expect("greedy stored no delta");
-    std::fs::remove_file(repo.join(tessera::container::key(base))).unwrap();
+    std::fs::remove_file(repo.join(tessera::layout::container::key(base))).unwrap();
     let out = run(["check", r]);
     assert!(!out.status.success());
     let text =

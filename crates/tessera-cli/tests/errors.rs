@@ -216,7 +216,7 @@ fn craft_config(repo: &Path, envelope_version: u32, json_version: u32) {
     assert_eq!(config["version"], 1);
     config["version"] = json_version.into();
     let json = serde_json::to_vec(&config).unwrap();
-    let crafted = tessera::envelope::seal(b"CONF", envelope_version, &json);
+    let crafted = tessera::format::envelope::seal(b"CONF", envelope_version, &json);
     std::fs::write(repo.join("config"), crafted).unwrap();
 }
 

@@ -33,9 +33,9 @@
 
 use std::error::Error;
 use std::time::Instant;
-use tessera::check::{check, CheckOptions};
-use tessera::config::{Config, IndexKind};
+use tessera::commands::check::{check, CheckOptions};
 use tessera::gc::{gc, GcOptions};
+use tessera::repo::config::{Config, IndexKind};
 use tessera_lab::gen::GenOptions;
 use tessera_lab::scale::{gib, peak_rss, replay, reset_peak_rss, VersionRun};
 
@@ -50,7 +50,7 @@ fn parse_total(text: &str) -> Result<u64, String> {
                 .ok_or_else(|| format!("size {text:?} is too large"));
         }
     }
-    tessera::units::parse_size(&t)
+    tessera::util::units::parse_size(&t)
 }
 
 fn mib(bytes: u64) -> f64 {
@@ -131,7 +131,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     // GC after deleting the oldest half of the backups.
     let backups = repo.backups()?;
     for id in &backups[..backups.len() / 2] {
-        tessera::delete::delete_backup(&repo, *id)?;
+        tessera::commands::delete::delete_backup(&repo, *id)?;
     }
     let maintenance = if collect {
         reset_peak_rss();

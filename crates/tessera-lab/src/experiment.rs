@@ -13,15 +13,15 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tessera::backup::{run as run_backup, BackupOptions, Source};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::config::Layout;
-use tessera::config::{Compression, Config};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, GcOptions};
+use tessera::repo::config::Layout;
+use tessera::repo::config::{Compression, Config};
+use tessera::restore::plan::CachePolicy;
 use tessera::restore::{restore, RestoreOptions, RestoreStats};
-use tessera::restore_plan::CachePolicy;
 use tessera::tree::{backup_tree, TreeBackupOptions};
-use tessera::units::parse_size;
+use tessera::util::units::parse_size;
 use tessera::Repository;
 
 /// Errors of an experiment.
@@ -443,7 +443,7 @@ impl SystemSpec {
     /// The repository configuration this system describes.
     pub fn repo_config(&self) -> Result<Config, String> {
         let size = |what: &str, s: &str| -> Result<u32, String> {
-            tessera::units::parse_size_u32(s).map_err(|e| format!("{what}: {e}"))
+            tessera::util::units::parse_size_u32(s).map_err(|e| format!("{what}: {e}"))
         };
         let mut c = Config::new(format!("lab-{}", self.name));
         c.chunker = ChunkerParams {
@@ -740,7 +740,7 @@ pub struct VersionRecord {
     pub modelled_backup_seconds: f64,
     /// Seconds per backup pipeline stage.
     #[serde(default)]
-    pub backup_stage_seconds: tessera::snapshot::StageSeconds,
+    pub backup_stage_seconds: tessera::format::snapshot::StageSeconds,
     /// Index memory after the backup.
     pub index_memory_bytes: u64,
     /// Index entries after the backup.
@@ -756,7 +756,7 @@ pub struct VersionRecord {
     /// The backup's compression counters (bytes it stored before and after
     /// compression; `stored_bytes` is before).
     #[serde(default)]
-    pub compression: tessera::compression::CompressionStats,
+    pub compression: tessera::format::compression::CompressionStats,
     /// Logical bytes of all retained backups.
     pub retained_logical_bytes: u64,
     /// Physical bytes of the repository (containers).
@@ -776,7 +776,7 @@ pub struct VersionRecord {
     /// GC made after this version, if any.
     pub gc: Option<GcRecord>,
     /// Arranging after this version (lifecycle layout).
-    pub arrange: Option<tessera::lifecycle::ArrangeStats>,
+    pub arrange: Option<tessera::layout::lifecycle::ArrangeStats>,
 }
 
 /// Restores of every retained backup after the last version, per system.
@@ -1151,7 +1151,7 @@ impl<'a> SystemRun<'a> {
         if lifecycle {
             // Arrange after retention has deleted what it deletes, so that a
             // round never arranges categories of a version about to go.
-            repo_config.arrange = tessera::config::Arrange::Manual;
+            repo_config.arrange = tessera::repo::config::Arrange::Manual;
         }
         let policy: CachePolicy = system.cache.parse().map_err(config_error)?;
         let repo =
@@ -1253,7 +1253,7 @@ impl<'a> SystemRun<'a> {
         }
 
         let arrange = if self.lifecycle {
-            Some(tessera::lifecycle::arrange(repo).map_err(&engine)?)
+            Some(tessera::layout::lifecycle::arrange(repo).map_err(&engine)?)
         } else {
             outcome.arrange
         };
@@ -1276,7 +1276,7 @@ impl<'a> SystemRun<'a> {
             }
         }
 
-        let totals = tessera::totals::totals(repo).map_err(&engine)?;
+        let totals = tessera::commands::stats::totals(repo).map_err(&engine)?;
         let record = VersionRecord {
             system: system.name.clone(),
             repeat: self.repeat,

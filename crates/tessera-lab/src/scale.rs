@@ -12,9 +12,9 @@ use std::error::Error;
 use std::path::Path;
 use std::time::Instant;
 use tessera::backup::{run, BackupOptions, Outcome, Source};
-use tessera::config::Config;
 use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
 use tessera::index::IndexStats;
+use tessera::repo::config::Config;
 use tessera::Repository;
 
 /// What one version's backup measured.

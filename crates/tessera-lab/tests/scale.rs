@@ -5,8 +5,8 @@
 //! configured budget, and no growth of on-disk lookups per GiB from version
 //! to version.
 
-use tessera::config::{Config, IndexKind};
 use tessera::index::IndexStats;
+use tessera::repo::config::{Config, IndexKind};
 use tessera_lab::gen::GenOptions;
 use tessera_lab::scale::{replay, VersionRun};
 

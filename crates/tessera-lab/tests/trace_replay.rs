@@ -13,14 +13,14 @@ use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
 use tessera::backend::Backend;
 use tessera::backup::{run, BackupOptions, Source};
-use tessera::config::{Config, IndexKind};
-use tessera::container;
 use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
+use tessera::format::snapshot::{BackupStats, Snapshot};
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions, GcStats};
+use tessera::layout::container;
+use tessera::repo::config::{Config, IndexKind};
+use tessera::restore::plan::CachePolicy;
 use tessera::restore::{restore, RestoreOptions, RestoreStats};
-use tessera::restore_plan::CachePolicy;
 use tessera::rewrite::RewriteKind;
-use tessera::snapshot::{BackupStats, Snapshot};
 use tessera::Repository;
 use tessera_lab::gen::{generate, GenOptions};
 use tessera_lab::trace::{write_data_trace, TraceFile};
@@ -379,8 +379,8 @@ fn check_case(case: &Case, paths: &[PathBuf]) -> usize {
             nominal_physical_bytes(&trace_repo),
             "{at}: nominal container bytes"
         );
-        let td = tessera::totals::totals(&data_repo).unwrap();
-        let tt = tessera::totals::totals(&trace_repo).unwrap();
+        let td = tessera::commands::stats::totals(&data_repo).unwrap();
+        let tt = tessera::commands::stats::totals(&trace_repo).unwrap();
         assert_eq!(
             (td.backups, td.logical_bytes, td.containers),
             (tt.backups, tt.logical_bytes, tt.containers),
@@ -483,8 +483,8 @@ fn trace_repository_totals_equal_data_totals() {
         let trace = trace_of(version, &case.config, dir.path());
         replay(&trace_repo, &trace, &label);
         assert_eq!(
-            tessera::totals::totals(&data_repo).unwrap(),
-            tessera::totals::totals(&trace_repo).unwrap(),
+            tessera::commands::stats::totals(&data_repo).unwrap(),
+            tessera::commands::stats::totals(&trace_repo).unwrap(),
             "v{}: repository totals (physical bytes, dedup ratio)",
             i + 1
         );

@@ -37,9 +37,9 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tessera::backup::{run as run_backup, BackupOptions, Outcome, Source};
-use tessera::check::CheckOptions;
-use tessera::config::{Config, Layout};
-use tessera::lifecycle::{self, LifecycleRestoreOptions, LifecycleRestoreStats};
+use tessera::commands::check::CheckOptions;
+use tessera::layout::lifecycle::{self, LifecycleRestoreOptions, LifecycleRestoreStats};
+use tessera::repo::config::{Config, Layout};
 use tessera::Repository;
 use util::median;
 
@@ -397,7 +397,7 @@ fn generated(gen: &Path, base: &Path) {
             assert!(std::fs::read(&out).expect("restored") == orig, "{file}");
         }
     }
-    let report = tessera::check::check(
+    let report = tessera::commands::check::check(
         &lrepo,
         CheckOptions {
             read_data: true,

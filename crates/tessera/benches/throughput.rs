@@ -37,10 +37,10 @@ use std::time::{Duration, Instant};
 use tessera::backend::{AlignedBuf, Backend, Local};
 use tessera::backup::{backup, BackupOptions};
 use tessera::chunker::{cut_all, Chunker};
-use tessera::config::{Config, IndexKind};
 use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
+use tessera::format::snapshot::Snapshot;
+use tessera::repo::config::{Config, IndexKind};
 use tessera::restore::{restore, RestoreOptions};
-use tessera::snapshot::Snapshot;
 use tessera::Repository;
 use util::{cpu_seconds, median, random_bytes};
 
@@ -193,7 +193,7 @@ fn drop_caches() -> bool {
 
 /// Reads every container file of the repository at `root` sequentially.
 fn read_containers(root: &Path) -> (Duration, u64) {
-    let dir = root.join(tessera::container::CONTAINER_DIR);
+    let dir = root.join(tessera::layout::container::CONTAINER_DIR);
     let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
         .expect("listing containers")
         .map(|e| e.expect("listing containers").path())

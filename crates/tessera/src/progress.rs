@@ -182,12 +182,12 @@ mod tests {
     /// Backups of three versions of some data into a repository of `layout`.
     fn repo_with_backups(
         dir: &std::path::Path,
-        layout: crate::config::Layout,
+        layout: crate::repo::config::Layout,
     ) -> crate::Repository {
         use crate::backup::{backup, BackupOptions};
-        let mut config = crate::config::Config::new("t".into());
+        let mut config = crate::repo::config::Config::new("t".into());
         config.layout = layout;
-        config.arrange = crate::config::Arrange::Manual;
+        config.arrange = crate::repo::config::Arrange::Manual;
         let repo = crate::Repository::init(&dir.join("r"), config).unwrap();
         for v in 0..3u32 {
             let data: Vec<u8> = (0..200_000u32)
@@ -205,11 +205,11 @@ mod tests {
     #[test]
     fn maintenance_operations_report_monotone_phases_ending_at_their_totals() {
         use crate::backend::LockMode;
-        use crate::config::Layout;
+        use crate::repo::config::Layout;
         let dir = tempfile::tempdir().unwrap();
         let repo = repo_with_backups(dir.path(), Layout::Container);
         let first = repo.backups().unwrap()[0];
-        crate::delete::delete_backup(&repo, first).unwrap();
+        crate::commands::delete::delete_backup(&repo, first).unwrap();
         drop(repo);
         let repo = crate::Repository::open(&dir.path().join("r"), LockMode::Exclusive).unwrap();
         let names = |rec: &Recorder| -> Vec<String> {
@@ -220,11 +220,11 @@ mod tests {
         };
 
         let rec = Recorder::default();
-        let options = crate::check::CheckOptions {
+        let options = crate::commands::check::CheckOptions {
             read_data: true,
             ..Default::default()
         };
-        let report = crate::check::check_with_progress(&repo, options, &rec).unwrap();
+        let report = crate::commands::check::check_with_progress(&repo, options, &rec).unwrap();
         assert!(report.is_ok());
         let phases = rec.assert_well_formed();
         assert_eq!(phases[0].unit, Unit::Containers);
@@ -232,13 +232,13 @@ mod tests {
         assert_eq!(names(&rec), ["containers", "backups"]);
 
         let rec = Recorder::default();
-        let options = crate::prune::PruneOptions {
-            max_unused: crate::prune::MaxUnused::Percent(0.0),
+        let options = crate::commands::prune::PruneOptions {
+            max_unused: crate::commands::prune::MaxUnused::Percent(0.0),
             max_repack: None,
             defrag: crate::gc::Defrag::None,
             dry_run: false,
         };
-        let report = crate::prune::prune_with_progress(&repo, &options, &rec).unwrap();
+        let report = crate::commands::prune::prune_with_progress(&repo, &options, &rec).unwrap();
         assert!(report.gc.is_some_and(|g| g.containers_reclaimed > 0));
         assert_eq!(
             names(&rec),
@@ -246,8 +246,8 @@ mod tests {
         );
 
         let rec = Recorder::default();
-        let options = crate::repair::RepairOptions::default();
-        crate::repair::repair_with_progress(&repo, options, &rec).unwrap();
+        let options = crate::commands::repair::RepairOptions::default();
+        crate::commands::repair::repair_with_progress(&repo, options, &rec).unwrap();
         assert_eq!(names(&rec), ["snapshots", "scan", "recipes"]);
 
         let dir = tempfile::tempdir().unwrap();
@@ -255,7 +255,7 @@ mod tests {
         drop(repo);
         let repo = crate::Repository::open(&dir.path().join("r"), LockMode::Exclusive).unwrap();
         let rec = Recorder::default();
-        let stats = crate::lifecycle::arrange_with_progress(&repo, &rec).unwrap();
+        let stats = crate::layout::lifecycle::arrange_with_progress(&repo, &rec).unwrap();
         let phases = rec.assert_well_formed();
         assert_eq!(phases.len(), 1);
         assert_eq!(
@@ -264,13 +264,15 @@ mod tests {
         );
         assert!(stats.rounds > 0);
         let rec = Recorder::default();
-        let options = crate::check::CheckOptions {
+        let options = crate::commands::check::CheckOptions {
             read_data: true,
             ..Default::default()
         };
-        assert!(crate::check::check_with_progress(&repo, options, &rec)
-            .unwrap()
-            .is_ok());
+        assert!(
+            crate::commands::check::check_with_progress(&repo, options, &rec)
+                .unwrap()
+                .is_ok()
+        );
         let phases = rec.assert_well_formed();
         assert!(phases[0].name.starts_with("lineage ") && phases[0].end > Some(0));
     }

@@ -11,14 +11,14 @@ mod common;
 use common::{damage_ndf_table, edit, files, first_difference, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use tessera::config::{Arrange, Config};
-use tessera::lifecycle::{self, ArrangeOptions, ArrangeStats, LifecycleRestoreOptions};
+use tessera::layout::lifecycle::{self, ArrangeOptions, ArrangeStats, LifecycleRestoreOptions};
+use tessera::repo::config::{Arrange, Config};
 use tessera::Repository;
 
 fn config(arrange: Arrange, compression: bool) -> Config {
     let mut c = common::small_lifecycle_config("arrange-spill", arrange);
     if compression {
-        c.compression = tessera::config::Compression::Auto;
+        c.compression = tessera::repo::config::Compression::Auto;
     }
     c
 }

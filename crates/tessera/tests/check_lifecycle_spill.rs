@@ -12,9 +12,9 @@ mod common;
 use common::{copy_dir, edit, paths, Rng};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
-use tessera::config::Arrange;
-use tessera::lifecycle::{self, ArrangeOptions};
-use tessera::snapshot::{recipe_key, Recipe};
+use tessera::format::snapshot::{recipe_key, Recipe};
+use tessera::layout::lifecycle::{self, ArrangeOptions};
+use tessera::repo::config::Arrange;
 use tessera::Repository;
 
 #[derive(Clone, Debug)]

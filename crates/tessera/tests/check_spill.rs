@@ -10,9 +10,9 @@ use common::{copy_dir, edit, Rng};
 use proptest::prelude::*;
 use tessera::backup::{backup, BackupOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::config::Config;
 use tessera::delta::DeltaKind;
 use tessera::gc::DEFAULT_SORT_BUDGET;
+use tessera::repo::config::Config;
 use tessera::Repository;
 
 #[derive(Clone, Debug)]
@@ -67,7 +67,7 @@ proptest! {
         let backups = repo.backups().unwrap();
         drop(repo);
         for d in damages {
-            let container = |i: usize| path.join(tessera::container::key(containers[i % containers.len()]));
+            let container = |i: usize| path.join(tessera::layout::container::key(containers[i % containers.len()]));
             match d {
                 Damage::DeleteContainer(i) => {
                     let _ = std::fs::remove_file(container(i));
@@ -89,7 +89,7 @@ proptest! {
                 }
                 Damage::DeleteRecipe(i) => {
                     let id = backups[i % backups.len()];
-                    let _ = std::fs::remove_file(path.join(tessera::snapshot::recipe_key(id)));
+                    let _ = std::fs::remove_file(path.join(tessera::format::snapshot::recipe_key(id)));
                 }
             }
         }

@@ -3,11 +3,11 @@
 //! chunks again (FTU); restores stay byte-identical and `check` passes.
 
 use tessera::backup::{backup, BackupOptions};
-use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::config::{Config, IndexKind};
+use tessera::commands::check::{check, CheckOptions};
+use tessera::format::snapshot::Snapshot;
+use tessera::repo::config::{Config, IndexKind};
 use tessera::restore::{restore, RestoreOptions};
-use tessera::snapshot::Snapshot;
 use tessera::Repository;
 
 const CHUNK: usize = 4096;

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tessera::backend::{Backend, LockMode};
 use tessera::backup::{backup, BackupOptions};
-use tessera::check::{check, CheckOptions};
-use tessera::config::{Config, Encryption, IndexKind, Layout};
+use tessera::commands::check::{check, CheckOptions};
 use tessera::crypto::{Credentials, KdfParams, NewKey};
 use tessera::fingerprint::FingerprintAlgo;
+use tessera::repo::config::{Config, Encryption, IndexKind, Layout};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::rewrite::RewriteKind;
 use tessera::{Error, Repository};
@@ -273,31 +273,39 @@ fn passwords_and_key_files() {
 
     // Add a second key; both open; list shows both, the current one marked.
     let repo = open(&path, LockMode::Backup, PASSWORD).unwrap();
-    let first = tessera::key::current_key(&repo).unwrap().to_string();
-    let second = tessera::key::add_key(&repo, &new_key("second")).unwrap();
-    assert_eq!(tessera::key::list_keys(&repo).unwrap().len(), 2);
+    let first = tessera::commands::key::current_key(&repo)
+        .unwrap()
+        .to_string();
+    let second = tessera::commands::key::add_key(&repo, &new_key("second")).unwrap();
+    assert_eq!(tessera::commands::key::list_keys(&repo).unwrap().len(), 2);
     drop(repo);
     let repo = open(&path, LockMode::Backup, "second").unwrap();
-    assert_eq!(tessera::key::current_key(&repo), Some(second.as_str()));
+    assert_eq!(
+        tessera::commands::key::current_key(&repo),
+        Some(second.as_str())
+    );
 
     // Change the second key's password: the old one no longer opens.
-    let third = tessera::key::change_password(&repo, &new_key("third")).unwrap();
+    let third = tessera::commands::key::change_password(&repo, &new_key("third")).unwrap();
     drop(repo);
     assert!(matches!(
         open(&path, LockMode::Read, "second"),
         Err(Error::WrongPassword(_))
     ));
     let repo = open(&path, LockMode::Backup, "third").unwrap();
-    assert_eq!(tessera::key::current_key(&repo), Some(third.as_str()));
+    assert_eq!(
+        tessera::commands::key::current_key(&repo),
+        Some(third.as_str())
+    );
 
     // Remove the first key; the last one cannot be removed.
-    tessera::key::remove_key(&repo, &first).unwrap();
+    tessera::commands::key::remove_key(&repo, &first).unwrap();
     assert!(matches!(
-        tessera::key::remove_key(&repo, &third),
+        tessera::commands::key::remove_key(&repo, &third),
         Err(Error::LastKey(_))
     ));
     assert!(matches!(
-        tessera::key::remove_key(&repo, "0000000000000000"),
+        tessera::commands::key::remove_key(&repo, "0000000000000000"),
         Err(Error::NotFound(_))
     ));
     drop(repo);

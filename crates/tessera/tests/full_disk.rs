@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tessera::backend::LockMode;
 use tessera::backup::{backup, BackupOptions};
-use tessera::check::{check, CheckOptions};
-use tessera::config::Config;
+use tessera::commands::check::{check, CheckOptions};
+use tessera::repo::config::Config;
 use tessera::restore::{restore, RestoreOptions};
 use tessera::{Error, Repository, Result};
 

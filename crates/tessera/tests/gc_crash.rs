@@ -10,11 +10,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tessera::backend::LockMode;
 use tessera::backup::{backup, BackupOptions};
-use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::config::Config;
+use tessera::commands::check::{check, CheckOptions};
 use tessera::delta::DeltaKind;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
+use tessera::repo::config::Config;
 use tessera::restore::{restore, RestoreOptions};
 use tessera::{Error, Repository, Result};
 

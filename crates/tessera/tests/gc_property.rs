@@ -9,13 +9,13 @@ use common::{edit, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use tessera::backup::{backup, BackupOptions};
-use tessera::check::{check, CheckOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::config::{Config, IndexKind};
+use tessera::commands::check::{check, CheckOptions};
 use tessera::delta::DeltaKind;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions, DEFAULT_SORT_BUDGET};
+use tessera::repo::config::{Config, IndexKind};
+use tessera::restore::plan::CachePolicy;
 use tessera::restore::{restore, RestoreOptions};
-use tessera::restore_plan::CachePolicy;
 use tessera::rewrite::{RewriteKind, RewriteParams};
 use tessera::Repository;
 
@@ -169,7 +169,7 @@ proptest! {
                 Step::Delete { pick } => {
                     if !live.is_empty() {
                         let id = *live.keys().nth(pick % live.len()).unwrap();
-                        tessera::delete::delete_backup(&repo, id).unwrap();
+                        tessera::commands::delete::delete_backup(&repo, id).unwrap();
                         live.remove(&id);
                     }
                 }

@@ -12,12 +12,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use tessera::backend::LockMode;
-use tessera::check::CheckOptions;
 use tessera::chunker::Blocks;
-use tessera::config::{Arrange, Config};
+use tessera::commands::check::CheckOptions;
 use tessera::error::{Error, Result};
 use tessera::index::Chunk;
-use tessera::lifecycle::{self, LifecycleBackupOptions, LifecycleRestoreOptions};
+use tessera::layout::lifecycle::{self, LifecycleBackupOptions, LifecycleRestoreOptions};
+use tessera::repo::config::{Arrange, Config};
 use tessera::Repository;
 
 fn config(arrange: Arrange, trace: bool) -> Config {
@@ -55,7 +55,11 @@ fn batches(repo: &Repository, data: &[u8]) -> Vec<Result<Vec<Chunk>>> {
     out
 }
 
-fn backup(repo: &Repository, source: &str, data: &[u8]) -> tessera::lifecycle::BackupOutcome {
+fn backup(
+    repo: &Repository,
+    source: &str,
+    data: &[u8],
+) -> tessera::layout::lifecycle::BackupOutcome {
     let options = LifecycleBackupOptions {
         label: String::new(),
         source: source.into(),
@@ -72,7 +76,7 @@ fn verify_all(
     dir: &Path,
     originals: &BTreeMap<u64, Vec<u8>>,
 ) -> Vec<lifecycle::LifecycleRestoreStats> {
-    let report = tessera::check::check(
+    let report = tessera::commands::check::check(
         repo,
         CheckOptions {
             read_data: true,
@@ -418,7 +422,7 @@ fn crash_during_backup_and_deletion_loses_nothing() {
     // A crashed deletion: snapshot gone, reclaim not run yet.
     let repo = Repository::open(&root, LockMode::Exclusive).unwrap();
     let first = *originals.keys().next().unwrap();
-    tessera::delete::delete_backup(&repo, first).unwrap();
+    tessera::commands::delete::delete_backup(&repo, first).unwrap();
     originals.remove(&first);
     verify_all(&repo, dir.path(), &originals);
     lifecycle::reclaim(&repo).unwrap();
@@ -576,8 +580,8 @@ fn trace_repository_plans_restores_from_metadata() {
     // The trace repository's totals count the bytes its objects stand for:
     // the same as the real one's, up to the data-section checksums' layout.
     let (tt, rt) = (
-        tessera::totals::totals(&trace).unwrap(),
-        tessera::totals::totals(&real).unwrap(),
+        tessera::commands::stats::totals(&trace).unwrap(),
+        tessera::commands::stats::totals(&real).unwrap(),
     );
     assert_eq!(tt.logical_bytes, rt.logical_bytes);
     assert_eq!(tt.containers, rt.containers);
@@ -602,7 +606,7 @@ fn trace_repository_plans_restores_from_metadata() {
         &LifecycleRestoreOptions::default()
     )
     .is_err());
-    let report = tessera::check::check(
+    let report = tessera::commands::check::check(
         &trace,
         CheckOptions {
             read_data: true,
@@ -612,7 +616,7 @@ fn trace_repository_plans_restores_from_metadata() {
     .unwrap();
     assert!(report.is_ok(), "{:?}", report.problems);
     lifecycle::delete_backups(&trace, &[ids[0].0, ids[3].0]).unwrap();
-    let report = tessera::check::check(
+    let report = tessera::commands::check::check(
         &trace,
         CheckOptions {
             read_data: true,
@@ -642,7 +646,7 @@ fn check_finds_a_damaged_volume_and_names_the_affected_backups() {
     let n = bytes.len();
     bytes[n - 10] ^= 0xff;
     std::fs::write(&vol, bytes).unwrap();
-    let quick = tessera::check::check(
+    let quick = tessera::commands::check::check(
         &repo,
         CheckOptions {
             read_data: false,
@@ -651,7 +655,7 @@ fn check_finds_a_damaged_volume_and_names_the_affected_backups() {
     )
     .unwrap();
     assert!(quick.is_ok(), "metadata intact: {:?}", quick.problems);
-    let full = tessera::check::check(
+    let full = tessera::commands::check::check(
         &repo,
         CheckOptions {
             read_data: true,

@@ -14,8 +14,8 @@ use common::{damage_ndf_table, edit, files, first_difference, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use tessera::config::Arrange;
-use tessera::snapshot::{recipe_key, BackupStats, Recipe};
+use tessera::format::snapshot::{recipe_key, BackupStats, Recipe};
+use tessera::repo::config::Arrange;
 use tessera::Repository;
 
 #[derive(Clone, Debug)]
@@ -63,8 +63,8 @@ fn classes(s: &BackupStats) -> String {
 fn objects(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = files(&root.join("lifecycle"));
     for dir in [
-        tessera::quarantine::QUARANTINE_DIR,
-        tessera::snapshot::RECIPE_DIR,
+        tessera::repo::quarantine::QUARANTINE_DIR,
+        tessera::format::snapshot::RECIPE_DIR,
     ] {
         out.extend(
             files(&root.join(dir))
@@ -119,14 +119,14 @@ proptest! {
                             let recipe = Recipe::decode(id, &bytes).unwrap();
                             let snap = repo.snapshot(id).unwrap();
                             let fp = recipe.chunks[pick % recipe.chunks.len()].fp;
-                            let lineage = tessera::lifecycle::lineage_name(&snap.source);
-                            tessera::quarantine::record_lineage(repo.backend().as_ref(), &lineage, [fp])
+                            let lineage = tessera::layout::lifecycle::lineage_name(&snap.source);
+                            tessera::repo::quarantine::record_lineage(repo.backend().as_ref(), &lineage, [fp])
                                 .unwrap();
                         }
                     }
                     Step::DamageQuarantine { source } => {
-                        let lineage = tessera::lifecycle::lineage_name(&format!("src{source}"));
-                        let key = tessera::quarantine::lineage_key(&lineage);
+                        let lineage = tessera::layout::lifecycle::lineage_name(&format!("src{source}"));
+                        let key = tessera::repo::quarantine::lineage_key(&lineage);
                         std::fs::create_dir_all(root.join(&key).parent().unwrap()).unwrap();
                         std::fs::write(root.join(key), b"damaged").unwrap();
                     }

@@ -9,8 +9,8 @@ use common::Rng;
 use std::path::Path;
 use tessera::backend::{Backend, Local, LockGuard, LockMode};
 use tessera::backup::{backup, BackupOptions};
-use tessera::check::{check, CheckOptions};
-use tessera::config::{Config, Layout};
+use tessera::commands::check::{check, CheckOptions};
+use tessera::repo::config::{Config, Layout};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::{Error, Repository};
 
@@ -90,7 +90,7 @@ fn a_handle_does_only_what_it_was_opened_for() {
     assert!(matches!(err, Error::NotOpenFor { .. }), "{err:?}");
     drop(reader);
     let writer = Repository::open(dir.path(), LockMode::Backup).unwrap();
-    let err = tessera::delete::delete_backup(&writer, 1).unwrap_err();
+    let err = tessera::commands::delete::delete_backup(&writer, 1).unwrap_err();
     assert!(matches!(err, Error::NotOpenFor { .. }), "{err:?}");
     assert_eq!(writer.backups().unwrap(), vec![1]);
 }

@@ -175,8 +175,8 @@ mod tests {
     use super::*;
     use crate::backend::{Local, Location};
     use crate::backup::{self, BackupOptions, Source};
-    use crate::check::{check, CheckOptions};
-    use crate::config::Config;
+    use crate::commands::check::{check, CheckOptions};
+    use crate::repo::config::Config;
     use crate::restore::{restore, RestoreOptions};
     use crate::Repository;
 

@@ -476,7 +476,7 @@ mod tests {
 
     #[test]
     fn parts_aligned_or_not_are_written_whole() {
-        use crate::container::AlignedBuf;
+        use crate::layout::container::AlignedBuf;
         let dir = tempfile::tempdir().unwrap();
         let b = Local::new(dir.path());
         let filled = |len: usize, seed: u8| {

@@ -387,7 +387,7 @@ mod tests {
     use super::*;
     use crate::chunker::{cut_all, pseudo_random, ChunkerKind, ChunkerParams};
     use crate::fingerprint::FingerprintAlgo;
-    use crate::snapshot::TreeRef;
+    use crate::format::snapshot::TreeRef;
     use crossbeam_channel::{bounded, unbounded};
     use proptest::prelude::*;
 

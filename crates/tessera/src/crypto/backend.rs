@@ -269,7 +269,7 @@ mod tests {
     fn setup() -> (tempfile::TempDir, Encrypting) {
         let dir = tempfile::tempdir().unwrap();
         let cipher = ObjectCipher::new(
-            crate::config::Encryption::Aes256Gcm,
+            crate::repo::config::Encryption::Aes256Gcm,
             &Zeroizing::new([3; 32]),
         )
         .unwrap();
@@ -281,8 +281,8 @@ mod tests {
     fn filled_objects_are_sealed_in_place() {
         let (dir, enc) = setup();
         assert!(enc.transforms_objects() && !Local::new(dir.path()).transforms_objects());
-        let mut b = crate::container::Builder::new(9, 1 << 20)
-            .with_encoding(crate::compression::Compression::Auto)
+        let mut b = crate::layout::container::Builder::new(9, 1 << 20)
+            .with_encoding(crate::format::compression::Compression::Auto)
             .holding();
         let text = b"abcabcabc".repeat(20_000);
         let random = crate::chunker::pseudo_random(150_000, 1);
@@ -291,8 +291,8 @@ mod tests {
         }
         let (counts, _) = b.write_new(&enc).unwrap();
         assert_eq!((counts.compressed, counts.raw), (1, 1));
-        let key = crate::container::key(9);
-        let c = crate::container::Container::parse(9, enc.read(&key).unwrap()).unwrap();
+        let key = crate::layout::container::key(9);
+        let c = crate::layout::container::Container::parse(9, enc.read(&key).unwrap()).unwrap();
         assert_eq!(c.entry(0).unwrap().as_ref(), &text[..]);
         assert_eq!(c.plain(1), Some(&random[..]));
         // No plaintext on disk; a flipped stored byte fails authentication.

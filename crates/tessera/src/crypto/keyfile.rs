@@ -3,8 +3,8 @@
 
 use super::{random_bytes, MasterKey};
 use crate::backend::Backend;
-use crate::envelope;
 use crate::error::{Error, Result};
+use crate::format::envelope;
 use chacha20poly1305::aead::{Aead, KeyInit, Payload};
 use chacha20poly1305::{Key, XChaCha20Poly1305, XNonce};
 use serde::{Deserialize, Serialize};

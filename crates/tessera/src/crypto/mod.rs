@@ -14,9 +14,9 @@ pub use backend::Encrypting;
 pub use keyfile::{KdfParams, KeyInfo, KEYS_DIR};
 pub(crate) use object::ObjectCipher;
 
-use crate::config::Encryption;
 use crate::error::{Error, Result};
 use crate::fingerprint::FingerprintKey;
+use crate::repo::config::Encryption;
 use zeroize::Zeroizing;
 
 /// BLAKE3 key-derivation context of the XChaCha20-Poly1305 object key.

@@ -7,8 +7,8 @@
 //! data.
 
 use crate::backend::ObjectImage;
-use crate::config::Encryption;
 use crate::error::{Error, Result};
+use crate::repo::config::Encryption;
 use chacha20poly1305::aead::{AeadInOut, KeyInit};
 use chacha20poly1305::{Key, Tag, XChaCha20Poly1305, XNonce};
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, AES_256_GCM};

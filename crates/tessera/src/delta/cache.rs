@@ -3,8 +3,8 @@
 //! at a time, searched by super-feature for a chunk to delta-encode against.
 
 use super::features::{super_features, FeatureKind, SUPER_FEATURES};
-use crate::container::{BaseRef, Container, ContainerId};
 use crate::fingerprint::Fingerprint;
+use crate::layout::container::{BaseRef, Container, ContainerId};
 use std::collections::VecDeque;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
@@ -218,8 +218,8 @@ impl BaseCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::container::Builder;
     use crate::fingerprint::FingerprintAlgo;
+    use crate::layout::container::Builder;
 
     fn container(id: ContainerId, chunks: &[Vec<u8>]) -> Arc<Container> {
         let mut b = Builder::new(id, 1 << 20).with_deltas();

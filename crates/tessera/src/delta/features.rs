@@ -24,7 +24,7 @@
 
 use super::gear;
 
-pub use crate::container::SUPER_FEATURES;
+pub use crate::layout::container::SUPER_FEATURES;
 /// Features grouped into one super-feature.
 const PER_SUPER_FEATURE: usize = 4;
 /// Number of features (linear transforms).

@@ -23,10 +23,10 @@
 
 use super::stage::BasePrefetch;
 use crate::backend::Backend;
-use crate::container::ContainerId;
-use crate::envelope;
 use crate::error::{Error, Result};
+use crate::format::envelope;
 use crate::index::Relocations;
+use crate::layout::container::ContainerId;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, HashSet};
 
@@ -39,7 +39,7 @@ const GENERATIONS: usize = 2;
 
 /// Key of the PFC state of source lineage `source` (hex of its name).
 pub fn state_key(source: &str) -> String {
-    format!("{PFC_DIR}/s{}", crate::source_key::source_hex(source))
+    format!("{PFC_DIR}/s{}", crate::util::source_key::source_hex(source))
 }
 
 /// The container-id sets one backup left.

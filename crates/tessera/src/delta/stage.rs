@@ -15,10 +15,10 @@ use super::pfc::PfcTracker;
 use super::BASE_CONTAINERS;
 use super::{encode, Method};
 use crate::backend::Backend;
-use crate::container::{self, BaseRef, Builder, Container, ContainerId};
-use crate::envelope;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::format::envelope;
+use crate::layout::container::{self, BaseRef, Builder, Container, ContainerId};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -484,7 +484,7 @@ impl DeltaStage {
             corrupt.entry(b.container).or_default().push(b.fp);
         }
         for (c, fps) in corrupt {
-            crate::quarantine::record(self.backend.as_ref(), c, fps)?;
+            crate::repo::quarantine::record(self.backend.as_ref(), c, fps)?;
         }
         if let Some(p) = self.pfc {
             p.commit(self.backend.as_ref())?;
@@ -748,11 +748,14 @@ mod tests {
         // The commit quarantines the damaged base (issue 20: damage a
         // backup's read of a base finds never spreads).
         damaged.commit().unwrap();
-        let q = crate::quarantine::load(&Local::new(dir2.path())).unwrap();
+        let q = crate::repo::quarantine::load(&Local::new(dir2.path())).unwrap();
         let base_fp = FingerprintAlgo::Blake3.hash(&base);
-        assert!(crate::quarantine::is_quarantined(&q, 1, &base_fp), "{q:?}");
+        assert!(
+            crate::repo::quarantine::is_quarantined(&q, 1, &base_fp),
+            "{q:?}"
+        );
         intact.commit().unwrap();
-        assert!(crate::quarantine::load(&Local::new(dir.path()))
+        assert!(crate::repo::quarantine::load(&Local::new(dir.path()))
             .unwrap()
             .is_empty());
     }
@@ -762,7 +765,7 @@ mod tests {
         let (base, target, fp) = base_and_target();
         for (flip, corrupt) in [(false, 0), (true, 1)] {
             let (_dir, mut stage) = stage_with_container(&[&base], |bytes| {
-                let mut old = crate::container::without_chunk_crcs(&bytes);
+                let mut old = crate::layout::container::without_chunk_crcs(&bytes);
                 if flip {
                     let last = old.len() - 1;
                     old[last] ^= 0x40;

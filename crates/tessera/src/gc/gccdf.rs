@@ -13,10 +13,10 @@
 //! sample of all of it: the recency priority applied inside the cluster,
 //! where the paper's clustering leaves the order open.
 
-use crate::container::ContainerId;
 use crate::error::Result;
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
-use crate::snapshot::{BackupId, ChunkRef};
+use crate::format::snapshot::{BackupId, ChunkRef};
+use crate::layout::container::ContainerId;
 use fastbloom::BloomFilter;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -20,15 +20,15 @@
 //! keeping their base reference.
 
 use crate::backend::{Backend, LockMode};
-use crate::compression::Compression;
-use crate::container::{self, Builder, Container, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
+use crate::format::compression::Compression;
+use crate::format::snapshot::{self, BackupId};
 use crate::index::Relocations;
+use crate::layout::container::{self, Builder, Container, ContainerId};
 use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
-use crate::snapshot::{self, BackupId};
-use crate::sorted_pairs::{PairSorter, SortedPairs};
+use crate::util::sorted_pairs::{PairSorter, SortedPairs};
 use serde::Serialize;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -39,7 +39,7 @@ mod gccdf;
 type LiveSet = hashbrown::HashSet<(ContainerId, Fingerprint), FingerprintHashBuilder>;
 
 /// The default of [`GcOptions::sort_budget`] (and of `check`'s).
-pub use crate::spill::DEFAULT_SORT_BUDGET;
+pub use crate::util::spill::DEFAULT_SORT_BUDGET;
 
 /// How the copy-forward orders the live chunks it migrates.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -208,13 +208,13 @@ pub struct GcStats {
 /// Deletes all but the `keep` newest backups; returns the deleted ids. (The
 /// lifecycle layout frees their space at once; the container layout at the next GC.)
 pub fn forget_keep_last(repo: &Repository, keep: usize, dry_run: bool) -> Result<Vec<BackupId>> {
-    let ids = crate::snapshot::forget_candidates(&repo.snapshots()?, keep);
-    if !dry_run && repo.config().layout == crate::config::Layout::Lifecycle {
-        return crate::lifecycle::forget_keep_last(repo, keep).map(|d| d.deleted);
+    let ids = crate::format::snapshot::forget_candidates(&repo.snapshots()?, keep);
+    if !dry_run && repo.config().layout == crate::repo::config::Layout::Lifecycle {
+        return crate::layout::lifecycle::forget_keep_last(repo, keep).map(|d| d.deleted);
     }
     if !dry_run {
         for &id in &ids {
-            crate::delete::delete_backup(repo, id)?;
+            crate::commands::delete::delete_backup(repo, id)?;
         }
     }
     Ok(ids)
@@ -243,7 +243,7 @@ pub fn gc_with_progress(
     progress: &dyn Progress,
 ) -> Result<GcStats> {
     repo.require(LockMode::Exclusive, "garbage collection")?;
-    if repo.config().layout == crate::config::Layout::Lifecycle {
+    if repo.config().layout == crate::repo::config::Layout::Lifecycle {
         return Err(Error::InvalidConfig(format!(
             "{}: the lifecycle layout frees space when backups are deleted and needs no GC",
             repo.backend().location()
@@ -632,7 +632,7 @@ pub fn survey_with_progress(
     repo: &Repository,
     progress: &dyn Progress,
 ) -> Result<Vec<ContainerUse>> {
-    if repo.config().layout == crate::config::Layout::Lifecycle {
+    if repo.config().layout == crate::repo::config::Layout::Lifecycle {
         return Err(Error::InvalidConfig(format!(
             "{}: the lifecycle layout frees space when backups are deleted and needs no GC",
             repo.backend().location()
@@ -676,7 +676,7 @@ struct LiveChunk {
 }
 
 impl LiveChunk {
-    fn meta(&self) -> &crate::container::ChunkMeta {
+    fn meta(&self) -> &crate::layout::container::ChunkMeta {
         &self.container.metas[self.index]
     }
 }
@@ -926,7 +926,7 @@ impl Forward<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::snapshot::Snapshot;
+    use crate::format::snapshot::Snapshot;
 
     #[test]
     fn forget_keeps_the_newest() {
@@ -944,12 +944,15 @@ mod tests {
                 tree: None,
             })
             .collect();
-        assert_eq!(crate::snapshot::forget_candidates(&snaps, 2), vec![1, 2]);
         assert_eq!(
-            crate::snapshot::forget_candidates(&snaps, 0),
+            crate::format::snapshot::forget_candidates(&snaps, 2),
+            vec![1, 2]
+        );
+        assert_eq!(
+            crate::format::snapshot::forget_candidates(&snaps, 0),
             vec![1, 2, 3, 5]
         );
-        assert!(crate::snapshot::forget_candidates(&snaps, 9).is_empty());
+        assert!(crate::format::snapshot::forget_candidates(&snaps, 9).is_empty());
     }
 
     #[test]

@@ -38,9 +38,9 @@
 use super::ddfs::Layout;
 use super::{Chunk, Ddfs, DdfsParams, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::Backend;
-use crate::container::{self, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap};
+use crate::layout::container::{self, ContainerId};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -379,7 +379,7 @@ impl DedupIndex for Ehid {
         self.hot.piggyback(containers)
     }
 
-    fn take_piggybacked(&mut self, out: &mut Vec<Arc<crate::container::Container>>) {
+    fn take_piggybacked(&mut self, out: &mut Vec<Arc<crate::layout::container::Container>>) {
         self.hot.take_piggybacked(out);
     }
 }

@@ -5,10 +5,10 @@
 
 use super::{Chunk, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::{Backend, WriteMode};
-use crate::container::ContainerId;
-use crate::envelope::{self, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
+use crate::format::envelope::{self, le8};
+use crate::layout::container::ContainerId;
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -224,7 +224,7 @@ impl DedupIndex for Exact {
 mod tests {
     use super::*;
     use crate::backend::Local;
-    use crate::container;
+    use crate::layout::container;
 
     fn chunk(seq: u64, b: u8) -> Chunk {
         Chunk {

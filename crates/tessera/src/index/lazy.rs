@@ -9,7 +9,7 @@
 //! - in memory: a Bloom filter over the table, an LRU cache of fingerprints
 //!   filled by prefetching runs of the metadata log, and this backup's new
 //!   fingerprints up to a budget (the rest spills to temporary files,
-//!   [`crate::spill`]); the log entries a commit appends are spilled as they
+//!   [`crate::util::spill`]); the log entries a commit appends are spilled as they
 //!   are decided and appended a segment at a time.
 //!
 //! The on-disk table is read a *hash slot* at a time: the key space is cut
@@ -71,11 +71,11 @@ use super::metalog::{self, Entry, MetaLog};
 use super::table::{self, order_key, Pushed, Table, TableMeta, TableWriter};
 use super::{read_cached, unusable, Chunk, Decision, DedupIndex, IndexStats, Relocations};
 use crate::backend::Backend;
-use crate::container::{self, ContainerId};
-use crate::envelope::{self, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder, FingerprintMap, FINGERPRINT_LEN};
-use crate::spill::{self, spill_io, SpillMap};
+use crate::format::envelope::{self, le8};
+use crate::layout::container::{self, ContainerId};
+use crate::util::spill::{self, spill_io, SpillMap};
 use fastbloom::BloomFilter;
 use std::collections::{BTreeSet, VecDeque};
 use std::fs::File;

@@ -17,10 +17,10 @@
 //! time ([`Appender`]).
 
 use crate::backend::Backend;
-use crate::container::ContainerId;
-use crate::envelope::{le4, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
+use crate::format::envelope::{le4, le8};
+use crate::layout::container::ContainerId;
 
 /// Bytes of a log page.
 pub const PAGE_BYTES: usize = 4096;

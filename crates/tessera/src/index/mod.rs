@@ -40,9 +40,9 @@ pub const DEFAULT_INDEX_BUCKET_BYTES: u32 = 4096;
 pub const DEFAULT_EHID_SPARSE_PCT: u32 = 50;
 
 use crate::backend::Backend;
-use crate::container::{self, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
+use crate::layout::container::{self, ContainerId};
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, VecDeque};
@@ -160,7 +160,7 @@ pub(crate) fn scan_containers(
     mut f: impl FnMut(ContainerId, &[container::ChunkMeta]),
 ) -> Result<()> {
     // Quarantined chunks (known damaged) are left out: stored again.
-    let quarantined = crate::quarantine::load(backend)?;
+    let quarantined = crate::repo::quarantine::load(backend)?;
     for &id in containers {
         match container::read_meta(backend, id) {
             Ok((_, metas)) => match quarantined.get(&id) {

@@ -9,10 +9,10 @@
 //! the recipes and PFC-delta's container sets follow it; the index of a
 //! commit not yet written shares it ([`Relocations`] is cheap to clone).
 
-use crate::container::ContainerId;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
-use crate::spill::{byte_order, SpillMap, DEFAULT_SORT_BUDGET};
+use crate::layout::container::ContainerId;
+use crate::util::spill::{byte_order, SpillMap, DEFAULT_SORT_BUDGET};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 

@@ -10,10 +10,10 @@
 //! ([`merge`]) and the set of containers the runs name ([`Ranges`]).
 
 use super::table::{order_key, Cursor};
-use crate::container::ContainerId;
 use crate::error::Result;
 use crate::fingerprint::Fingerprint;
-use crate::spill::Sorted;
+use crate::layout::container::ContainerId;
+use crate::util::spill::Sorted;
 
 /// Runs merged at once by default.
 pub const DEFAULT_FAN_IN: u32 = 4;

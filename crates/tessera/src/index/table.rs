@@ -34,10 +34,10 @@
 //! are little-endian.
 
 use crate::backend::Backend;
-use crate::container::ContainerId;
-use crate::envelope::{le4, le8};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
+use crate::format::envelope::{le4, le8};
+use crate::layout::container::ContainerId;
 
 /// Format version of table parts.
 pub const TABLE_VERSION: u32 = 1;

@@ -3,9 +3,9 @@
 //! repository of trace containers that simulated backups fill.
 
 use crate::backend::Backend;
-use crate::container::{self, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
+use crate::layout::container::{self, ContainerId};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 

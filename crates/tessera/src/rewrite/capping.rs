@@ -4,8 +4,8 @@
 //! are rewritten.
 
 use super::{candidate, Budget, SegmentSize, Segmented, SelectContainers};
-use crate::container::ContainerId;
 use crate::index::{Chunk, Decision};
+use crate::layout::container::ContainerId;
 use std::collections::{HashMap, HashSet};
 
 /// Capping keeps the `level` containers holding the most bytes of the segment.

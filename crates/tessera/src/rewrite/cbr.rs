@@ -7,8 +7,8 @@
 //! rewrite budget (5% of the bytes), which the budget also caps.
 
 use super::{candidate, Budget, RewriteFilter, Verdict};
-use crate::container::ContainerId;
 use crate::index::{Chunk, Decision};
+use crate::layout::container::ContainerId;
 use std::collections::{HashMap, VecDeque};
 
 const BUCKETS: usize = 100;

@@ -8,9 +8,9 @@
 //! rewritten again and again.
 
 use super::{candidate, Budget, RewriteFilter, Verdict};
-use crate::container::ContainerId;
+use crate::format::snapshot::ChunkRef;
 use crate::index::{Chunk, Decision};
-use crate::snapshot::ChunkRef;
+use crate::layout::container::ContainerId;
 use std::collections::{HashMap, HashSet};
 
 /// The HAR filter.

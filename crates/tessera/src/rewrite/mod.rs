@@ -14,9 +14,9 @@ pub use cbr::Cbr;
 pub use har::Har;
 pub use smr::Smr;
 
-use crate::container::ContainerId;
+use crate::format::snapshot::ChunkRef;
 use crate::index::{Chunk, Decision};
-use crate::snapshot::ChunkRef;
+use crate::layout::container::ContainerId;
 use serde::{Deserialize, Serialize};
 use std::str::FromStr;
 

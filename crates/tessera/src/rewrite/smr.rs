@@ -7,9 +7,9 @@
 //! serve many different chunks win over ones referenced many times for few.
 
 use super::{candidate, Budget, SegmentSize, Segmented, SelectContainers};
-use crate::container::ContainerId;
 use crate::fingerprint::Fingerprint;
 use crate::index::{Chunk, Decision};
+use crate::layout::container::ContainerId;
 use std::collections::{HashMap, HashSet};
 
 /// SMR selects up to `level` containers greedily by distinct chunks served.

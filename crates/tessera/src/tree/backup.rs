@@ -10,14 +10,14 @@ use super::walk::{
     examine_batches, At, Excludes, Found, Status, Step, StepBatch, Steps, Walk, Walked,
 };
 use super::{catalog_order, catalog_path, relative_path};
+use crate::backup::refetch::Refetch;
 use crate::backup::{self, BackupOptions, Outcome, SegmentRead, Segments, Source};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
-use crate::quarantine::Quarantined;
-use crate::refetch::Refetch;
+use crate::format::snapshot::{BackupId, ChunkRef, TreeRef, CATALOG_VERSION};
+use crate::repo::quarantine::Quarantined;
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions};
-use crate::snapshot::{BackupId, ChunkRef, TreeRef, CATALOG_VERSION};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use rustix::fs::FileType;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -519,10 +519,10 @@ struct ParentWalk {
 /// Which of the parent's chunks an unchanged file may reuse: not
 /// quarantined, and (container layout) in a container that exists;
 /// (lifecycle layout) not unusable in the source's lineage
-/// ([`crate::lifecycle::Lineage::unusable`]).
+/// ([`crate::layout::lifecycle::Lineage::unusable`]).
 struct Usable {
-    quarantine: std::collections::HashMap<crate::container::ContainerId, Quarantined>,
-    containers: Option<HashSet<crate::container::ContainerId>>,
+    quarantine: std::collections::HashMap<crate::layout::container::ContainerId, Quarantined>,
+    containers: Option<HashSet<crate::layout::container::ContainerId>>,
     lineage: Option<Quarantined>,
 }
 
@@ -530,23 +530,23 @@ impl Usable {
     fn of(repo: &Repository, source: &str) -> Result<Usable> {
         let backend = repo.backend().as_ref();
         let (containers, lineage) = match repo.config().layout {
-            crate::config::Layout::Container => {
+            crate::repo::config::Layout::Container => {
                 (Some(repo.containers()?.into_iter().collect()), None)
             }
-            crate::config::Layout::Lifecycle => {
-                let l = crate::lifecycle::Lineage::load_or_new(backend, source)?;
+            crate::repo::config::Layout::Lifecycle => {
+                let l = crate::layout::lifecycle::Lineage::load_or_new(backend, source)?;
                 (None, Some(l.unusable(backend)?))
             }
         };
         Ok(Usable {
-            quarantine: crate::quarantine::load(backend)?,
+            quarantine: crate::repo::quarantine::load(backend)?,
             containers,
             lineage,
         })
     }
 
     fn allows(&self, c: &ChunkRef) -> bool {
-        !crate::quarantine::is_quarantined(&self.quarantine, c.container, &c.fp)
+        !crate::repo::quarantine::is_quarantined(&self.quarantine, c.container, &c.fp)
             && self
                 .containers
                 .as_ref()
@@ -1419,7 +1419,7 @@ fn status_entry(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use crate::repo::config::Config;
 
     /// Data chunks and catalog entries (without access times, which reading
     /// may change) of tree backup `id`.

@@ -4,8 +4,8 @@
 
 use crate::backup::SegmentRead;
 use crate::error::{Error, Result};
-use crate::snapshot::{IndexPage, CATALOG_VERSION};
-use crate::spill::temp_file;
+use crate::format::snapshot::{IndexPage, CATALOG_VERSION};
+use crate::util::spill::temp_file;
 use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{BufReader, BufWriter, ErrorKind, Read, Seek, SeekFrom, Write};

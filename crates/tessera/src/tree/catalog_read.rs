@@ -7,14 +7,14 @@
 //! chunk is verified against its fingerprint before a byte of it is used.
 
 use crate::backend::Backend;
-use crate::compression;
-use crate::container::{self, ChunkMeta, ContainerId, Header};
 use crate::delta;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
+use crate::format::compression;
+use crate::format::snapshot::{BackupId, ChunkRef};
+use crate::layout::container::{self, ChunkMeta, ContainerId, Header};
 use crate::repo::Repository;
 use crate::restore::RestoreStats;
-use crate::snapshot::{BackupId, ChunkRef};
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;

@@ -4,10 +4,10 @@
 use super::catalog::{Entry, Kind};
 use super::select::Selection;
 use super::stream::{for_each_entry, tree_of};
-use crate::backup_filter::BackupFilter;
+use crate::commands::list::BackupFilter;
 use crate::error::Result;
+use crate::format::snapshot::{BackupId, Snapshot};
 use crate::repo::Repository;
-use crate::snapshot::{BackupId, Snapshot};
 use serde::Serialize;
 
 /// Counts of a [`find`].

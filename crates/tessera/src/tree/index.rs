@@ -5,8 +5,8 @@
 use super::catalog::{Entry, Kind};
 use super::stream::{for_each_entry, tree_of};
 use crate::error::{Error, Result};
+use crate::format::snapshot::BackupId;
 use crate::repo::Repository;
-use crate::snapshot::BackupId;
 use std::collections::HashMap;
 
 /// One object of the tree: its catalog entry (without its path), its name

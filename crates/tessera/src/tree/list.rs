@@ -4,8 +4,8 @@ use super::catalog::{Entry, Kind};
 use super::dump::normalize_path;
 use super::stream::{for_each_entry_in, scope_of, tree_of};
 use crate::error::{Error, Result};
+use crate::format::snapshot::BackupId;
 use crate::repo::Repository;
-use crate::snapshot::BackupId;
 
 /// Calls `f` with the catalog entries of tree backup `id` that a listing of
 /// `path` shows, in catalog order: with a `path`, the entry itself if it is

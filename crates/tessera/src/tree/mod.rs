@@ -3,7 +3,7 @@
 //! A tree backup is one chunk stream — the bytes of its regular files, each
 //! chunked on its own, then its [`catalog`] — so every layout and policy
 //! handles it like any other backup (docs/FORMAT.md §24). The snapshot's
-//! [`crate::snapshot::TreeRef`] says where the catalog starts.
+//! [`crate::format::snapshot::TreeRef`] says where the catalog starts.
 
 pub mod backup;
 pub mod catalog;

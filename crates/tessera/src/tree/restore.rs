@@ -12,9 +12,9 @@ use super::select::Selection;
 use super::stream::{for_each_entry, for_each_entry_in, scope_of, tree_of, Scope};
 use super::{catalog_order, relative_path};
 use crate::error::{Error, Result};
+use crate::format::snapshot::{BackupId, ChunkRef};
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
-use crate::snapshot::{BackupId, ChunkRef};
 use crossbeam_channel::{bounded, Receiver};
 use filetime::FileTime;
 use serde::Serialize;
@@ -414,7 +414,7 @@ impl Kept {
 /// returns them.
 fn drop_lost_files(
     files: &[(Vec<u8>, PathBuf, u64)],
-    lost: &[crate::salvage::LostRange],
+    lost: &[crate::restore::salvage::LostRange],
 ) -> Result<Vec<LostFile>> {
     let mut out = Vec::new();
     let mut start = 0u64;
@@ -498,7 +498,7 @@ fn replace(e: &Entry, dest: &Path, mode: Overwrite) -> Result<bool> {
 fn delete_extra(
     repo: &Repository,
     id: BackupId,
-    tree: &crate::snapshot::TreeRef,
+    tree: &crate::format::snapshot::TreeRef,
     chunks: &[ChunkRef],
     target: &Path,
     select: &Selection,
@@ -598,7 +598,7 @@ fn walk_delete(
 fn verify(
     repo: &Repository,
     id: BackupId,
-    (tree, scope): (&crate::snapshot::TreeRef, &Scope),
+    (tree, scope): (&crate::format::snapshot::TreeRef, &Scope),
     chunks: &[ChunkRef],
     target: &Path,
     select: &Selection,

@@ -5,12 +5,12 @@
 use super::catalog::{check_version, is_ancestor, read_index, CatalogReader, Entry, Region};
 use super::catalog_order;
 use super::catalog_read::read_catalog_chunks;
-use crate::config::Layout;
 use crate::error::{Error, Result};
-use crate::pipe::pipe;
+use crate::format::snapshot::{self, BackupId, ChunkRef, TreeRef};
+use crate::repo::config::Layout;
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
-use crate::snapshot::{self, BackupId, ChunkRef, TreeRef};
+use crate::util::pipe::pipe;
 use std::cmp::Ordering;
 use std::io::{Read, Write};
 use std::ops::Range;

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tessera::backend::{Backend, Local, LockGuard, LockMode};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::config::{Arrange, Config, Layout};
+use tessera::repo::config::{Arrange, Config, Layout};
 
 /// A lifecycle-layout configuration with small chunks (FastCDC
 /// 512/2048/8192) and small parts, so that categories and volumes span
@@ -168,11 +168,14 @@ impl<G: Gate> Backend for Faulty<G> {
 /// with `read_data` and a sort budget of `sort_budget` bytes.
 pub fn check_report(path: &Path, read_data: bool, sort_budget: u64) -> String {
     let repo = tessera::repo::Repository::open(path, LockMode::Read).unwrap();
-    let options = tessera::check::CheckOptions {
+    let options = tessera::commands::check::CheckOptions {
         read_data,
         sort_budget,
     };
-    format!("{:?}", tessera::check::check(&repo, options).unwrap())
+    format!(
+        "{:?}",
+        tessera::commands::check::check(&repo, options).unwrap()
+    )
 }
 
 /// The paths of the files under `dir` whose path contains `part`, sorted.

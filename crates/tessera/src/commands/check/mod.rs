@@ -1,0 +1,526 @@
+//! Repository verification: every object parses and its checksums hold,
+//! every chunk of every recipe exists where the recipe says, every delta's
+//! base is stored whole where its entry says, and with `read_data` every
+//! stored chunk is re-hashed (deltas after decoding them against their base).
+
+use crate::backend::Backend;
+use crate::delta;
+use crate::error::{Error, Result};
+use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
+use crate::format::snapshot::BackupId;
+use crate::layout::container::{self, BaseRef, Container, ContainerId};
+use crate::progress::{Phase, Progress, Silent, Unit};
+use crate::repo::Repository;
+use crate::util::sorted_pairs::{PairSorter, SortedPairs};
+use crate::util::spill::DEFAULT_SORT_BUDGET;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+mod lifecycle;
+mod records;
+pub(crate) use records::{check_derived, check_records, derived_problem, index_problems, Retained};
+
+/// Options of a check.
+#[derive(Clone, Copy, Debug)]
+pub struct CheckOptions {
+    /// Read every container whole and re-hash every chunk.
+    pub read_data: bool,
+    /// Memory (bytes) of each of the check's structures that grow with the
+    /// repository — the stored chunks, the references of the backups, the
+    /// bases of deltas — beyond which they are sorted to temporary files
+    /// and compared as sorted streams.
+    pub sort_budget: u64,
+}
+
+impl Default for CheckOptions {
+    fn default() -> Self {
+        CheckOptions {
+            read_data: false,
+            sort_budget: DEFAULT_SORT_BUDGET,
+        }
+    }
+}
+
+/// The kind of a problem, so that a repair can tell what to do with it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemKind {
+    /// An object holding backup data (snapshot, recipe, container,
+    /// category, volume) is damaged, of an unknown version, or does not
+    /// hold what a recipe needs; its affected backups cannot be restored.
+    Damaged,
+    /// An object holding backup data is missing.
+    Missing,
+    /// A committed backup (it has a commit mark) lost its snapshot while
+    /// its recipe is intact: `tessera repair` can recover it.
+    SnapshotMissing,
+    /// A committed backup (it has a commit mark) lost both its snapshot
+    /// and its recipe: it cannot be recovered.
+    BackupLost,
+    /// Derived data (an index, `state`, a lineage state copy, an NDF
+    /// table, policy state) is damaged or missing: no backup is affected,
+    /// it is rebuilt automatically.
+    Derived,
+}
+
+/// One problem found, with the backups it affects.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Problem {
+    /// What kind of problem this is.
+    pub kind: ProblemKind,
+    /// The damaged or missing object (e.g. `containers/000000000000002a`).
+    pub object: String,
+    /// What is wrong.
+    pub detail: String,
+    /// Backups that cannot be restored because of it.
+    pub affected_backups: Vec<BackupId>,
+}
+
+impl Problem {
+    /// A problem of `kind` with `object`.
+    pub fn new(
+        kind: ProblemKind,
+        object: impl Into<String>,
+        detail: impl Into<String>,
+        affected_backups: Vec<BackupId>,
+    ) -> Problem {
+        Problem {
+            kind,
+            object: object.into(),
+            detail: detail.into(),
+            affected_backups,
+        }
+    }
+
+    /// A damaged object holding backup data.
+    pub fn damaged(object: impl Into<String>, e: &Error, affected: Vec<BackupId>) -> Problem {
+        let kind = match e {
+            Error::NotFound(_) => ProblemKind::Missing,
+            _ => ProblemKind::Damaged,
+        };
+        Problem::new(kind, object, e.to_string(), affected)
+    }
+}
+
+/// What a check found.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CheckReport {
+    /// Containers examined.
+    pub containers: u64,
+    /// Chunks found in container metadata.
+    pub stored_chunks: u64,
+    /// Chunks re-hashed (with `read_data`).
+    pub chunks_verified: u64,
+    /// Committed backups examined.
+    pub backups: u64,
+    /// Chunk references of all recipes checked.
+    pub references: u64,
+    /// Containers no committed backup references (left by interrupted backups; GC reclaims them).
+    pub unreferenced_containers: u64,
+    /// Recipes without a snapshot (left by interrupted backups).
+    pub uncommitted_recipes: u64,
+    /// Problems found; the repository is healthy when empty.
+    pub problems: Vec<Problem>,
+}
+
+impl CheckReport {
+    /// Whether no problem was found.
+    pub fn is_ok(&self) -> bool {
+        self.problems.is_empty()
+    }
+}
+
+type ChunkSet = hashbrown::HashSet<(Fingerprint, ContainerId), FingerprintHashBuilder>;
+
+/// Checks `repo`.
+pub fn check(repo: &Repository, options: CheckOptions) -> Result<CheckReport> {
+    check_with_progress(repo, options, &Silent)
+}
+
+/// Checks `repo`, reporting progress to `progress`: containers (or, in
+/// the lifecycle layout, objects), then backups.
+pub fn check_with_progress(
+    repo: &Repository,
+    options: CheckOptions,
+    progress: &dyn Progress,
+) -> Result<CheckReport> {
+    if repo.config().layout == crate::repo::config::Layout::Lifecycle {
+        return lifecycle::check_with_progress(repo, options, progress);
+    }
+    let mut report = CheckReport::default();
+    let algo = repo.fingerprinter();
+    // Every stored (container, fingerprint), sorted in bounded memory.
+    let mut stored = PairSorter::with_budget(options.sort_budget);
+    // Damaged containers: id → (object, detail); chunk-level damage: (fp, container) → detail.
+    let mut bad_containers: BTreeMap<ContainerId, String> = BTreeMap::new();
+    let mut bad_chunks: BTreeMap<(ContainerId, Fingerprint), String> = BTreeMap::new();
+    // Delta entries (container, fingerprint, base); with `read_data` also their bytes.
+    let mut deltas: Vec<(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)> = Vec::new();
+    let containers = repo.containers()?;
+    let phase = Phase::begin(
+        progress,
+        "containers",
+        Unit::Containers,
+        Some(containers.len() as u64),
+    );
+    for &cid in &containers {
+        phase.add(1);
+        report.containers += 1;
+        let metas = if options.read_data {
+            let parsed = repo
+                .backend()
+                .read(&container::key(cid))
+                // Every chunk is re-hashed below: damaged data is reported (and
+                // quarantined) chunk by chunk, not as the whole container.
+                .and_then(|bytes| Container::parse_unchecked_data(cid, bytes));
+            match parsed {
+                Ok(ct) => {
+                    // Trace containers hold no data to re-hash.
+                    let to_hash = if ct.header.has_data() {
+                        ct.metas.len()
+                    } else {
+                        0
+                    };
+                    for (i, m) in ct.metas.iter().enumerate().take(to_hash) {
+                        if let Some(base) = m.base {
+                            match ct.entry(i) {
+                                Ok(delta) => {
+                                    deltas.push((cid, m.fp, base, Some(delta.into_owned())))
+                                }
+                                Err(e) => {
+                                    bad_chunks.insert((cid, m.fp), e.to_string());
+                                }
+                            }
+                        }
+                    }
+                    let mismatches: Vec<(Fingerprint, String)> = (0..to_hash)
+                        .into_par_iter()
+                        .filter(|&i| ct.metas[i].base.is_none())
+                        .filter_map(|i| {
+                            let expected = ct.metas[i].fp;
+                            match ct.entry(i) {
+                                Ok(bytes) => {
+                                    let actual = algo.hash(&bytes);
+                                    (actual != expected).then(|| {
+                                        (expected, format!("chunk {expected} hashes to {actual}"))
+                                    })
+                                }
+                                Err(e) => Some((expected, e.to_string())),
+                            }
+                        })
+                        .collect();
+                    report.chunks_verified += ct.metas[..to_hash]
+                        .iter()
+                        .filter(|m| m.base.is_none())
+                        .count() as u64;
+                    for (fp, detail) in mismatches {
+                        bad_chunks.insert((cid, fp), detail);
+                    }
+                    Ok(ct.metas)
+                }
+                Err(e) => Err(e),
+            }
+        } else {
+            container::read_meta(repo.backend().as_ref(), cid).and_then(|(header, metas)| {
+                let size = repo.backend().size(&container::key(cid))?;
+                if size != header.object_len() as u64 {
+                    return Err(Error::corrupt(
+                        container::key(cid),
+                        format!(
+                            "size {size} differs from the {} bytes its header announces",
+                            header.object_len()
+                        ),
+                    ));
+                }
+                Ok(metas)
+            })
+        };
+        match metas {
+            Ok(metas) => {
+                report.stored_chunks += metas.len() as u64;
+                for m in &metas {
+                    stored.push((cid, m.fp))?;
+                }
+                if !options.read_data {
+                    deltas.extend(
+                        metas
+                            .iter()
+                            .filter_map(|m| m.base.map(|b| (cid, m.fp, b, None))),
+                    );
+                }
+            }
+            Err(Error::Corrupt { detail, .. }) => {
+                bad_containers.insert(cid, detail);
+            }
+            Err(e @ (Error::UnsupportedVersion { .. } | Error::Authentication { .. })) => {
+                bad_containers.insert(cid, e.to_string());
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    phase.end();
+    let stored = stored.finish()?;
+
+    // A container that only bases of deltas use is referenced through them.
+    let mut referenced: BTreeSet<ContainerId> = deltas.iter().map(|d| d.2.container).collect();
+    let unstored = bases_not_stored(&deltas, &stored, options.sort_budget)?;
+    check_deltas(
+        repo,
+        algo,
+        deltas,
+        &unstored,
+        &bad_containers,
+        &mut bad_chunks,
+        &mut report,
+    )?;
+
+    let existing: BTreeSet<ContainerId> = containers.iter().copied().collect();
+    let mut missing_containers: BTreeSet<ContainerId> = BTreeSet::new();
+    let mut users_of_bad: BTreeMap<ContainerId, BTreeSet<BackupId>> = BTreeMap::new();
+    let mut users_of_bad_chunk: BTreeMap<(ContainerId, Fingerprint), BTreeSet<BackupId>> =
+        BTreeMap::new();
+    let retained = records::check_records(repo, &mut report)?;
+    records::check_derived(repo, &mut report)?;
+    let phase = Phase::begin(
+        progress,
+        "backups",
+        Unit::Backups,
+        Some(retained.len() as u64),
+    );
+    // Each backup's problems, in the order of `retained` (a backup's
+    // missing chunks are known once every reference is sorted).
+    let mut per_backup: Vec<Option<Vec<Problem>>> = Vec::with_capacity(retained.len());
+    // References to chunks of intact containers, sorted in bounded memory.
+    let mut references = PairSorter::with_budget(options.sort_budget);
+    for b in &retained {
+        phase.add(1);
+        let id = b.id;
+        let recipe = match repo.recipe(id) {
+            Ok(r) => r,
+            Err(e) => {
+                report.problems.push(Problem::damaged(
+                    crate::format::snapshot::recipe_key(id),
+                    &e,
+                    vec![id],
+                ));
+                per_backup.push(None);
+                continue;
+            }
+        };
+        for c in &recipe.chunks {
+            report.references += 1;
+            referenced.insert(c.container);
+            if bad_containers.contains_key(&c.container) {
+                users_of_bad.entry(c.container).or_default().insert(id);
+            } else if bad_chunks.contains_key(&(c.container, c.fp)) {
+                users_of_bad_chunk
+                    .entry((c.container, c.fp))
+                    .or_default()
+                    .insert(id);
+            } else {
+                references.push((c.container, c.fp))?;
+            }
+        }
+        let mut problems = Vec::new();
+        match b.logical_bytes {
+            Some(n) if n != recipe.logical_bytes() => problems.push(Problem::new(
+                ProblemKind::Damaged,
+                crate::format::snapshot::recipe_key(id),
+                format!(
+                    "recipe rebuilds {} bytes but the snapshot records {n}",
+                    recipe.logical_bytes(),
+                ),
+                vec![id],
+            )),
+            _ => {}
+        }
+        per_backup.push(Some(problems));
+    }
+    phase.end();
+    // The references no intact container stores (a merge join of the two
+    // sorted streams); only then are the backups read again to count them.
+    let absent = references.finish()?.absent_from(&stored)?;
+    missing_containers.extend(
+        absent
+            .iter()
+            .map(|&(c, _)| c)
+            .filter(|c| !existing.contains(c)),
+    );
+    let absent: ChunkSet = absent.into_iter().map(|(c, fp)| (fp, c)).collect();
+    for (b, problems) in retained.iter().zip(&mut per_backup) {
+        let Some(problems) = problems else {
+            continue;
+        };
+        if !absent.is_empty() {
+            let recipe = repo.recipe(b.id)?;
+            let mut missing = recipe
+                .chunks
+                .iter()
+                .filter(|c| absent.contains(&(c.fp, c.container)));
+            if let Some(c) = missing.next() {
+                problems.insert(
+                    0,
+                    Problem::new(
+                        ProblemKind::Missing,
+                        container::key(c.container),
+                        format!(
+                            "{} chunk reference(s) of backup {} missing, first {}",
+                            1 + missing.count(),
+                            b.id,
+                            c.fp
+                        ),
+                        vec![b.id],
+                    ),
+                );
+            }
+        }
+        report.problems.append(problems);
+    }
+    quarantine_damage(repo, &bad_containers, &missing_containers, &bad_chunks)?;
+    for (cid, detail) in bad_containers {
+        report.problems.push(Problem {
+            kind: ProblemKind::Damaged,
+            object: container::key(cid),
+            detail,
+            affected_backups: users_of_bad
+                .remove(&cid)
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+        });
+    }
+    for ((cid, fp), detail) in bad_chunks {
+        report.problems.push(Problem {
+            kind: ProblemKind::Damaged,
+            object: container::key(cid),
+            detail,
+            affected_backups: users_of_bad_chunk
+                .remove(&(cid, fp))
+                .unwrap_or_default()
+                .into_iter()
+                .collect(),
+        });
+    }
+    report.unreferenced_containers = containers
+        .iter()
+        .filter(|c| !referenced.contains(c))
+        .count() as u64;
+    Ok(report)
+}
+
+/// Quarantines what the check found damaged (FORMAT.md §10.8): whole
+/// containers that are unreadable or missing, single damaged chunks, so
+/// that no later backup deduplicates against them.
+fn quarantine_damage(
+    repo: &Repository,
+    bad_containers: &BTreeMap<ContainerId, String>,
+    missing_containers: &BTreeSet<ContainerId>,
+    bad_chunks: &BTreeMap<(ContainerId, Fingerprint), String>,
+) -> Result<()> {
+    let backend = repo.backend().as_ref();
+    for &c in bad_containers.keys().chain(missing_containers) {
+        crate::repo::quarantine::record_whole(backend, c)?;
+    }
+    let mut by_container: BTreeMap<ContainerId, Vec<Fingerprint>> = BTreeMap::new();
+    for &(c, fp) in bad_chunks.keys() {
+        by_container.entry(c).or_default().push(fp);
+    }
+    for (c, fps) in by_container {
+        crate::repo::quarantine::record(backend, c, fps)?;
+    }
+    Ok(())
+}
+
+/// The bases of `deltas` that no container stores (a merge join of the
+/// sorted bases with the sorted stored chunks).
+fn bases_not_stored(
+    deltas: &[(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)],
+    stored: &SortedPairs,
+    sort_budget: u64,
+) -> Result<ChunkSet> {
+    let mut bases = PairSorter::with_budget(sort_budget);
+    for d in deltas {
+        bases.push((d.2.container, d.2.fp))?;
+    }
+    Ok(bases
+        .finish()?
+        .absent_from(stored)?
+        .into_iter()
+        .map(|(c, fp)| (fp, c))
+        .collect())
+}
+
+/// Checks every delta entry: its base is stored whole where the entry says
+/// (a damaged base container is reported as itself), and, when the delta's
+/// bytes were read, that it decodes to bytes hashing to its fingerprint.
+/// Base containers are read once each; `unstored` are the bases no
+/// container stores.
+fn check_deltas(
+    repo: &Repository,
+    algo: &crate::fingerprint::Fingerprinter,
+    mut deltas: Vec<(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)>,
+    unstored: &ChunkSet,
+    bad_containers: &BTreeMap<ContainerId, String>,
+    bad_chunks: &mut BTreeMap<(ContainerId, Fingerprint), String>,
+    report: &mut CheckReport,
+) -> Result<()> {
+    // A base must be stored, and not as a delta itself.
+    let is_delta: ChunkSet = deltas.iter().map(|d| (d.1, d.0)).collect();
+    let whole = |b: &BaseRef| {
+        !unstored.contains(&(b.fp, b.container)) && !is_delta.contains(&(b.fp, b.container))
+    };
+    deltas.sort_by_key(|d| d.2.container);
+    let mut base_container: Option<Container> = None;
+    for (cid, fp, base, bytes) in deltas {
+        if bad_containers.contains_key(&base.container) {
+            bad_chunks.insert(
+                (cid, fp),
+                format!(
+                    "delta chunk {fp}: its base's container {:016x} is damaged",
+                    base.container
+                ),
+            );
+            continue;
+        }
+        if !whole(&base) {
+            bad_chunks.insert(
+                (cid, fp),
+                format!(
+                    "delta chunk {fp}: base {} is not stored whole in container {:016x}",
+                    base.fp, base.container
+                ),
+            );
+            continue;
+        }
+        let Some(delta) = bytes else {
+            continue;
+        };
+        if base_container.as_ref().map(|c| c.header.id) != Some(base.container) {
+            let bytes = repo.backend().read(&container::key(base.container))?;
+            // The decoded delta is hashed: the base's bytes need no checksum.
+            base_container = Some(Container::parse_unchecked_data(base.container, bytes)?);
+        }
+        let Some(bc) = &base_container else {
+            continue;
+        };
+        let decoded = bc
+            .find(&base.fp)
+            .ok_or_else(|| format!("base {} vanished", base.fp))
+            .and_then(|j| bc.entry(j).map_err(|e| e.to_string()))
+            .and_then(|b| delta::decode(&b, &delta).map_err(|e| e.to_string()));
+        match decoded {
+            Ok(target) if algo.hash(&target) == fp => report.chunks_verified += 1,
+            Ok(target) => {
+                bad_chunks.insert(
+                    (cid, fp),
+                    format!("delta chunk {fp} decodes to {}", algo.hash(&target)),
+                );
+            }
+            Err(e) => {
+                bad_chunks.insert((cid, fp), format!("delta chunk {fp}: {e}"));
+            }
+        }
+    }
+    Ok(())
+}
