@@ -289,17 +289,22 @@ enum Command {
         /// backup, the directory to restore into (created if missing).
         output: String,
         /// Tree backups: restore only paths matching this glob (or inside a
-        /// directory matching it), as `ls` shows them (repeatable).
+        /// directory matching it), as `ls` shows them (repeatable). One
+        /// starting with `/` is absolute; one with a `/` elsewhere is
+        /// relative to each backed-up path; one without `/` matches a name
+        /// at any depth. A pattern that matches nothing is an error.
         #[arg(long, value_name = "PATTERN")]
         include: Vec<String>,
-        /// Tree backups: leave out paths matching this glob (repeatable).
+        /// Tree backups: leave out paths matching this glob (repeatable;
+        /// read as --include's patterns are).
         #[arg(long, value_name = "PATTERN")]
         exclude: Vec<String>,
         /// Replace an existing regular file (only once the whole backup
-        /// restored); tree backups: restore into a directory that is not
-        /// empty, and what to do with what is there (`--overwrite=WHEN`): `always` (the
-        /// default value) replaces it, `if-changed` replaces files whose
-        /// size or modification time differ, `never` keeps it.
+        /// restored); tree backups: what to do with what is in the way of
+        /// a restored entry (`--overwrite=WHEN`): `always` (the default
+        /// value) replaces it, `if-changed` replaces files whose size or
+        /// modification time differ, `never` keeps it. Without it, nothing
+        /// is replaced: each entry in the way is reported (exit status 3).
         #[arg(
             long,
             value_name = "WHEN",
@@ -1117,15 +1122,17 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             let overwrite = overwrite.map(Overwrite::from).unwrap_or_default();
             let r = open(&repo, LockMode::Read, access)?;
             let id = backup_id(&r, &id)?;
-            if r.snapshot(id)?.tree.is_some() {
+            if let Some(tree) = r.snapshot(id)?.tree {
                 let restore = RestoreOptions {
                     cache_containers: cache_size,
                     policy: cache,
                     progress: None,
                     skip_damaged,
                 };
-                let selection = Selection::new(&include, &exclude)?;
+                // Relative patterns: relative to each backed-up path.
+                let selection = Selection::for_backup(&include, &exclude, &tree.paths)?;
                 if tar {
+                    tessera::tree::restore::check_includes(&r, id, &selection)?;
                     if delete || verify {
                         bail!("backup {id}: --delete and --verify do not apply to --tar");
                     }
@@ -2533,13 +2540,29 @@ fn tree_restore_cmd(
             println!("lost: {} ({}): {}", l.path, l.reason, l.detail);
         }
     }
-    if stats.lost_files.is_empty() {
-        Ok(ExitCode::SUCCESS)
-    } else {
+    for f in &stats.failed {
+        let below = match f.below {
+            0 => String::new(),
+            n => format!(" ({n} selected entries below it not restored)"),
+        };
+        eprintln!("tessera: warning: {}: {}{below}", f.path, f.reason);
+    }
+    if !stats.lost_files.is_empty() {
         eprintln!(
             "tessera: restore of backup {id} is incomplete: {} file(s) lost were left out",
             stats.lost_files.len()
         );
+    }
+    if !stats.failed.is_empty() {
+        let below: u64 = stats.failed.iter().map(|f| f.below).sum();
+        eprintln!(
+            "tessera: restore of backup {id} is incomplete: {} entries could not be restored ({below} more below them), every other entry was",
+            stats.failed.len()
+        );
+    }
+    if stats.lost_files.is_empty() && stats.failed.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
         Ok(ExitCode::from(EXIT_INCOMPLETE))
     }
 }

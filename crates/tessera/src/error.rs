@@ -119,6 +119,16 @@ pub enum Error {
         /// The path, as listed (`/home/ann`).
         path: String,
     },
+    /// An `--include` pattern of a restore matches no entry of the backup.
+    #[error("backup {backup}: --include {pattern:?} matches nothing in it{hint}")]
+    NoMatch {
+        /// The backup.
+        backup: u64,
+        /// The pattern, as given.
+        pattern: String,
+        /// How the pattern was read (`` (taken relative to …)``), or empty.
+        hint: String,
+    },
     /// No backup with this id exists.
     #[error("backup {0}: no such backup in the repository")]
     NoSuchBackup(u64),

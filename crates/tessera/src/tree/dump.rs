@@ -32,7 +32,7 @@ pub fn normalize_path(path: &[u8]) -> &[u8] {
 
 /// Writes the entry at `path` of tree backup `id` to `out`: a regular
 /// file's bytes, or a directory (`/` for the whole tree) as a tar stream
-/// (see [`write_tar`]). Fails with [`Error::NotInBackup`] when the backup
+/// (see [`write_tar`]); a hard link's file by any of its names. Fails with [`Error::NotInBackup`] when the backup
 /// has no such entry, and for a symbolic link (its target is named).
 pub fn dump(
     repo: &Repository,
@@ -40,6 +40,19 @@ pub fn dump(
     path: &[u8],
     out: &mut dyn Write,
     options: &RestoreOptions,
+) -> Result<(Dumped, TreeRestoreStats)> {
+    dump_entry(repo, id, path, out, options, true)
+}
+
+/// [`dump`]; a hard link is followed to its file when `follow`, else
+/// (from another hard link: a damaged catalog) refused.
+fn dump_entry(
+    repo: &Repository,
+    id: BackupId,
+    path: &[u8],
+    out: &mut dyn Write,
+    options: &RestoreOptions,
+    follow: bool,
 ) -> Result<(Dumped, TreeRestoreStats)> {
     let started = Instant::now();
     let wanted = normalize_path(path);
@@ -99,11 +112,12 @@ pub fn dump(
             shown(),
             String::from_utf8_lossy(&target)
         ))),
-        (Kind::Hardlink, _, target) => Err(Error::InvalidOption(format!(
-            "backup {id}: {} is a hard link: dump its file, {}",
-            shown(),
-            String::from_utf8_lossy(&target)
-        ))),
+        // Another name of a file recorded before it: that file's bytes.
+        (Kind::Hardlink, _, target) if follow => dump_entry(repo, id, &target, out, options, false),
+        (Kind::Hardlink, _, _) => Err(Error::corrupt(
+            format!("catalog of backup {id}"),
+            format!("{} is a hard link to another hard link", shown()),
+        )),
         (Kind::Fifo | Kind::CharDevice | Kind::BlockDevice, _, _) => {
             Err(Error::InvalidOption(format!(
                 "backup {id}: {} is a FIFO or device, not a file or directory",

@@ -1,9 +1,9 @@
 //! File-system metadata beyond `lstat`: owner and group names, extended
-//! attributes (POSIX ACLs included), and creating FIFOs and device nodes.
+//! attributes (POSIX ACLs included).
 
-use super::catalog::{Kind, Xattr};
+use super::catalog::Xattr;
 use std::collections::HashMap;
-use std::ffi::{CStr, CString, OsStr};
+use std::ffi::{CStr, OsStr};
 use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
@@ -135,48 +135,6 @@ fn collect_xattrs<I: Iterator<Item = std::ffi::OsString>>(
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
-}
-
-/// Sets the extended attributes `xattrs` on `path` (not following a symbolic link).
-pub(crate) fn write_xattrs(path: &Path, xattrs: &[Xattr]) -> io::Result<()> {
-    for x in xattrs {
-        xattr::set(path, OsStr::from_bytes(&x.name), &x.value)?;
-    }
-    Ok(())
-}
-
-/// Sets the extended attributes `xattrs` on the open `file`.
-pub(crate) fn write_file_xattrs(file: &std::fs::File, xattrs: &[Xattr]) -> io::Result<()> {
-    use xattr::FileExt;
-    for x in xattrs {
-        file.set_xattr(OsStr::from_bytes(&x.name), &x.value)?;
-    }
-    Ok(())
-}
-
-/// Creates the FIFO or device node `kind` at `path` with `mode` (and device `rdev`).
-pub(crate) fn make_node(path: &Path, kind: Kind, mode: u32, rdev: u64) -> io::Result<()> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
-    let perm = (mode & 0o7777) as libc::mode_t;
-    let type_bits = match kind {
-        Kind::Fifo => libc::S_IFIFO,
-        Kind::CharDevice => libc::S_IFCHR,
-        Kind::BlockDevice => libc::S_IFBLK,
-        _ => {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a FIFO or device",
-            ))
-        }
-    };
-    // SAFETY: `c` is a valid NUL-terminated path.
-    let rc = unsafe { libc::mknod(c.as_ptr(), type_bits | perm, rdev as libc::dev_t) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 //! [`crate::format::snapshot::TreeRef`] says where the catalog starts.
 
 pub mod backup;
+mod beneath;
 pub mod catalog;
 mod catalog_read;
 pub mod diff;
@@ -15,6 +16,8 @@ pub mod index;
 pub mod list;
 mod meta;
 pub mod restore;
+mod restore_entries;
+mod restore_files;
 pub mod select;
 pub mod stream;
 pub mod tar;
@@ -25,7 +28,9 @@ pub use diff::{diff, Change, ChangeKind, DiffStats};
 pub use dump::{dump, Dumped};
 pub use find::{find, FindStats};
 pub use list::list_tree;
-pub use restore::{restore_tree, LostFile, Overwrite, TreeRestoreOptions, TreeRestoreStats};
+pub use restore::{
+    restore_tree, FailedEntry, LostFile, Overwrite, TreeRestoreOptions, TreeRestoreStats,
+};
 pub use tar::{write_tar, TarScope};
 
 use std::ffi::OsStr;

@@ -1,45 +1,63 @@
 //! Restoring a tree backup into a directory: the catalog is read as a
-//! stream several times — to create directories, symbolic links, FIFOs and
-//! devices and find the chunks of the selected files, to name the files
-//! (and hard links) while those chunks are restored (and verified) in one
-//! pass, with `--delete` to remove what the backup does not hold, to set
-//! the directories' metadata once their contents exist, and with
-//! `--verify` to read the restored files back.
+//! stream (or, while its entries fit in [`KEPT_BYTES`], once and kept) —
+//! to check that every `--include` pattern matches, to create directories,
+//! symbolic links, FIFOs and devices and find the chunks of the selected
+//! files ([`super::restore_entries`]), to name the files (and hard links)
+//! while those chunks are restored (and verified) in one pass
+//! ([`super::restore_files`]), with `--delete` to remove what the backup
+//! does not hold, to set the directories' metadata once their contents
+//! exist, and with `--verify` to read the restored files back.
+//!
+//! Everything is written beneath the target by construction
+//! ([`super::beneath`]); an entry that cannot be restored is reported
+//! ([`TreeRestoreStats::failed`]) and the restore goes on.
 
+use super::beneath::{remove_at, set_metadata_fd, Dirs, Root};
 use super::catalog::{Entry, Kind};
-use super::meta::{make_node, unsupported, write_file_xattrs, write_xattrs};
+use super::restore_entries::Plan;
+use super::restore_files::{restore_orphans, Files};
 use super::select::Selection;
 use super::stream::{for_each_entry, for_each_entry_in, scope_of, tree_of, Scope};
 use super::{catalog_order, relative_path};
 use crate::error::{Error, Result};
-use crate::format::snapshot::{BackupId, ChunkRef};
+use crate::format::snapshot::{BackupId, ChunkRef, TreeRef};
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
 use crossbeam_channel::{bounded, Receiver};
-use filetime::FileTime;
+use rustix::fs::{FileType, OFlags};
 use serde::Serialize;
 use std::cell::RefCell;
-use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, ErrorKind, Read, Write};
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File};
+use std::io::{self, ErrorKind, Read};
 use std::ops::Range;
-use std::os::unix::fs::{fchown, lchown, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 /// What a restore does with an object already at a restored path.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Overwrite {
-    /// The target directory must be empty (or absent): nothing is replaced.
+    /// Replace nothing: each object in the way is reported (a directory
+    /// where the backup has one is merged into, left as it is).
     #[default]
     Refuse,
-    /// Replace what is there.
+    /// Replace what is there (the backup's kind wins: a directory in the
+    /// way of a file is removed with its contents).
     Always,
     /// Replace a file unless it has the entry's size and modification
     /// time, and a symbolic link unless it has the entry's target.
     IfChanged,
     /// Keep what is there; restore only what is missing.
     Never,
+}
+
+impl Overwrite {
+    /// Whether this mode replaces objects in the way (and restores the
+    /// metadata of directories that were there).
+    pub(super) fn replaces(self) -> bool {
+        matches!(self, Overwrite::Always | Overwrite::IfChanged)
+    }
 }
 
 /// Options of a tree restore.
@@ -58,19 +76,64 @@ pub struct TreeRestoreOptions<'a> {
     pub restore: RestoreOptions<'a>,
 }
 
-/// Metadata a restore could not apply, counted by kind (one line each, not one per object).
-#[derive(Default)]
-struct Notes(RefCell<BTreeMap<&'static str, (u64, PathBuf)>>);
+/// An entry a restore could not restore, reported while the restore goes on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FailedEntry {
+    /// The entry's path as `ls` shows it (`/home/ann/a.txt`), or the
+    /// directory on the way that could not be used.
+    pub path: String,
+    /// Why.
+    pub reason: String,
+    /// Selected entries below it not restored because of it.
+    pub below: u64,
+}
 
-impl Notes {
-    fn add(&self, what: &'static str, path: &Path) {
-        let mut m = self.0.borrow_mut();
+/// What a restore reports besides its counts: metadata it could not apply,
+/// counted by kind (one line each, not one per object), and the entries it
+/// could not restore.
+#[derive(Default)]
+pub(super) struct Report {
+    notes: RefCell<BTreeMap<&'static str, (u64, PathBuf)>>,
+    failed: RefCell<Vec<FailedEntry>>,
+    /// The catalog paths of the failed entries (files among them are not verified).
+    failed_paths: RefCell<HashSet<Vec<u8>>>,
+}
+
+impl Report {
+    /// Notes metadata `what` not applied to the object shown as `path`.
+    pub(super) fn note(&self, what: &'static str, path: &Path) {
+        let mut m = self.notes.borrow_mut();
         let e = m.entry(what).or_insert_with(|| (0, path.to_path_buf()));
         e.0 += 1;
     }
 
+    /// Reports that the entry (or directory) at catalog path `path` could
+    /// not be restored; returns its number, for [`Report::below`].
+    pub(super) fn fail(&self, path: &[u8], reason: impl Into<String>) -> usize {
+        self.failed_paths.borrow_mut().insert(path.to_vec());
+        let mut f = self.failed.borrow_mut();
+        f.push(FailedEntry {
+            path: format!("/{}", String::from_utf8_lossy(path)),
+            reason: reason.into(),
+            below: 0,
+        });
+        f.len() - 1
+    }
+
+    /// Counts one more entry below failed entry `n`, not restored with it.
+    pub(super) fn below(&self, n: usize) {
+        if let Some(f) = self.failed.borrow_mut().get_mut(n) {
+            f.below += 1;
+        }
+    }
+
+    /// Whether the entry at catalog path `path` was reported as not restored.
+    pub(super) fn has_failed(&self, path: &[u8]) -> bool {
+        self.failed_paths.borrow().contains(path)
+    }
+
     fn lines(&self) -> Vec<String> {
-        self.0
+        self.notes
             .borrow()
             .iter()
             .map(|(what, (n, first))| format!("{what}: {n} object(s), e.g. {}", first.display()))
@@ -101,6 +164,9 @@ pub struct TreeRestoreStats {
     pub verified: u64,
     /// What could not be applied, one line per kind (e.g. owners when not root).
     pub notes: Vec<String>,
+    /// Entries that could not be restored (each with the entries below it
+    /// left out with it); the restore went on with the others.
+    pub failed: Vec<FailedEntry>,
     /// Bytes of the files restored.
     pub bytes_restored: u64,
     /// Containers (lifecycle layout: objects) read, for the files and the catalog.
@@ -137,15 +203,109 @@ impl TreeRestoreStats {
         self.catalog_extents_read += s.extents;
         self.bytes_read += s.bytes_read;
     }
+
+    /// Counts the reads of a restore of files' chunks.
+    fn add_data(&mut self, s: &RestoreStats) {
+        self.bytes_restored += s.bytes_restored;
+        self.containers_read += s.containers_read;
+        self.bytes_read += s.bytes_read;
+    }
+}
+
+/// Bytes of catalog entries a restore keeps from its first reading of the
+/// catalog at most (beyond, it reads the catalog again for each pass).
+const KEPT_BYTES: usize = 16 << 20;
+
+/// The part of a backup's catalog a restore reads, kept in memory after
+/// its first reading while it fits in [`KEPT_BYTES`].
+pub(super) struct Catalog<'a> {
+    pub(super) repo: &'a Repository,
+    pub(super) id: BackupId,
+    pub(super) tree: &'a TreeRef,
+    pub(super) chunks: &'a [ChunkRef],
+    pub(super) scope: &'a Scope,
+    kept: Option<Vec<Entry>>,
+}
+
+impl Catalog<'_> {
+    /// Reads the catalog's part, calling `f` with each entry, and keeps the
+    /// entries if they fit.
+    fn read_keeping(&mut self, mut f: impl FnMut(&Entry) -> Result<bool>) -> Result<RestoreStats> {
+        let mut kept = Some((Vec::new(), 0usize));
+        let s = for_each_entry_in(
+            self.repo,
+            self.id,
+            self.tree,
+            self.chunks,
+            self.scope,
+            |e| {
+                let go = f(&e)?;
+                if let Some((v, bytes)) = &mut kept {
+                    *bytes += entry_bytes(&e);
+                    match *bytes > KEPT_BYTES {
+                        true => kept = None,
+                        false => v.push(e),
+                    }
+                }
+                Ok(go)
+            },
+        )?;
+        self.kept = kept.map(|(v, _)| v);
+        Ok(s)
+    }
+
+    /// Calls `f` with each entry of the part, until it returns `false`:
+    /// those kept, or read again.
+    pub(super) fn each(&self, mut f: impl FnMut(&Entry) -> Result<bool>) -> Result<RestoreStats> {
+        match &self.kept {
+            Some(entries) => {
+                for e in entries {
+                    if !f(e)? {
+                        break;
+                    }
+                }
+                Ok(RestoreStats::default())
+            }
+            None => for_each_entry_in(
+                self.repo,
+                self.id,
+                self.tree,
+                self.chunks,
+                self.scope,
+                |e| f(&e),
+            ),
+        }
+    }
+}
+
+/// Memory an entry takes, roughly.
+fn entry_bytes(e: &Entry) -> usize {
+    let xattrs: usize = e
+        .xattrs
+        .iter()
+        .map(|x| x.name.len() + x.value.len() + 48)
+        .sum();
+    std::mem::size_of::<Entry>()
+        + e.path.len()
+        + e.target.len()
+        + e.user.len()
+        + e.group.len()
+        + xattrs
 }
 
 /// Restores the selected entries of tree backup `id` of `repo` below
-/// `target` (created if missing; it must be empty unless `overwrite` says
-/// otherwise), with their modes, times, extended attributes, hard links
-/// and — when permitted (root) — owners and device nodes. Every chunk is
-/// verified before a byte of it is written; each file is written beside its
-/// place and renamed into it when complete, and the file system is flushed
-/// (`syncfs`) once at the end, before the restore reports success.
+/// `target` (created if missing), with their modes, times, extended
+/// attributes, hard links and — when permitted (root) — owners and device
+/// nodes. Every path is resolved beneath `target` without following a
+/// symbolic link found there; what is in the way is replaced as
+/// `overwrite` says, or reported. Missing ancestors of the selected
+/// entries are created with the backup's metadata; existing ones are left
+/// as they are. Every chunk is verified before a byte of it is written;
+/// each file is written beside its place and renamed into it when complete,
+/// and the file system is flushed (`syncfs`) once at the end. An entry that
+/// cannot be restored is listed in [`TreeRestoreStats::failed`]; an
+/// `--include` pattern that matches nothing fails the restore before it
+/// writes anything.
 pub fn restore_tree(
     repo: &Repository,
     id: BackupId,
@@ -156,149 +316,69 @@ pub fn restore_tree(
     let tree = tree_of(repo, id)?;
     let recipe = repo.recipe(id)?;
     let chunks = &recipe.chunks[..];
-    let mode = options.overwrite;
-    prepare_target(target, mode)?;
+    let select = &options.selection;
     let mut stats = TreeRestoreStats {
         id,
         ..TreeRestoreStats::default()
     };
-    let select = &options.selection;
-    let notes = Notes::default();
-
-    // Pass 1: directories, symbolic links, FIFOs and devices; which files
-    // to write and their chunks.
-    let mut ranges: Vec<Range<usize>> = Vec::new();
-    // The files with bytes, in order: (path, where restored, size).
-    let mut with_bytes: Vec<(Vec<u8>, PathBuf, u64)> = Vec::new();
-    let mut write: Vec<bool> = Vec::new();
     // A single path (`--include home/ann/a.txt`): with an index, only the
     // catalog's regions that can hold it are read.
-    let scope = scope_of(
+    let literal = select.literal().unwrap_or_default();
+    let scope = scope_of(repo, id, &tree, chunks, &literal)?;
+    stats.add_catalog(&scope.index);
+    let mut cat = Catalog {
         repo,
         id,
-        &tree,
+        tree: &tree,
         chunks,
-        &select.literal().unwrap_or_default(),
+        scope: &scope,
+        kept: None,
+    };
+    if select.has_include() {
+        let mut hits = vec![false; select.patterns()];
+        let s = cat.read_keeping(|e| {
+            if e.kind != Kind::Gap {
+                select.hits(&e.path, &mut hits);
+            }
+            Ok(true)
+        })?;
+        stats.add_catalog(&s);
+        no_match(id, select, &hits)?;
+    }
+    prepare_target(target)?;
+    let root = Root::open(target).map_err(out_err(target))?;
+    let report = Report::default();
+    let mut plan = Plan::new(
+        &root,
+        target,
+        options,
+        &report,
+        chunks,
+        id,
+        scope.data_offset,
     )?;
-    stats.add_catalog(&scope.index);
-    let scope = &scope;
-    let mut cursor = Cursor::at(&recipe.chunks, id, scope.data_offset)?;
-    // The entries passes 2 and 3 need, while they fit in KEPT_BYTES (as
-    // for a few files): the catalog is then read once, not three times.
-    let mut kept = Some(Kept::default());
-    let s = for_each_entry_in(repo, id, &tree, chunks, scope, |e| {
-        let extent = if e.has_bytes() {
-            Some(cursor.extent(e.size)?)
-        } else {
-            None
-        };
-        if e.kind == Kind::Dir {
-            // Pass 3 sets the metadata of every directory there, selected or not.
-            Kept::keep(&mut kept, &e, false);
-        }
-        if e.kind == Kind::Gap || !select.matches(&e.path) {
-            return Ok(true);
-        }
-        if e.kind == Kind::Hardlink {
-            Kept::keep(&mut kept, &e, true);
-        }
-        let dest = target.join(relative_path(&e.path));
-        match e.kind {
-            Kind::Dir => {
-                fs::create_dir_all(&dest).map_err(out_err(&dest))?;
-                stats.dirs += 1;
-            }
-            Kind::Symlink | Kind::Fifo | Kind::CharDevice | Kind::BlockDevice => {
-                make_parent(&dest)?;
-                if !replace(&e, &dest, mode)? {
-                    stats.kept += 1;
-                } else if e.kind == Kind::Symlink {
-                    std::os::unix::fs::symlink(relative_path(&e.target), &dest)
-                        .map_err(out_err(&dest))?;
-                    set_metadata(&e, &dest, None, &notes)?;
-                    stats.symlinks += 1;
-                } else {
-                    match make_node(&dest, e.kind, e.mode, e.rdev) {
-                        Ok(()) => {
-                            set_metadata(&e, &dest, None, &notes)?;
-                            stats.nodes += 1;
-                        }
-                        Err(err) if err.kind() == ErrorKind::PermissionDenied => {
-                            notes.add("device node not created (not permitted)", &dest)
-                        }
-                        Err(err) => return Err(out_err(&dest)(err)),
-                    }
-                }
-            }
-            Kind::File => {
-                make_parent(&dest)?;
-                let wanted = keep(&e, &dest, mode)?.is_none();
-                write.push(wanted);
-                if wanted {
-                    Kept::keep(&mut kept, &e, true);
-                }
-                if !wanted {
-                    stats.kept += 1;
-                } else if let Some(r) = extent.filter(|r| !r.is_empty()) {
-                    if options.restore.skip_damaged {
-                        with_bytes.push((e.path.clone(), dest.clone(), e.size));
-                    }
-                    push_range(&mut ranges, r);
-                }
-            }
-            Kind::Hardlink | Kind::Gap => {}
-        }
-        Ok(true)
-    })?;
+    // Pass 1: directories, symbolic links, FIFOs and devices; which files
+    // to write and their chunks.
+    let s = match select.has_include() {
+        true => cat.each(|e| plan.visit(e))?,
+        false => cat.read_keeping(|e| plan.visit(e))?,
+    };
     stats.add_catalog(&s);
+    let planned = plan.finish();
+    stats.dirs = planned.dirs;
+    stats.symlinks = planned.symlinks;
+    stats.nodes = planned.nodes;
+    stats.kept = planned.kept;
 
     // Pass 2: the files' chunks, in one restore, cut into files as named by
     // a second reading of the catalog; hard links made as they come.
     let (tx, rx) = bounded::<Entry>(64);
-    let tree = &tree;
-    let write = &write;
-    let (kept_names, kept_dirs) = match kept {
-        Some(k) => (Some(k.names), Some(k.dirs)),
-        None => (None, None),
-    };
+    let (write, link) = (&planned.write, &planned.link);
+    let cat_ref = &cat;
     let data = std::thread::scope(|sc| -> Result<RestoreStats> {
-        let names = sc.spawn(move || {
-            if let Some(names) = kept_names {
-                for e in names {
-                    if tx.send(e).is_err() {
-                        break;
-                    }
-                }
-                return Ok(RestoreStats::default());
-            }
-            let mut file = 0usize;
-            for_each_entry_in(repo, id, tree, chunks, scope, |e| {
-                if !select.matches(&e.path) {
-                    return Ok(true);
-                }
-                let send = match e.kind {
-                    Kind::File => {
-                        file += 1;
-                        write.get(file - 1).copied().unwrap_or(false)
-                    }
-                    Kind::Hardlink => true,
-                    _ => false,
-                };
-                Ok(!send || tx.send(e).is_ok())
-            })
-        });
-        let mut files = Files {
-            target,
-            mode,
-            select,
-            names: rx,
-            open: None,
-            files: 0,
-            hardlinks: 0,
-            kept: 0,
-            notes: &notes,
-        };
-        let restored = restore_selection(repo, id, &ranges, &mut files, &options.restore)
+        let names = sc.spawn(move || send_names(cat_ref, select, write, link, tx));
+        let mut files = Files::new(&root, target, options.overwrite, rx, &report, false);
+        let restored = restore_selection(repo, id, &planned.ranges, &mut files, &options.restore)
             .and_then(|s| files.finish().map(|()| s));
         stats.files = files.files;
         stats.hardlinks = files.hardlinks;
@@ -311,115 +391,163 @@ pub fn restore_tree(
         stats.add_catalog(&named?);
         Ok(restored)
     })?;
-    stats.lost_files = drop_lost_files(&with_bytes, &data.lost)?;
+    stats.lost_files = drop_lost_files(&root, &planned.with_bytes, &data.lost, &report)?;
     stats.files -= stats.lost_files.len() as u64;
-    stats.bytes_restored = data.bytes_restored;
-    stats.containers_read += data.containers_read;
-    stats.bytes_read += data.bytes_read;
+    stats.add_data(&data);
+
+    // Hard links selected without their first path: the first restored
+    // name carries the file's bytes, the others link to it.
+    if !planned.orphans.is_empty() {
+        let o = restore_orphans(&cat, &root, target, options, &report, &planned.orphans)?;
+        stats.files += o.files;
+        stats.hardlinks += o.hardlinks;
+        stats.kept += o.kept;
+        stats.add_catalog(&o.catalog);
+        stats.add_data(&o.data);
+    }
 
     if options.delete {
-        let (deleted, s) = delete_extra(repo, id, tree, chunks, target, select)?;
+        let (deleted, s) = delete_extra(&cat, &root, select, &report)?;
         stats.deleted = deleted;
         stats.add_catalog(&s);
     }
 
     // Pass 3: directories' metadata, now that their contents exist.
-    // Every directory of the catalog that is there now was restored,
-    // selected or as the parent of a selected entry.
-    let set_dir = |e: &Entry| -> Result<bool> {
-        if e.kind == Kind::Dir {
-            let dest = target.join(relative_path(&e.path));
-            if fs::symlink_metadata(&dest).is_ok_and(|m| m.is_dir()) {
-                set_metadata(e, &dest, None, &notes)?;
-            }
-        }
-        Ok(true)
-    };
-    match kept_dirs {
-        Some(dirs) => {
-            for e in &dirs {
-                set_dir(e)?;
-            }
-        }
-        None => {
-            let s = for_each_entry_in(repo, id, tree, chunks, scope, |e| set_dir(&e))?;
-            stats.add_catalog(&s);
-        }
-    }
+    let s = set_dirs(&cat, &root, target, &planned.dir_meta, &report)?;
+    stats.add_catalog(&s);
 
     // One flush of the whole file system at the end, not one per file.
-    sync_target(target)?;
+    rustix::fs::syncfs(root.fd()).map_err(|e| out_err(target)(e.into()))?;
 
     if options.verify {
-        let (verified, s) = verify(
-            repo,
-            id,
-            (tree, scope),
-            &recipe.chunks,
-            target,
-            select,
-            write,
-        )?;
+        let skip: HashSet<&str> = stats.lost_files.iter().map(|l| l.path.as_str()).collect();
+        let (verified, s) = verify(&cat, &root, target, select, write, &report, &skip)?;
         stats.verified = verified;
         stats.add_catalog(&s);
     }
-    stats.notes = notes.lines();
+    stats.notes = report.lines();
+    stats.failed = report.failed.take();
     stats.seconds = started.elapsed().as_secs_f64();
     Ok(stats)
 }
 
-/// Bytes of catalog entries a restore keeps from its first reading of the
-/// catalog at most (beyond, it reads the catalog again for each pass).
-const KEPT_BYTES: usize = 16 << 20;
-
-/// Catalog entries kept from the first pass: the selected files to write
-/// and hard links (pass 2's names), and the directories (pass 3).
-#[derive(Default)]
-struct Kept {
-    names: Vec<Entry>,
-    dirs: Vec<Entry>,
-    bytes: usize,
+/// Fails with [`Error::NoMatch`] when an include pattern of `select`
+/// matches no entry of tree backup `id` (one reading of the catalog, or of
+/// the part that can hold the one literal pattern).
+pub fn check_includes(repo: &Repository, id: BackupId, select: &Selection) -> Result<()> {
+    if !select.has_include() {
+        return Ok(());
+    }
+    let tree = tree_of(repo, id)?;
+    let recipe = repo.recipe(id)?;
+    let literal = select.literal().unwrap_or_default();
+    let scope = scope_of(repo, id, &tree, &recipe.chunks, &literal)?;
+    let mut hits = vec![false; select.patterns()];
+    for_each_entry_in(repo, id, &tree, &recipe.chunks, &scope, |e| {
+        if e.kind != Kind::Gap {
+            select.hits(&e.path, &mut hits);
+        }
+        Ok(hits.contains(&false))
+    })?;
+    no_match(id, select, &hits)
 }
 
-impl Kept {
-    /// Keeps `e` (as a name of pass 2 if `name`, else as a directory), or
-    /// gives up keeping when the entries outgrow [`KEPT_BYTES`].
-    fn keep(kept: &mut Option<Kept>, e: &Entry, name: bool) {
-        let Some(k) = kept else {
-            return;
-        };
-        let xattrs: usize = e
-            .xattrs
-            .iter()
-            .map(|x| x.name.len() + x.value.len() + 48)
-            .sum();
-        k.bytes += std::mem::size_of::<Entry>()
-            + e.path.len()
-            + e.target.len()
-            + e.user.len()
-            + e.group.len()
-            + xattrs;
-        if k.bytes > KEPT_BYTES {
-            *kept = None;
-        } else if name {
-            k.names.push(e.clone());
-        } else {
-            k.dirs.push(e.clone());
-        }
+/// [`Error::NoMatch`] for the first include pattern not marked in `hits`.
+fn no_match(id: BackupId, select: &Selection, hits: &[bool]) -> Result<()> {
+    match select.unmatched(hits).first() {
+        Some(p) => Err(Error::NoMatch {
+            backup: id,
+            pattern: p.to_string(),
+            hint: select.hint(p),
+        }),
+        None => Ok(()),
     }
 }
 
+/// Sends pass 2 its names: the selected files to write (`write`, by
+/// selected file) and hard links to make (`link`, by selected hard link).
+fn send_names(
+    cat: &Catalog,
+    select: &Selection,
+    write: &[bool],
+    link: &[bool],
+    tx: crossbeam_channel::Sender<Entry>,
+) -> Result<RestoreStats> {
+    let (mut file, mut hardlink) = (0usize, 0usize);
+    cat.each(|e| {
+        if e.kind == Kind::Gap || !select.matches(&e.path) {
+            return Ok(true);
+        }
+        let send = match e.kind {
+            Kind::File => {
+                file += 1;
+                write.get(file - 1).copied().unwrap_or(false)
+            }
+            Kind::Hardlink => {
+                hardlink += 1;
+                link.get(hardlink - 1).copied().unwrap_or(false)
+            }
+            _ => false,
+        };
+        Ok(!send || tx.send(e.clone()).is_ok())
+    })
+}
+
+/// Pass 3: the metadata of the directories marked in `dir_meta` (by
+/// directory of the catalog's part, in order), each set when the restore
+/// leaves it — after what is below it, so that a read-only directory is
+/// set last.
+fn set_dirs(
+    cat: &Catalog,
+    root: &Root,
+    target: &Path,
+    dir_meta: &[bool],
+    report: &Report,
+) -> Result<RestoreStats> {
+    let mut dirs: Dirs<Option<Entry>> = Dirs::new(root);
+    let mut apply = |fd: BorrowedFd<'_>, e: Option<Entry>| {
+        let Some(e) = e else {
+            return;
+        };
+        let shown = target.join(relative_path(&e.path));
+        if let Err(err) = set_metadata_fd(&e, fd, &|what| report.note(what, &shown)) {
+            report.fail(&e.path, format!("metadata not restored: {err}"));
+        }
+    };
+    let mut dir = 0usize;
+    let s = cat.each(|e| {
+        if e.kind != Kind::Dir {
+            return Ok(true);
+        }
+        dir += 1;
+        if !dir_meta.get(dir - 1).copied().unwrap_or(false) {
+            return Ok(true);
+        }
+        match dirs.open(&e.path, false, &mut |_, _| {}, &mut apply) {
+            Ok(_) => dirs.set_top(Some(e.clone())),
+            Err(b) => {
+                report.fail(&e.path[..b.prefix], b.reason);
+            }
+        }
+        Ok(true)
+    })?;
+    dirs.finish(&mut apply);
+    Ok(s)
+}
+
 /// Salvage restore: removes each restored file (of `files`, in stream
-/// order) that overlaps a `lost` range (written with zeros there), and
-/// returns them.
+/// order: catalog path and size) that overlaps a `lost` range (written
+/// with zeros there), and returns them.
 fn drop_lost_files(
-    files: &[(Vec<u8>, PathBuf, u64)],
+    root: &Root,
+    files: &[(Vec<u8>, u64)],
     lost: &[crate::restore::salvage::LostRange],
+    report: &Report,
 ) -> Result<Vec<LostFile>> {
     let mut out = Vec::new();
     let mut start = 0u64;
     let mut ranges = lost.iter().peekable();
-    for (path, dest, size) in files {
+    for (path, size) in files {
         let end = start + size;
         let mut first = None;
         while let Some(r) = ranges.peek() {
@@ -436,10 +564,11 @@ fn drop_lost_files(
             }
         }
         if let Some(r) = first {
-            match fs::remove_file(dest) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(out_err(dest)(e)),
+            if !report.has_failed(path) {
+                unlink_beneath(root, path).map_err(|e| Error::Output {
+                    what: format!("/{}", String::from_utf8_lossy(path)),
+                    source: e,
+                })?;
             }
             out.push(LostFile {
                 path: String::from_utf8_lossy(path).into_owned(),
@@ -452,58 +581,36 @@ fn drop_lost_files(
     Ok(out)
 }
 
-/// Whether the object at `dest` is kept rather than replaced by entry `e`
-/// (`Some(())`), or `dest` is free to be written (`None`); fails when
-/// something is there and the restore may not replace it.
-fn keep(e: &Entry, dest: &Path, mode: Overwrite) -> Result<Option<()>> {
-    let Ok(there) = fs::symlink_metadata(dest) else {
-        return Ok(None);
-    };
-    let same = match e.kind {
-        Kind::File => {
-            there.is_file()
-                && there.len() == e.size
-                && (there.mtime(), there.mtime_nsec() as u32) == (e.mtime, e.mtime_ns)
-        }
-        Kind::Symlink => {
-            fs::read_link(dest).is_ok_and(|t| t.as_os_str() == relative_path(&e.target).as_os_str())
-        }
-        _ => false,
-    };
-    match mode {
-        Overwrite::Refuse => Err(exists(dest)),
-        Overwrite::Always => Ok(None),
-        Overwrite::IfChanged if same => Ok(Some(())),
-        Overwrite::IfChanged => Ok(None),
-        Overwrite::Never => Ok(Some(())),
+/// Removes the file at catalog path `path` below `root` (nothing there is fine).
+fn unlink_beneath(root: &Root, path: &[u8]) -> io::Result<()> {
+    let (dir, name) = split_path(path);
+    let fd = root.open_path(dir, OFlags::RDONLY | OFlags::DIRECTORY)?;
+    match rustix::fs::unlinkat(&fd, name, rustix::fs::AtFlags::empty()) {
+        Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
+        Err(e) => Err(e.into()),
     }
 }
 
-/// Clears `dest` for a symbolic link, FIFO or device (removing what is
-/// there when `mode` allows); `false` if what is there is kept.
-fn replace(e: &Entry, dest: &Path, mode: Overwrite) -> Result<bool> {
-    if !occupied(dest) {
-        return Ok(true);
+/// A catalog path's directory and name (`a/b/c`: `a/b` and `c`).
+pub(super) fn split_path(path: &[u8]) -> (&[u8], &[u8]) {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&path[..i], &path[i + 1..]),
+        None => (&[], path),
     }
-    if keep(e, dest, mode)?.is_some() {
-        return Ok(false);
-    }
-    fs::remove_file(dest).map_err(out_err(dest))?;
-    Ok(true)
 }
 
-/// Removes what is below `target` among the selected paths but not in the
-/// backup's catalog: the directory is walked in catalog order (depth
-/// first, names sorted by their bytes) beside a reading of the catalog.
+/// Removes what is below the target among the selected paths but not in
+/// the backup's catalog: the directory is walked in catalog order (depth
+/// first, names sorted by their bytes) beside a reading of the catalog,
+/// by descriptors, never through a symbolic link.
 fn delete_extra(
-    repo: &Repository,
-    id: BackupId,
-    tree: &crate::format::snapshot::TreeRef,
-    chunks: &[ChunkRef],
-    target: &Path,
+    cat: &Catalog,
+    root: &Root,
     select: &Selection,
+    report: &Report,
 ) -> Result<(u64, RestoreStats)> {
     let (tx, rx) = bounded::<Vec<u8>>(256);
+    let (repo, id, tree, chunks) = (cat.repo, cat.id, cat.tree, cat.chunks);
     std::thread::scope(|sc| {
         let reader = sc.spawn(move || {
             for_each_entry(repo, id, tree, chunks, |e| {
@@ -512,12 +619,17 @@ fn delete_extra(
         });
         let mut merge = Merge { rx, next: None };
         let mut deleted = 0u64;
-        let walked = walk_delete(target, target, select, &mut merge, &mut deleted);
+        let mut walk = DeleteWalk {
+            select,
+            merge: &mut merge,
+            deleted: &mut deleted,
+            report,
+        };
+        walk.dir(root.fd(), &mut Vec::new());
         drop(merge);
         let read = reader
             .join()
             .map_err(|_| Error::Pipeline("catalog reader thread panicked".into()))?;
-        walked?;
         let read = read.or_else(|e| match e {
             Error::Output { .. } => Ok(RestoreStats::default()),
             e => Err(e),
@@ -554,62 +666,95 @@ impl Merge {
     }
 }
 
-fn walk_delete(
-    target: &Path,
-    dir: &Path,
-    select: &Selection,
-    merge: &mut Merge,
-    deleted: &mut u64,
-) -> Result<()> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut names: Vec<_> = fs::read_dir(dir)
-        .map_err(out_err(dir))?
-        .map(|d| d.map(|d| d.file_name()))
-        .collect::<io::Result<_>>()
-        .map_err(out_err(dir))?;
-    names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
-    for name in names {
-        let path = dir.join(&name);
-        let rel = path.strip_prefix(target).unwrap_or(&path);
-        let rel = rel.as_os_str().as_bytes();
-        let is_dir = fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir());
-        if merge.holds(rel) {
-            if is_dir {
-                walk_delete(target, &path, select, merge, deleted)?;
-            }
-        } else if select.matches(rel) {
-            if is_dir {
-                fs::remove_dir_all(&path)
-            } else {
-                fs::remove_file(&path)
-            }
-            .map_err(out_err(&path))?;
-            *deleted += 1;
-        } else if is_dir {
-            walk_delete(target, &path, select, merge, deleted)?;
-        }
-    }
-    Ok(())
+/// The walk of `--delete`.
+struct DeleteWalk<'a> {
+    select: &'a Selection,
+    merge: &'a mut Merge,
+    deleted: &'a mut u64,
+    report: &'a Report,
 }
 
-/// Reads every file written by this restore back and checks each of its
-/// chunks against the recipe's fingerprint; the number of files checked
-/// (those of the part `scope` of the catalog of `tree`).
+impl DeleteWalk<'_> {
+    /// Walks the open directory `dir` at catalog path `rel`.
+    fn dir(&mut self, dir: BorrowedFd<'_>, rel: &mut Vec<u8>) {
+        let names = match list_dir(dir) {
+            Ok(n) => n,
+            Err(e) => {
+                self.report
+                    .fail(rel, format!("not listed for --delete: {e}"));
+                return;
+            }
+        };
+        for name in names {
+            let len = rel.len();
+            if !rel.is_empty() {
+                rel.push(b'/');
+            }
+            rel.extend_from_slice(&name);
+            let is_dir =
+                super::beneath::kind_at(dir, &name).is_ok_and(|k| k == Some(FileType::Directory));
+            if self.merge.holds(rel) {
+                if is_dir {
+                    self.descend(dir, &name, rel);
+                }
+            } else if self.select.matches(rel) {
+                match remove_at(dir, &name) {
+                    Ok(()) => *self.deleted += 1,
+                    Err(e) => {
+                        self.report.fail(rel, format!("not deleted: {e}"));
+                    }
+                }
+            } else if is_dir {
+                self.descend(dir, &name, rel);
+            }
+            rel.truncate(len);
+        }
+    }
+
+    fn descend(&mut self, dir: BorrowedFd<'_>, name: &[u8], rel: &mut Vec<u8>) {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        match rustix::fs::openat(dir, name, flags, rustix::fs::Mode::empty()) {
+            Ok(sub) => self.dir(sub.as_fd(), rel),
+            Err(e) => {
+                self.report
+                    .fail(rel, format!("not walked for --delete: {e}"));
+            }
+        }
+    }
+}
+
+/// The names in directory `dir`, sorted by their bytes.
+fn list_dir(dir: BorrowedFd<'_>) -> io::Result<Vec<Vec<u8>>> {
+    let mut names = Vec::new();
+    for d in rustix::fs::Dir::read_from(dir)? {
+        let n = d?.file_name().to_bytes().to_vec();
+        if n != b"." && n != b".." {
+            names.push(n);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Reads every file written by this restore back (those of `write`, by
+/// selected file, that did not fail, nor were `lost`) and checks each of its
+/// chunks against the recipe's fingerprint; the number of files checked.
 fn verify(
-    repo: &Repository,
-    id: BackupId,
-    (tree, scope): (&crate::format::snapshot::TreeRef, &Scope),
-    chunks: &[ChunkRef],
+    cat: &Catalog,
+    root: &Root,
     target: &Path,
     select: &Selection,
     write: &[bool],
+    report: &Report,
+    lost: &HashSet<&str>,
 ) -> Result<(u64, RestoreStats)> {
-    let mut cursor = Cursor::at(chunks, id, scope.data_offset)?;
-    let fp = repo.fingerprinter();
+    let chunks = cat.chunks;
+    let mut cursor = Cursor::at(chunks, cat.id, cat.scope.data_offset)?;
+    let fp = cat.repo.fingerprinter();
     let mut file = 0usize;
     let mut verified = 0u64;
     let mut buf = Vec::new();
-    let s = for_each_entry_in(repo, id, tree, chunks, scope, |e| {
+    let s = cat.each(|e| {
         let extent = if e.has_bytes() {
             cursor.extent(e.size)?
         } else {
@@ -619,7 +764,8 @@ fn verify(
             return Ok(true);
         }
         file += 1;
-        if !write.get(file - 1).copied().unwrap_or(false) {
+        let skip = report.has_failed(&e.path) || lost.contains(&*String::from_utf8_lossy(&e.path));
+        if !write.get(file - 1).copied().unwrap_or(false) || skip {
             return Ok(true);
         }
         let dest = target.join(relative_path(&e.path));
@@ -627,7 +773,10 @@ fn verify(
             what: dest.display().to_string(),
             source: io::Error::other(format!("verification failed: {what}")),
         };
-        let mut f = File::open(&dest).map_err(out_err(&dest))?;
+        let fd = root
+            .open_path(&e.path, OFlags::RDONLY)
+            .map_err(out_err(&dest))?;
+        let mut f = File::from(fd);
         for (i, c) in chunks[extent].iter().enumerate() {
             buf.resize(c.len as usize, 0);
             f.read_exact(&mut buf)
@@ -710,321 +859,24 @@ pub(super) fn push_range(ranges: &mut Vec<Range<usize>>, r: Range<usize>) {
     }
 }
 
-fn out_err(path: &Path) -> impl Fn(io::Error) -> Error + '_ {
+pub(super) fn out_err(path: &Path) -> impl Fn(io::Error) -> Error + '_ {
     move |e| Error::Output {
         what: path.display().to_string(),
         source: e,
     }
 }
 
-/// Creates `target` if missing; refuses one that is not an empty directory
-/// unless `overwrite`.
-fn prepare_target(target: &Path, mode: Overwrite) -> Result<()> {
-    match fs::read_dir(target) {
-        Ok(mut entries) => {
-            if mode == Overwrite::Refuse && entries.next().is_some() {
-                return Err(Error::Output {
-                    what: target.display().to_string(),
-                    source: io::Error::new(
-                        ErrorKind::AlreadyExists,
-                        "directory is not empty (--overwrite restores into it)",
-                    ),
-                });
-            }
-            Ok(())
-        }
+/// Creates `target` if missing; refuses one that is not a directory.
+fn prepare_target(target: &Path) -> Result<()> {
+    match fs::metadata(target) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(Error::Output {
+            what: target.display().to_string(),
+            source: io::Error::new(ErrorKind::AlreadyExists, "not a directory"),
+        }),
         Err(e) if e.kind() == ErrorKind::NotFound => {
             fs::create_dir_all(target).map_err(out_err(target))
         }
         Err(e) => Err(out_err(target)(e)),
-    }
-}
-
-/// Writes everything restored below `target` to stable storage (`syncfs`).
-fn sync_target(target: &Path) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    let dir = File::open(target).map_err(out_err(target))?;
-    // SAFETY: `dir` is an open descriptor for the call's duration.
-    if unsafe { libc::syncfs(dir.as_raw_fd()) } != 0 {
-        return Err(out_err(target)(io::Error::last_os_error()));
-    }
-    Ok(())
-}
-
-fn make_parent(dest: &Path) -> Result<()> {
-    match dest.parent() {
-        Some(p) => fs::create_dir_all(p).map_err(out_err(p)),
-        None => Ok(()),
-    }
-}
-
-/// Whether something is at `dest` (not following a symbolic link).
-fn occupied(dest: &Path) -> bool {
-    fs::symlink_metadata(dest).is_ok()
-}
-
-fn exists(dest: &Path) -> Error {
-    Error::Output {
-        what: dest.display().to_string(),
-        source: io::Error::new(
-            ErrorKind::AlreadyExists,
-            "already exists (--overwrite replaces it)",
-        ),
-    }
-}
-
-/// Owner (when permitted: the restore runs as root; else noted), extended
-/// attributes (noted where the file system refuses them), mode and times of
-/// the object at `dest` (not following a symbolic link), or of the open
-/// `file` to be renamed to `dest`.
-fn set_metadata(e: &Entry, dest: &Path, file: Option<&File>, notes: &Notes) -> Result<()> {
-    let owned = match file {
-        Some(f) => fchown(f, Some(e.uid), Some(e.gid)),
-        None => lchown(dest, Some(e.uid), Some(e.gid)),
-    };
-    match owned {
-        Err(err) if err.kind() == ErrorKind::PermissionDenied => {
-            notes.add("owner not restored (not permitted: not root)", dest)
-        }
-        r => r.map_err(out_err(dest))?,
-    }
-    if !e.xattrs.is_empty() {
-        let set = match file {
-            Some(f) => write_file_xattrs(f, &e.xattrs),
-            None => write_xattrs(dest, &e.xattrs),
-        };
-        match set {
-            Err(err) if unsupported(&err) || err.kind() == ErrorKind::PermissionDenied => {
-                notes.add("extended attributes not restored (refused here)", dest)
-            }
-            r => r.map_err(out_err(dest))?,
-        }
-    }
-    let mtime = FileTime::from_unix_time(e.mtime, e.mtime_ns);
-    let atime = FileTime::from_unix_time(e.atime, e.atime_ns);
-    // A link's own mode cannot be set on Linux.
-    if e.kind != Kind::Symlink {
-        let mode = fs::Permissions::from_mode(e.mode);
-        match file {
-            Some(f) => f.set_permissions(mode),
-            None => fs::set_permissions(dest, mode),
-        }
-        .map_err(out_err(dest))?;
-    }
-    // By path: `utimensat` without following a link (and without opening
-    // the object, which would block on a FIFO).
-    match file {
-        Some(f) => filetime::set_file_handle_times(f, Some(atime), Some(mtime)),
-        None => filetime::set_symlink_file_times(dest, atime, mtime),
-    }
-    .map_err(out_err(dest))
-}
-
-/// A file being written: its temporary path beside its place.
-struct OpenFile {
-    entry: Entry,
-    dest: PathBuf,
-    tmp: PathBuf,
-    file: File,
-    left: u64,
-    /// Where the next bytes go (a sparse file skips blocks of zeros).
-    at: u64,
-}
-
-/// Blocks of zeros a sparse file's restore leaves as holes.
-const HOLE_BLOCK: u64 = 4096;
-
-/// The output of the files' restore: cuts the restored bytes into the
-/// selected files, in catalog order, as named by `names`.
-struct Files<'a> {
-    target: &'a Path,
-    mode: Overwrite,
-    select: &'a Selection,
-    names: Receiver<Entry>,
-    open: Option<OpenFile>,
-    files: u64,
-    hardlinks: u64,
-    kept: u64,
-    notes: &'a Notes,
-}
-
-impl Files<'_> {
-    /// Opens the next file with bytes left to write, completing empty files on the way.
-    fn next_file(&mut self) -> Result<Option<OpenFile>> {
-        while let Ok(entry) = self.names.recv() {
-            if entry.kind == Kind::Hardlink {
-                self.link(&entry)?;
-                continue;
-            }
-            let f = self.create(entry)?;
-            if f.left > 0 {
-                return Ok(Some(f));
-            }
-            self.complete(f)?;
-        }
-        Ok(None)
-    }
-
-    /// Links hard link `e` to its file, restored before it (in catalog order).
-    fn link(&mut self, e: &Entry) -> Result<()> {
-        let dest = self.target.join(relative_path(&e.path));
-        let first = self.target.join(relative_path(&e.target));
-        if !self.select.matches(&e.target) || !occupied(&first) {
-            self.notes.add(
-                "hard link not restored (its first path is not restored)",
-                &dest,
-            );
-            return Ok(());
-        }
-        make_parent(&dest)?;
-        if occupied(&dest) {
-            let there = fs::symlink_metadata(&dest).map_err(out_err(&dest))?;
-            let linked = fs::symlink_metadata(&first)
-                .is_ok_and(|f| (f.dev(), f.ino()) == (there.dev(), there.ino()));
-            if linked || keep(e, &dest, self.mode)?.is_some() {
-                self.kept += 1;
-                return Ok(());
-            }
-            fs::remove_file(&dest).map_err(out_err(&dest))?;
-        }
-        fs::hard_link(&first, &dest).map_err(out_err(&dest))?;
-        self.hardlinks += 1;
-        Ok(())
-    }
-
-    fn create(&self, entry: Entry) -> Result<OpenFile> {
-        let dest = self.target.join(relative_path(&entry.path));
-        if self.mode == Overwrite::Refuse && occupied(&dest) {
-            return Err(exists(&dest));
-        }
-        let name = dest
-            .file_name()
-            .map(|n| n.to_os_string())
-            .unwrap_or_default();
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(&name);
-        tmp_name.push(format!(".tessera-partial.{}", std::process::id()));
-        let tmp = dest.with_file_name(tmp_name);
-        let file = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(out_err(&dest))?;
-        Ok(OpenFile {
-            left: entry.size,
-            at: 0,
-            entry,
-            dest,
-            tmp,
-            file,
-        })
-    }
-
-    fn complete(&mut self, f: OpenFile) -> Result<()> {
-        let done = (if f.entry.sparse {
-            // Trailing holes.
-            f.file.set_len(f.entry.size).map_err(out_err(&f.dest))
-        } else {
-            Ok(())
-        })
-        .and_then(|()| set_metadata(&f.entry, &f.dest, Some(&f.file), self.notes))
-        .and_then(|()| fs::rename(&f.tmp, &f.dest).map_err(out_err(&f.dest)));
-        if done.is_err() {
-            let _ = fs::remove_file(&f.tmp);
-        }
-        self.files += 1;
-        done
-    }
-
-    /// Completes the empty files after the last bytes; fails if bytes are missing.
-    fn finish(&mut self) -> Result<()> {
-        if let Some(f) = &self.open {
-            return Err(short(&f.dest));
-        }
-        match self.next_file()? {
-            Some(f) => {
-                let dest = f.dest.clone();
-                let _ = fs::remove_file(&f.tmp);
-                Err(short(&dest))
-            }
-            None => Ok(()),
-        }
-    }
-
-    fn write_some(&mut self, buf: &[u8]) -> Result<usize> {
-        let mut f = match self.open.take() {
-            Some(f) => f,
-            None => self.next_file()?.ok_or_else(|| {
-                Error::corrupt(
-                    "catalog",
-                    "the backup holds more file bytes than its catalog lists",
-                )
-            })?,
-        };
-        let n = (buf.len() as u64).min(f.left) as usize;
-        if let Err(e) = write_at(&mut f, &buf[..n]) {
-            let _ = fs::remove_file(&f.tmp);
-            return Err(out_err(&f.dest)(e));
-        }
-        f.left -= n as u64;
-        if f.left == 0 {
-            self.complete(f)?;
-        } else {
-            self.open = Some(f);
-        }
-        Ok(n)
-    }
-}
-
-/// Writes `bytes` at the file's position; a sparse file's aligned blocks of
-/// zeros are skipped (left as holes).
-fn write_at(f: &mut OpenFile, bytes: &[u8]) -> io::Result<()> {
-    if !f.entry.sparse {
-        f.file.write_all(bytes)?;
-        f.at += bytes.len() as u64;
-        return Ok(());
-    }
-    let mut rest = bytes;
-    while !rest.is_empty() {
-        let to_boundary = HOLE_BLOCK - f.at % HOLE_BLOCK;
-        let n = (rest.len() as u64).min(to_boundary) as usize;
-        let (piece, more) = rest.split_at(n);
-        let whole_block = n as u64 == HOLE_BLOCK;
-        if !(whole_block && piece.iter().all(|&b| b == 0)) {
-            f.file.write_all_at(piece, f.at)?;
-        }
-        f.at += n as u64;
-        rest = more;
-    }
-    Ok(())
-}
-
-fn short(dest: &Path) -> Error {
-    Error::corrupt(
-        "catalog",
-        format!(
-            "{}: fewer bytes in the backup than the catalog lists",
-            dest.display()
-        ),
-    )
-}
-
-impl Drop for Files<'_> {
-    fn drop(&mut self) {
-        // A failed restore leaves no partial file.
-        if let Some(f) = self.open.take() {
-            let _ = fs::remove_file(&f.tmp);
-        }
-    }
-}
-
-impl Write for Files<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.write_some(buf).map_err(io::Error::other)
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
     }
 }

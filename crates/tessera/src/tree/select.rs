@@ -13,6 +13,13 @@ pub struct Selection {
     exclude: Option<GlobSet>,
     /// The path of the only include pattern, when it is a literal path.
     literal: Option<Vec<u8>>,
+    /// The include patterns as given.
+    patterns: Vec<String>,
+    /// For each glob of `include`, the pattern it comes from.
+    include_of: Vec<usize>,
+    /// The backed-up paths relative patterns are taken relative to
+    /// ([`Selection::for_backup`]).
+    roots: Option<Vec<String>>,
 }
 
 impl Selection {
@@ -21,13 +28,41 @@ impl Selection {
     /// Patterns are globs over paths as listed (`home/ann/*.txt`; a
     /// leading `/` is ignored); one without `/` matches a name at any depth.
     pub fn new(include: &[String], exclude: &[String]) -> Result<Self> {
+        Self::build(include, exclude, None)
+    }
+
+    /// [`Selection::new`] for a restore of a backup of `roots` (its
+    /// backed-up paths, absolute): a pattern starting with `/` is an
+    /// absolute path; one with a `/` elsewhere (or starting with `./`) is
+    /// taken relative to each backed-up path (`etc/hostname` with `/srv/x`
+    /// backed up: `/srv/x/etc/hostname`); one without `/` matches a name at
+    /// any depth.
+    pub fn for_backup(include: &[String], exclude: &[String], roots: &[String]) -> Result<Self> {
+        Self::build(include, exclude, Some(roots))
+    }
+
+    fn build(include: &[String], exclude: &[String], roots: Option<&[String]>) -> Result<Self> {
+        let globs = |patterns: &[String]| -> Vec<(usize, String, bool)> {
+            let mut out = Vec::new();
+            for (i, p) in patterns.iter().enumerate() {
+                for (g, anchored) in expand(p, roots) {
+                    out.push((i, g, anchored));
+                }
+            }
+            out
+        };
+        let inc = globs(include);
+        let literal = match inc.as_slice() {
+            [(_, g, true)] => literal_path(g),
+            _ => None,
+        };
         Ok(Selection {
-            include: set(include)?,
-            exclude: set(exclude)?,
-            literal: match include {
-                [p] => literal_path(p),
-                _ => None,
-            },
+            include: set(&inc)?,
+            exclude: set(&globs(exclude))?,
+            literal,
+            patterns: include.to_vec(),
+            include_of: inc.iter().map(|(i, _, _)| *i).collect(),
+            roots: roots.map(<[String]>::to_vec),
         })
     }
 
@@ -36,6 +71,49 @@ impl Selection {
     /// (`home/ann/a.txt`: it and what is below it).
     pub fn literal(&self) -> Option<Vec<u8>> {
         self.literal.clone()
+    }
+
+    /// Whether the selection has include patterns (else it takes everything).
+    pub fn has_include(&self) -> bool {
+        self.include.is_some()
+    }
+
+    /// The number of include patterns.
+    pub fn patterns(&self) -> usize {
+        self.patterns.len()
+    }
+
+    /// Marks in `hits` (by include pattern) the patterns matching `path` itself.
+    pub fn hits(&self, path: &[u8], hits: &mut [bool]) {
+        if let Some(set) = &self.include {
+            for g in set.matches(relative_path(path)) {
+                if let Some(h) = self.include_of.get(g).and_then(|&i| hits.get_mut(i)) {
+                    *h = true;
+                }
+            }
+        }
+    }
+
+    /// The include patterns not marked in `hits`.
+    pub fn unmatched(&self, hits: &[bool]) -> Vec<&str> {
+        self.patterns
+            .iter()
+            .zip(hits)
+            .filter(|(_, &h)| !h)
+            .map(|(p, _)| p.as_str())
+            .collect()
+    }
+
+    /// How pattern `p` was read, when it was taken relative to the
+    /// backed-up paths (for an error saying it matches nothing).
+    pub fn hint(&self, p: &str) -> String {
+        match &self.roots {
+            Some(roots) if relative(p) => format!(
+                " (a relative pattern is taken relative to each backed-up path: {}; start it with / for an absolute path)",
+                roots.join(", ")
+            ),
+            _ => String::new(),
+        }
     }
 
     /// Whether `path` itself matches an include pattern and no exclude
@@ -56,6 +134,35 @@ impl Selection {
                     .any(|(i, _)| set.is_match(relative_path(&path[..i])))
         };
         self.include.as_ref().is_none_or(hit) && !self.exclude.as_ref().is_some_and(hit)
+    }
+}
+
+/// Whether pattern `p` is relative: with a `/`, but not at its start (or starting with `./`).
+fn relative(p: &str) -> bool {
+    let p = p.trim_end_matches('/');
+    p.starts_with("./") || !p.starts_with('/') && p.contains('/')
+}
+
+/// The globs of pattern `p` over catalog paths, each with whether it is
+/// anchored (else it matches a name at any depth): relative to each of
+/// `roots` when given and `p` is [`relative`].
+fn expand(p: &str, roots: Option<&[String]>) -> Vec<(String, bool)> {
+    let trimmed = p.trim_end_matches('/');
+    match roots {
+        Some(roots) if relative(p) => {
+            let rel = trimmed.trim_start_matches("./");
+            roots
+                .iter()
+                .map(|r| match r.trim_matches('/') {
+                    "" => (rel.to_string(), true),
+                    r => (format!("{r}/{rel}"), true),
+                })
+                .collect()
+        }
+        _ => {
+            let t = trimmed.trim_start_matches('/');
+            vec![(t.to_string(), t.contains('/'))]
+        }
     }
 }
 
@@ -101,33 +208,28 @@ pub fn read_paths(file: &Path) -> Result<Vec<PathBuf>> {
         .collect())
 }
 
-/// The catalog path pattern `p` matches exactly, if it is one: with a
-/// `/` (a pattern without one matches a name at any depth), no glob
-/// syntax, and no empty, `.` or `..` component.
-fn literal_path(p: &str) -> Option<Vec<u8>> {
-    let trimmed = p.trim_start_matches('/').trim_end_matches('/');
-    let plain = trimmed.contains('/')
-        && !trimmed.contains(['*', '?', '[', ']', '{', '}', '\\', '!'])
-        && trimmed
-            .split('/')
-            .all(|c| !c.is_empty() && c != "." && c != "..");
-    plain.then(|| trimmed.as_bytes().to_vec())
+/// The catalog path glob `g` (anchored) matches exactly, if it is one:
+/// no glob syntax, and no empty, `.` or `..` component.
+fn literal_path(g: &str) -> Option<Vec<u8>> {
+    let plain = !g.contains(['*', '?', '[', ']', '{', '}', '\\', '!'])
+        && g.split('/').all(|c| !c.is_empty() && c != "." && c != "..");
+    plain.then(|| g.as_bytes().to_vec())
 }
 
-fn set(patterns: &[String]) -> Result<Option<GlobSet>> {
-    if patterns.is_empty() {
+/// The set of `globs` (pattern number, glob, anchored); a glob not
+/// anchored matches a name at any depth.
+fn set(globs: &[(usize, String, bool)]) -> Result<Option<GlobSet>> {
+    if globs.is_empty() {
         return Ok(None);
     }
     let mut b = GlobSetBuilder::new();
-    for p in patterns {
-        let trimmed = p.trim_start_matches('/').trim_end_matches('/');
-        // A pattern without `/` matches a name at any depth.
-        let pattern = match trimmed.contains('/') {
-            true => trimmed.to_string(),
-            false => format!("**/{trimmed}"),
+    for (_, g, anchored) in globs {
+        let pattern = match anchored {
+            true => g.clone(),
+            false => format!("**/{g}"),
         };
         let glob =
-            Glob::new(&pattern).map_err(|e| Error::InvalidConfig(format!("pattern {p:?}: {e}")))?;
+            Glob::new(&pattern).map_err(|e| Error::InvalidConfig(format!("pattern {g:?}: {e}")))?;
         b.add(glob);
     }
     b.build()
@@ -157,6 +259,33 @@ mod tests {
         assert!(!plain.matches(b"tmp/.t/src/big1"));
         assert!(plain.matches(b"tmp/.t/src/big3"));
         assert!(Selection::new(&["a[".into()], &[]).is_err());
+    }
+
+    #[test]
+    fn relative_patterns_are_taken_relative_to_each_backed_up_path() {
+        let roots = ["/srv/x".to_string(), "/home".to_string()];
+        let s = Selection::for_backup(&["etc/hostname".into()], &[], &roots).unwrap();
+        assert!(s.matches(b"srv/x/etc/hostname"));
+        assert!(s.matches(b"home/etc/hostname"));
+        assert!(!s.matches(b"etc/hostname"));
+        assert_eq!(s.literal(), None);
+        let one =
+            Selection::for_backup(&["./etc/".into()], &["*.bak".into()], &roots[..1]).unwrap();
+        assert_eq!(one.literal(), Some(b"srv/x/etc".to_vec()));
+        assert!(one.matches(b"srv/x/etc/apt/sources.list"));
+        assert!(!one.matches(b"srv/x/etc/a.bak"));
+        let abs =
+            Selection::for_backup(&["/srv/x/etc".into(), "hostname".into()], &[], &roots).unwrap();
+        assert!(abs.matches(b"srv/x/etc/passwd"));
+        assert!(abs.matches(b"home/ann/hostname"));
+        let mut hits = vec![false; abs.patterns()];
+        abs.hits(b"srv/x/etc", &mut hits);
+        assert_eq!(abs.unmatched(&hits), ["hostname"]);
+        assert!(abs.hint("hostname").is_empty());
+        assert!(s.hint("etc/hostname").contains("/srv/x, /home"));
+        // Under a backup of `/`, relative and absolute patterns agree.
+        let slash = Selection::for_backup(&["etc/hostname".into()], &[], &["/".into()]).unwrap();
+        assert_eq!(slash.literal(), Some(b"etc/hostname".to_vec()));
     }
 
     #[test]
