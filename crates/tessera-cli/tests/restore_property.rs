@@ -18,14 +18,15 @@ use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{symlink, FileTypeExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// A node of a random tree, below a directory chosen among those before it.
 #[derive(Clone, Debug)]
 enum Node {
     Dir(u32),
-    File(Vec<u8>, u32),
+    /// Bytes made from a seed, their length, the mode.
+    File(u64, u16, u32),
     /// A link to one of four targets (relative, outside, `/`, upwards).
     Symlink(u8),
     /// Another name of one of the files before it.
@@ -58,10 +59,11 @@ fn node() -> impl Strategy<Value = Node> {
     prop_oneof![
         3 => prop::sample::select(vec![0o755u32, 0o700, 0o750]).prop_map(Node::Dir),
         4 => (
-            prop::collection::vec(any::<u8>(), 0..2000),
+            any::<u64>(),
+            0u16..2000,
             prop::sample::select(vec![0o644u32, 0o600, 0o755, 0o444]),
         )
-            .prop_map(|(d, m)| Node::File(d, m)),
+            .prop_map(|(seed, len, m)| Node::File(seed, len, m)),
         2 => (0u8..4).prop_map(Node::Symlink),
         2 => any::<usize>().prop_map(Node::Hardlink),
         1 => Just(Node::Fifo),
@@ -127,7 +129,16 @@ fn make_tree(case: &Case, src: &Path, outside: &Path) -> Vec<PathBuf> {
                 fs::create_dir(&path).unwrap();
                 dirs.push((path.clone(), *mode));
             }
-            Node::File(data, mode) => {
+            Node::File(seed, len, mode) => {
+                let mut x = *seed | 1;
+                let data: Vec<u8> = (0..*len)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
                 fs::write(&path, data).unwrap();
                 fs::set_permissions(&path, fs::Permissions::from_mode(*mode)).unwrap();
                 let t =

@@ -153,7 +153,7 @@ fn a_one_file_restore_creates_missing_ancestors_and_leaves_existing_ones() {
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(mode_time(&c), (0o711, 300));
-    assert_eq!(mode_time(&c.parent().unwrap()), (0o750, 200));
+    assert_eq!(mode_time(c.parent().unwrap()), (0o750, 200));
 }
 
 /// Item 5: a hard link restores by any of its names — the first restored

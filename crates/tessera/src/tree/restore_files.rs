@@ -105,7 +105,26 @@ impl<'a> Files<'a> {
     }
 
     fn try_link(&mut self, e: &Entry) -> Result<(), String> {
-        let (first_dir, first_name) = split_path(&e.target);
+        let (dir, name) = split_path(&e.path);
+        let at = self
+            .dirs
+            .open(dir, false, &mut |_, _| {}, &mut |_, _| {})
+            .map_err(|b| b.reason)?
+            .try_clone_to_owned()
+            .map_err(|err| err.to_string())?;
+        let there = stat_at(at.as_fd(), name).map_err(|err| err.to_string())?;
+        if let Some(st) = &there {
+            match self.mode {
+                Overwrite::Never => {
+                    self.kept += 1;
+                    return Ok(());
+                }
+                Overwrite::Refuse => {
+                    return Err(in_the_way(FileType::from_raw_mode(st.st_mode), self.mode))
+                }
+                Overwrite::Always | Overwrite::IfChanged => {}
+            }
+        }
         let not_there = |why: String| {
             format!(
                 "its file /{} is not restored: {why}",
@@ -115,6 +134,7 @@ impl<'a> Files<'a> {
         if self.report.has_failed(&e.target) {
             return Err(not_there("it could not be restored".into()));
         }
+        let (first_dir, first_name) = split_path(&e.target);
         let first_dir = self
             .dirs
             .root()
@@ -123,30 +143,20 @@ impl<'a> Files<'a> {
         let first = stat_at(first_dir.as_fd(), first_name)
             .map_err(|err| not_there(err.to_string()))?
             .ok_or_else(|| not_there("not there".into()))?;
-        if FileType::from_raw_mode(first.st_mode) != FileType::RegularFile {
-            let t = a_kind(FileType::from_raw_mode(first.st_mode));
-            return Err(not_there(format!("{t} is there")));
+        let kind = FileType::from_raw_mode(first.st_mode);
+        if kind != FileType::RegularFile {
+            return Err(not_there(format!("{} is there", a_kind(kind))));
         }
-        let (dir, name) = split_path(&e.path);
-        let at = self
-            .dirs
-            .open(dir, false, &mut |_, _| {}, &mut |_, _| {})
-            .map_err(|b| b.reason)?;
-        if let Some(st) = stat_at(at, name).map_err(|err| err.to_string())? {
-            let t = FileType::from_raw_mode(st.st_mode);
-            if (st.st_dev, st.st_ino) == (first.st_dev, first.st_ino)
-                || self.mode == Overwrite::Never
-            {
+        if let Some(st) = there {
+            if (st.st_dev, st.st_ino) == (first.st_dev, first.st_ino) {
                 self.kept += 1;
                 return Ok(());
             }
-            if !self.mode.replaces() {
-                return Err(in_the_way(t, self.mode));
-            }
-            remove_at(at, name)
-                .map_err(|err| format!("{} is there and could not be removed: {err}", a_kind(t)))?;
+            let t = a_kind(FileType::from_raw_mode(st.st_mode));
+            remove_at(at.as_fd(), name)
+                .map_err(|err| format!("{t} is there and could not be removed: {err}"))?;
         }
-        rustix::fs::linkat(first_dir.as_fd(), first_name, at, name, AtFlags::empty())
+        rustix::fs::linkat(first_dir.as_fd(), first_name, &at, name, AtFlags::empty())
             .map_err(|err| io::Error::from(err).to_string())?;
         self.hardlinks += 1;
         Ok(())
