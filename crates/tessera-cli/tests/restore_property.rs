@@ -496,6 +496,46 @@ fn assert_restored(target: &Path, p: &str, b: &Backed, what: &str) {
     }
 }
 
+/// `restore --json REPO ID TARGET`, with `includes` and `mode`.
+fn restore_args(
+    repo: &Path,
+    id: u64,
+    target: &Path,
+    includes: &[String],
+    mode: Mode,
+) -> Vec<String> {
+    let mut args: Vec<String> = vec![
+        "restore".into(),
+        "--json".into(),
+        repo.display().to_string(),
+        id.to_string(),
+        target.display().to_string(),
+    ];
+    for i in includes {
+        args.extend(["--include".to_string(), i.clone()]);
+    }
+    if let Some(a) = mode.arg() {
+        args.push(a.into());
+    }
+    args
+}
+
+/// A restore with an include pattern matching nothing besides `args`'
+/// fails (exit status 1) naming it, and writes nothing.
+fn check_missing(args: &[String], target: &Path) -> Result<(), TestCaseError> {
+    let mut missing = args.to_vec();
+    missing.extend(["--include".to_string(), "./no/such/entry".to_string()]);
+    let mut was = BTreeMap::new();
+    snapshot(target, &mut was);
+    let out = run(&missing);
+    prop_assert_eq!(out.status.code(), Some(1), "{:?}", out);
+    prop_assert!(String::from_utf8_lossy(&out.stderr).contains("./no/such/entry"));
+    let mut now = BTreeMap::new();
+    snapshot(target, &mut now);
+    prop_assert_eq!(was, now, "a pattern matching nothing writes nothing");
+    Ok(())
+}
+
 fn run_case(case: &Case) -> Result<(), TestCaseError> {
     let base = tempfile::tempdir().unwrap();
     let base = base.path();
@@ -552,30 +592,9 @@ fn run_case(case: &Case) -> Result<(), TestCaseError> {
     let before = outside_state(base);
     for (k, &mode) in modes.iter().enumerate() {
         let target = targets.join(k.to_string());
-        let mut args: Vec<String> = vec![
-            "restore".into(),
-            "--json".into(),
-            repo.display().to_string(),
-            id.to_string(),
-            target.display().to_string(),
-        ];
-        for i in &includes {
-            args.extend(["--include".to_string(), i.clone()]);
-        }
-        if let Some(a) = mode.arg() {
-            args.push(a.into());
-        }
+        let args = restore_args(&repo, id, &target, &includes, mode);
         if case.missing {
-            let mut missing = args.clone();
-            missing.extend(["--include".to_string(), "./no/such/entry".to_string()]);
-            let mut was = BTreeMap::new();
-            snapshot(&target, &mut was);
-            let out = run(&missing);
-            prop_assert_eq!(out.status.code(), Some(1), "{:?}", out);
-            prop_assert!(String::from_utf8_lossy(&out.stderr).contains("./no/such/entry"));
-            let mut now = BTreeMap::new();
-            snapshot(&target, &mut now);
-            prop_assert_eq!(was, now, "a pattern matching nothing writes nothing");
+            check_missing(&args, &target)?;
         }
         let out = run(&args);
         let what = format!("{mode:?}, {includes:?}");
