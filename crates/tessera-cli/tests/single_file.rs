@@ -282,6 +282,45 @@ fn several_files_and_a_directory_make_one_backup_of_their_paths() {
 }
 
 #[test]
+fn a_symbolic_link_given_is_backed_up_as_the_link_with_a_note() {
+    let (dir, repo, passwd, _) = passwd_and_group();
+    let link = absolute(dir.path()).join("current");
+    std::os::unix::fs::symlink(&passwd, &link).unwrap();
+    let out = run(["backup".as_ref(), repo.as_os_str(), link.as_os_str()]);
+    assert!(out.status.success(), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("note: {}: a symbolic link", link.display()))
+            && err.contains("--follow-symlinks"),
+        "{err}"
+    );
+    let long = ok([
+        "ls".as_ref(),
+        repo.as_os_str(),
+        "1".as_ref(),
+        "-l".as_ref(),
+        link.as_os_str(),
+    ]);
+    assert!(long.starts_with('l'), "{long}");
+    // Followed, it is the file's bytes, under the link's name.
+    let out = run([
+        "backup".as_ref(),
+        repo.as_os_str(),
+        link.as_os_str(),
+        "--follow-symlinks".as_ref(),
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("note:"));
+    let dumped = run([
+        "dump".as_ref(),
+        repo.as_os_str(),
+        "2".as_ref(),
+        link.as_os_str(),
+    ]);
+    assert_eq!(dumped.stdout, fs::read(&passwd).unwrap());
+}
+
+#[test]
 fn stdin_stays_a_stream_and_stdin_name_names_it() {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo");
@@ -291,6 +330,8 @@ fn stdin_stays_a_stream_and_stdin_name_names_it() {
     let s = backup_stdin(&repo, &data, &[]);
     assert!(s["tree"].is_null(), "{s}");
     assert_eq!(s["source"], "default");
+    let listed = json(&ok(["list".as_ref(), repo.as_os_str(), "--json".as_ref()]));
+    assert!(listed[0].get("paths").is_none(), "{listed}");
     let out = dir.path().join("stream.out");
     ok([
         "restore".as_ref(),
