@@ -63,8 +63,8 @@ for run in $(seq 1 "$RUNS"); do
         rm -rf "${WORK:?}/$kind"
         init $kind "$WORK/$kind"
         sync
-        read -r "T[$kind,fresh,$run]" "C[$kind,fresh,$run]" < <(seconds "$TESSERA" backup "$WORK/$kind" "$WORK/fresh.bin")
-        read -r "T[$kind,dup,$run]" "C[$kind,dup,$run]" < <(seconds "$TESSERA" backup "$WORK/$kind" "$WORK/fresh.bin")
+        read -r "T[$kind,fresh,$run]" "C[$kind,fresh,$run]" < <(seconds "$TESSERA" backup "$WORK/$kind" - <"$WORK/fresh.bin")
+        read -r "T[$kind,dup,$run]" "C[$kind,dup,$run]" < <(seconds "$TESSERA" backup "$WORK/$kind" - <"$WORK/fresh.bin")
         read -r "T[$kind,restore,$run]" "C[$kind,restore,$run]" < <(seconds "$TESSERA" restore "$WORK/$kind" 1 -)
         rm -rf "${WORK:?}/$kind"
     done
@@ -107,7 +107,7 @@ size=()
 for kind in plain secure; do
     rm -rf "${WORK:?}/$kind"
     init $kind "$WORK/$kind"
-    "$TESSERA" backup "$WORK/$kind" "$TEXT" >/dev/null
+    "$TESSERA" backup "$WORK/$kind" - <"$TEXT" >/dev/null
     size[${#size[@]}]=$(du -sb "$WORK/$kind" | cut -f1)
 done
 logical=$(du -sb "$TEXT" | cut -f1)

@@ -31,7 +31,8 @@ export TESSERA_PASSWORD=${TESSERA_PASSWORD:-demo-password}
 echo "== tessera init $REPO (encrypted, compression auto; password from TESSERA_PASSWORD)"
 "$T" init "$REPO" --compression auto
 for v in 1 2 3 4 5 6 7 8; do
-  "$T" backup "$REPO" "$W/data/v$v" --label "v$v"
+  # Standard input: each version is a stream, restored into a file below.
+  "$T" backup "$REPO" - --label "v$v" <"$W/data/v$v"
 done
 echo "== tessera list"
 "$T" list "$REPO"

@@ -136,7 +136,7 @@ EOF
     cli_s=$(awk -v a="$t0" -v b="$t1" -v c="$cli_s" 'BEGIN { printf "%.6f", c + b - a }')
     for f in $(ls "$ds"/v*.tar | sort); do
         t0=$(now)
-        "$T" backup "$repo" "$f" >>"$log" 2>&1
+        "$T" backup "$repo" - <"$f" >>"$log" 2>&1
         t1=$(now)
         s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.6f", b - a }')
         backup_s=$(awk -v x="$backup_s" -v s="$s" 'BEGIN { printf "%.6f", x + s }')

@@ -109,7 +109,7 @@ for run in $(seq "$RUNS"); do
         esac
         "$T" init --encryption none "$repo" >/dev/null
         s0=$(server_cpu)
-        timed "$WORK/t" "$T" "${conn[@]}" backup "$repo" "$WORK/data" >/dev/null
+        timed "$WORK/t" "$T" "${conn[@]}" backup "$repo" - <"$WORK/data" >/dev/null
         [[ $kind == s3 ]] && server_since s3_backup "$s0"
         read -r wall cpu <"$WORK/t"
         R[${kind}_backup]+="$(rate "$wall") "

@@ -64,12 +64,14 @@ def sh(cmd, **kw):
     return subprocess.run(cmd, shell=True, check=True, **kw)
 
 
-def tessera(*args, rss=None):
-    """Runs tessera; its JSON output (and peak RSS in KiB when `rss`)."""
+def tessera(*args, rss=None, stdin=None):
+    """Runs tessera (with the file `stdin` on standard input); its JSON
+    output (and peak RSS in KiB when `rss`)."""
     cmd = [TESSERA, *args]
     if rss is not None:
         cmd = ["/usr/bin/time", "-f", "%M", "-o", rss] + cmd
-    out = subprocess.run(cmd, check=False, capture_output=True, text=True)
+    with open(stdin or os.devnull, "rb") as input:
+        out = subprocess.run(cmd, check=False, capture_output=True, text=True, stdin=input)
     if out.returncode not in (0, 3):
         sys.exit(f"{' '.join(cmd)}: exit {out.returncode}\n{out.stderr}")
     last = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
@@ -233,7 +235,7 @@ def main():
             os.makedirs(wc)
             sh(f"tar xf {os.path.join(tars, n)} -C {wc}")
             bn = tessera("backup", "--json", "--source", "redis-wc", native, wc)
-            bt = tessera("backup", "--json", streams, os.path.join(tars, n))
+            bt = tessera("backup", "--json", streams, "-", stdin=os.path.join(tars, n))
             stored_native += bn["stored_bytes"]
             stored_tar += bt["stored_bytes"]
             logical_tar += bt["logical_bytes"]

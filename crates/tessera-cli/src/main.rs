@@ -4,15 +4,15 @@
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera::backend::{Backend, Location, LockMode, S3Options};
-use tessera::backup::{run as run_backup, BackupOptions, Source};
+use tessera::backup::{run as run_backup, BackupOptions, Outcome, Source};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::commands::check::{check_with_progress, CheckOptions, ProblemKind};
-use tessera::commands::forget::{forget, parse_group_by, ForgetOptions, ForgetReport};
+use tessera::commands::forget::{forget, parse_group_by, ForgetOptions, ForgetReport, DEFAULT_GROUP_BY};
 use tessera::commands::repair::{repair_with_progress, RepairOptions};
 use tessera::commands::retention::{Count, Period, Policy};
 use tessera::commands::tags::TagChange;
@@ -200,8 +200,9 @@ enum Command {
     Backup {
         /// The repository.
         repo: Location,
-        /// Directories (or files and symbolic links) to back up as a tree;
-        /// one regular file, or `-` for standard input, is backed up as a stream.
+        /// Paths to back up — directories, files, symbolic links — as one
+        /// tree backup recording each at its absolute path with its
+        /// metadata; or `-` alone for standard input, backed up as a stream.
         #[arg(required_unless_present_any = ["trace", "files_from"], conflicts_with = "trace")]
         inputs: Vec<String>,
         /// Tree backups: leave out paths matching this gitignore-style
@@ -233,7 +234,8 @@ enum Command {
         #[arg(long)]
         follow_symlinks: bool,
         /// With `-`: back up standard input as a tree backup holding one
-        /// file of this path (listed, found and restored like any file).
+        /// file of this path (listed, found and restored like any file;
+        /// restic's --stdin-filename).
         #[arg(long, value_name = "NAME")]
         stdin_name: Option<String>,
         /// Tree backups: do not descend into other file systems.
@@ -1061,6 +1063,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             for file in &exclude_file {
                 exclude.extend(tessera::tree::select::read_patterns(file)?);
             }
+            let input = backup_input(&inputs, !files_from.is_empty(), stdin_name.is_some(), trace)?;
             let mut inputs: Vec<PathBuf> = inputs.iter().map(PathBuf::from).collect();
             for file in &files_from {
                 let listed = tessera::tree::select::read_paths(file)?;
@@ -1069,11 +1072,8 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 }
                 inputs.extend(listed);
             }
-            if stdin_name.is_some() && (inputs.len() != 1 || inputs[0].as_os_str() != "-") {
-                bail!("--stdin-name applies to a backup of standard input (`-`) alone");
-            }
             let tree = TreeBackupOptions {
-                stdin_name: stdin_name.clone(),
+                stdin_name,
                 excludes: exclude,
                 iexcludes: iexclude,
                 exclude_if_present,
@@ -1092,17 +1092,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 compression,
                 sort_memory,
             };
-            let tree_wanted = stdin_name.is_some() || !files_from.is_empty() || is_tree(&inputs);
-            return backup_cmd(
-                &repo,
-                &inputs,
-                tree_wanted,
-                &tree,
-                trace.as_deref(),
-                naming,
-                json,
-                access,
-            );
+            return backup_cmd(&repo, &inputs, input, &tree, naming, json, access);
         }
         Command::Restore {
             repo,
@@ -1575,9 +1565,11 @@ struct ForgetArgs {
     /// Keep every backup carrying this tag (repeatable).
     #[arg(long, value_name = "TAG")]
     keep_tag: Vec<String>,
-    /// Group backups by these properties (comma-separated: source, host,
-    /// paths, tags; empty: one group).
-    #[arg(long, value_name = "KEYS", default_value = "source")]
+    /// Group backups by these properties (comma-separated: host, paths,
+    /// source, tags; empty: one group). The default is restic's host and
+    /// paths, and the source lineage, which keeps apart streams of
+    /// standard input (they have no paths).
+    #[arg(long, value_name = "KEYS", default_value = DEFAULT_GROUP_BY)]
     group_by: String,
     /// Only show what would be deleted.
     #[arg(long)]
@@ -1669,15 +1661,31 @@ fn print_prune(report: &tessera::commands::prune::PruneReport) -> Result<()> {
     Ok(())
 }
 
-/// Prints `forget`'s decisions: per group, each backup newest first with
-/// the rules that keep it.
+/// Prints `forget`'s decisions: what the backups are grouped by, then per
+/// group its name and counts and each backup newest first with the rules
+/// that keep it.
 fn print_forget(report: &ForgetReport) {
     let tz = jiff::tz::TimeZone::system();
+    let keys: Vec<&str> = report.group_by.iter().map(|k| k.name()).collect();
+    println!(
+        "{} group(s) by {}",
+        report.groups.len(),
+        if keys.is_empty() {
+            "nothing (every backup in one group)".to_string()
+        } else {
+            keys.join(",")
+        }
+    );
+    let mut groups = report.groups.iter();
     let mut group = None;
     for d in &report.decisions {
         if group != Some(&d.group) {
+            let counts = groups
+                .next()
+                .map(|g| format!(": keep {}, remove {}", g.keep.len(), g.remove.len()))
+                .unwrap_or_default();
             println!(
-                "group {}",
+                "group {}{counts}",
                 if d.group.is_empty() {
                     "(all)"
                 } else {
@@ -1888,13 +1896,43 @@ fn random_id(location: &str) -> String {
 /// Exit status of a backup that committed but left out objects it could not read.
 const EXIT_INCOMPLETE: u8 = 3;
 
-/// Whether `inputs` name a tree backup rather than one stream (`-` or one
-/// regular file, as before trees existed).
-fn is_tree(inputs: &[PathBuf]) -> bool {
-    match inputs {
-        [one] => one.as_os_str() != "-" && std::fs::metadata(one).is_ok_and(|m| !m.is_file()),
-        _ => inputs.len() > 1,
+/// What a `backup` reads.
+#[derive(Debug, PartialEq, Eq)]
+enum BackupInput {
+    /// A fingerprint trace (`--trace FILE`).
+    Trace(PathBuf),
+    /// Standard input (`-` alone) as one stream.
+    Stdin,
+    /// Paths — files, directories, symbolic links, any number of them —
+    /// as one tree backup recording each at its absolute path with its
+    /// metadata; or standard input as one file named `--stdin-name`.
+    Tree,
+}
+
+/// What `backup` reads, from its command line: `-` alone is standard input
+/// (a stream, or with `--stdin-name` a one-file tree), a trace is a trace,
+/// and any other paths (`--files-from` too) a tree backup of them — one
+/// regular file included, so that it is recorded with its path and metadata.
+fn backup_input(
+    inputs: &[String],
+    files_from: bool,
+    stdin_name: bool,
+    trace: Option<PathBuf>,
+) -> Result<BackupInput> {
+    let stdin = inputs.iter().any(|i| i == "-");
+    if stdin && (inputs.len() > 1 || files_from) {
+        bail!(
+            "`-` (standard input) is backed up alone: back up the paths in a backup of their own"
+        );
     }
+    if stdin_name && !stdin {
+        bail!("--stdin-name applies to a backup of standard input (`-`) alone");
+    }
+    Ok(match trace {
+        Some(path) => BackupInput::Trace(path),
+        None if stdin && !stdin_name => BackupInput::Stdin,
+        None => BackupInput::Tree,
+    })
 }
 
 /// What a backup is called (label, source lineage, host and tags), how
@@ -1938,13 +1976,11 @@ fn existing_file(id: BackupId, overwrite: Overwrite) -> Result<ExistingFile> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 fn backup_cmd(
     repo: &Location,
-    inputs: &[PathBuf],
-    tree_wanted: bool,
+    paths: &[PathBuf],
+    input: BackupInput,
     tree_options: &TreeBackupOptions,
-    trace: Option<&Path>,
     naming: Naming,
     json: bool,
     access: &Access,
@@ -1959,9 +1995,8 @@ fn backup_cmd(
     } = naming;
     let tags = tessera::commands::tags::normalize(&tags)?;
     let host = host.unwrap_or_else(tessera::tree::host_name);
-    let tree = trace.is_none() && tree_wanted;
     let t = tree_options;
-    if !tree
+    if input != BackupInput::Tree
         && (!t.excludes.is_empty()
             || !t.iexcludes.is_empty()
             || !t.exclude_if_present.is_empty()
@@ -1972,12 +2007,11 @@ fn backup_cmd(
             || t.parent.is_some()
             || t.force)
     {
-        bail!("the exclude options, --follow-symlinks, --one-file-system, --parent and --force apply to directory backups only");
+        bail!("the exclude options, --follow-symlinks, --one-file-system, --parent and --force apply to backups of paths only");
     }
-    let paths = inputs;
     let source = match source {
         Some(s) => s,
-        None if tree => match &t.stdin_name {
+        None if input == BackupInput::Tree => match &t.stdin_name {
             Some(name) => format!("stdin:{name}"),
             None => tessera::tree::default_source(&host, paths)?,
         },
@@ -1997,29 +2031,9 @@ fn backup_cmd(
         sort_budget: sort_memory,
     };
     let mut warnings = Vec::new();
-    let outcome = match (inputs, trace) {
-        (_, Some(path)) => {
-            let mut reader = TraceFile::open(path)?;
-            let mut failure = None;
-            let done = {
-                let mut chunks = std::iter::from_fn(|| match reader.next_chunk() {
-                    Ok(Some(c)) => Some(Ok((Fingerprint(c.fp), c.size))),
-                    Ok(None) => None,
-                    Err(e) => {
-                        let msg = e.to_string();
-                        failure = Some(e);
-                        Some(Err(tessera::Error::InvalidConfig(msg)))
-                    }
-                });
-                run_backup(&r, Source::Trace(&mut chunks), &options_for(None))
-            };
-            // A malformed trace is reported as such, with its line or offset.
-            match (done, failure) {
-                (_, Some(e)) => return Err(e.into()),
-                (done, None) => done?,
-            }
-        }
-        (_, None) if tree => {
+    let outcome = match input {
+        BackupInput::Trace(path) => backup_trace(&r, &path, &options_for(None))?,
+        BackupInput::Tree => {
             let bar = progress_bar(None);
             let on_progress = |n: u64| bar.set_position(n);
             let done = backup_tree(&r, paths, tree_options, &options_for(Some(&on_progress)))?;
@@ -2033,33 +2047,65 @@ fn backup_cmd(
             warnings = done.warnings;
             done.outcome
         }
-        ([input], None) => {
-            let (mut reader, name, total): (Box<dyn Read + Send>, String, Option<u64>) =
-                if input.as_os_str() == "-" {
-                    (Box::new(io::stdin()), "stdin".into(), None)
-                } else {
-                    let name = input.display().to_string();
-                    let f = File::open(input).with_context(|| format!("opening input {name}"))?;
-                    let total = f.metadata().ok().map(|m| m.len());
-                    (Box::new(f), name, total)
-                };
-            let bar = progress_bar(total);
+        BackupInput::Stdin => {
+            let bar = progress_bar(stdin_len());
             let on_progress = |n: u64| bar.set_position(n);
-            let done = run_backup(
-                &r,
-                Source::Data {
-                    input: &mut reader,
-                    name: &name,
-                },
-                &options_for(Some(&on_progress)),
-            )?;
+            let source = Source::Data {
+                input: &mut io::stdin(),
+                name: "stdin",
+            };
+            let done = run_backup(&r, source, &options_for(Some(&on_progress)))?;
             bar.finish_and_clear();
             done
         }
-        _ => {
-            bail!("give directories or a file to back up, `-` for standard input, or --trace FILE")
-        }
     };
+    print_backup(&r, &outcome, &warnings, json)?;
+    if warnings.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "tessera: backup {} is incomplete: {} object(s) could not be read",
+            outcome.snapshot.id,
+            warnings.len()
+        );
+        Ok(ExitCode::from(EXIT_INCOMPLETE))
+    }
+}
+
+/// The length of standard input when it is a regular file (`< FILE`).
+fn stdin_len() -> Option<u64> {
+    use std::os::fd::AsFd;
+    let fd = io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let m = File::from(fd).metadata().ok()?;
+    m.is_file().then_some(m.len())
+}
+
+/// Replays the fingerprint trace at `path` into `r` as one backup.
+fn backup_trace(r: &Repository, path: &Path, options: &BackupOptions) -> Result<Outcome> {
+    let mut reader = TraceFile::open(path)?;
+    let mut failure = None;
+    let done = {
+        let mut chunks = std::iter::from_fn(|| match reader.next_chunk() {
+            Ok(Some(c)) => Some(Ok((Fingerprint(c.fp), c.size))),
+            Ok(None) => None,
+            Err(e) => {
+                let msg = e.to_string();
+                failure = Some(e);
+                Some(Err(tessera::Error::InvalidConfig(msg)))
+            }
+        });
+        run_backup(r, Source::Trace(&mut chunks), options)
+    };
+    // A malformed trace is reported as such, with its line or offset.
+    match (done, failure) {
+        (_, Some(e)) => Err(e.into()),
+        (done, None) => Ok(done?),
+    }
+}
+
+/// Prints what a committed backup stored (`warnings`: the objects a tree
+/// backup could not read).
+fn print_backup(r: &Repository, outcome: &Outcome, warnings: &[String], json: bool) -> Result<()> {
     let snap = &outcome.snapshot;
     let s = &snap.stats;
     if json {
@@ -2078,92 +2124,83 @@ fn backup_cmd(
         }
         if let Some(t) = &snap.tree {
             v["tree"] = serde_json::to_value(t)?;
-            v["warnings"] = serde_json::to_value(&warnings)?;
+            v["warnings"] = serde_json::to_value(warnings)?;
         }
         println!("{v}");
-    } else {
+        return Ok(());
+    }
+    println!(
+        "backup {} committed: {} logical, {} stored (dedup {}), {} chunks ({} new, {} internal duplicates, {} rewritten), {} containers, {:.2} s, {:.0} MB/s",
+        snap.id,
+        human(s.logical_bytes),
+        human(s.stored_bytes),
+        ratio_text(s.dedup_ratio),
+        s.chunks,
+        s.unique.chunks,
+        s.internal_duplicates.chunks,
+        s.rewritten.chunks,
+        s.containers_written,
+        s.seconds,
+        s.throughput_mb_s
+    );
+    let c = &s.compression;
+    if r.config().encoding().is_some() {
         println!(
-            "backup {} committed: {} logical, {} stored (dedup {}), {} chunks ({} new, {} internal duplicates, {} rewritten), {} containers, {:.2} s, {:.0} MB/s",
-            snap.id,
-            human(s.logical_bytes),
-            human(s.stored_bytes),
-            ratio_text(s.dedup_ratio),
-            s.chunks,
-            s.unique.chunks,
-            s.internal_duplicates.chunks,
-            s.rewritten.chunks,
-            s.containers_written,
-            s.seconds,
-            s.throughput_mb_s
+            "compression ({}): {} stored before compression, {} after (compression {}; {} chunks compressed, {} raw)",
+            c.setting,
+            human(c.bytes_before),
+            human(c.bytes_after),
+            ratio_text(c.ratio),
+            c.compressed_chunks,
+            c.raw_chunks
         );
-        let c = &s.compression;
-        if r.config().encoding().is_some() {
-            println!(
-                "compression ({}): {} stored before compression, {} after (compression {}; {} chunks compressed, {} raw)",
-                c.setting,
-                human(c.bytes_before),
-                human(c.bytes_after),
-                ratio_text(c.ratio),
-                c.compressed_chunks,
-                c.raw_chunks
-            );
-        }
-        let d = &s.delta;
-        if r.config().delta.kind != DeltaKind::None {
-            println!(
-                "delta ({}): {} chunks stored as deltas ({} hash-less, {} Edelta), {} saved, {} PFCs, {} containers piggybacked, {} extra base reads",
-                d.policy,
-                d.delta_chunks,
-                d.hashless,
-                d.edelta,
-                human(d.bytes_saved),
-                d.pfc_chunks,
-                d.piggybacked_containers,
-                d.base_reads
-            );
-        }
-        if let Some(a) = &outcome.arrange {
-            println!(
-                "arranged: {} categories split, {} volume(s) written, {:.2} s",
-                a.categories_split, a.volumes_written, a.seconds
-            );
-        }
-        if outcome.arrange_deferred {
-            println!("arranging deferred while other processes read the repository: it runs with the next backup or `tessera arrange`");
-        }
-        if let Some(t) = &snap.tree {
-            println!(
-                "tree: {} entries, {} files ({}), catalog {}, {} skipped",
-                t.entries,
-                t.files,
-                human(t.catalog_offset),
-                human(t.catalog_bytes),
-                t.skipped
-            );
-            let parent = match t.parent {
-                Some(p) => format!("parent backup {p}"),
-                None => "no parent".into(),
-            };
-            println!(
-                "files: {} new, {} changed, {} unmodified ({parent}); {} read, {} reused unread",
-                t.files_new,
-                t.files_changed,
-                t.files_unmodified,
-                human(t.bytes_read),
-                human(t.bytes_reused)
-            );
-        }
     }
-    if warnings.is_empty() {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        eprintln!(
-            "tessera: backup {} is incomplete: {} object(s) could not be read",
-            snap.id,
-            warnings.len()
+    let d = &s.delta;
+    if r.config().delta.kind != DeltaKind::None {
+        println!(
+            "delta ({}): {} chunks stored as deltas ({} hash-less, {} Edelta), {} saved, {} PFCs, {} containers piggybacked, {} extra base reads",
+            d.policy,
+            d.delta_chunks,
+            d.hashless,
+            d.edelta,
+            human(d.bytes_saved),
+            d.pfc_chunks,
+            d.piggybacked_containers,
+            d.base_reads
         );
-        Ok(ExitCode::from(EXIT_INCOMPLETE))
     }
+    if let Some(a) = &outcome.arrange {
+        println!(
+            "arranged: {} categories split, {} volume(s) written, {:.2} s",
+            a.categories_split, a.volumes_written, a.seconds
+        );
+    }
+    if outcome.arrange_deferred {
+        println!("arranging deferred while other processes read the repository: it runs with the next backup or `tessera arrange`");
+    }
+    if let Some(t) = &snap.tree {
+        println!(
+            "tree: {} entries, {} files ({}), catalog {}, {} skipped",
+            t.entries,
+            t.files,
+            human(t.catalog_offset),
+            human(t.catalog_bytes),
+            t.skipped
+        );
+        let parent = match t.parent {
+            Some(p) => format!("parent backup {p}"),
+            None => "no parent".into(),
+        };
+        println!(
+            "files: {} new, {} changed, {} unmodified ({parent}); {} read, {} reused unread",
+            t.files_new,
+            t.files_changed,
+            t.files_unmodified,
+            human(t.bytes_read),
+            human(t.bytes_reused)
+        );
+    }
+    Ok(())
 }
 
 fn restore_cmd(

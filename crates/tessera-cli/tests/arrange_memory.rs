@@ -35,15 +35,21 @@ fn arranging_with_a_tiny_sort_memory_arranges_the_same() {
         random_edit(&mut rng, &mut data, 20_000);
         let input = dir.path().join(format!("v{v}"));
         std::fs::write(&input, &data).unwrap();
-        ok(["backup".as_ref(), manual.as_os_str(), input.as_os_str()]);
-        let out = ok([
-            "backup".as_ref(),
-            auto.as_os_str(),
-            input.as_os_str(),
-            "--sort-memory".as_ref(),
-            "1KiB".as_ref(),
-            "--json".as_ref(),
-        ]);
+        ok_with_input(
+            ["backup".as_ref(), manual.as_os_str(), "-".as_ref()],
+            &input,
+        );
+        let out = ok_with_input(
+            [
+                "backup".as_ref(),
+                auto.as_os_str(),
+                "-".as_ref(),
+                "--sort-memory".as_ref(),
+                "1KiB".as_ref(),
+                "--json".as_ref(),
+            ],
+            &input,
+        );
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         assert!(v["arrange"].is_object(), "{v}");
         inputs.push(input);

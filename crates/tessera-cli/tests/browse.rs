@@ -268,7 +268,7 @@ fn dump_and_tar_streams_match_the_original_files() {
     // A stream backup has no tree to tar.
     let file = dir.path().join("plain");
     fs::write(&file, b"plain bytes").unwrap();
-    ok(["backup".as_ref(), r, file.as_os_str()]);
+    common::ok_with_input(["backup".as_ref(), r, "-".as_ref()], &file);
     let e = fail([
         "restore".as_ref(),
         r,
@@ -522,17 +522,21 @@ fn list_shows_hosts_tags_and_counts_and_filters_them() {
         "--tag".as_ref(),
         "home".as_ref(),
     ]);
+    // A stream (standard input): no files, no paths.
     let file = dir.path().join("plain");
     fs::write(&file, b"plain").unwrap();
-    ok([
-        "backup".as_ref(),
-        r,
-        file.as_os_str(),
-        "--host".as_ref(),
-        "h2".as_ref(),
-        "--tag".as_ref(),
-        "db".as_ref(),
-    ]);
+    common::ok_with_input(
+        [
+            "backup".as_ref(),
+            r,
+            "-".as_ref(),
+            "--host".as_ref(),
+            "h2".as_ref(),
+            "--tag".as_ref(),
+            "db".as_ref(),
+        ],
+        &file,
+    );
 
     let all = list_json(&repo, &[]);
     assert_eq!(ids(&all), [1, 2, 3]);

@@ -206,13 +206,26 @@ struct Template {
     expected: BTreeMap<u64, Content>,
 }
 
-fn backup_id(repo: &Path, pre: &[String], path: &Path) -> u64 {
+/// `backup --json PRE... REPO` of `path`: a tree backup of a directory, a
+/// stream backup of a file's bytes (on standard input).
+fn run_backup(repo: &str, pre: &[String], path: &Path) -> std::process::Output {
     let mut args = vec!["backup".to_string(), "--json".into()];
     args.extend(pre.iter().cloned());
-    args.push(repo.display().to_string());
-    args.push(path.display().to_string());
-    let out = ok(&args);
-    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    args.push(repo.into());
+    if path.is_dir() {
+        args.push(path.display().to_string());
+        run(&args)
+    } else {
+        args.push("-".into());
+        run_with_input(&args, path)
+    }
+}
+
+fn backup_id(repo: &Path, pre: &[String], path: &Path) -> u64 {
+    let o = run_backup(&repo.display().to_string(), pre, path);
+    assert!(o.status.success(), "{o:?}");
+    assert_no_panic(&o);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     num(&v, "id")
 }
 
@@ -643,11 +656,7 @@ fn run_case(
     let mut new_ids = Vec::new();
     for round in 0..2 {
         for (pre, path, content) in &src.list {
-            let mut args = vec!["backup".to_string(), "--json".into()];
-            args.extend(pre.iter().cloned());
-            args.push(r.into());
-            args.push(path.display().to_string());
-            let o = run(&args);
+            let o = run_backup(r, pre, path);
             assert_no_panic(&o);
             if !o.status.success() {
                 out.failures.push(format!(

@@ -53,15 +53,16 @@ fn tree_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// `backup REPO - --json EXTRA...` of the file `input` on standard input.
 fn backup_stats(repo: &Path, input: &Path, extra: &[&str]) -> serde_json::Value {
     let mut args = vec![
         "backup".to_string(),
         repo.display().to_string(),
-        input.display().to_string(),
+        "-".into(),
         "--json".into(),
     ];
     args.extend(extra.iter().map(|s| s.to_string()));
-    serde_json::from_str(&ok(args)).unwrap()
+    serde_json::from_str(&ok_with_input(args, input)).unwrap()
 }
 
 #[test]

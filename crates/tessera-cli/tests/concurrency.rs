@@ -96,7 +96,8 @@ fn a_second_writer_waits_or_fails_even_with_repository_files_removed() {
         let waits = rng.random_bool(0.5);
         let expected: Vec<u8> = [first.as_slice(), rest.as_slice()].concat();
         if waits {
-            let waiter = cmd(["backup", "--json", "--wait", "60s", &repo_s, &second_s])
+            let waiter = cmd(["backup", "--json", "--wait", "60s", &repo_s, "-"])
+                .stdin(std::fs::File::open(&second).unwrap())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{cmd, init_plain, ok, random_bytes, write_random_file, TEST_PASSWORD};
+use common::{cmd, init_plain, ok, ok_with_input, random_bytes, write_random_file, TEST_PASSWORD};
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -160,13 +160,16 @@ fn copy_round_trip_between_layouts_and_keys_restores_identically() {
     ok(["backup".as_ref(), plain.as_os_str(), src.as_os_str()]);
     let stream = dir.path().join("stream.bin");
     fs::write(&stream, random_bytes(9, 700_000)).unwrap();
-    ok([
-        "backup".as_ref(),
-        plain.as_os_str(),
-        stream.as_os_str(),
-        "--label".as_ref(),
-        "a stream".as_ref(),
-    ]);
+    ok_with_input(
+        [
+            "backup".as_ref(),
+            plain.as_os_str(),
+            "-".as_ref(),
+            "--label".as_ref(),
+            "a stream".as_ref(),
+        ],
+        &stream,
+    );
     write_random_file(&src.join("a/b/two"), 77, 123_456);
     fs::write(src.join("new"), b"new file").unwrap();
     ok(["backup".as_ref(), plain.as_os_str(), src.as_os_str()]);

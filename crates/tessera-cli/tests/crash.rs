@@ -96,8 +96,8 @@ fn backup_killed_at_random_moments_leaves_repository_consistent() {
         let stderr_path = tmp.path().join("backup.stderr");
         let stderr_file = std::fs::File::create(&stderr_path).unwrap();
         let spawned = Instant::now();
-        let mut child = cmd(["backup".as_ref(), repo.as_os_str(), big.as_os_str()])
-            .stdin(Stdio::null())
+        let mut child = cmd(["backup".as_ref(), repo.as_os_str(), "-".as_ref()])
+            .stdin(std::fs::File::open(&big).unwrap())
             .stdout(Stdio::null())
             .stderr(stderr_file)
             .spawn()

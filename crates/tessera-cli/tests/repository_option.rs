@@ -13,7 +13,8 @@ fn the_repository_can_be_an_option_or_the_environment() {
     let file = tmp.path().join("f");
     std::fs::write(&file, random_bytes(5, 70_000)).unwrap();
     ok(["backup", "--repo", r, file.to_str().unwrap()]);
-    ok(["backup", file.to_str().unwrap(), &format!("--repo={r}")]);
+    // (Standard input: a stream backup, restored into a file below.)
+    ok_with_input(["backup", "-", &format!("--repo={r}")], &file);
     assert_eq!(list_ids(&repo), vec![1, 2]);
 
     // From the environment; a REPO argument still wins over it.

@@ -13,15 +13,19 @@ fn forget_json(args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&ok(all)).expect("forget --json prints JSON")
 }
 
+/// A stream backup of `file`'s bytes (on standard input) as lineage `source`.
 fn backup_as(repo: &Path, file: &Path, source: &str) -> u64 {
-    let out = ok([
-        "backup",
-        repo.to_str().unwrap(),
-        file.to_str().unwrap(),
-        "--source",
-        source,
-        "--json",
-    ]);
+    let out = ok_with_input(
+        [
+            "backup",
+            repo.to_str().unwrap(),
+            "-",
+            "--source",
+            source,
+            "--json",
+        ],
+        file,
+    );
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     num(&v, "id")
 }
@@ -62,8 +66,12 @@ fn keep_last_is_per_source_so_a_rare_source_keeps_its_history() {
         assert_eq!(removed, busy[..4].to_vec(), "{layout}: {dry}");
         // Every decision names its group and, when kept, its rules.
         for d in dry["decisions"].as_array().unwrap() {
+            // Streams have no paths: the source tells them apart.
             let group = d["group"].as_str().unwrap();
-            assert!(group == "source=busy" || group == "source=rare", "{d}");
+            assert!(
+                group.ends_with(" paths= source=busy") || group.ends_with(" paths= source=rare"),
+                "{d}"
+            );
             let reasons = d["reasons"].as_array().unwrap();
             let id = d["id"].as_u64().unwrap();
             assert_eq!(reasons.is_empty(), removed.contains(&id), "{d}");
@@ -145,7 +153,7 @@ fn human_output_shows_every_decision_and_its_rule() {
         backup_as(&repo, &file, "s");
     }
     let out = ok(["forget", r, "--keep-daily", "1", "--dry-run"]);
-    assert!(out.contains("group source=s"), "{out}");
+    assert!(out.contains(" paths= source=s: keep 1, remove 2"), "{out}");
     assert_eq!(out.matches("  remove  ").count(), 2, "{out}");
     assert!(out.contains("newest of group, daily"), "{out}");
     assert!(out.contains("would remove 2 of 3 backup(s)"), "{out}");
@@ -243,7 +251,8 @@ fn keep_tag_and_group_by_tags_use_the_backups_tags() {
         serde_json::json!([nightly[0], nightly[1]]),
         "{v}"
     );
-    // Grouped by source, --keep-tag release keeps the tagged one too.
+    // Grouped by default (the same host, path and source), --keep-tag
+    // release keeps the tagged one too.
     let v = forget_json(&[r, "--keep-last", "1", "--keep-tag", "release"]);
     assert_eq!(
         v["removed"],

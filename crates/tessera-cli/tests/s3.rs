@@ -41,12 +41,23 @@ fn s3_repo(test: &str) -> Option<String> {
     }
 }
 
-/// `tessera backup --json` of `inputs` with extra `args`, parsed.
+/// `tessera backup --json` of `inputs` with extra `args`, parsed: one
+/// regular file is a stream backup of its bytes (on standard input).
 fn backup(repo: &str, inputs: &[&Path], args: &[&str]) -> serde_json::Value {
     let mut all: Vec<String> = vec!["backup".into(), "--json".into(), repo.into()];
-    all.extend(inputs.iter().map(|p| p.display().to_string()));
-    all.extend(args.iter().map(|a| a.to_string()));
-    serde_json::from_str(ok(all).trim()).expect("backup --json prints JSON")
+    let out = match inputs {
+        [file] if file.is_file() => {
+            all.push("-".into());
+            all.extend(args.iter().map(|a| a.to_string()));
+            ok_with_input(all, file)
+        }
+        _ => {
+            all.extend(inputs.iter().map(|p| p.display().to_string()));
+            all.extend(args.iter().map(|a| a.to_string()));
+            ok(all)
+        }
+    };
+    serde_json::from_str(out.trim()).expect("backup --json prints JSON")
 }
 
 /// Ids of the committed backups.

@@ -213,22 +213,34 @@ fn tree_round_trip_is_metadata_exact_in_both_layouts() {
 }
 
 #[test]
-fn a_single_file_and_stdin_are_still_streams() {
+fn stdin_is_still_a_stream_and_a_single_file_a_tree() {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo");
     init(&repo);
     let file = dir.path().join("f");
     fs::write(&file, random_bytes(3, 10_000)).unwrap();
+    let b = json(&common::ok_with_input(
+        [
+            "backup".as_ref(),
+            "--json".as_ref(),
+            repo.as_os_str(),
+            "-".as_ref(),
+        ],
+        &file,
+    ));
+    assert!(b.get("tree").is_none(), "{b}");
+    assert_eq!(b["source"], "default");
+    let err = fail(["ls".as_ref(), repo.as_os_str(), "1".as_ref()]);
+    assert!(err.contains("not a tree backup"), "{err}");
+    // A file given by its path is a tree backup of that path
+    // (tests/single_file.rs).
     let b = json(&ok([
         "backup".as_ref(),
         "--json".as_ref(),
         repo.as_os_str(),
         file.as_os_str(),
     ]));
-    assert!(b.get("tree").is_none(), "{b}");
-    assert_eq!(b["source"], "default");
-    let err = fail(["ls".as_ref(), repo.as_os_str(), "1".as_ref()]);
-    assert!(err.contains("not a tree backup"), "{err}");
+    assert_eq!(b["tree"]["files"], 1, "{b}");
     let missing = dir.path().join("missing");
     let err = fail([
         "backup".as_ref(),

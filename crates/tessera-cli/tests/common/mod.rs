@@ -78,6 +78,33 @@ where
         .collect()
 }
 
+/// Runs `tessera` with `args` and the file `input` on standard input
+/// (`backup REPO -`: a stream backup of the file's bytes; a path would make
+/// a tree backup of the file) and returns its output.
+pub fn run_with_input<I, S>(args: I, input: &Path) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    cmd(args)
+        .stdin(File::open(input).expect("opening the input"))
+        .output()
+        .expect("running tessera")
+}
+
+/// [`run_with_input`], asserting success; returns stdout.
+pub fn ok_with_input<I, S>(args: I, input: &Path) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<std::ffi::OsStr>,
+{
+    let args = strings(args);
+    let out = run_with_input(&args, input);
+    assert!(out.status.success(), "{}", describe(&args, &out));
+    assert_no_panic(&out);
+    String::from_utf8(out.stdout).expect("stdout is UTF-8")
+}
+
 /// Runs `tessera` with `args`, asserts success and returns stdout.
 pub fn ok<I, S>(args: I) -> String
 where
@@ -152,14 +179,18 @@ pub fn init_plain(path: &Path) {
     ]);
 }
 
-/// `tessera backup --json REPO INPUT`, parsed.
+/// `tessera backup --json REPO - < INPUT` (a stream backup of the file's
+/// bytes), parsed.
 pub fn backup_json(repo: &Path, input: &Path) -> serde_json::Value {
-    let out = ok([
-        "backup".as_ref(),
-        "--json".as_ref(),
-        repo.as_os_str(),
-        input.as_os_str(),
-    ]);
+    let out = ok_with_input(
+        [
+            "backup".as_ref(),
+            "--json".as_ref(),
+            repo.as_os_str(),
+            "-".as_ref(),
+        ],
+        input,
+    );
     serde_json::from_str(out.trim()).expect("backup --json prints JSON")
 }
 

@@ -2,8 +2,9 @@
 //! each one.
 //!
 //! The rules are restic's (docs/CLI.md, "forget", lists every difference):
-//! backups are divided into groups (by source by default) and each group is
-//! walked from the newest backup to the oldest.
+//! backups are divided into groups (by host, paths and source by default:
+//! [`crate::commands::forget::DEFAULT_GROUP_BY`]) and each group is walked from the
+//! newest backup to the oldest.
 //!
 //! * `last N` keeps the N newest backups;
 //! * `hourly`, `daily`, `weekly`, `monthly`, `yearly N` keep the newest
@@ -155,7 +156,7 @@ pub struct Candidate {
     pub id: BackupId,
     /// When it was made (seconds since the Unix epoch).
     pub time: i64,
-    /// The group it belongs to (see [`crate::commands::forget::GroupBy`]).
+    /// The group it belongs to (see [`crate::commands::forget::GroupKey`]).
     pub group: String,
     /// Its tags.
     pub tags: Vec<String>,

@@ -159,7 +159,7 @@ fn backup_tree_with(
         (false, Some(id)) => Some(id),
         (false, None) => latest_tree(repo, &options.source)?,
     };
-    let mut notes = Vec::new();
+    let mut notes = link_notes(&roots, stdin.is_none() && !tree_options.follow_symlinks);
     let parent = match parent {
         // A parent whose snapshot or recipe is damaged is no parent: every
         // file is read.
@@ -312,6 +312,21 @@ fn run_feed<'a>(
         }
         Ok(outcome)
     })
+}
+
+/// A note for each of `roots` that is a symbolic link, when `links` are
+/// backed up as links: given by name, it might be meant for what it points to.
+fn link_notes(roots: &[PathBuf], links: bool) -> Vec<String> {
+    roots
+        .iter()
+        .filter(|r| links && fs::symlink_metadata(r).is_ok_and(|m| m.file_type().is_symlink()))
+        .map(|r| {
+            format!(
+                "{}: a symbolic link: backed up as the link (--follow-symlinks backs up what it points to)",
+                r.display()
+            )
+        })
+        .collect()
 }
 
 /// Standard input as a file to read, and its catalog entry at `name`:
