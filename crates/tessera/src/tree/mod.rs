@@ -15,6 +15,7 @@ pub mod index;
 pub mod list;
 mod meta;
 pub mod restore;
+pub mod scan;
 pub mod select;
 pub mod stream;
 pub mod tar;
