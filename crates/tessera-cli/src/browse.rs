@@ -1,6 +1,7 @@
 //! Printing of the browsing commands: `list`, `find`, `diff`, `dump`,
 //! `restore --tar` and `tag` (the work is done by the library).
 
+use super::progress::{quiet, summary, summary_err};
 use super::{data_stdout, entry_json, human, kind_name, open, Access};
 use anyhow::{bail, Context, Result};
 use clap::Args;
@@ -154,6 +155,36 @@ pub fn list(repo: &Location, json: bool, filter: FilterArgs, access: &Access) ->
     Ok(())
 }
 
+/// The mode column of `ls -l`: the kind's letter `kind`, then read, write
+/// and execute for the owner, the group and others, with setuid and setgid
+/// as `s` in the owner's and the group's execute place (`S` without
+/// execute) and the sticky bit as `t` in others' (`T`).
+pub fn mode_text(kind: char, mode: u32) -> String {
+    let mut text = String::with_capacity(10);
+    text.push(kind);
+    // (shift of the class's bits, its special bit, the special's letter)
+    for (shift, special, letter) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
+        let bits = (mode >> shift) & 7;
+        text.push(if bits & 4 != 0 { 'r' } else { '-' });
+        text.push(if bits & 2 != 0 { 'w' } else { '-' });
+        text.push(match (mode & special != 0, bits & 1 != 0) {
+            (true, true) => letter,
+            (true, false) => letter.to_ascii_uppercase(),
+            (false, true) => 'x',
+            (false, false) => '-',
+        });
+    }
+    text
+}
+
+/// A device number (`st_rdev`, Linux's encoding, as backed up) as `ls -l`
+/// shows it: `major, minor`.
+pub fn device_text(rdev: u64) -> String {
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & 0xffff_f000);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & 0xffff_ff00);
+    format!("{major}, {minor}")
+}
+
 /// Writes `text` to the buffered stdout, as an engine output error on failure.
 fn emit(out: &mut impl Write, text: &str) -> tessera::Result<()> {
     out.write_all(text.as_bytes())
@@ -203,9 +234,11 @@ pub fn find_cmd(
     }
     out.flush()?;
     if !json {
-        eprintln!(
+        summary_err!(
             "{} match(es) in {} of {} tree backup(s)",
-            stats.matches, stats.backups_matching, stats.backups_searched
+            stats.matches,
+            stats.backups_matching,
+            stats.backups_searched
         );
     }
     for (id, why) in &stats.skipped {
@@ -328,7 +361,9 @@ pub fn tar_restore_cmd(
             stats.seconds
         )
     };
-    if output == "-" {
+    if quiet() && !json {
+        // The summary is chatter.
+    } else if output == "-" {
         eprintln!("{text}");
     } else {
         println!("{text}");
@@ -349,14 +384,55 @@ pub fn tag_cmd(r: &Repository, ids: &[BackupId], change: &TagChange, json: bool)
             false => tags.join(","),
         };
         match t.changed {
-            true => println!(
+            true => summary!(
                 "backup {}: tags {} (were {})",
                 t.id,
                 list(&t.tags),
                 list(&t.old)
             ),
-            false => println!("backup {}: tags {} (unchanged)", t.id, list(&t.tags)),
+            false => summary!("backup {}: tags {} (unchanged)", t.id, list(&t.tags)),
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_show_the_special_bits_as_ls_does() {
+        for (kind, mode, text) in [
+            ('-', 0o644, "-rw-r--r--"),
+            ('-', 0o4755, "-rwsr-xr-x"),
+            ('-', 0o4644, "-rwSr--r--"),
+            ('-', 0o2755, "-rwxr-sr-x"),
+            ('-', 0o2745, "-rwxr-Sr-x"),
+            ('d', 0o1777, "drwxrwxrwt"),
+            ('d', 0o1770, "drwxrwx--T"),
+            ('-', 0o7777, "-rwsrwsrwt"),
+            ('-', 0o7000, "---S--S--T"),
+            ('c', 0o620, "crw--w----"),
+        ] {
+            assert_eq!(mode_text(kind, mode), text, "{mode:o}");
+        }
+    }
+
+    #[test]
+    fn device_numbers_are_major_and_minor() {
+        // /dev/null (1, 3), /dev/sda1 (8, 1), /dev/tty5 (4, 5).
+        assert_eq!(device_text(0x103), "1, 3");
+        assert_eq!(device_text(0x801), "8, 1");
+        assert_eq!(device_text(0x405), "4, 5");
+        // Large numbers use the high bits (glibc's makedev).
+        let makedev = |major: u64, minor: u64| {
+            ((major & 0xfff) << 8)
+                | ((major & !0xfff) << 32)
+                | (minor & 0xff)
+                | ((minor & !0xff) << 12)
+        };
+        assert_eq!(device_text(makedev(259, 65536)), "259, 65536");
+        assert_eq!(device_text(makedev(4097, 300)), "4097, 300");
+        assert_eq!(device_text(0), "0, 0");
+    }
 }

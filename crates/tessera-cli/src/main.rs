@@ -46,11 +46,12 @@ use tessera_lab::trace::write_data_trace;
 use tessera_lab::trace::TraceFile;
 
 mod browse;
+mod hints;
 mod mount;
 mod progress;
 mod secrets;
 use browse::FilterArgs;
-use progress::{bytes_bar as progress_bar, quiet, Phases};
+use progress::{bytes_bar as progress_bar, quiet, summary, summary_err, Phases};
 use secrets::{
     key_cmd, new_repo_key, open_repo, tuned, Access, KdfArgs, KeyCommand, PasswordArgs,
     ToPasswordArgs, Transfer,
@@ -105,8 +106,8 @@ struct Cli {
     /// server never hangs the command).
     #[arg(long, global = true, value_name = "DURATION", value_parser = parse_timeout, default_value = "2m")]
     timeout: Duration,
-    /// Print only errors and the results asked for: no progress bars,
-    /// no summaries of maintenance commands.
+    /// Print only errors, warnings and the results asked for (listings,
+    /// `--json`): no progress bars, no summaries of what a command did.
     #[arg(short = 'q', long, global = true, conflicts_with = "verbose")]
     quiet: bool,
     /// Say more: the count and time of every phase of check, gc, prune,
@@ -587,6 +588,11 @@ enum Command {
         /// they are kept and listed; restore them with --skip-damaged).
         #[arg(long)]
         forget_damaged: bool,
+        /// Then run `gc` (container layout), which deletes the damaged
+        /// containers no backup uses any more, or copies their intact chunks
+        /// forward without the damage, so that `check` passes.
+        #[arg(long, conflicts_with = "dry_run")]
+        gc: bool,
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
@@ -967,7 +973,8 @@ fn main() -> ExitCode {
         // Help and version go to stdout as clap prints them.
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
-            eprintln!("tessera: error: {} (see tessera --help)", usage_error(&e));
+            let message = hints::with_hint(&e, usage_error(&e));
+            eprintln!("tessera: error: {message} (see tessera --help)");
             return ExitCode::from(2);
         }
     };
@@ -1291,7 +1298,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             let cache = parse_size(&cache).map_err(|e| anyhow::anyhow!("--cache: {e}"))?;
             let fs = tessera::commands::mount::MountedRepo::new(r, cache)?;
             mount::serve(fs, &mountpoint, || {
-                eprintln!(
+                summary_err!(
                     "mounted {} at {}; `umount {}` or Ctrl-C unmounts",
                     repo,
                     mountpoint.display(),
@@ -1315,7 +1322,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             if json {
                 println!("{}", serde_json::json!({ "deleted": id }));
             } else {
-                println!("deleted backup {id}");
+                summary!("deleted backup {id}");
             }
         }
         Command::Check {
@@ -1334,13 +1341,14 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             repo,
             dry_run,
             forget_damaged,
+            gc,
             json,
         } => {
             let options = RepairOptions {
                 dry_run,
                 forget_damaged,
             };
-            return repair_cmd(&repo, options, json, access);
+            return repair_cmd(&repo, options, gc, json, access);
         }
         Command::Forget(args) => {
             let mode = if args.dry_run {
@@ -1367,7 +1375,9 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 v["gc"] = serde_json::to_value(&pruned)?;
                 println!("{}", serde_json::to_string_pretty(&v)?);
             } else {
-                print_forget(&report);
+                if !quiet() {
+                    print_forget(&report);
+                }
                 if let Some(s) = &pruned {
                     print_gc(s, false)?;
                 }
@@ -1433,7 +1443,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 .with_context(|| format!("{}: cannot create the directory", dir.display()))?;
             clap_mangen::generate_to(Cli::command(), &dir)
                 .with_context(|| format!("{}: cannot write the manual pages", dir.display()))?;
-            println!("manual pages written to {}", dir.display());
+            summary!("manual pages written to {}", dir.display());
         }
         Command::Gen(a) => {
             let opts = GenOptions {
@@ -1453,7 +1463,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             let summary = generate_with(&a.outdir, &opts, |_| bar.inc(1))?;
             bar.finish_and_clear();
             let bytes: u64 = summary.versions.iter().map(|v| v.bytes).sum();
-            println!(
+            summary!(
                 "generated {} versions ({}) in {}; manifest {}",
                 summary.versions.len(),
                 human(bytes),
@@ -1465,7 +1475,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             let cfg = ExperimentConfig::load(&config)?;
             let out = out.unwrap_or_else(|| PathBuf::from("results").join(&cfg.name));
             let results = experiment::run(&cfg, &out, &mut |line| eprintln!("{line}"))?;
-            println!(
+            summary!(
                 "experiment {:?}: {} systems x {} versions in {:.1} s; report: {}",
                 cfg.name,
                 cfg.systems.len(),
@@ -1508,9 +1518,9 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
                 println!("{}", serde_json::json!({ "removed": removed }));
             } else {
                 for line in &removed {
-                    println!("removed {line}");
+                    summary!("removed {line}");
                 }
-                println!("{} lock object(s) removed", removed.len());
+                summary!("{} lock object(s) removed", removed.len());
             }
         }
         Command::Index {
@@ -1521,9 +1531,10 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             if json {
                 println!("{}", serde_json::to_string(&s)?);
             } else {
-                println!(
+                summary!(
                     "index rebuilt: {} entries from {} containers",
-                    s.entries, s.containers_scanned
+                    s.entries,
+                    s.containers_scanned
                 );
             }
         }
@@ -1829,12 +1840,12 @@ fn init(a: InitArgs, access: &Access) -> Result<()> {
             })
         );
     } else if encryption == Encryption::None {
-        println!(
+        summary!(
             "created unencrypted repository {} (compression {compression})",
             a.repo
         );
     } else {
-        println!(
+        summary!(
             "created encrypted repository {} ({encryption}, compression {compression})",
             a.repo
         );
@@ -2034,7 +2045,7 @@ fn backup_cmd(
     let outcome = match input {
         BackupInput::Trace(path) => backup_trace(&r, &path, &options_for(None))?,
         BackupInput::Tree => {
-            let bar = progress_bar(None);
+            let bar = progress::Bar::tree_backup(paths, tree_options);
             let on_progress = |n: u64| bar.set_position(n);
             let done = backup_tree(&r, paths, tree_options, &options_for(Some(&on_progress)))?;
             bar.finish_and_clear();
@@ -2127,6 +2138,9 @@ fn print_backup(r: &Repository, outcome: &Outcome, warnings: &[String], json: bo
             v["warnings"] = serde_json::to_value(warnings)?;
         }
         println!("{v}");
+        return Ok(());
+    }
+    if quiet() {
         return Ok(());
     }
     println!(
@@ -2257,7 +2271,7 @@ fn restore_cmd(
             stats.speed_factor
         )
     };
-    let mut lines = vec![text];
+    let mut lines: Vec<String> = (json || !quiet()).then_some(text).into_iter().collect();
     if !json {
         for l in &stats.lost {
             lines.push(format!(
@@ -2338,14 +2352,26 @@ fn stats(repo: &Location, id: Option<&str>, json: bool, access: &Access) -> Resu
 fn repair_cmd(
     repo: &Location,
     options: RepairOptions,
+    then_gc: bool,
     json: bool,
     access: &Access,
 ) -> Result<ExitCode> {
     let r = open(repo, LockMode::Exclusive, access)?;
     let report = repair_with_progress(&r, options, &Phases::default())
         .context("repairing the repository")?;
+    // Damage no backup uses is garbage: gc clears it (`--gc`), or says how.
+    let gc = match then_gc && r.config().layout == Layout::Container {
+        true => Some(gc_with_progress(
+            &r,
+            GcOptions::default(),
+            &Phases::default(),
+        )?),
+        false => None,
+    };
     if json {
-        println!("{}", serde_json::to_string(&report)?);
+        let mut v = serde_json::to_value(&report)?;
+        v["gc"] = serde_json::to_value(&gc)?;
+        println!("{v}");
     } else {
         let verb = if report.dry_run { "would do" } else { "did" };
         for a in &report.actions {
@@ -2358,6 +2384,16 @@ fn repair_cmd(
         if report.actions.is_empty() && report.unrepaired.is_empty() && !quiet() {
             println!("nothing to repair");
         }
+        if let Some(s) = &gc {
+            print_gc(s, false)?;
+        }
+    }
+    if gc.is_none() && !report.unused_damage.is_empty() {
+        eprintln!(
+            "tessera: warning: no backup uses the damage of {}: `check` reports it until \
+             `tessera gc {repo}` (or `tessera repair --gc`) clears it",
+            report.unused_damage.join(", ")
+        );
     }
     if report.unrepaired.iter().any(|u| !u.forgotten) {
         eprintln!(
@@ -2377,9 +2413,20 @@ fn check_cmd(
 ) -> Result<ExitCode> {
     let r = open(repo, LockMode::Read, access)?;
     let report = check_with_progress(&r, options, &Phases::default())?;
+    for w in &report.warnings {
+        eprintln!("tessera: warning: {w}");
+    }
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {
+        // Damaged containers no backup uses any damage of: gc clears them.
+        let used: std::collections::HashSet<&str> = report
+            .problems
+            .iter()
+            .filter(|p| !p.affected_backups.is_empty())
+            .map(|p| p.object.as_str())
+            .collect();
+        let container_layout = r.config().layout == Layout::Container;
         for p in &report.problems {
             let users: Vec<String> = p.affected_backups.iter().map(|b| b.to_string()).collect();
             println!(
@@ -2390,6 +2437,11 @@ fn check_cmd(
                     (false, _) => users.join(", "),
                     (true, ProblemKind::Derived) =>
                         "none: derived data, rebuilt automatically or by `repair`".into(),
+                    (true, ProblemKind::Damaged)
+                        if container_layout
+                            && p.object.starts_with("containers/")
+                            && !used.contains(p.object.as_str()) =>
+                        format!("none: no backup uses its damage; `tessera gc {repo}` clears it"),
                     (true, _) => "none".into(),
                 }
             );
@@ -2530,11 +2582,10 @@ fn tree_restore_cmd(
     if target == "-" {
         bail!("backup {id} is a tree backup: give a directory to restore it into");
     }
-    let bar = progress_bar(None);
-    let on_progress = |n: u64| bar.set_position(n);
+    let bar = progress::Bar::new(None);
     let options = TreeRestoreOptions {
         restore: RestoreOptions {
-            progress: Some(&on_progress),
+            progress: Some(&bar),
             ..options.restore
         },
         ..options
@@ -2560,7 +2611,7 @@ fn tree_restore_cmd(
                 extra.push_str(&format!(", {n} {what}"));
             }
         }
-        println!(
+        summary!(
             "restored backup {} into {target}: {} files ({}), {} directories, {} symbolic links{extra}, {} containers read ({} for the catalog, in {} ranged reads), {} read, {:.2} s",
             stats.id,
             stats.files,
@@ -2693,14 +2744,12 @@ fn entry_long(e: &Entry) -> String {
         Kind::BlockDevice => 'b',
         Kind::File | Kind::Gap | Kind::Hardlink => '-',
     };
-    let mut mode = String::with_capacity(10);
-    mode.push(kind);
-    for shift in [6, 3, 0] {
-        let bits = (e.mode >> shift) & 7;
-        mode.push(if bits & 4 != 0 { 'r' } else { '-' });
-        mode.push(if bits & 2 != 0 { 'w' } else { '-' });
-        mode.push(if bits & 1 != 0 { 'x' } else { '-' });
-    }
+    let mode = browse::mode_text(kind, e.mode);
+    // A device's size column holds its major and minor numbers, as in `ls -l`.
+    let size = match e.kind {
+        Kind::CharDevice | Kind::BlockDevice => browse::device_text(e.rdev),
+        _ => e.size.to_string(),
+    };
     let time = u64::try_from(e.mtime)
         .ok()
         .and_then(|s| {
@@ -2709,10 +2758,9 @@ fn entry_long(e: &Entry) -> String {
         .map(|t| humantime::format_rfc3339_seconds(t).to_string())
         .unwrap_or_else(|| format!("{}s", e.mtime));
     let mut line = format!(
-        "{mode} {:>5} {:>5} {:>12} {time} /{}",
+        "{mode} {:>5} {:>5} {size:>12} {time} /{}",
         e.uid,
         e.gid,
-        e.size,
         String::from_utf8_lossy(&e.path)
     );
     if e.kind == Kind::Hardlink {
@@ -2767,8 +2815,8 @@ fn copy_cmd(
             .with_context(|| format!("copying backup {id}"))?;
         if !json {
             match c.skipped {
-                true => println!("backup {id}: already copied as {}", c.copy_id),
-                false => println!(
+                true => summary!("backup {id}: already copied as {}", c.copy_id),
+                false => summary!(
                     "backup {id}: copied as {} ({}, {} stored)",
                     c.copy_id,
                     human(c.logical_bytes),

@@ -12,6 +12,8 @@ use tessera::crypto::{Credentials, KdfParams, NewKey};
 use tessera::Repository;
 use zeroize::Zeroizing;
 
+use crate::progress::summary;
+
 /// Environment variable holding the password (as restic users expect).
 const PASSWORD_ENV: &str = "TESSERA_PASSWORD";
 /// Environment variable holding the password of `copy`'s destination.
@@ -43,11 +45,47 @@ pub struct PasswordArgs {
     /// Try only key file ID (faster with many keys; see `tessera key list`).
     #[arg(long, global = true, value_name = "ID")]
     key_id: Option<String>,
-    /// The environment variable and the prompt's name of the password
-    /// (`TESSERA_PASSWORD` and "repository password" when unset).
+    /// Where this password comes from, for the prompt and for the
+    /// message when there is none ([`REPOSITORY`] when unset).
     #[arg(skip)]
-    source: Option<(&'static str, &'static str)>,
+    source: Option<Source>,
 }
+
+/// The names a password goes by: its environment variable, the options
+/// that give it, and what a prompt calls it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Source {
+    /// The environment variable holding it.
+    env: &'static str,
+    /// The options giving it, as a message names them.
+    options: &'static str,
+    /// What the prompt asks for.
+    what: &'static str,
+}
+
+/// The repository's password.
+const REPOSITORY: Source = Source {
+    env: PASSWORD_ENV,
+    options: "--password-file FILE or --password-command CMD",
+    what: "repository password",
+};
+/// `copy`'s destination's password.
+const DESTINATION: Source = Source {
+    env: TO_PASSWORD_ENV,
+    options: "--to-password-file FILE or --to-password-command CMD",
+    what: "destination repository password",
+};
+/// The new password of `key add|passwd`.
+const NEW: Source = Source {
+    env: NEW_PASSWORD_ENV,
+    options: "--new-password-file FILE",
+    what: "new password",
+};
+/// The password of a new repository (`init`): given as the repository's.
+const INIT: Source = Source {
+    what: "password for the new repository",
+    ..REPOSITORY
+};
 
 /// Where `copy` gets the password of its destination repository, in this
 /// order: `--to-password-file`, `--to-password-command`,
@@ -73,7 +111,7 @@ impl ToPasswordArgs {
             password_file: self.to_password_file.clone(),
             password_command: self.to_password_command.clone(),
             key_id: self.to_key_id.clone(),
-            source: Some((TO_PASSWORD_ENV, "destination repository password")),
+            source: Some(DESTINATION),
         }
     }
 }
@@ -148,11 +186,8 @@ pub fn open_repo(
     access: &Access,
 ) -> tessera::Result<Repository> {
     let unlock = || {
-        let what = access
-            .password
-            .source
-            .map_or("repository password", |s| s.1);
-        let password = read_password(&access.password, what, false)
+        let source = access.password.source.unwrap_or(REPOSITORY);
+        let password = read_password(&access.password, source, false)
             .map_err(|e| tessera::Error::Credentials(format!("{e:#}")))?;
         Ok(Credentials::new(password, access.password.key_id.clone()))
     };
@@ -161,7 +196,7 @@ pub fn open_repo(
 
 /// The password of a new repository (`init`): asked twice on a terminal.
 pub fn new_repo_key(args: &PasswordArgs, kdf: KdfArgs) -> Result<NewKey> {
-    let password = read_password(args, "password for the new repository", true)?;
+    let password = read_password(args, args.source.unwrap_or(INIT), true)?;
     new_key(password, kdf)
 }
 
@@ -175,8 +210,8 @@ fn new_key(password: Zeroizing<String>, kdf: KdfArgs) -> Result<NewKey> {
     })
 }
 
-/// The password from the first source `args` name.
-fn read_password(args: &PasswordArgs, what: &str, confirm: bool) -> Result<Zeroizing<String>> {
+/// The password from the first source `args` name (named as `source` says).
+fn read_password(args: &PasswordArgs, source: Source, confirm: bool) -> Result<Zeroizing<String>> {
     if let Some(file) = &args.password_file {
         let text = std::fs::read_to_string(file)
             .with_context(|| format!("reading the password file {}", file.display()))?;
@@ -185,11 +220,10 @@ fn read_password(args: &PasswordArgs, what: &str, confirm: bool) -> Result<Zeroi
     if let Some(command) = &args.password_command {
         return run_password_command(command);
     }
-    let env = args.source.map_or(PASSWORD_ENV, |s| s.0);
-    if let Ok(password) = std::env::var(env) {
+    if let Ok(password) = std::env::var(source.env) {
         return Ok(Zeroizing::new(password));
     }
-    prompt(what, confirm, env)
+    prompt(source, confirm)
 }
 
 /// The first line of `text` (without its line end), the rest zeroed.
@@ -214,13 +248,12 @@ fn run_password_command(command: &str) -> Result<Zeroizing<String>> {
     Ok(first_line(text))
 }
 
-/// Asks on the terminal (twice if `confirm`).
-fn prompt(what: &str, confirm: bool, env: &str) -> Result<Zeroizing<String>> {
+/// Asks on the terminal (twice if `confirm`) for the password `source`
+/// names; off a terminal, fails naming the options and variable that give it.
+fn prompt(source: Source, confirm: bool) -> Result<Zeroizing<String>> {
+    let Source { env, options, what } = source;
     if !std::io::stdin().is_terminal() {
-        bail!(
-            "no {what}: not on a terminal; pass --password-file FILE or --password-command CMD, \
-             or set {env}"
-        );
+        bail!("no {what}: not on a terminal; pass {options}, or set {env}");
     }
     let first = Zeroizing::new(rpassword::prompt_password(format!("enter {what}: "))?);
     if confirm {
@@ -294,7 +327,7 @@ impl NewPasswordArgs {
                     .with_context(|| format!("reading the password file {}", file.display()))?,
             ),
             (None, Ok(password)) => Zeroizing::new(password),
-            (None, Err(_)) => prompt("new password", true, NEW_PASSWORD_ENV)?,
+            (None, Err(_)) => prompt(NEW, true)?,
         };
         new_key(password, self.kdf)
     }
@@ -340,7 +373,7 @@ pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
             let id = tessera::commands::key::add_key(&r, &new.key()?)?;
             match json {
                 true => println!("{}", serde_json::json!({ "added": id })),
-                false => println!("added key {id}"),
+                false => summary!("added key {id}"),
             }
         }
         KeyCommand::Remove { repo, id, json } => {
@@ -348,7 +381,7 @@ pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
             tessera::commands::key::remove_key(&r, &id)?;
             match json {
                 true => println!("{}", serde_json::json!({ "removed": id })),
-                false => println!("removed key {id}"),
+                false => summary!("removed key {id}"),
             }
         }
         KeyCommand::Passwd { repo, new, json } => {
@@ -357,7 +390,7 @@ pub fn key_cmd(command: KeyCommand, access: &Access) -> Result<()> {
             let id = tessera::commands::key::change_password(&r, &new.key()?)?;
             match json {
                 true => println!("{}", serde_json::json!({ "key": id, "replaced": replaced })),
-                false => println!(
+                false => summary!(
                     "password changed: key {id} replaces the key used to open the repository"
                 ),
             }

@@ -53,6 +53,76 @@ fn password_from_file_command_and_environment() {
     assert!(assert_one_line_error(&args, &failing).contains("password command"));
 }
 
+/// A command, what its error says is missing, the options it names and
+/// those it must not name.
+type Case<'a> = (&'a [&'a str], &'a str, &'a [&'a str], &'a [&'a str]);
+
+/// Without a password and without a terminal, each command names the
+/// options and the variable that give the password it lacks — not those
+/// of another password.
+#[test]
+fn a_missing_password_names_its_own_options() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = repo_with_backup(tmp.path());
+    let to = tmp.path().join("to");
+    init(&to);
+    let to = to.to_str().unwrap();
+    let cases: [Case; 4] = [
+        (
+            &["list", &r],
+            "no repository password",
+            &[
+                "--password-file FILE",
+                "--password-command CMD",
+                "TESSERA_PASSWORD",
+            ],
+            &["--to-", "--new-"],
+        ),
+        (
+            &["key", "add", &r],
+            "no new password",
+            &["--new-password-file FILE", "TESSERA_NEW_PASSWORD"],
+            &["--password-file", "--password-command", "--to-"],
+        ),
+        (
+            &["key", "passwd", &r],
+            "no new password",
+            &["--new-password-file FILE", "TESSERA_NEW_PASSWORD"],
+            &["--password-file", "--password-command", "--to-"],
+        ),
+        (
+            &["copy", &r, to],
+            "no destination repository password",
+            &[
+                "--to-password-file FILE",
+                "--to-password-command CMD",
+                "TESSERA_TO_PASSWORD",
+            ],
+            &[" --password-file", " --password-command", "--new-"],
+        ),
+    ];
+    for (args, what, named, not_named) in cases {
+        // The repository's own password is there, except for the case of its lack.
+        let own = (args[0] != "list").then_some(TEST_PASSWORD);
+        let out = run_with(
+            args,
+            &[("TESSERA_TO_PASSWORD", None), ("TESSERA_PASSWORD", own)],
+        );
+        let strings: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        let line = assert_one_line_error(&strings, &out);
+        assert!(line.contains(what), "{args:?}: {line}");
+        for option in named {
+            assert!(
+                line.contains(option),
+                "{args:?} does not name {option}: {line}"
+            );
+        }
+        for option in not_named {
+            assert!(!line.contains(option), "{args:?} names {option}: {line}");
+        }
+    }
+}
+
 #[test]
 fn wrong_password_fails_cleanly() {
     let tmp = tempfile::tempdir().unwrap();

@@ -415,3 +415,72 @@ fn lifecycle_part_deleted_or_damaged_is_reported_and_repaired_from_a_later_copy(
         assert_eq!(v["problems"].as_array().unwrap().len(), 0, "{v}");
     }
 }
+
+/// Flips the byte at `at` of the file at `path`.
+fn flip_at(path: &Path, at: usize) {
+    let mut b = std::fs::read(path).unwrap();
+    b[at] ^= 0x20;
+    std::fs::write(path, b).unwrap();
+}
+
+/// After `repair` re-points every backup away from a damaged container,
+/// the damage is no backup's: `repair` says that `gc` clears it, `check`
+/// names `gc` with the problem, and `repair --gc` clears it — whether the
+/// container lost one chunk (its intact ones are copied forward) or its
+/// metadata (it is deleted) — as does `gc` itself, whatever its threshold;
+/// after which `check` passes.
+#[test]
+fn repair_names_and_runs_the_gc_that_clears_damage_no_backup_uses() {
+    for (what, at) in [("a chunk", None), ("the metadata", Some(100))] {
+        let (tmp, repo, input, data) = setup("container");
+        let r = repo.to_str().unwrap();
+        let id = list_ids(&repo)[0];
+        let damaged = largest_container(&repo);
+        match at {
+            Some(at) => flip_at(&damaged, at),
+            None => flip(&damaged),
+        }
+        // Quarantined, then stored again by the next backup, then re-pointed.
+        repair(&repo, &[]);
+        backup_json(&repo, &input);
+        let out = run(["repair", r]);
+        assert!(out.status.success(), "{what}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("no backup uses the damage")
+                && stderr.contains(&format!("`tessera gc {r}`"))
+                && stderr.contains("repair --gc"),
+            "{what}: {stderr}"
+        );
+        let (_, report) = repair(&repo, &["--dry-run"]);
+        let unused = report["unused_damage"].as_array().unwrap();
+        assert_eq!(unused.len(), 1, "{what}: {report}");
+        let check = run(["check", r, "--read-data"]);
+        assert!(!check.status.success(), "{what}: {check:?}");
+        let text = String::from_utf8_lossy(&check.stdout);
+        assert!(
+            text.contains("no backup uses its damage; `tessera gc"),
+            "{what}: {text}"
+        );
+        if at.is_none() {
+            // Even a GC that copies forward only wholly dead containers by
+            // utilization takes the one holding damage no backup uses.
+            ok(["gc", r, "--threshold", "100"]);
+        } else {
+            let fixed = run(["repair", r, "--gc"]);
+            assert!(fixed.status.success(), "{what}: {fixed:?}");
+        }
+        assert!(
+            !damaged.exists(),
+            "{what}: the damaged container is still there"
+        );
+        assert!(
+            ok(["check", r, "--read-data"]).contains("no problems"),
+            "{what}"
+        );
+        let dir = tmp.path().join("r");
+        std::fs::create_dir(&dir).unwrap();
+        assert!(restored(&repo, id, &dir) == data, "{what}");
+        assert!(restored(&repo, id + 1, &dir) == data, "{what}");
+    }
+}

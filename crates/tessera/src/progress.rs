@@ -43,6 +43,25 @@ pub trait Progress: Sync {
     fn end(&self, done: u64);
 }
 
+/// Receives the progress of a restore in bytes: how many it will write,
+/// once known, then how many it wrote so far. A closure `Fn(u64)` receives
+/// the counts alone.
+pub trait ByteProgress: Sync {
+    /// The restore will write `bytes` bytes in all (called before the
+    /// first [`ByteProgress::done`] of that restore).
+    fn total(&self, bytes: u64) {
+        let _ = bytes;
+    }
+    /// `bytes` bytes are written so far (never decreasing).
+    fn done(&self, bytes: u64);
+}
+
+impl<F: Fn(u64) + Sync> ByteProgress for F {
+    fn done(&self, bytes: u64) {
+        self(bytes)
+    }
+}
+
 /// Progress reported nowhere.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Silent;

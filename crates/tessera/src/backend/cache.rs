@@ -67,7 +67,8 @@ impl MetaCache {
             false => blake3::hash(id.as_bytes()).to_hex().to_string(),
         };
         let dir = root.join(name);
-        fs::create_dir_all(&dir)?;
+        // The cache holds repository metadata: the owner's alone, as the repository.
+        super::private::create_dirs(&dir)?;
         let used = usage(&dir)?.iter().map(|e| e.1).sum();
         Ok(MetaCache {
             dir,
@@ -130,7 +131,7 @@ impl MetaCache {
         let n = self.written.fetch_add(1, Ordering::Relaxed);
         let tmp = self.dir.join(format!(".tmp.{}.{n}", std::process::id()));
         let written = (|| {
-            let mut f = fs::File::create(&tmp)?;
+            let mut f = super::private::create_new_file(&tmp)?;
             f.write_all(blake3::hash(data).as_bytes())?;
             f.write_all(data)?;
             fs::rename(&tmp, &path)
@@ -227,6 +228,25 @@ mod tests {
         // An odd repository id still names one directory.
         let other = MetaCache::open(root.path(), "../x", 1 << 20).unwrap();
         assert_eq!(other.dir().parent(), Some(root.path()));
+    }
+
+    #[test]
+    fn the_cache_is_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let root = tempfile::tempdir().unwrap();
+        let base = root.path().join("cache/tessera");
+        let cache = MetaCache::open(&base, "repo-1", 1 << 20).unwrap();
+        let key = "snapshots/0000000000000001";
+        cache.put(key, "v", Part::Whole, b"metadata");
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        for dir in [
+            root.path().join("cache"),
+            base.clone(),
+            cache.dir().to_path_buf(),
+        ] {
+            assert_eq!(mode(&dir), 0o700, "{}", dir.display());
+        }
+        assert_eq!(mode(&cache.path(key, "v", Part::Whole)), 0o600);
     }
 
     #[test]

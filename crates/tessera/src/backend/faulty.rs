@@ -159,6 +159,9 @@ impl Backend for Faulty {
     fn remove_temporaries(&self) -> Result<u64> {
         self.inner.remove_temporaries()
     }
+    fn readable_by_others(&self, key: &str) -> Result<bool> {
+        self.inner.readable_by_others(key)
+    }
     fn retries(&self) -> u64 {
         self.inner.retries()
     }

@@ -1,6 +1,6 @@
 //! A repository in a local directory.
 
-use super::{Backend, LockGuard, LockMode, WriteMode, CONFIG_KEY};
+use super::{private, Backend, LockGuard, LockMode, WriteMode, CONFIG_KEY};
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use memmap2::Mmap;
@@ -43,8 +43,8 @@ impl Local {
         let path = self.path(key)?;
         let dir = path.parent().unwrap_or(&self.root).to_path_buf();
         let io_err = |e| Error::io(format!("writing {}", path.display()), e);
-        if !dir.is_dir() {
-            fs::create_dir_all(&dir).map_err(io_err)?;
+        // New directories are the owner's alone (`0700`), as every file (`0600`).
+        if private::create_dirs(&dir).map_err(io_err)? {
             // Make the new directory's entry durable too.
             if let Some(parent) = dir.parent() {
                 sync_dir(parent).map_err(io_err)?;
@@ -56,11 +56,7 @@ impl Local {
             .unwrap_or_default();
         let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
         let tmp = dir.join(format!(".tmp.{name}.{}.{n}", std::process::id()));
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&tmp)
-            .map_err(io_err)?;
+        let mut f = private::create_new_file(&tmp).map_err(io_err)?;
         let result = fill(&mut f, &tmp).and_then(|()| {
             f.sync_all().map_err(io_err)?;
             drop(f);
@@ -353,6 +349,11 @@ impl Backend for Local {
 
     fn remove_temporaries(&self) -> Result<u64> {
         remove_temporaries_in(&self.root)
+    }
+
+    fn readable_by_others(&self, key: &str) -> Result<bool> {
+        let path = self.path(key)?;
+        private::readable_by_others(&path).map_err(|e| self.not_found_or(key, "inspecting", e))
     }
 
     /// Writers lock the repository directory itself, readers and

@@ -8,6 +8,7 @@ mod faulty;
 mod local;
 mod location;
 pub mod object_lock;
+pub(crate) mod private;
 mod s3;
 mod throttle;
 
@@ -212,6 +213,14 @@ pub trait Backend: Send + Sync {
     /// this default.
     fn remove_temporaries(&self) -> Result<u64> {
         Ok(0)
+    }
+    /// Whether users other than the owner can read the object `key`
+    /// (local: its group or everybody may), for `check`'s warning about
+    /// key files. Not counted as a request; backends without file
+    /// permissions (object stores) keep this default, `false`.
+    fn readable_by_others(&self, key: &str) -> Result<bool> {
+        let _ = key;
+        Ok(false)
     }
     /// Removes lock objects (`tessera unlock`): the stale ones, or all of
     /// them with `all`, and returns a line describing each removed.
@@ -556,6 +565,9 @@ impl Backend for Counting {
     }
     fn remove_temporaries(&self) -> Result<u64> {
         self.inner.remove_temporaries()
+    }
+    fn readable_by_others(&self, key: &str) -> Result<bool> {
+        self.inner.readable_by_others(key)
     }
     fn unlock(&self, all: bool) -> Result<Vec<String>> {
         self.inner.unlock(all)

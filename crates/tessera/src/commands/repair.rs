@@ -96,6 +96,10 @@ pub struct RepairReport {
     pub actions: Vec<RepairAction>,
     /// Backups that still have holes (restore them with `--skip-damaged`).
     pub unrepaired: Vec<Unrepaired>,
+    /// Damaged containers no backup uses any damage of (after the
+    /// re-pointing): `check` still reports them until `gc` deletes them,
+    /// or copies their intact chunks forward without the damage.
+    pub unused_damage: Vec<String>,
 }
 
 impl RepairReport {
@@ -505,6 +509,10 @@ fn repoint(
     let scan = scan(repo, progress)?;
     let already: BTreeSet<BackupId> = report.unrepaired.iter().map(|u| u.backup).collect();
     let retained = repo.retained_backups()?;
+    // Damaged containers whose damage a backup still uses (no intact copy),
+    // and whether a recipe could not be read (it may use any).
+    let mut still_used: BTreeSet<ContainerId> = BTreeSet::new();
+    let mut unread = false;
     let phase = Phase::begin(
         progress,
         "recipes",
@@ -514,11 +522,22 @@ fn repoint(
     for id in retained {
         phase.add(1);
         if already.contains(&id) {
+            // Listed already, left as it is; its damaged chunks are still used.
+            match repo.recipe(id) {
+                Ok(r) => still_used.extend(
+                    r.chunks
+                        .iter()
+                        .filter(|c| !scan.is_intact(c.container, &c.fp))
+                        .map(|c| c.container),
+                ),
+                Err(_) => unread = true,
+            }
             continue;
         }
         let mut recipe = match repo.recipe(id) {
             Ok(r) => r,
             Err(e) if e.lost_reason().is_some() => {
+                unread = true;
                 report.unrepaired.push(Unrepaired {
                     backup: id,
                     reason: format!("recipe unreadable: {e}"),
@@ -547,6 +566,7 @@ fn repoint(
                     lost += 1;
                     lost_bytes += u64::from(c.len);
                     lost_fps.insert(c.fp);
+                    still_used.insert(c.container);
                 }
             }
         }
@@ -579,6 +599,25 @@ fn repoint(
         }
     }
     phase.end();
+    if !unread {
+        report.unused_damage = scan
+            .damaged_containers
+            .difference(&still_used)
+            .map(|&c| container::key(c))
+            .collect();
+    }
+    quarantine_found(repo, &scan, dry, report)
+}
+
+/// Quarantines the damaged chunks `scan` found (persistently: every later
+/// index rebuild leaves them out), then rebuilds the index without them.
+fn quarantine_found(
+    repo: &Repository,
+    scan: &Scan,
+    dry: bool,
+    report: &mut RepairReport,
+) -> Result<()> {
+    let backend = repo.backend().as_ref();
     if !scan.damaged_containers.is_empty() {
         // Quarantine the damaged chunks (persistently: every later index
         // rebuild leaves them out), then rebuild the index without them.

@@ -242,6 +242,10 @@ impl Backend for Encrypting {
         self.inner.remove_temporaries()
     }
 
+    fn readable_by_others(&self, key: &str) -> Result<bool> {
+        self.inner.readable_by_others(key)
+    }
+
     fn unlock(&self, all: bool) -> Result<Vec<String>> {
         self.inner.unlock(all)
     }

@@ -119,7 +119,7 @@ impl KeyFile {
 }
 
 /// Object key of key file `id`.
-fn key_path(id: &str) -> String {
+pub(crate) fn key_path(id: &str) -> String {
     format!("{KEYS_DIR}/{id}")
 }
 

@@ -276,11 +276,13 @@ pub fn gc_with_progress(
 
     // Select.
     let t = Instant::now();
+    // Damage found by check or repair: a container whose damage no backup
+    // uses any more is selected, so that the damage goes with it.
+    let quarantined = crate::repo::quarantine::load(backend)?;
     stats.containers_total = containers.len() as u64;
     let keep_fraction = 1.0 - options.threshold_pct / 100.0;
     let (selected, pinned, stay, holds_pinned) =
         if repo.config().delta.kind == crate::delta::DeltaKind::None {
-            let mut selected = Vec::new();
             let phase = Phase::begin(
                 progress,
                 "select",
@@ -288,17 +290,20 @@ pub fn gc_with_progress(
                 Some(containers.len() as u64),
             );
             let mut fill = Fill::new(&options, u64::from(repo.config().container_size));
+            let mut selected = Vec::new();
             let mut stream = live.stream()?;
             for &cid in &containers {
                 phase.add(1);
                 let here = fingerprint_set(stream.take(cid)?);
-                // A damaged container is left alone: check reports it, GC must not hide it.
-                if let Some((header, metas)) = readable_meta(backend, cid)? {
-                    match choose(&header, &metas, |fp| here.contains(fp), keep_fraction) {
-                        Some(s) => selected.push(s),
-                        None => fill.offer(&header),
-                    }
-                }
+                let damage = quarantined.get(&cid);
+                selected.extend(select_one(
+                    backend,
+                    cid,
+                    &here,
+                    damage,
+                    keep_fraction,
+                    &mut fill,
+                )?);
             }
             phase.end();
             stats.containers_refilled = fill.add_to(&mut selected);
@@ -379,7 +384,13 @@ pub fn gc_with_progress(
         for &cid in group {
             // Pinned bases are live too.
             let here = fingerprint_set(stream.take(cid)?);
-            let ct = Arc::new(Container::parse(cid, backend.read(&container::key(cid))?)?);
+            let bytes = backend.read(&container::key(cid))?;
+            // A container with damage no backup uses: every live chunk is
+            // verified below, the damaged bytes are not copied.
+            let ct = Arc::new(match quarantined.contains_key(&cid) && !deltas {
+                true => Container::parse_unchecked_data(cid, bytes)?,
+                false => Container::parse(cid, bytes)?,
+            });
             // This container's chunks already handled (a chunk listed twice is taken once).
             let mut taken = hashbrown::HashSet::with_hasher(FingerprintHashBuilder);
             for (i, m) in ct.metas.iter().enumerate() {
@@ -537,6 +548,10 @@ pub fn gc_with_progress(
             compact(backend, s.id, &stay, writer.capacity, writer.encoding)?
         } else {
             backend.delete(&container::key(s.id))?;
+            // Its damage went with it.
+            if quarantined.contains_key(&s.id) {
+                backend.delete(&crate::repo::quarantine::key(s.id))?;
+            }
             0
         };
         freed += s.size.saturating_sub(kept);
@@ -696,13 +711,61 @@ fn readable_meta(
     }
 }
 
+/// Select's verdict on container `cid` (without delta compression), whose
+/// live chunks are `here` and quarantine record `damage`: selected, or
+/// offered to `fill`, or left alone.
+fn select_one(
+    backend: &dyn Backend,
+    cid: ContainerId,
+    here: &hashbrown::HashSet<Fingerprint, FingerprintHashBuilder>,
+    damage: Option<&crate::repo::quarantine::Quarantined>,
+    keep_fraction: f64,
+    fill: &mut Fill,
+) -> Result<Option<Selected>> {
+    match readable_meta(backend, cid)? {
+        Some((header, metas)) => {
+            let unused = damage_unused(damage, here);
+            let chosen = choose(
+                &header,
+                &metas,
+                |fp| here.contains(fp),
+                keep_fraction,
+                unused,
+            );
+            if chosen.is_none() {
+                fill.offer(&header);
+            }
+            Ok(chosen)
+        }
+        // A damaged container no backup uses is garbage like any other; one
+        // a backup uses is left alone: check reports it, GC must not hide it.
+        None if here.is_empty() => Ok(Some(Selected {
+            id: cid,
+            size: backend.size(&container::key(cid))?,
+            has_live: false,
+        })),
+        None => Ok(None),
+    }
+}
+
+/// Whether the container whose quarantine record is `quarantined` holds
+/// damage no backup uses any more: none of its `live` chunks is quarantined.
+fn damage_unused(
+    quarantined: Option<&crate::repo::quarantine::Quarantined>,
+    live: &hashbrown::HashSet<Fingerprint, FingerprintHashBuilder>,
+) -> bool {
+    quarantined.is_some_and(|q| !live.iter().any(|fp| q.contains(fp)))
+}
+
 /// Whether GC selects a container, given which of its chunks are live: for deletion
-/// (none live) or copy-forward (live bytes at most `keep_fraction` of its bytes).
+/// (none live) or copy-forward (live bytes at most `keep_fraction` of its bytes,
+/// or any when `damaged`: its dead chunks hold damage, which goes with it).
 fn choose(
     header: &container::Header,
     metas: &[container::ChunkMeta],
     is_live: impl Fn(&Fingerprint) -> bool,
     keep_fraction: f64,
+    damaged: bool,
 ) -> Option<Selected> {
     let cid = header.id;
     let total: u64 = metas.iter().map(|m| u64::from(m.len)).sum();
@@ -718,7 +781,8 @@ fn choose(
     };
     if live_bytes == 0 {
         Some(selected(false))
-    } else if live_bytes < total && (live_bytes as f64) <= keep_fraction * total as f64 {
+    } else if live_bytes < total && (damaged || (live_bytes as f64) <= keep_fraction * total as f64)
+    {
         Some(selected(true))
     } else {
         None
@@ -802,7 +866,10 @@ fn select_pinning_bases(
     loop {
         let selected: Vec<Selected> = metas
             .iter()
-            .filter_map(|(h, m)| choose(h, m, |fp| live.contains(&(h.id, *fp)), keep_fraction))
+            // Delta repositories keep damaged containers by the threshold alone.
+            .filter_map(|(h, m)| {
+                choose(h, m, |fp| live.contains(&(h.id, *fp)), keep_fraction, false)
+            })
             .collect();
         let dropped: BTreeSet<ContainerId> = selected.iter().map(|s| s.id).collect();
         let before = pinned.len();

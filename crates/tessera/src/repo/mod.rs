@@ -52,9 +52,10 @@ pub struct RepoTotals {
     /// compression (`physical_bytes` × `compression_ratio`); `None` when
     /// nothing is stored.
     pub dedup_ratio: Option<f64>,
-    /// Compression alone: the bytes of the chunks the retained backups
-    /// stored, before / after compression (from their statistics); `None`
-    /// when they stored nothing (1.0 in a repository that does not compress).
+    /// Compression alone: the bytes of the stored chunks the retained
+    /// backups use, before / after compression (deltas included), each
+    /// stored copy once ([`crate::commands::stats`]); `None` when nothing is stored
+    /// (1.0 in a repository that does not compress).
     pub compression_ratio: Option<f64>,
     /// Both: logical_bytes / physical_bytes.
     pub total_ratio: Option<f64>,
@@ -83,6 +84,20 @@ impl RepoTotals {
             dedup_ratio: total_ratio.map(|t| t / compression_ratio.unwrap_or(1.0)),
             compression_ratio,
             total_ratio,
+        }
+    }
+
+    /// These totals with the compression ratio of what is stored:
+    /// `stored`'s chunks, before and after compression (and the
+    /// deduplication ratio that follows from it).
+    pub fn with_compression(self, stored: crate::commands::stats::Stored) -> RepoTotals {
+        let compression_ratio = crate::util::units::ratio(stored.plain, stored.stored);
+        RepoTotals {
+            dedup_ratio: self
+                .total_ratio
+                .map(|t| t / compression_ratio.unwrap_or(1.0)),
+            compression_ratio,
+            ..self
         }
     }
 }
@@ -137,7 +152,10 @@ impl Repository {
                 return Err(Error::AlreadyExists(path.display().to_string()));
             }
         }
-        std::fs::create_dir_all(path)
+        // A new repository directory (and its new ancestors) is the owner's
+        // alone; an existing empty one keeps its mode, and what is created
+        // in it is private (`backend::private`).
+        crate::backend::private::create_dirs(path)
             .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
         Repository::create(Box::new(Local::new(path)), config, key)
     }

@@ -26,6 +26,7 @@ use crate::format::snapshot::{BackupId, ChunkRef};
 use crate::layout::container::{self, Container, ContainerId};
 use crate::layout::lifecycle::{self, LifecycleRestoreOptions};
 use crate::repo::config::Layout;
+use crate::progress::ByteProgress;
 use crate::repo::Repository;
 pub use crate::restore::output::ExistingFile;
 use crate::restore::plan::{CachePolicy, Plan, Step};
@@ -62,8 +63,9 @@ pub struct RestoreOptions<'a> {
     pub cache_containers: usize,
     /// Cache policy.
     pub policy: CachePolicy,
-    /// Called with the number of bytes restored so far.
-    pub progress: Option<&'a (dyn Fn(u64) + Sync)>,
+    /// Told the number of bytes the restore will write, then the number
+    /// restored so far (a closure `Fn(u64)` gets the latter alone).
+    pub progress: Option<&'a dyn ByteProgress>,
     /// Salvage: write zeros for the bytes of chunks that are missing or
     /// damaged (listed in [`RestoreStats::lost`]) instead of failing.
     pub skip_damaged: bool,
@@ -325,6 +327,7 @@ fn restore_verified(
     repo.snapshot(id)?;
     let recipe = repo.recipe(id)?;
     let chunks = recipe.selected(select)?;
+    announce_total(options, &chunks);
     // Bytes read count container reads only, not the recipe.
     let io_before = repo.io_stats();
     let capacity = options.cache_containers;
@@ -366,10 +369,13 @@ fn salvage(
     repo.snapshot(id)?;
     let recipe = repo.recipe(id)?;
     let chunks = recipe.selected(select)?;
+    announce_total(options, &chunks);
     let io_before = repo.io_stats();
     let lifecycle = repo.config().layout == Layout::Lifecycle;
+    let done = |n| report_done(options, n);
+    let progress = options.progress.map(|_| &done as &(dyn Fn(u64) + Sync));
     let (whole, reads, lost) = if lifecycle {
-        crate::restore::salvage::salvage_lifecycle(repo, id, &chunks, out, options.progress)?
+        crate::restore::salvage::salvage_lifecycle(repo, id, &chunks, out, progress)?
     } else {
         crate::restore::salvage::salvage_containers(
             repo,
@@ -377,7 +383,7 @@ fn salvage(
             &chunks,
             out,
             options.cache_containers,
-            options.progress,
+            progress,
         )?
     };
     out.flush().map_err(|e| Error::Output {
@@ -398,6 +404,20 @@ fn salvage(
     };
     finish_stats(&mut stats, started);
     Ok(stats)
+}
+
+/// Tells the progress of `options` the bytes of `chunks`: what the restore will write.
+fn announce_total(options: &RestoreOptions, chunks: &[ChunkRef]) {
+    if let Some(p) = options.progress {
+        p.total(chunks.iter().map(|c| u64::from(c.len)).sum());
+    }
+}
+
+/// Tells the progress of `options` that `bytes` are restored so far.
+fn report_done(options: &RestoreOptions, bytes: u64) {
+    if let Some(p) = options.progress {
+        p.done(bytes);
+    }
 }
 
 /// Derived metrics: read amplification, speed factor, throughput.
@@ -458,8 +478,13 @@ fn restore_lifecycle(
     let l = if repo.config().trace {
         lifecycle::plan_restore(repo, id)?
     } else {
+        if options.progress.is_some() {
+            // Only for a caller that shows progress: the recipe read once more.
+            announce_total(options, &repo.recipe(id)?.selected(select)?);
+        }
+        let done = |n| report_done(options, n);
         let opts = LifecycleRestoreOptions {
-            progress: options.progress,
+            progress: options.progress.map(|_| &done as &(dyn Fn(u64) + Sync)),
             ..LifecycleRestoreOptions::default()
         };
         lifecycle::restore_selection_to_writer(repo, id, select, out, &opts)?
@@ -834,9 +859,7 @@ impl Assembly<'_, '_> {
                 })?;
                 flush_window(&mut window, self.algo, self.out, &mut stats)?;
                 window_bytes = 0;
-                if let Some(p) = self.options.progress {
-                    p(stats.bytes_restored);
-                }
+                report_done(self.options, stats.bytes_restored);
             }
         }
         Ok(stats)
@@ -897,9 +920,7 @@ impl Assembly<'_, '_> {
             })?;
             stats.bytes_restored += total as u64;
             stats.chunks += n as u64;
-            if let Some(p) = self.options.progress {
-                p(stats.bytes_restored);
-            }
+            report_done(self.options, stats.bytes_restored);
             start += n;
         }
         Ok(stats)
@@ -999,6 +1020,48 @@ mod tests {
         let snap = backup(&repo, &mut input, "input", &BackupOptions::default()).unwrap();
         assert!(repo.containers().unwrap().len() >= 3);
         (dir, repo, snap.id, data)
+    }
+
+    /// Records what a restore tells its progress.
+    #[derive(Default)]
+    struct Told {
+        totals: std::sync::Mutex<Vec<u64>>,
+        done: std::sync::Mutex<Vec<u64>>,
+    }
+
+    impl ByteProgress for Told {
+        fn total(&self, bytes: u64) {
+            assert!(self.done.lock().unwrap().is_empty(), "total after progress");
+            self.totals.lock().unwrap().push(bytes);
+        }
+        fn done(&self, bytes: u64) {
+            self.done.lock().unwrap().push(bytes);
+        }
+    }
+
+    #[test]
+    fn progress_learns_the_total_before_the_first_bytes() {
+        let (_dir, repo, id, data) = repository();
+        let chunks = repo.recipe(id).unwrap().chunks;
+        let selected: u64 = chunks[2..5].iter().map(|c| u64::from(c.len)).sum();
+        let middle: Vec<Range<usize>> = std::iter::once(2..5).collect();
+        for (select, total) in [(None, data.len() as u64), (Some(middle), selected)] {
+            for skip_damaged in [false, true] {
+                let told = Told::default();
+                let options = RestoreOptions {
+                    progress: Some(&told),
+                    skip_damaged,
+                    ..RestoreOptions::default()
+                };
+                let mut out = Vec::new();
+                restore_chunks(&repo, id, select.as_deref(), &mut out, &options).unwrap();
+                assert_eq!(out.len() as u64, total);
+                assert_eq!(*told.totals.lock().unwrap(), [total], "{select:?}");
+                let done = told.done.lock().unwrap();
+                assert!(done.windows(2).all(|w| w[0] <= w[1]), "{done:?}");
+                assert_eq!(done.last(), Some(&total), "{select:?} {skip_damaged}");
+            }
+        }
     }
 
     #[test]

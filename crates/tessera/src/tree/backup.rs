@@ -644,7 +644,7 @@ impl ParentWalk {
 
 /// The given paths made absolute (their parent directories resolved, the
 /// paths themselves not followed), sorted, without those inside another.
-fn roots(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+pub(super) fn roots(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     let mut roots = Vec::with_capacity(paths.len());
     for path in paths {
         let input_err = |e| Error::Input {

@@ -18,6 +18,7 @@ mod meta;
 pub mod restore;
 mod restore_entries;
 mod restore_files;
+pub mod scan;
 pub mod select;
 pub mod stream;
 pub mod tar;

@@ -444,8 +444,8 @@ impl Walk {
         flush(&mut batch);
     }
 
-    /// The next object of the root started, `None` when it is done.
-    #[cfg(test)]
+    /// The next object of the root started, `None` when it is done (each
+    /// examined on this thread: the walk of a scan, [`super::scan`]).
     pub(super) fn next(&mut self) -> Option<Walked> {
         match self.next_step(false)? {
             Step::Object(walked) => Some(walked),

@@ -122,6 +122,9 @@ pub struct CheckReport {
     pub uncommitted_recipes: u64,
     /// Problems found; the repository is healthy when empty.
     pub problems: Vec<Problem>,
+    /// What is not damage but deserves attention (key files other users
+    /// can read); the check passes with warnings.
+    pub warnings: Vec<String>,
 }
 
 impl CheckReport {
@@ -145,9 +148,43 @@ pub fn check_with_progress(
     options: CheckOptions,
     progress: &dyn Progress,
 ) -> Result<CheckReport> {
-    if repo.config().layout == crate::repo::config::Layout::Lifecycle {
-        return lifecycle::check_with_progress(repo, options, progress);
+    let mut report = if repo.config().layout == crate::repo::config::Layout::Lifecycle {
+        lifecycle::check_with_progress(repo, options, progress)?
+    } else {
+        check_containers(repo, options, progress)?
+    };
+    report
+        .warnings
+        .extend(exposed_key_files(repo.backend().as_ref())?);
+    Ok(report)
+}
+
+/// A warning for each key file users other than its owner can read: with
+/// a copy, they can try passwords offline (files Tessera creates are
+/// private; an older version's, or a copied repository's, may not be).
+fn exposed_key_files(backend: &dyn Backend) -> Result<Vec<String>> {
+    let mut warnings = Vec::new();
+    for id in crate::crypto::keyfile::ids(backend)? {
+        let key = crate::crypto::keyfile::key_path(&id);
+        match backend.readable_by_others(&key) {
+            Ok(true) => warnings.push(format!(
+                "{key}: the key file can be read by other users, who could try passwords on a copy \
+                 of it: make it private (`chmod 600 {}/{key}`)",
+                backend.location()
+            )),
+            Ok(false) | Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
     }
+    Ok(warnings)
+}
+
+/// [`check_with_progress`] of the container layout.
+fn check_containers(
+    repo: &Repository,
+    options: CheckOptions,
+    progress: &dyn Progress,
+) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let algo = repo.fingerprinter();
     // Every stored (container, fingerprint), sorted in bounded memory.

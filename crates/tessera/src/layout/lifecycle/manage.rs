@@ -317,6 +317,9 @@ pub fn totals(repo: &Repository) -> Result<crate::repo::RepoTotals> {
     // A trace repository stores no chunk bytes: count the bytes its
     // category and volume objects stand for (their headers' data lengths).
     let trace = repo.config().trace;
+    // Compressing repositories: every stored chunk, for the compression ratio.
+    let encoded = repo.config().encoding().is_some();
+    let (mut copies, mut numbered) = (crate::commands::stats::stored_copies(), 0);
     let object_bytes = |key: &str| -> Result<u64> {
         let size = backend.size(key)?;
         if !trace {
@@ -332,14 +335,23 @@ pub fn totals(repo: &Repository) -> Result<crate::repo::RepoTotals> {
                 size => size?,
             };
         }
-        for (i, j, p) in l.cat_objects(backend)? {
-            physical_bytes += object_bytes(&cat_key(&l.name, i, j, p))?;
-            parts += 1;
-        }
+        let mut keys: Vec<String> = l
+            .cat_objects(backend)?
+            .into_iter()
+            .map(|(i, j, p)| cat_key(&l.name, i, j, p))
+            .collect();
         for (j, vol_parts) in l.volumes(backend)? {
-            for (p, first) in vol_parts {
-                physical_bytes += object_bytes(&vol_key(&l.name, j, p, first))?;
-                parts += 1;
+            keys.extend(
+                vol_parts
+                    .into_iter()
+                    .map(|(p, f)| vol_key(&l.name, j, p, f)),
+            );
+        }
+        for key in &keys {
+            physical_bytes += object_bytes(key)?;
+            parts += 1;
+            if encoded {
+                add_copies(backend, key, &mut copies, &mut numbered)?;
             }
         }
         for name in backend.list(&ndf_dir(&l.name))? {
@@ -348,11 +360,40 @@ pub fn totals(repo: &Repository) -> Result<crate::repo::RepoTotals> {
             }
         }
     }
-    Ok(crate::repo::RepoTotals::new(
-        &snapshots,
-        physical_bytes,
-        parts,
-    ))
+    let totals = crate::repo::RepoTotals::new(&snapshots, physical_bytes, parts);
+    if !encoded {
+        return Ok(totals);
+    }
+    let ids: Vec<BackupId> = snapshots.iter().map(|s| s.id).collect();
+    let stored = crate::commands::stats::lifecycle_compression(repo, &ids, copies)?;
+    Ok(totals.with_compression(stored))
+}
+
+/// Adds every chunk stored in the category or volume part `key` to
+/// `copies` (as its fingerprint, a number unique to the copy — `numbered`
+/// counts them —, its stored length). A part whose header or metadata cannot be read is left out
+/// (`check` reports it).
+fn add_copies(
+    backend: &dyn crate::backend::Backend,
+    key: &str,
+    copies: &mut crate::util::sorted_pairs::Sorter<crate::commands::stats::StoredCopy>,
+    numbered: &mut u64,
+) -> Result<()> {
+    use crate::commands::stats::unless_damaged as readable;
+    let mut log = ReadLog::default();
+    let Some(header) = readable(format::read_header(backend, key, &mut log))? else {
+        return Ok(());
+    };
+    for idx in 0..header.categories.len() {
+        let Some(metas) = readable(format::read_meta(backend, key, &header, idx, &mut log))? else {
+            continue;
+        };
+        for (fp, len) in metas {
+            *numbered += 1;
+            copies.push(crate::commands::stats::StoredCopy(fp, *numbered, len))?;
+        }
+    }
+    Ok(())
 }
 
 /// Fails unless `repo` uses the lifecycle layout.
