@@ -871,9 +871,11 @@ struct InitArgs {
     /// index's container reads; needs --index ddfs|hid|ehid and a
     /// --rewrite policy) or greedy (any similar stored chunk, bases read
     /// from storage). Deltas are compressed too (--compression): on top
-    /// of zstd, pfc still stores 1.5-2x less with --rewrite cbr and
-    /// 1.15-1.2x less with har, for 2-23% slower restores; with capping
-    /// it gains under 5% (docs/RESEARCH.md, PFC-delta).
+    /// of zstd, on data changed in place (release tarballs, database
+    /// files) pfc still stores 1.5-2x less with --rewrite cbr and
+    /// 1.15-1.2x less with har, for 2-23% slower restores; with capping,
+    /// or on streams of new files, it gains under 10% (docs/RESEARCH.md,
+    /// PFC-delta).
     #[arg(long, default_value = "none")]
     delta: DeltaKind,
     /// Delta: super-features finding similar chunks: odess or ntransform.
