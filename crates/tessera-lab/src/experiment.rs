@@ -928,7 +928,7 @@ impl<'a> SystemRun<'a> {
             restores,
         };
         progress(&format!(
-            "[{}{}] all {} retained backups restored: mean read amplification {:.3}, speed factor {:.3} per container, {:.3} per extent, {:.0} MB/s",
+            "[{}{}] all {} retained backups restored: mean read amplification {:.3} and speed factor {:.3} per container (stored bytes), {:.3} MiB restored per extent, {:.0} MB/s",
             f.system,
             repeat_tag(f.repeat, config.repeat),
             f.restores.len(),
@@ -1102,8 +1102,8 @@ fn progress_line(r: &VersionRecord, total: usize, repeats: usize) -> String {
             format!(
                 ", restore {:.0} MB/s, read amp {:.2}, speed factor {:.2} ({:.2} per extent)",
                 x.stats.throughput_mb_s,
-                x.stats.read_amplification,
-                x.stats.speed_factor,
+                x.read_amplification(),
+                x.speed_factor(),
                 x.speed_factor_per_extent
             )
         })
