@@ -119,7 +119,8 @@ fn rerun_into_its_own_output_directory_works() {
     for run in 1..=2 {
         let line = ok(experiment(&config, &out));
         assert!(
-            line.contains("experiment \"tiny\": 2 systems x 2 versions"),
+            // Both systems plain and compressed (the compression axis' default).
+            line.contains("experiment \"tiny\": 4 systems x 2 versions"),
             "run {run}: {line}"
         );
         assert_eq!(

@@ -6,7 +6,12 @@
 use crate::gen::{generate, GenOptions};
 use crate::report;
 use crate::trace::TraceFile;
-use serde::{Deserialize, Serialize};
+pub use crate::types::{
+    DatasetSpec, DiskModel, ExperimentConfig, FinalRestores, GcRecord, GenSpec, Ownership,
+    Provenance, ReportSpec, RestoreRecord, RestoreSpec, Results, Retention, StoredRead, SystemSpec,
+    Version, VersionRecord,
+};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -16,6 +21,7 @@ use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::fingerprint::Fingerprint;
 use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, GcOptions};
+use tessera::layout::container::ContainerId;
 use tessera::repo::config::Layout;
 use tessera::repo::config::{Compression, Config};
 use tessera::restore::plan::CachePolicy;
@@ -89,344 +95,6 @@ fn io_err(what: &Path) -> impl Fn(io::Error) -> ExperimentError + '_ {
         what: what.display().to_string(),
         source,
     }
-}
-
-/// An experiment, as written in its TOML file.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExperimentConfig {
-    /// Name, used in the report's title.
-    pub name: String,
-    /// How long the experiment is expected to run, as its file states it
-    /// (shown in the report beside the actual time).
-    pub expected_run_time: Option<String>,
-    /// Runs of the whole experiment (each in fresh repositories); the
-    /// report shows the median and spread of every metric over them.
-    #[serde(default = "one_usize")]
-    pub repeat: usize,
-    /// The backup versions.
-    pub dataset: DatasetSpec,
-    /// Which backups are kept, and when GC runs.
-    #[serde(default)]
-    pub retention: Retention,
-    /// Which versions are restored.
-    #[serde(default)]
-    pub restore: RestoreSpec,
-    /// Disk cost model for the modelled restore and backup I/O times.
-    #[serde(default)]
-    pub disk: DiskModel,
-    /// How the report draws its plots.
-    #[serde(default)]
-    pub report: ReportSpec,
-    /// The system configurations compared, one line each in every plot.
-    pub systems: Vec<SystemSpec>,
-}
-
-/// Report settings.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct ReportSpec {
-    /// Metrics plotted on a logarithmic y axis, by key (see
-    /// [`crate::report::METRICS`]), or `["all"]`.
-    #[serde(default)]
-    pub log_scale: Vec<String>,
-}
-
-/// Where the versions come from: exactly one of `files`, `dir`, `trees`, `generate`.
-#[derive(Clone, Debug, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct DatasetSpec {
-    /// Version files in backup order.
-    #[serde(default)]
-    pub files: Vec<PathBuf>,
-    /// A directory whose `v*` files (e.g. `v0001.tar`) are the versions in name order.
-    pub dir: Option<PathBuf>,
-    /// A directory whose `v*` subdirectories (e.g. `v0001/`) are the
-    /// versions in name order, each backed up as a directory tree.
-    pub trees: Option<PathBuf>,
-    /// A generated dataset (written once under the output directory).
-    pub generate: Option<GenSpec>,
-}
-
-/// Generator settings of a dataset (see `tessera gen`).
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct GenSpec {
-    /// Versions to generate.
-    pub versions: u32,
-    /// Approximate size of one version, e.g. "20MB".
-    pub size: String,
-    /// Fraction of files changed per version.
-    pub change_rate: Option<f64>,
-    /// Fraction of files whose mtime (in their packed header) changes
-    /// without a content change, per version (1.0: every header changes
-    /// every backup, as backup products that stamp per-file metadata).
-    pub touch_rate: Option<f64>,
-    /// Seed.
-    #[serde(default)]
-    pub seed: u64,
-    /// Independent source lineages interleaved (1 = single source).
-    #[serde(default = "one")]
-    pub sources: u32,
-    /// Generate fingerprint traces instead of data (trace repositories).
-    #[serde(default)]
-    pub trace: bool,
-    /// Generate directory trees instead of packed archives (tree backups).
-    #[serde(default)]
-    pub tree: bool,
-}
-
-fn one() -> u32 {
-    1
-}
-
-/// Retention: keep the newest `keep_last` backups, GC every `gc_every` backups.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct Retention {
-    /// Backups kept (none deleted when absent).
-    pub keep_last: Option<usize>,
-    /// Run forget + GC after every this many backups.
-    #[serde(default = "one_usize")]
-    pub gc_every: usize,
-    /// GC utilization threshold in percent (0 = perfect GC).
-    #[serde(default)]
-    pub gc_threshold: f64,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Retention {
-            keep_last: None,
-            gc_every: 1,
-            gc_threshold: 0.0,
-        }
-    }
-}
-
-fn one_usize() -> usize {
-    1
-}
-
-/// Which versions are restored: the newest after every `every` backups, and
-/// optionally the oldest retained one too.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct RestoreSpec {
-    /// Restore the newest backup after every this many backups (0 = never).
-    #[serde(default = "one_usize")]
-    pub every: usize,
-    /// Also restore the oldest retained backup at those times.
-    #[serde(default)]
-    pub oldest: bool,
-    /// After the last version, restore every retained backup (the mean
-    /// read amplification and restore speed over them are reported).
-    #[serde(default)]
-    pub retained_at_end: bool,
-}
-
-impl Default for RestoreSpec {
-    fn default() -> Self {
-        RestoreSpec {
-            every: 1,
-            oldest: false,
-            retained_at_end: false,
-        }
-    }
-}
-
-/// A disk cost model: each distinct read extent (or read request) costs a
-/// seek, bytes cost bandwidth. A field left out of `[disk]` keeps its
-/// default.
-#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DiskModel {
-    /// Average seek plus rotational latency, in milliseconds.
-    pub seek_ms: f64,
-    /// Sequential bandwidth in MB/s (10^6 bytes).
-    pub bandwidth_mb_s: f64,
-}
-
-impl Default for DiskModel {
-    /// A 7200 rpm HDD: 8.5 ms average seek + 4.2 ms half rotation, 150 MB/s.
-    fn default() -> Self {
-        DiskModel {
-            seek_ms: 12.7,
-            bandwidth_mb_s: 150.0,
-        }
-    }
-}
-
-impl DiskModel {
-    /// Checks that both values are positive and finite (the model divides
-    /// by the bandwidth).
-    pub fn validate(&self) -> Result<(), String> {
-        for (field, value) in [
-            ("seek_ms", self.seek_ms),
-            ("bandwidth_mb_s", self.bandwidth_mb_s),
-        ] {
-            if !(value.is_finite() && value > 0.0) {
-                return Err(format!(
-                    "disk.{field} = {value}: must be finite and greater than 0"
-                ));
-            }
-        }
-        Ok(())
-    }
-
-    /// Modelled seconds for `extents` seeks and `bytes` transferred.
-    pub fn seconds(&self, extents: u64, bytes: u64) -> f64 {
-        extents as f64 * self.seek_ms / 1000.0 + bytes as f64 / 1e6 / self.bandwidth_mb_s
-    }
-}
-
-/// One system configuration: repository options and restore settings.
-#[derive(Clone, Debug, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct SystemSpec {
-    /// Name shown in the legend.
-    pub name: String,
-    /// Chunker: fastcdc, rabin or fixed.
-    #[serde(default = "default_chunker")]
-    pub chunker: String,
-    /// Minimum chunk size.
-    #[serde(default = "default_min")]
-    pub min_size: String,
-    /// Average chunk size.
-    #[serde(default = "default_avg")]
-    pub avg_size: String,
-    /// Maximum chunk size.
-    #[serde(default = "default_max")]
-    pub max_size: String,
-    /// Fingerprint: blake3, sha256 or sha1.
-    #[serde(default = "default_fingerprint")]
-    pub fingerprint: String,
-    /// Container capacity.
-    #[serde(default = "default_container")]
-    pub container_size: String,
-    /// Restore cache size in containers.
-    #[serde(default = "default_cache")]
-    pub cache_size: usize,
-    /// Deduplication index: exact or ddfs.
-    #[serde(default = "default_index")]
-    pub index: String,
-    /// Rewriting policy: none, cbr, capping, har or smr.
-    #[serde(default = "default_none")]
-    pub rewrite: String,
-    /// Optional rewrite limit (fraction of bytes, e.g. 0.05).
-    pub rewrite_limit: Option<f64>,
-    /// Capping and SMR segment size (default 20 MiB).
-    pub rewrite_segment: Option<String>,
-    /// Capping and SMR segment size in chunks instead (Destor and the
-    /// Capping paper: 1024 chunks).
-    #[serde(alias = "capping_segment_chunks")]
-    pub rewrite_segment_chunks: Option<u32>,
-    /// Capping level: old containers per segment (default 20).
-    pub capping_level: Option<u32>,
-    /// SMR level: containers selected per segment (default 20).
-    pub smr_level: Option<u32>,
-    /// CBR stream context (default 5 MiB).
-    pub cbr_stream_context: Option<String>,
-    /// CBR minimal rewrite utility in percent (default 70, as `init --cbr-min-utility`).
-    pub cbr_min_utility: Option<f64>,
-    /// HAR: containers below this utilization in percent are sparse
-    /// (default 50, as `init --har-utilization`).
-    pub har_utilization: Option<f64>,
-    /// GC chunk ordering: none, gccdf or random.
-    #[serde(default = "default_none")]
-    pub defrag: String,
-    /// GC segment size in containers (GCCDF).
-    #[serde(default = "default_segment")]
-    pub gc_segment: usize,
-    /// GCCDF: clusters smaller than this are not split further (e.g. "64KiB").
-    #[serde(default = "default_split")]
-    pub gc_split_threshold: String,
-    /// GCCDF and random: container fill (as `gc` without `--no-fill`).
-    #[serde(default = "default_fill")]
-    pub gc_fill: bool,
-    /// Restore cache policy: lru, opt or faa.
-    #[serde(default = "default_cache_policy")]
-    pub cache: String,
-    /// Repository layout: container or lifecycle (MFDedup).
-    #[serde(default = "default_layout")]
-    pub layout: String,
-    /// Memory budget of the index's cache (ddfs, eager, lazy), e.g. "16MiB".
-    pub index_memory: Option<String>,
-    /// Size of the eager/lazy Bloom filter (default: sized for `bloom_fpr`).
-    pub bloom_size: Option<String>,
-    /// Target false-positive rate of the Bloom filter.
-    pub bloom_fpr: Option<f64>,
-    /// Lazy: buffer fingerprint threshold.
-    pub bft: Option<u32>,
-    /// Eager, lazy: metadata-log entries prefetched per on-disk hit (`init --prefetch`).
-    pub prefetch: Option<u32>,
-    /// Lazy: percent of the index memory given to the buffer (`init --buffer-share`).
-    pub buffer_share: Option<u32>,
-    /// HID/EHID: sparse-container threshold in percent.
-    pub sparse_threshold: Option<u32>,
-    /// HID/EHID: also look up hot misses in the cold index (`init --consult-cold`).
-    pub consult_cold: Option<bool>,
-    /// Delta compression: none, pfc or greedy.
-    pub delta: Option<String>,
-    /// Delta: super-features, odess or ntransform.
-    pub delta_features: Option<String>,
-    /// Delta: base chunk cache size in containers.
-    pub base_cache: Option<u32>,
-    /// PFC-delta: containers read whole for bases, pfc or fc.
-    pub base_prefetch: Option<String>,
-    /// PFC-delta: which cached chunks may be bases, any or referenced.
-    pub base_scope: Option<String>,
-    /// Compression of stored chunks (zstd per chunk, after deduplication
-    /// and delta compression): off (default), auto, fastest, default, max
-    /// or a level 1..=22.
-    pub compression: Option<String>,
-}
-
-fn default_cache_policy() -> String {
-    "lru".into()
-}
-fn default_layout() -> String {
-    "container".into()
-}
-
-fn default_split() -> String {
-    "64KiB".into()
-}
-
-fn default_fill() -> bool {
-    true
-}
-
-fn default_index() -> String {
-    "exact".into()
-}
-fn default_none() -> String {
-    "none".into()
-}
-fn default_segment() -> usize {
-    100
-}
-
-fn default_chunker() -> String {
-    "fastcdc".into()
-}
-fn default_min() -> String {
-    "2KiB".into()
-}
-fn default_avg() -> String {
-    "8KiB".into()
-}
-fn default_max() -> String {
-    "64KiB".into()
-}
-fn default_fingerprint() -> String {
-    "blake3".into()
-}
-fn default_container() -> String {
-    "4MiB".into()
-}
-fn default_cache() -> usize {
-    tessera::restore::DEFAULT_CACHE_CONTAINERS
 }
 
 /// `value` percent as a fraction, if it is within 0..=100.
@@ -590,8 +258,76 @@ impl ExperimentConfig {
                 *d = base.join(&*d);
             }
         }
+        config.expand_compression().map_err(&bad)?;
         config.validate().map_err(bad)?;
         Ok(config)
+    }
+
+    /// The settings of the compression axis: as the file gives them, or
+    /// the default (see [`ExperimentConfig::compression`]).
+    pub fn compression_axis(&self) -> Vec<String> {
+        match &self.compression {
+            Some(list) => list.clone(),
+            None if self.is_trace() => vec!["off".into()],
+            None => vec!["off".into(), "auto".into()],
+        }
+    }
+
+    /// Whether the dataset is of fingerprint traces.
+    fn is_trace(&self) -> bool {
+        let d = &self.dataset;
+        let dir_has_traces = |dir: &PathBuf| {
+            fs::read_dir(dir)
+                .is_ok_and(|entries| entries.filter_map(|e| e.ok()).any(|e| is_trace(&e.path())))
+        };
+        d.generate.as_ref().is_some_and(|g| g.trace)
+            || d.files.iter().any(|f| is_trace(f))
+            || d.dir.as_ref().is_some_and(dir_has_traces)
+    }
+
+    /// Expands the compression axis: every system that sets no
+    /// `compression` is replaced by one system per setting of the axis
+    /// (`NAME` with `off`, `NAME.SETTING` with the others), in place.
+    /// Systems that set it (among them those expanded before) stay as they
+    /// are, so expanding twice changes nothing.
+    pub fn expand_compression(&mut self) -> Result<(), String> {
+        let axis = self.compression_axis();
+        if axis.is_empty() {
+            return Err("compression = []: give at least one setting (\"off\": plain)".into());
+        }
+        let mut seen: Vec<Compression> = Vec::new();
+        for c in &axis {
+            let setting: Compression = c.parse().map_err(|e| format!("compression: {e}"))?;
+            if seen.contains(&setting) {
+                return Err(format!(
+                    "compression: {c:?} is listed twice (as another name)"
+                ));
+            }
+            if setting.is_on() && self.is_trace() {
+                return Err(format!(
+                    "compression: {c:?}: a trace dataset has no chunk bytes to compress (use [\"off\"])"
+                ));
+            }
+            seen.push(setting);
+        }
+        let mut systems = Vec::with_capacity(self.systems.len() * axis.len());
+        for s in &self.systems {
+            if s.compression.is_some() {
+                systems.push(s.clone());
+                continue;
+            }
+            for c in &axis {
+                let mut v = s.clone();
+                if c != "off" {
+                    v.name = format!("{}.{c}", s.name);
+                }
+                v.compression = Some(c.clone());
+                systems.push(v);
+            }
+        }
+        self.systems = systems;
+        self.compression = Some(axis);
+        Ok(())
     }
 
     /// Checks the parts fit together.
@@ -673,230 +409,6 @@ fn plain_name(name: &str) -> Result<(), &'static str> {
         return Err(RULE);
     }
     Ok(())
-}
-
-/// One version of the dataset.
-#[derive(Clone, Debug, Serialize)]
-pub struct Version {
-    /// File holding the version, or the directory tree that is the version.
-    pub path: PathBuf,
-    /// Source lineage.
-    pub source: String,
-    /// Whether the version is a directory tree (backed up as a tree backup).
-    pub tree: bool,
-    /// Bytes read to warm the page cache before the version's first backup
-    /// (of the last repeat): every system then reads it from memory alike.
-    pub warmed_bytes: u64,
-}
-
-/// Metrics of one restore in an experiment.
-#[derive(Clone, Debug, Serialize)]
-pub struct RestoreRecord {
-    /// Which backup (1-based version number) was restored.
-    pub version: usize,
-    /// The engine's metrics.
-    #[serde(flatten)]
-    pub stats: RestoreStats,
-    /// Modelled restore time under the disk model (one seek per extent).
-    pub modelled_seconds: f64,
-    /// MiB restored per read extent: the speed factor counted in seeks,
-    /// comparable across layouts (a lifecycle restore reads several
-    /// extents of one volume or category object).
-    pub speed_factor_per_extent: f64,
-}
-
-/// Metrics of one GC round in an experiment.
-#[derive(Clone, Debug, Serialize)]
-pub struct GcRecord {
-    /// Backups deleted by retention before the GC.
-    pub forgotten: usize,
-    /// The engine's metrics.
-    #[serde(flatten)]
-    pub stats: tessera::gc::GcStats,
-}
-
-/// Everything recorded for one system after backing up one version.
-#[derive(Clone, Debug, Serialize)]
-pub struct VersionRecord {
-    /// System name.
-    pub system: String,
-    /// Which run of the experiment (1-based; see `repeat`).
-    pub repeat: usize,
-    /// Version number (1-based).
-    pub version: usize,
-    /// Source lineage.
-    pub source: String,
-    /// Logical bytes of this backup.
-    pub logical_bytes: u64,
-    /// Bytes this backup stored.
-    pub stored_bytes: u64,
-    /// Backup wall time.
-    pub backup_seconds: f64,
-    /// Backup throughput, MB/s.
-    pub backup_mb_s: f64,
-    /// The backup's I/O time under the disk model: a seek per read request,
-    /// and the bytes read and written at the sequential bandwidth (containers
-    /// and index objects are written whole, one after another).
-    pub modelled_backup_seconds: f64,
-    /// Seconds per backup pipeline stage.
-    #[serde(default)]
-    pub backup_stage_seconds: tessera::format::snapshot::StageSeconds,
-    /// Index memory after the backup.
-    pub index_memory_bytes: u64,
-    /// Index entries after the backup.
-    pub index_entries: u64,
-    /// On-disk index lookups of the backup.
-    pub index_disk_lookups: u64,
-    /// Every counter of the backup's index (lookups, prefetches, cache and
-    /// Bloom filter hits, per-component seconds).
-    #[serde(default)]
-    pub index: tessera::index::IndexStats,
-    /// The backup's delta compression counters.
-    pub delta: tessera::delta::DeltaStats,
-    /// The backup's compression counters (bytes it stored before and after
-    /// compression; `stored_bytes` is before).
-    #[serde(default)]
-    pub compression: tessera::format::compression::CompressionStats,
-    /// Logical bytes of all retained backups.
-    pub retained_logical_bytes: u64,
-    /// Physical bytes of the repository (containers).
-    pub physical_bytes: u64,
-    /// Deduplication alone: retained logical bytes / the bytes stored
-    /// before compression (physical_bytes × compression_ratio).
-    pub actual_dedup_ratio: f64,
-    /// Compression alone: the retained backups' stored bytes before /
-    /// after compression (1 without compression).
-    #[serde(default)]
-    pub compression_ratio: f64,
-    /// Both: retained_logical_bytes / physical_bytes.
-    #[serde(default)]
-    pub total_ratio: f64,
-    /// Restores made after this version.
-    pub restores: Vec<RestoreRecord>,
-    /// GC made after this version, if any.
-    pub gc: Option<GcRecord>,
-    /// Arranging after this version (lifecycle layout).
-    pub arrange: Option<tessera::layout::lifecycle::ArrangeStats>,
-}
-
-/// Restores of every retained backup after the last version, per system.
-#[derive(Clone, Debug, Serialize)]
-pub struct FinalRestores {
-    /// System name.
-    pub system: String,
-    /// Which run of the experiment (1-based; see `repeat`).
-    pub repeat: usize,
-    /// One restore per retained backup, oldest first.
-    pub restores: Vec<RestoreRecord>,
-    /// Mean read amplification over them.
-    pub mean_read_amplification: f64,
-    /// Mean speed factor (per container or object read) over them.
-    pub mean_speed_factor: f64,
-    /// Mean speed factor per read extent over them.
-    pub mean_speed_factor_per_extent: f64,
-    /// Mean restore throughput (MB/s) over them.
-    pub mean_restore_mb_s: f64,
-    /// Mean modelled restore time (seconds) over them.
-    pub mean_modelled_seconds: f64,
-    /// GC totals over the whole run: containers produced.
-    pub gc_containers_produced: u64,
-    /// GC totals over the whole run: bytes read plus written.
-    pub gc_bytes_moved: u64,
-    /// GC totals over the whole run: seconds.
-    pub gc_seconds: f64,
-    /// Arranging totals over the whole run (lifecycle layout): bytes read
-    /// plus written, the layout's data movement in place of GC's.
-    pub arrange_bytes_moved: u64,
-    /// Arranging totals over the whole run: seconds.
-    pub arrange_seconds: f64,
-}
-
-impl VersionRecord {
-    /// Bytes GC and arranging read plus wrote after this version.
-    pub fn data_moved_bytes(&self) -> Option<u64> {
-        let gc = self
-            .gc
-            .as_ref()
-            .map(|g| g.stats.bytes_read + g.stats.bytes_written);
-        let arrange = self
-            .arrange
-            .as_ref()
-            .map(|a| a.bytes_read + a.bytes_written);
-        match (gc, arrange) {
-            (None, None) => None,
-            (g, a) => Some(g.unwrap_or(0) + a.unwrap_or(0)),
-        }
-    }
-
-    /// Seconds GC and arranging took after this version.
-    pub fn data_moved_seconds(&self) -> Option<f64> {
-        let gc = self.gc.as_ref().map(|g| g.stats.seconds);
-        let arrange = self.arrange.as_ref().map(|a| a.seconds);
-        match (gc, arrange) {
-            (None, None) => None,
-            (g, a) => Some(g.unwrap_or(0.0) + a.unwrap_or(0.0)),
-        }
-    }
-}
-
-/// Where and with what an experiment ran.
-#[derive(Clone, Debug, Serialize)]
-pub struct Provenance {
-    /// Tessera's version.
-    pub tessera_version: String,
-    /// The git commit the lab was built from (`unknown` outside a checkout).
-    pub git_commit: String,
-    /// The CPU model (`/proc/cpuinfo`).
-    pub cpu_model: String,
-    /// CPU cores available to the run.
-    pub cores: usize,
-    /// When the run started (UTC, RFC 3339).
-    pub date: String,
-}
-
-impl Provenance {
-    /// The provenance of a run starting now on this machine.
-    pub fn now() -> Provenance {
-        Provenance {
-            tessera_version: env!("CARGO_PKG_VERSION").into(),
-            git_commit: option_env!("TESSERA_GIT_COMMIT")
-                .unwrap_or("unknown")
-                .into(),
-            cpu_model: cpu_model().unwrap_or_else(|| "unknown".into()),
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            date: jiff::Timestamp::now()
-                .round(jiff::Unit::Second)
-                .map_or_else(|_| jiff::Timestamp::now().to_string(), |t| t.to_string()),
-        }
-    }
-}
-
-/// The CPU's model name, from `/proc/cpuinfo`.
-fn cpu_model() -> Option<String> {
-    let text = fs::read_to_string("/proc/cpuinfo").ok()?;
-    text.lines()
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim() == "model name")
-        .map(|(_, v)| v.trim().to_string())
-}
-
-/// The results of a whole experiment.
-#[derive(Clone, Debug, Serialize)]
-pub struct Results {
-    /// Tessera version, commit, machine and date of the run.
-    pub provenance: Provenance,
-    /// The configuration run.
-    pub config: ExperimentConfig,
-    /// Every system's full repository configuration (defaults filled in).
-    pub repository_configs: Vec<(String, Config)>,
-    /// The dataset's versions.
-    pub versions: Vec<Version>,
-    /// All records, system by system, version by version.
-    pub records: Vec<VersionRecord>,
-    /// Restores of all retained backups after the last version (if asked).
-    pub final_restores: Vec<FinalRestores>,
-    /// Wall time of the whole experiment.
-    pub seconds: f64,
 }
 
 /// Resolves the dataset into version files (generating it under `out` if asked).
@@ -994,12 +506,14 @@ pub fn run(
     progress: &mut dyn FnMut(&str),
 ) -> Result<Results, ExperimentError> {
     let started = Instant::now();
-    config
-        .validate()
-        .map_err(|detail| ExperimentError::Invalid {
-            name: config.name.clone(),
-            detail,
-        })?;
+    let invalid = |detail| ExperimentError::Invalid {
+        name: config.name.clone(),
+        detail,
+    };
+    let mut config = config.clone();
+    config.expand_compression().map_err(invalid)?;
+    config.validate().map_err(invalid)?;
+    let config = &config;
     let provenance = Provenance::now();
     claim_output(out, &config.name)?;
     let mut versions = dataset_versions(&config.dataset, out)?;
@@ -1125,6 +639,8 @@ struct SystemRun<'a> {
     lifecycle: bool,
     trace: bool,
     records: Vec<VersionRecord>,
+    /// Containers GC's copy-forward wrote (ids it allocated).
+    gc_written: BTreeSet<ContainerId>,
 }
 
 impl<'a> SystemRun<'a> {
@@ -1168,6 +684,7 @@ impl<'a> SystemRun<'a> {
             lifecycle,
             trace,
             records: Vec::new(),
+            gc_written: BTreeSet::new(),
         })
     }
 
@@ -1189,7 +706,7 @@ impl<'a> SystemRun<'a> {
         n: usize,
         v: &Version,
     ) -> Result<&VersionRecord, ExperimentError> {
-        let (repo, system) = (&self.repo, self.system);
+        let repo = &self.repo;
         let engine = self.engine(n);
         let options = BackupOptions {
             label: format!("v{n}"),
@@ -1224,33 +741,8 @@ impl<'a> SystemRun<'a> {
         .map_err(&engine)?;
         let snap = outcome.snapshot;
 
-        let mut gc_record = None;
-        if let Some(keep) = config.retention.keep_last {
-            if n.is_multiple_of(config.retention.gc_every) {
-                let t = std::time::Instant::now();
-                let forgotten = forget_keep_last(repo, keep, false).map_err(&engine)?;
-                let stats = if self.lifecycle {
-                    // Deleting frees the space: no GC pass; its cost is the deletion.
-                    tessera::gc::GcStats {
-                        seconds: t.elapsed().as_secs_f64(),
-                        ..Default::default()
-                    }
-                } else {
-                    let options =
-                        system
-                            .gc_options(config.retention.gc_threshold)
-                            .map_err(|detail| ExperimentError::Config {
-                                path: system.name.clone(),
-                                detail,
-                            })?;
-                    gc(repo, options).map_err(&engine)?
-                };
-                gc_record = Some(GcRecord {
-                    forgotten: forgotten.len(),
-                    stats,
-                });
-            }
-        }
+        let gc_record = self.retention(config, n)?;
+        let (repo, system) = (&self.repo, self.system);
 
         let arrange = if self.lifecycle {
             Some(tessera::layout::lifecycle::arrange(repo).map_err(&engine)?)
@@ -1271,7 +763,8 @@ impl<'a> SystemRun<'a> {
             }
             for id in targets {
                 restores.push(
-                    restore_one(repo, id, system, self.policy, config.disk).map_err(&engine)?,
+                    restore_one(repo, id, system, self.policy, config.disk, &self.gc_written)
+                        .map_err(&engine)?,
                 );
             }
         }
@@ -1310,6 +803,65 @@ impl<'a> SystemRun<'a> {
         Ok(&self.records[self.records.len() - 1])
     }
 
+    /// Applies retention after version `n` when it is due: deletes all but
+    /// the newest backups and collects garbage (recording which containers
+    /// the copy-forward wrote and, with `retention.ownership`, the
+    /// ownership of the retained chunks' containers before and after).
+    fn retention(
+        &mut self,
+        config: &ExperimentConfig,
+        n: usize,
+    ) -> Result<Option<GcRecord>, ExperimentError> {
+        let Some(keep) = config.retention.keep_last else {
+            return Ok(None);
+        };
+        if !n.is_multiple_of(config.retention.gc_every) {
+            return Ok(None);
+        }
+        let (repo, system) = (&self.repo, self.system);
+        let engine = self.engine(n);
+        let t = std::time::Instant::now();
+        let forgotten = forget_keep_last(repo, keep, false).map_err(&engine)?;
+        if self.lifecycle {
+            // Deleting frees the space: no GC pass; its cost is the deletion.
+            let stats = tessera::gc::GcStats {
+                seconds: t.elapsed().as_secs_f64(),
+                ..Default::default()
+            };
+            return Ok(Some(GcRecord {
+                forgotten: forgotten.len(),
+                stats,
+                ownership_before: None,
+                ownership_after: None,
+            }));
+        }
+        let options = system
+            .gc_options(config.retention.gc_threshold)
+            .map_err(|detail| ExperimentError::Config {
+                path: system.name.clone(),
+                detail,
+            })?;
+        let count = config.retention.ownership;
+        let ownership_before = count
+            .then(|| ownership(repo))
+            .transpose()
+            .map_err(&engine)?;
+        let first = repo.next_container_id().map_err(&engine)?;
+        let stats = gc(repo, options).map_err(&engine)?;
+        let end = repo.next_container_id().map_err(&engine)?;
+        self.gc_written.extend(first..end);
+        let ownership_after = count
+            .then(|| ownership(repo))
+            .transpose()
+            .map_err(&engine)?;
+        Ok(Some(GcRecord {
+            forgotten: forgotten.len(),
+            stats,
+            ownership_before,
+            ownership_after,
+        }))
+    }
+
     /// Restores every retained backup (when configured) and returns the
     /// system's records and final restores.
     fn finish(
@@ -1324,8 +876,10 @@ impl<'a> SystemRun<'a> {
         let engine = self.engine(self.records.len());
         let mut restores = Vec::new();
         for id in repo.backups().map_err(&engine)? {
-            restores
-                .push(restore_one(repo, id, system, self.policy, config.disk).map_err(&engine)?);
+            restores.push(
+                restore_one(repo, id, system, self.policy, config.disk, &self.gc_written)
+                    .map_err(&engine)?,
+            );
         }
         let mean = |f: &dyn Fn(&RestoreRecord) -> f64| {
             restores.iter().map(f).sum::<f64>() / restores.len().max(1) as f64
@@ -1335,8 +889,28 @@ impl<'a> SystemRun<'a> {
         let f = FinalRestores {
             system: system.name.clone(),
             repeat: self.repeat,
-            mean_read_amplification: mean(&|r| r.stats.read_amplification),
-            mean_speed_factor: mean(&|r| r.stats.speed_factor),
+            mean_read_amplification: mean(&|r| r.read_amplification()),
+            mean_speed_factor: mean(&|r| r.speed_factor()),
+            mean_read_amplification_logical: mean(&|r| r.stats.read_amplification),
+            mean_speed_factor_logical: mean(&|r| r.stats.speed_factor),
+            mean_containers_read: mean(&|r| r.stats.containers_read as f64),
+            mean_containers_referenced: mean(&|r| {
+                r.stored
+                    .as_ref()
+                    .map_or(f64::NAN, |s| s.containers_referenced as f64)
+            }),
+            mean_containers_bound: mean(&|r| {
+                r.stored
+                    .as_ref()
+                    .map_or(f64::NAN, |s| s.containers_bound as f64)
+            }),
+            mean_modelled_bound_seconds: mean(&|r| {
+                r.stored
+                    .as_ref()
+                    .map_or(f64::NAN, |s| s.modelled_bound_seconds)
+            }),
+            physical_bytes: self.records.last().map_or(0, |r| r.physical_bytes),
+            total_ratio: self.records.last().map_or(0.0, |r| r.total_ratio),
             mean_speed_factor_per_extent: mean(&|r| r.speed_factor_per_extent),
             mean_restore_mb_s: mean(&|r| r.stats.throughput_mb_s),
             mean_modelled_seconds: mean(&|r| r.modelled_seconds),
@@ -1354,7 +928,7 @@ impl<'a> SystemRun<'a> {
             restores,
         };
         progress(&format!(
-            "[{}{}] all {} retained backups restored: mean read amplification {:.3}, speed factor {:.3} per container, {:.3} per extent, {:.0} MB/s",
+            "[{}{}] all {} retained backups restored: mean read amplification {:.3} and speed factor {:.3} per container (stored bytes), {:.3} MiB restored per extent, {:.0} MB/s",
             f.system,
             repeat_tag(f.repeat, config.repeat),
             f.restores.len(),
@@ -1367,13 +941,16 @@ impl<'a> SystemRun<'a> {
     }
 }
 
-/// Restores backup `id` to a sink (every chunk verified) and models its time on `disk`.
+/// Restores backup `id` to a sink (every chunk verified), models its time
+/// on `disk` and counts it on stored bytes (`gc_written`: the containers
+/// GC's copy-forward wrote).
 fn restore_one(
     repo: &Repository,
     id: u64,
     system: &SystemSpec,
     policy: CachePolicy,
     disk: DiskModel,
+    gc_written: &BTreeSet<ContainerId>,
 ) -> tessera::Result<RestoreRecord> {
     let options = RestoreOptions {
         cache_containers: system.cache_size,
@@ -1382,12 +959,116 @@ fn restore_one(
         skip_damaged: false,
     };
     let stats = restore(repo, id, &mut io::sink(), &options)?;
+    let stored = stored_read(repo, id, &stats, gc_written, disk)?;
     Ok(RestoreRecord {
         version: id as usize,
         modelled_seconds: disk.seconds(stats.extents, stats.bytes_read),
         speed_factor_per_extent: per_extent(&stats),
         stats,
+        stored,
     })
+}
+
+/// Counts the restore of backup `id` (its `stats`) on stored bytes: reads
+/// the metadata of every container the backup references for its chunks'
+/// stored sizes (after the restore, outside its counters). `None` in the
+/// lifecycle layout (no containers).
+pub fn stored_read(
+    repo: &Repository,
+    id: u64,
+    stats: &RestoreStats,
+    gc_written: &BTreeSet<ContainerId>,
+    disk: DiskModel,
+) -> tessera::Result<Option<StoredRead>> {
+    if repo.config().layout == Layout::Lifecycle {
+        return Ok(None);
+    }
+    let recipe = repo.recipe(id)?;
+    let mut sizes: BTreeMap<ContainerId, u64> =
+        recipe.chunks.iter().map(|c| (c.container, 0)).collect();
+    let mut stored: HashMap<(ContainerId, Fingerprint), u32> = HashMap::new();
+    for (&cid, size) in sizes.iter_mut() {
+        let (header, metas) = tessera::layout::container::read_meta(repo.backend().as_ref(), cid)?;
+        *size = header.total_len() as u64;
+        for m in metas {
+            stored.entry((cid, m.fp)).or_insert(m.len);
+        }
+    }
+    let stored_len = |c: &tessera::format::snapshot::ChunkRef| {
+        u64::from(stored.get(&(c.container, c.fp)).copied().unwrap_or(c.len))
+    };
+    let bytes: u64 = recipe.chunks.iter().map(stored_len).sum();
+    let mut distinct = HashSet::new();
+    let bytes_in_gc_containers: u64 = recipe
+        .chunks
+        .iter()
+        .filter(|c| gc_written.contains(&c.container) && distinct.insert((c.container, c.fp)))
+        .map(stored_len)
+        .sum();
+    let from_gc = sizes.keys().filter(|c| gc_written.contains(c)).count() as u64;
+    let backup_container_bytes: u64 = sizes
+        .iter()
+        .filter(|(c, _)| !gc_written.contains(c))
+        .map(|(_, s)| s)
+        .sum();
+    let capacity = u64::from(repo.config().container_size).max(1);
+    let containers_bound = sizes.len() as u64 - from_gc + bytes_in_gc_containers.div_ceil(capacity);
+    let ratio = |num: f64, den: f64| if den > 0.0 { num / den } else { 0.0 };
+    Ok(Some(StoredRead {
+        bytes,
+        read_amplification: ratio(stats.bytes_read as f64, bytes as f64),
+        speed_factor: ratio(bytes as f64 / 1048576.0, stats.containers_read as f64),
+        containers_referenced: sizes.len() as u64,
+        containers_from_gc: from_gc,
+        bytes_in_gc_containers,
+        backup_container_bytes,
+        containers_bound,
+        modelled_bound_seconds: disk.seconds(
+            containers_bound,
+            backup_container_bytes + bytes_in_gc_containers,
+        ),
+    }))
+}
+
+/// How the retained backups' chunks share containers ([`Ownership`]):
+/// one pass over the retained recipes.
+pub fn ownership(repo: &Repository) -> tessera::Result<Ownership> {
+    // Per (container, fingerprint): a hash of its owners, ascending, and its length.
+    let mut chunks: HashMap<(ContainerId, Fingerprint), (u64, u32)> = HashMap::new();
+    for id in repo.retained_backups()? {
+        let recipe = repo.recipe(id)?;
+        let mut seen = HashSet::new();
+        for c in &recipe.chunks {
+            if seen.insert((c.container, c.fp)) {
+                let e = chunks
+                    .entry((c.container, c.fp))
+                    .or_insert((0xcbf2_9ce4_8422_2325, c.len));
+                e.0 = (e.0.rotate_left(17) ^ id).wrapping_mul(0x0100_0000_01b3);
+            }
+        }
+    }
+    // Per container: its first chunk's owners, whether another's differ, its live bytes.
+    let mut containers: HashMap<ContainerId, (u64, bool, u64)> = HashMap::new();
+    let mut sets = HashSet::new();
+    for (&(cid, _), &(owners, len)) in &chunks {
+        sets.insert(owners);
+        let e = containers.entry(cid).or_insert((owners, false, 0));
+        e.1 |= e.0 != owners;
+        e.2 += u64::from(len);
+    }
+    let mut o = Ownership {
+        containers: containers.len() as u64,
+        owner_sets: sets.len() as u64,
+        ..Ownership::default()
+    };
+    for &(_, mixed, bytes) in containers.values() {
+        o.live_bytes += bytes;
+        if mixed {
+            o.mixed_containers += 1;
+            o.mixed_bytes += bytes;
+        }
+    }
+    Ok(o)
 }
 
 /// MiB restored per read extent (0 when nothing was read).
@@ -1421,8 +1102,8 @@ fn progress_line(r: &VersionRecord, total: usize, repeats: usize) -> String {
             format!(
                 ", restore {:.0} MB/s, read amp {:.2}, speed factor {:.2} ({:.2} per extent)",
                 x.stats.throughput_mb_s,
-                x.stats.read_amplification,
-                x.stats.speed_factor,
+                x.read_amplification(),
+                x.speed_factor(),
                 x.speed_factor_per_extent
             )
         })
@@ -1463,14 +1144,20 @@ fn write_results(results: &Results, out: &Path) -> Result<(), ExperimentError> {
 
     let csv_path = out.join("results.csv");
     let mut csv = BufWriter::new(File::create(&csv_path).map_err(io_err(&csv_path))?);
-    let header = "system,version,source,logical_bytes,stored_bytes,backup_seconds,backup_mb_s,modelled_backup_seconds,index_memory_bytes,index_entries,index_disk_lookups,retained_logical_bytes,physical_bytes,actual_dedup_ratio,restore_version,restore_mb_s,read_amplification,speed_factor,containers_read,restore_bytes_read,modelled_restore_seconds,gc_seconds,gc_containers_involved,gc_containers_reclaimed,gc_containers_produced,gc_bytes_read,gc_bytes_written,restore_extents,speed_factor_per_extent,arrange_seconds,arrange_bytes_read,arrange_bytes_written,compression_ratio,total_ratio,compressed_bytes,repeat";
+    let header = "system,version,source,logical_bytes,stored_bytes,backup_seconds,backup_mb_s,modelled_backup_seconds,index_memory_bytes,index_entries,index_disk_lookups,retained_logical_bytes,physical_bytes,actual_dedup_ratio,restore_version,restore_mb_s,read_amplification,speed_factor,containers_read,restore_bytes_read,modelled_restore_seconds,gc_seconds,gc_containers_involved,gc_containers_reclaimed,gc_containers_produced,gc_bytes_read,gc_bytes_written,restore_extents,speed_factor_per_extent,arrange_seconds,arrange_bytes_read,arrange_bytes_written,compression_ratio,total_ratio,compressed_bytes,repeat,read_amplification_stored,speed_factor_stored,containers_referenced,containers_bound,mixed_share_before_gc,mixed_share_after_gc";
     writeln!(csv, "{header}").map_err(io_err(&csv_path))?;
     for r in &results.records {
         let restore = r.restores.last();
+        let stored = restore.and_then(|x| x.stored.as_ref());
+        let ownership = |f: fn(&GcRecord) -> Option<Ownership>| {
+            r.gc.as_ref()
+                .and_then(f)
+                .map(|o| format!("{:.6}", o.mixed_share()))
+        };
         let opt = |v: Option<String>| v.unwrap_or_default();
         writeln!(
             csv,
-            "{},{},{},{},{},{:.6},{:.3},{:.6},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.6},{},{}",
+            "{},{},{},{},{},{:.6},{:.3},{:.6},{},{},{},{},{},{:.6},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:.6},{},{},{},{},{},{},{},{}",
             csv_field(&r.system),
             r.version,
             csv_field(&r.source),
@@ -1507,6 +1194,12 @@ fn write_results(results: &Results, out: &Path) -> Result<(), ExperimentError> {
             r.total_ratio,
             r.compression.bytes_after,
             r.repeat,
+            opt(restore.map(|x| format!("{:.6}", x.read_amplification()))),
+            opt(restore.map(|x| format!("{:.6}", x.speed_factor()))),
+            opt(stored.map(|s| s.containers_referenced.to_string())),
+            opt(stored.map(|s| s.containers_bound.to_string())),
+            opt(ownership(|g| g.ownership_before)),
+            opt(ownership(|g| g.ownership_after)),
         )
         .map_err(io_err(&csv_path))?;
     }
@@ -1708,7 +1401,7 @@ mod tests {
     fn version_trees_are_backed_up_as_tree_backups() {
         let tmp = tempfile::tempdir().unwrap();
         let systems = "[[systems]]\nname = \"exact\"\n[[systems]]\nname = \"mfdedup\"\nlayout = \"lifecycle\"\n";
-        let generated = format!("name = \"trees\"\n[dataset.generate]\nversions = 3\nsize = \"300KB\"\ntree = true\n{systems}");
+        let generated = format!("name = \"trees\"\ncompression = [\"off\"]\n[dataset.generate]\nversions = 3\nsize = \"300KB\"\ntree = true\n{systems}");
         let config: ExperimentConfig = toml::from_str(&generated).unwrap();
         let out = tmp.path().join("gen");
         let results = run(&config, &out, &mut |_| {}).unwrap();
@@ -1730,7 +1423,7 @@ mod tests {
         }
         // The same trees as a `trees` dataset give the same backups.
         let trees = format!(
-            "name = \"dir\"\n[dataset]\ntrees = {}\n{systems}",
+            "name = \"dir\"\ncompression = [\"off\"]\n[dataset]\ntrees = {}\n{systems}",
             toml_string(&out.join("dataset").display().to_string())
         );
         let dir = tmp.path().join("dir.toml");
@@ -1850,7 +1543,7 @@ mod tests {
     fn systems_rotate_and_every_version_is_read_before_its_first_backup() {
         let tmp = tempfile::tempdir().unwrap();
         let t =
-            "name = \"position\"\nrepeat = 5\n[dataset.generate]\nversions = 3\nsize = \"6MB\"\n\
+            "name = \"position\"\nrepeat = 5\ncompression = [\"off\"]\n[dataset.generate]\nversions = 3\nsize = \"6MB\"\n\
                  [restore]\nevery = 0\n\
                  [[systems]]\nname = \"first\"\n\
                  [[systems]]\nname = \"middle\"\nindex = \"ddfs\"\n\
@@ -2016,6 +1709,150 @@ mod tests {
             "[report]\nlog_scale = [\"speed_factor\", \"all\"]\n[dataset",
         );
         load(tmp.path(), &ok).unwrap();
+    }
+
+    #[test]
+    fn the_compression_axis_runs_each_system_plain_and_compressed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = "name = \"axis\"\n[dataset.generate]\nversions = 4\nsize = \"600KB\"\n\
+                 [retention]\nkeep_last = 2\n[restore]\nretained_at_end = true\n\
+                 [[systems]]\nname = \"exact\"\ncontainer_size = \"128KiB\"\n\
+                 [[systems]]\nname = \"pinned\"\ncompression = \"fastest\"\n\
+                 container_size = \"128KiB\"\n";
+        let config = load(tmp.path(), t).unwrap();
+        let names: Vec<&str> = config.systems.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["exact", "exact.auto", "pinned"]);
+        assert_eq!(config.compression, Some(vec!["off".into(), "auto".into()]));
+        let mut again = config.clone();
+        again.expand_compression().unwrap();
+        assert_eq!(again.systems.len(), 3, "expanding twice changes nothing");
+
+        let out = tmp.path().join("out");
+        let results = run(&config, &out, &mut |_| {}).unwrap();
+        let last = |name: &str| results.records.iter().rfind(|r| r.system == name).unwrap();
+        // The same chunks, deduplicated alike; compression shrinks what is stored.
+        let (plain, zstd) = (last("exact"), last("exact.auto"));
+        assert_eq!(plain.retained_logical_bytes, zstd.retained_logical_bytes);
+        for v in 1..=4 {
+            let stored = |name: &str| {
+                let r = results
+                    .records
+                    .iter()
+                    .find(|r| r.system == name && r.version == v);
+                r.unwrap().stored_bytes
+            };
+            assert_eq!(stored("exact"), stored("exact.auto"), "version {v}");
+        }
+        assert!(zstd.compression_ratio > 1.2, "{zstd:?}");
+        assert!(zstd.physical_bytes < plain.physical_bytes);
+        for f in &results.final_restores {
+            assert_eq!(f.restores.len(), 2);
+            for x in &f.restores {
+                let s = x.stored.as_ref().unwrap();
+                assert_eq!(x.read_amplification(), s.read_amplification);
+                assert_eq!(
+                    s.read_amplification,
+                    x.stats.bytes_read as f64 / s.bytes as f64
+                );
+                if f.system == "exact" {
+                    // Plain, without delta: stored bytes are the bytes restored.
+                    assert_eq!(s.bytes, x.stats.bytes_restored);
+                    assert_eq!(x.read_amplification(), x.stats.read_amplification);
+                    assert_eq!(x.speed_factor(), x.stats.speed_factor);
+                } else {
+                    assert!(s.bytes < x.stats.bytes_restored, "{f:?}");
+                }
+                assert!(s.containers_bound <= s.containers_referenced);
+                assert!(s.containers_referenced <= x.stats.containers_read);
+                assert!(s.containers_from_gc <= s.containers_referenced);
+            }
+        }
+        let html = fs::read_to_string(out.join("report.html")).unwrap();
+        let table = html.split("Plain and compressed").nth(1).unwrap();
+        let table = table.split("</table>").next().unwrap();
+        assert!(table.contains("<tr><th>exact</th><td>auto</td>"), "{table}");
+        assert!(!table.contains("pinned"), "a pinned system has no pair");
+        let csv = fs::read_to_string(out.join("results.csv")).unwrap();
+        assert!(csv
+            .lines()
+            .next()
+            .unwrap()
+            .ends_with(",read_amplification_stored,speed_factor_stored,containers_referenced,containers_bound,mixed_share_before_gc,mixed_share_after_gc"));
+
+        // Axes refused.
+        for (axis, expected) in [
+            ("[]", "give at least one setting"),
+            ("[\"off\", \"default\", \"3\"]", "\"3\" is listed twice"),
+            ("[\"zip\"]", "unknown compression \"zip\""),
+        ] {
+            let bad = t.replace("[dataset", &format!("compression = {axis}\n[dataset"));
+            let err = load(tmp.path(), &bad).unwrap_err();
+            assert!(err.contains(expected), "{axis}: {err}");
+        }
+        // Traces have no bytes to compress: plain by default, compression refused.
+        let trace =
+            "name = \"tr\"\n[dataset.generate]\nversions = 1\nsize = \"1MB\"\ntrace = true\n\
+                     [[systems]]\nname = \"exact\"\n";
+        assert_eq!(load(tmp.path(), trace).unwrap().systems.len(), 1);
+        let err = load(tmp.path(), &format!("compression = [\"auto\"]\n{trace}")).unwrap_err();
+        assert!(err.contains("a trace dataset has no chunk bytes"), "{err}");
+    }
+
+    #[test]
+    fn gc_counts_ownership_and_restores_count_containers_by_writer() {
+        let tmp = tempfile::tempdir().unwrap();
+        let t = "name = \"own\"\ncompression = [\"off\"]\n\
+                 [dataset.generate]\nversions = 6\nsize = \"800KB\"\nseed = 5\n\
+                 [retention]\nkeep_last = 3\ngc_every = 2\nownership = true\n\
+                 [restore]\nevery = 0\nretained_at_end = true\n\
+                 [[systems]]\nname = \"naive\"\ncontainer_size = \"128KiB\"\n\
+                 [[systems]]\nname = \"gccdf\"\ndefrag = \"gccdf\"\ncontainer_size = \"128KiB\"\n";
+        let config = load(tmp.path(), t).unwrap();
+        let out = tmp.path().join("out");
+        let results = run(&config, &out, &mut |_| {}).unwrap();
+        let mut rounds = 0;
+        for r in &results.records {
+            let Some(g) = &r.gc else { continue };
+            let (b, a) = (g.ownership_before.unwrap(), g.ownership_after.unwrap());
+            for o in [b, a] {
+                assert!(o.mixed_containers <= o.containers && o.mixed_bytes <= o.live_bytes);
+                assert!((0.0..=1.0).contains(&o.mixed_share()));
+            }
+            if g.forgotten > 0 {
+                rounds += 1;
+                // GC moves the retained chunks, it neither drops nor adds any
+                // (exact deduplication: no copy to merge).
+                assert_eq!(a.live_bytes, b.live_bytes, "{}: {g:?}", r.system);
+                assert!(a.owner_sets == b.owner_sets);
+            }
+        }
+        assert!(rounds >= 4, "{rounds}");
+        let repo =
+            Repository::open(&out.join("repos/gccdf"), tessera::backend::LockMode::Read).unwrap();
+        let f = results
+            .final_restores
+            .iter()
+            .find(|f| f.system == "gccdf")
+            .unwrap();
+        let mut from_gc = 0;
+        for x in &f.restores {
+            let s = x.stored.as_ref().unwrap();
+            from_gc += s.containers_from_gc;
+            // The bound: the containers backups wrote, and the chunks in GC's packed full.
+            let recipe = repo.recipe(x.version as u64).unwrap();
+            let referenced: BTreeSet<ContainerId> =
+                recipe.chunks.iter().map(|c| c.container).collect();
+            assert_eq!(s.containers_referenced, referenced.len() as u64);
+            let packed = s.bytes_in_gc_containers.div_ceil(128 * 1024);
+            assert_eq!(
+                s.containers_bound,
+                s.containers_referenced - s.containers_from_gc + packed
+            );
+            assert!(s.modelled_bound_seconds <= x.modelled_seconds + 1e-9);
+        }
+        assert!(from_gc > 0, "the retained backups read containers GC wrote");
+        let html = fs::read_to_string(out.join("report.html")).unwrap();
+        assert!(html.contains("Containers per restore and the copy-forward bound"));
     }
 
     #[test]

@@ -8,3 +8,4 @@ pub mod gen;
 pub mod report;
 pub mod scale;
 pub mod trace;
+pub mod types;

@@ -3,7 +3,7 @@
 //! (each with its own colour, dash style and marker; the legend, outside
 //! the plot, gives every system's mean over the last versions).
 
-use crate::experiment::{FinalRestores, RestoreRecord, Results, VersionRecord};
+use crate::types::{FinalRestores, RestoreRecord, Results, SystemSpec, VersionRecord};
 use plotters::coord::Shift;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -117,15 +117,15 @@ pub const METRICS: &[Metric] = &[
         key: "read_amplification",
         group: NEWEST,
         title: "Read amplification (newest backup)",
-        unit: "bytes read / bytes restored",
-        value: |r| newest(r).map(|x| x.stats.read_amplification),
+        unit: "bytes read / stored bytes of the chunks restored",
+        value: |r| newest(r).map(|x| x.read_amplification()),
     },
     Metric {
         key: "speed_factor",
         group: NEWEST,
         title: "Speed factor per container read (newest backup)",
-        unit: "MiB restored per container or object read",
-        value: |r| newest(r).map(|x| x.stats.speed_factor),
+        unit: "stored MiB restored per container or object read",
+        value: |r| newest(r).map(|x| x.speed_factor()),
     },
     Metric {
         key: "speed_factor_per_extent",
@@ -166,15 +166,15 @@ pub const METRICS: &[Metric] = &[
         key: "read_amplification_oldest",
         group: OLDEST,
         title: "Read amplification (oldest retained backup)",
-        unit: "bytes read / bytes restored",
-        value: |r| oldest(r).map(|x| x.stats.read_amplification),
+        unit: "bytes read / stored bytes of the chunks restored",
+        value: |r| oldest(r).map(|x| x.read_amplification()),
     },
     Metric {
         key: "speed_factor_oldest",
         group: OLDEST,
         title: "Speed factor per container read (oldest retained backup)",
-        unit: "MiB restored per container or object read",
-        value: |r| oldest(r).map(|x| x.stats.speed_factor),
+        unit: "stored MiB restored per container or object read",
+        value: |r| oldest(r).map(|x| x.speed_factor()),
     },
     Metric {
         key: "speed_factor_per_extent_oldest",
@@ -621,6 +621,8 @@ pub fn render(results: &Results) -> String {
     if !results.final_restores.is_empty() {
         html.push_str("<h2>All retained backups restored after the last version</h2>\n");
         html.push_str(&final_table(results));
+        html.push_str(&bound_table(results));
+        html.push_str(&compression_table(results));
     }
     html.push_str("<h2>Per version</h2>\n");
     let summary = summary(results);
@@ -706,6 +708,127 @@ fn final_table(results: &Results) -> String {
             cell(&|f| (f.gc_bytes_moved + f.arrange_bytes_moved) as f64 / 1048576.0),
             cell(&|f| f.gc_seconds + f.arrange_seconds),
         ));
+    }
+    t.push_str("</table>\n");
+    t
+}
+
+/// Per system, the median over the runs of `f` of its final restores ("–"
+/// without any).
+fn final_cell(results: &Results, system: &str, f: &dyn Fn(&FinalRestores) -> f64) -> String {
+    let vals: Vec<f64> = results
+        .final_restores
+        .iter()
+        .filter(|r| r.system == system)
+        .map(f)
+        .collect();
+    Spread::of(&vals).map_or("–".into(), |s| spread_text(&s))
+}
+
+/// The containers the final restores touched against the fewest any order
+/// of the same copy-forward could have left them.
+fn bound_table(results: &Results) -> String {
+    let mut t = String::from("<h3>Containers per restore and the copy-forward bound</h3>\n<table><tr><th>system</th><th>mean containers read</th><th>mean containers referenced</th><th>mean bound<br><small>any copy-forward order</small></th><th>mean modelled restore s</th><th>mean modelled bound s</th><th>physical MB</th><th>total ratio</th><th>mixed ownership<br><small>before / after the last GC</small></th></tr>\n");
+    for s in &results.config.systems {
+        let name = s.name.as_str();
+        let cell = |f: &dyn Fn(&FinalRestores) -> f64| final_cell(results, name, f);
+        t.push_str(&format!(
+            "<tr><th>{}</th><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+            escape(name),
+            cell(&|f| f.mean_containers_read),
+            cell(&|f| f.mean_containers_referenced),
+            cell(&|f| f.mean_containers_bound),
+            cell(&|f| f.mean_modelled_seconds),
+            cell(&|f| f.mean_modelled_bound_seconds),
+            cell(&|f| f.physical_bytes as f64 / 1e6),
+            cell(&|f| f.total_ratio),
+            last_ownership(results, name),
+        ));
+    }
+    t.push_str("</table>\n");
+    t
+}
+
+/// The share of retained bytes in mixed-ownership containers before and
+/// after the last GC that counted it, median over the runs ("–" without).
+fn last_ownership(results: &Results, system: &str) -> String {
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    for run in 1..=results.config.repeat {
+        let last = results
+            .records
+            .iter()
+            .filter(|r| r.system == system && r.repeat == run)
+            .filter_map(|r| r.gc.as_ref())
+            .filter_map(|g| g.ownership_before.zip(g.ownership_after))
+            .next_back();
+        if let Some((b, a)) = last {
+            before.push(b.mixed_share());
+            after.push(a.mixed_share());
+        }
+    }
+    match (Spread::of(&before), Spread::of(&after)) {
+        (Some(b), Some(a)) => format!("{} / {}", spread_text(&b), spread_text(&a)),
+        _ => "–".into(),
+    }
+}
+
+/// The systems of the compression axis: each plain system (compression
+/// `off`) with its variants named `NAME.SETTING`.
+pub fn compression_pairs(results: &Results) -> Vec<(&SystemSpec, Vec<&SystemSpec>)> {
+    let off = |s: &SystemSpec| s.compression.as_deref().is_none_or(|c| c == "off");
+    results
+        .config
+        .systems
+        .iter()
+        .filter(|s| off(s))
+        .map(|plain| {
+            let variants = results
+                .config
+                .systems
+                .iter()
+                .filter(|v| {
+                    !off(v)
+                        && v.compression
+                            .as_deref()
+                            .is_some_and(|c| v.name == format!("{}.{c}", plain.name))
+                })
+                .collect();
+            (plain, variants)
+        })
+        .filter(|(_, v): &(_, Vec<_>)| !v.is_empty())
+        .collect()
+}
+
+/// Each system plain and compressed side by side (final restores).
+fn compression_table(results: &Results) -> String {
+    let pairs = compression_pairs(results);
+    if pairs.is_empty() {
+        return String::new();
+    }
+    let mut t = String::from("<h3>Plain and compressed (each cell: plain / compressed)</h3>\n<table><tr><th>system</th><th>compression</th><th>physical MB</th><th>total ratio</th><th>mean read amplification<br><small>on stored bytes</small></th><th>mean speed factor<br><small>stored MiB per container</small></th><th>mean containers read</th><th>mean modelled restore s</th><th>GC MiB moved</th></tr>\n");
+    for (plain, variants) in pairs {
+        for v in variants {
+            let cell = |f: &dyn Fn(&FinalRestores) -> f64| {
+                format!(
+                    "{} / {}",
+                    final_cell(results, &plain.name, f),
+                    final_cell(results, &v.name, f)
+                )
+            };
+            t.push_str(&format!(
+                "<tr><th>{}</th><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+                escape(&plain.name),
+                escape(v.compression.as_deref().unwrap_or("")),
+                cell(&|f| f.physical_bytes as f64 / 1e6),
+                cell(&|f| f.total_ratio),
+                cell(&|f| f.mean_read_amplification),
+                cell(&|f| f.mean_speed_factor),
+                cell(&|f| f.mean_containers_read),
+                cell(&|f| f.mean_modelled_seconds),
+                cell(&|f| f.gc_bytes_moved as f64 / 1048576.0),
+            ));
+        }
     }
     t.push_str("</table>\n");
     t

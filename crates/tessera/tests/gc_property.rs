@@ -44,7 +44,12 @@ fn step() -> impl Strategy<Value = Step> {
         1 => (0usize..4).prop_map(|keep| Step::Forget { keep }),
         2 => (
             prop_oneof![Just(0u8), Just(30), Just(50), Just(100)],
-            prop_oneof![Just(Defrag::None), Just(Defrag::Gccdf), Just(Defrag::Random)],
+            prop_oneof![
+                Just(Defrag::None),
+                Just(Defrag::Gccdf),
+                Just(Defrag::Random),
+                Just(Defrag::Fill)
+            ],
             1usize..5,
             any::<bool>(),
         )
@@ -228,7 +233,7 @@ proptest! {
         seed: u64,
         keep in 1usize..4,
         threshold in prop_oneof![Just(0u8), Just(30), Just(50)],
-        defrag in prop_oneof![Just(Defrag::Gccdf), Just(Defrag::Random)],
+        defrag in prop_oneof![Just(Defrag::Gccdf), Just(Defrag::Random), Just(Defrag::Fill)],
         segment in 1usize..5,
     ) {
         let config = small_config(RewriteKind::None, DeltaKind::None);

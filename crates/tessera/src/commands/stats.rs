@@ -12,12 +12,12 @@
 //! metadata). A repository that does not compress needs no such walk.
 
 use crate::backend::Backend as _;
-use crate::repo::config::Layout;
-use crate::layout::container::{self, ContainerId};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
-use crate::repo::{RepoTotals, Repository};
 use crate::format::snapshot::BackupId;
+use crate::layout::container::{self, ContainerId};
+use crate::repo::config::Layout;
+use crate::repo::{RepoTotals, Repository};
 use crate::util::sorted_pairs::{Record, Sorter};
 use crate::util::spill::DEFAULT_SORT_BUDGET;
 use std::io::Write;

@@ -52,6 +52,9 @@ pub enum Defrag {
     Gccdf,
     /// Random order within each segment (the GCCDF paper's ablation).
     Random,
+    /// In container order, as plain mark-sweep, with container fill
+    /// ([`Fill`]) as GCCDF's: the fill without the reordering.
+    Fill,
 }
 
 impl Defrag {
@@ -61,6 +64,7 @@ impl Defrag {
             Defrag::None => "none",
             Defrag::Gccdf => "gccdf",
             Defrag::Random => "random",
+            Defrag::Fill => "fill",
         }
     }
 }
@@ -72,8 +76,9 @@ impl std::str::FromStr for Defrag {
             "none" => Ok(Defrag::None),
             "gccdf" => Ok(Defrag::Gccdf),
             "random" => Ok(Defrag::Random),
+            "fill" => Ok(Defrag::Fill),
             other => Err(format!(
-                "unknown defragmentation {other:?} (expected none, gccdf or random)"
+                "unknown defragmentation {other:?} (expected none, gccdf, random or fill)"
             )),
         }
     }
@@ -92,8 +97,8 @@ pub struct GcOptions {
     pub segment: usize,
     /// GCCDF: a cluster smaller than this many bytes is not split further.
     pub split_threshold: u64,
-    /// GCCDF and random: also copy forward wholly live containers stored
-    /// below half the container size, to fill containers ([`Fill`]).
+    /// GCCDF, random and fill: also copy forward wholly live containers
+    /// stored below half the container size, to fill containers ([`Fill`]).
     pub fill: bool,
     /// Memory (bytes) of each of GC's two structures that grow with the
     /// repository, beyond which they spill to temporary files: the mark
@@ -359,7 +364,7 @@ pub fn gc_with_progress(
     // files past the budget.
     let mut moved = Relocations::with_budget(options.sort_budget);
     let segment = match options.defrag {
-        Defrag::None => 1,
+        Defrag::None | Defrag::Fill => 1,
         Defrag::Gccdf | Defrag::Random => options.segment,
     };
     // Ascending, as the live pairs stream.
@@ -428,7 +433,7 @@ pub fn gc_with_progress(
 
         let t = Instant::now();
         let order: Vec<usize> = match options.defrag {
-            Defrag::None => (0..cache.len()).collect(),
+            Defrag::None | Defrag::Fill => (0..cache.len()).collect(),
             Defrag::Random => gccdf::random_order(cache.len(), stats.segments),
             Defrag::Gccdf => {
                 let involved = owners.involved(group);
@@ -790,7 +795,7 @@ fn choose(
 }
 
 /// Container fill for the reordering copy-forwards (GCCDF and its random
-/// ablation). Each backup ends with a partly filled container, and so does
+/// ablation) and for [`Defrag::Fill`]. Each backup ends with a partly filled container, and so does
 /// each GC round; naive GC copies those forward again when one of their
 /// chunks dies, but GCCDF's ownership clusters die whole or stay wholly
 /// live, so they would never be selected and restores would read ever more,
