@@ -1,6 +1,6 @@
 //! A repository in a local directory.
 
-use super::{Backend, LockGuard, LockMode, WriteMode, CONFIG_KEY};
+use super::{Hints, LockGuard, LockMode, Locks, ObjectStore, WriteMode, CONFIG_KEY};
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use memmap2::Mmap;
@@ -224,7 +224,7 @@ impl Local {
     }
 }
 
-impl Backend for Local {
+impl ObjectStore for Local {
     fn location(&self) -> String {
         self.root.display().to_string()
     }
@@ -304,16 +304,6 @@ impl Backend for Local {
         Ok(written)
     }
 
-    fn will_read(&self, keys: &[String]) {
-        self.read_ahead(keys, 0);
-    }
-
-    fn will_read_heads(&self, keys: &[String], len: u64) {
-        if len > 0 {
-            self.read_ahead(keys, len);
-        }
-    }
-
     fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
         match fs::remove_file(&path) {
@@ -350,7 +340,21 @@ impl Backend for Local {
         path.try_exists()
             .map_err(|e| Error::io(format!("inspecting {}", path.display()), e))
     }
+}
 
+impl Hints for Local {
+    fn will_read(&self, keys: &[String]) {
+        self.read_ahead(keys, 0);
+    }
+
+    fn will_read_heads(&self, keys: &[String], len: u64) {
+        if len > 0 {
+            self.read_ahead(keys, len);
+        }
+    }
+}
+
+impl Locks for Local {
     fn remove_temporaries(&self) -> Result<u64> {
         remove_temporaries_in(&self.root)
     }

@@ -1,7 +1,6 @@
 //! Totals over a repository, whatever its layout (`tessera stats`):
 //! backups, logical and stored bytes, containers or parts.
 
-use crate::backend::Backend as _;
 use crate::error::Result;
 use crate::layout::container;
 use crate::repo::config::Layout;

@@ -3,7 +3,6 @@
 //! base is stored whole where its entry says, and with `read_data` every
 //! stored chunk is re-hashed (deltas after decoding them against their base).
 
-use crate::backend::Backend;
 use crate::delta;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
