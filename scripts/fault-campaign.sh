@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The fault campaign at full size: ROUNDS (default 100) rounds of
 # backup / restore / check through the fault-injecting backend layer
-# (backend::Faulty: ~1.5 % of requests dropped and ~1.5 % answered with a
-# lost response or a truncated read), first on a local repository, then on
+# (backend::testing::Faulty: ~1.5 % of requests dropped and ~1.5 %
+# answered with a lost response or a truncated read; read-ahead and the
+# other hints reach the store as in production), first on a local repository, then on
 # a loopback S3 server (versitygw, scripts/s3-server.sh). Every backup must
 # either commit and restore byte-identically or fail cleanly, and every
 # committed backup must restore identically and `check --read-data` pass
@@ -14,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-100}
 export PATH=$PATH:/usr/local/go/bin
-TEST=backend::faulty::tests::backups_through_faults_commit_whole_or_fail_cleanly
+TEST=backend::testing::faulty::tests::backups_through_faults_commit_whole_or_fail_cleanly
 run() {
     TESSERA_FAULT_ROUNDS=$ROUNDS cargo test -q -p tessera --lib "$TEST" -- \
         --exact --nocapture 2>&1 | grep -E "fault campaign|panicked|FAILED|test result"

@@ -8,7 +8,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera::backend::{Backend, Location, LockMode, S3Options};
+use tessera::backend::{Location, LockMode, S3Options};
 use tessera::backup::{run as run_backup, BackupOptions, Outcome, Source};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::commands::check::{check_with_progress, CheckOptions, ProblemKind};

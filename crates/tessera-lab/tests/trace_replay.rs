@@ -11,7 +11,6 @@
 use std::fs::File;
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
-use tessera::backend::Backend;
 use tessera::backup::{run, BackupOptions, Source};
 use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
 use tessera::format::snapshot::{BackupStats, Snapshot};

@@ -34,7 +34,7 @@ use std::io::Cursor;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use tessera::backend::{AlignedBuf, Backend, Local};
+use tessera::backend::{AlignedBuf, Local, ObjectStore};
 use tessera::backup::{backup, BackupOptions};
 use tessera::chunker::{cut_all, Chunker};
 use tessera::fingerprint::{Fingerprint, FingerprintAlgo};

@@ -7,7 +7,7 @@ mod common;
 use common::Rng;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use tessera::backend::{Backend, LockMode};
+use tessera::backend::LockMode;
 use tessera::backup::{backup, BackupOptions};
 use tessera::commands::check::{check, CheckOptions};
 use tessera::crypto::{Credentials, KdfParams, NewKey};

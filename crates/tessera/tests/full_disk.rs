@@ -5,11 +5,11 @@
 
 mod common;
 
-use common::{Faulty, Gate, Mutation};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use tessera::backend::testing::{Gate, Gated, Mutation};
 use tessera::backend::LockMode;
 use tessera::backup::{backup, BackupOptions};
 use tessera::commands::check::{check, CheckOptions};
@@ -29,13 +29,13 @@ struct FullDisk {
 }
 
 impl FullDisk {
-    fn new(root: &Path, budget: u64) -> (Faulty<FullDisk>, WriteLog) {
+    fn new(root: &Path, budget: u64) -> (Gated<FullDisk>, WriteLog) {
         let writes = Arc::new(Mutex::new(Vec::new()));
         let gate = FullDisk {
             budget: AtomicU64::new(budget),
             writes: writes.clone(),
         };
-        (Faulty::new(root, gate), writes)
+        (Gated::local(root, gate), writes)
     }
 }
 

@@ -5,9 +5,10 @@
 
 mod common;
 
-use common::{copy_dir, Faulty, Gate, Mutation, Rng};
+use common::{copy_dir, Rng};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use tessera::backend::testing::{Gate, Gated, Mutation};
 use tessera::backend::LockMode;
 use tessera::backup::{backup, BackupOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
@@ -116,7 +117,7 @@ fn interrupted_gc_loses_nothing(delta: DeltaKind) {
         loop {
             let work = dir.path().join(format!("{}-{n}", defrag.name()));
             copy_dir(&base, &work);
-            let crashing = Faulty::new(
+            let crashing = Gated::local(
                 &work,
                 Crashing {
                     allowed: AtomicU64::new(n),

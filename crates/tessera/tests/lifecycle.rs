@@ -5,12 +5,13 @@
 
 mod common;
 
-use common::{copy_dir, edit, Faulty, Gate, Mutation, Rng};
+use common::{copy_dir, edit, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
+use tessera::backend::testing::{Gate, Gated, Mutation};
 use tessera::backend::LockMode;
 use tessera::chunker::Blocks;
 use tessera::commands::check::CheckOptions;
@@ -322,7 +323,7 @@ fn crash_at_every_request_of_arranging_then_resume_loses_nothing() {
         let _ = std::fs::remove_dir_all(&root);
         copy_dir(&pristine, &root);
         let result = {
-            let backend = Faulty::new(
+            let backend = Gated::local(
                 &root,
                 FailAfter {
                     budget: Arc::new(AtomicI64::new(budget)),
@@ -368,7 +369,7 @@ fn crash_during_backup_and_deletion_loses_nothing() {
     for budget in 0..12 {
         let next = edit(&data, 6, 6000, 500 + budget as u64);
         let committed = {
-            let backend = Faulty::new(
+            let backend = Gated::local(
                 &root,
                 FailAfter {
                     budget: Arc::new(AtomicI64::new(budget)),
@@ -397,7 +398,7 @@ fn crash_during_backup_and_deletion_loses_nothing() {
     for budget in 0..8 {
         let victim = *originals.keys().nth(1 + budget as usize % 3).unwrap();
         {
-            let backend = Faulty::new(
+            let backend = Gated::local(
                 &root,
                 FailAfter {
                     budget: Arc::new(AtomicI64::new(budget)),
@@ -443,7 +444,7 @@ fn crash_while_removing_a_lineage_then_reusing_its_source() {
             }
         }
         {
-            let backend = Faulty::new(
+            let backend = Gated::local(
                 &root,
                 FailAfter {
                     budget: Arc::new(AtomicI64::new(budget)),

@@ -7,7 +7,7 @@ mod common;
 
 use common::Rng;
 use std::path::Path;
-use tessera::backend::{Backend, Local, LockGuard, LockMode};
+use tessera::backend::{Backend, Layer, Local, LockGuard, LockMode};
 use tessera::backup::{backup, BackupOptions};
 use tessera::commands::check::{check, CheckOptions};
 use tessera::repo::config::{Config, Layout};
@@ -157,36 +157,10 @@ fn lock_is_taken_across_threads() {
 /// believe they hold the repository (a lock lost on a network file system).
 struct Unlocked(Local);
 
-impl Backend for Unlocked {
-    fn location(&self) -> String {
-        self.0.location()
-    }
-    fn read(&self, key: &str) -> tessera::Result<Vec<u8>> {
-        self.0.read(key)
-    }
-    fn read_range(&self, key: &str, offset: u64, len: u64) -> tessera::Result<Vec<u8>> {
-        self.0.read_range(key, offset, len)
-    }
-    fn size(&self, key: &str) -> tessera::Result<u64> {
-        self.0.size(key)
-    }
-    fn write(&self, key: &str, data: &[u8]) -> tessera::Result<()> {
-        self.0.write(key, data)
-    }
-    fn write_parts(&self, key: &str, parts: &[&[u8]]) -> tessera::Result<()> {
-        self.0.write_parts(key, parts)
-    }
-    fn write_new(&self, key: &str, parts: &[&[u8]]) -> tessera::Result<()> {
-        self.0.write_new(key, parts)
-    }
-    fn delete(&self, key: &str) -> tessera::Result<()> {
-        self.0.delete(key)
-    }
-    fn list(&self, dir: &str) -> tessera::Result<Vec<String>> {
-        self.0.list(dir)
-    }
-    fn exists(&self, key: &str) -> tessera::Result<bool> {
-        self.0.exists(key)
+/// Everything but the lock is the directory's.
+impl Layer for Unlocked {
+    fn inner(&self) -> &dyn Backend {
+        &self.0
     }
     fn lock(&self, _mode: LockMode) -> tessera::Result<LockGuard> {
         Ok(LockGuard::default())

@@ -1,6 +1,6 @@
 //! A repository in a local directory.
 
-use super::{private, Backend, LockGuard, LockMode, WriteMode, CONFIG_KEY};
+use super::{private, Hints, LockGuard, LockMode, Locks, ObjectStore, WriteMode, CONFIG_KEY};
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use memmap2::Mmap;
@@ -220,7 +220,7 @@ impl Local {
     }
 }
 
-impl Backend for Local {
+impl ObjectStore for Local {
     fn location(&self) -> String {
         self.root.display().to_string()
     }
@@ -300,16 +300,6 @@ impl Backend for Local {
         Ok(written)
     }
 
-    fn will_read(&self, keys: &[String]) {
-        self.read_ahead(keys, 0);
-    }
-
-    fn will_read_heads(&self, keys: &[String], len: u64) {
-        if len > 0 {
-            self.read_ahead(keys, len);
-        }
-    }
-
     fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
         match fs::remove_file(&path) {
@@ -346,14 +336,28 @@ impl Backend for Local {
         path.try_exists()
             .map_err(|e| Error::io(format!("inspecting {}", path.display()), e))
     }
+}
 
-    fn remove_temporaries(&self) -> Result<u64> {
-        remove_temporaries_in(&self.root)
+impl Hints for Local {
+    fn will_read(&self, keys: &[String]) {
+        self.read_ahead(keys, 0);
+    }
+
+    fn will_read_heads(&self, keys: &[String], len: u64) {
+        if len > 0 {
+            self.read_ahead(keys, len);
+        }
     }
 
     fn readable_by_others(&self, key: &str) -> Result<bool> {
         let path = self.path(key)?;
         private::readable_by_others(&path).map_err(|e| self.not_found_or(key, "inspecting", e))
+    }
+}
+
+impl Locks for Local {
+    fn remove_temporaries(&self) -> Result<u64> {
+        remove_temporaries_in(&self.root)
     }
 
     /// Writers lock the repository directory itself, readers and

@@ -6,7 +6,7 @@
 use super::buffers::BufferPool;
 use super::cache::{self, MetaCache, Part};
 use super::throttle::Throttle;
-use super::{object_lock, Backend, CacheStats, LockGuard, LockMode, S3Location};
+use super::{object_lock, CacheStats, Hints, LockGuard, LockMode, Locks, ObjectStore, S3Location};
 use crate::error::{Error, Result};
 use bytes::Bytes;
 use opendal::layers::{RetryLayer, TimeoutLayer};
@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 pub struct S3Options {
     /// Requests in flight at most (`--connections`): the restore's
     /// container readers, the backup's container writers, and the
-    /// read-ahead of [`Backend::will_read`] each keep this many.
+    /// read-ahead of [`Hints::will_read`] each keep this many.
     pub connections: usize,
     /// Retries of a request that failed transiently (with exponential
     /// backoff and jitter).
@@ -72,7 +72,7 @@ pub struct S3 {
     inner: Arc<Inner>,
 }
 
-/// Read-aheads started by [`Backend::will_read`], oldest first.
+/// Read-aheads started by [`Hints::will_read`], oldest first.
 type Prefetches = (
     HashMap<String, JoinHandle<opendal::Result<opendal::Buffer>>>,
     VecDeque<String>,
@@ -228,7 +228,7 @@ impl S3 {
         }
     }
 
-    /// The read-ahead of `key` started by [`Backend::will_read`], if any.
+    /// The read-ahead of `key` started by [`Hints::will_read`], if any.
     fn take_prefetch(&self, key: &str) -> Option<JoinHandle<opendal::Result<opendal::Buffer>>> {
         let mut p = self.inner.prefetches.lock().ok()?;
         let handle = p.0.remove(key)?;
@@ -387,7 +387,7 @@ fn describe(e: &opendal::Error) -> String {
     text
 }
 
-impl Backend for S3 {
+impl ObjectStore for S3 {
     fn location(&self) -> String {
         self.inner.location.clone()
     }
@@ -439,41 +439,6 @@ impl Backend for S3 {
         self.put(key, parts, true)
     }
 
-    /// Starts fetching up to `--connections` of `keys` in the background;
-    /// a later read of one of them takes its result.
-    fn will_read(&self, keys: &[String]) {
-        let Ok(mut p) = self.inner.prefetches.lock() else {
-            return;
-        };
-        let limit = self.inner.options.connections.max(1);
-        for key in keys {
-            if p.0.contains_key(key) || super::check_key(key).is_err() {
-                continue;
-            }
-            if p.1.len() >= limit {
-                // Full of read-aheads nobody took: drop the oldest.
-                if let Some(old) = p.1.pop_front() {
-                    if let Some(h) = p.0.remove(&old) {
-                        h.abort();
-                    }
-                }
-            }
-            let op = self.inner.op.clone();
-            let owned = key.clone();
-            let handle = self
-                .inner
-                .runtime
-                .spawn(async move { op.read(&owned).await });
-            p.0.insert(key.clone(), handle);
-            p.1.push_back(key.clone());
-        }
-    }
-
-    /// `--connections`.
-    fn connections(&self) -> Option<usize> {
-        Some(self.inner.options.connections.max(1))
-    }
-
     fn delete(&self, key: &str) -> Result<()> {
         super::check_key(key)?;
         if let Some(h) = self.take_prefetch(key) {
@@ -522,14 +487,53 @@ impl Backend for S3 {
         self.block_on(self.inner.op.exists(key))
             .map_err(|e| self.error("inspecting", key, e))
     }
+}
 
-    /// Lock objects (FORMAT.md §13.1).
+/// Lock objects (FORMAT.md §13.1).
+impl Locks for S3 {
     fn lock(&self, mode: LockMode) -> Result<LockGuard> {
         object_lock::acquire(Arc::new(self.clone()), mode)
     }
 
     fn unlock(&self, all: bool) -> Result<Vec<String>> {
         object_lock::remove(self, all)
+    }
+}
+
+impl Hints for S3 {
+    /// Starts fetching up to `--connections` of `keys` in the background;
+    /// a later read of one of them takes its result.
+    fn will_read(&self, keys: &[String]) {
+        let Ok(mut p) = self.inner.prefetches.lock() else {
+            return;
+        };
+        let limit = self.inner.options.connections.max(1);
+        for key in keys {
+            if p.0.contains_key(key) || super::check_key(key).is_err() {
+                continue;
+            }
+            if p.1.len() >= limit {
+                // Full of read-aheads nobody took: drop the oldest.
+                if let Some(old) = p.1.pop_front() {
+                    if let Some(h) = p.0.remove(&old) {
+                        h.abort();
+                    }
+                }
+            }
+            let op = self.inner.op.clone();
+            let owned = key.clone();
+            let handle = self
+                .inner
+                .runtime
+                .spawn(async move { op.read(&owned).await });
+            p.0.insert(key.clone(), handle);
+            p.1.push_back(key.clone());
+        }
+    }
+
+    /// `--connections`.
+    fn connections(&self) -> Option<usize> {
+        Some(self.inner.options.connections.max(1))
     }
 
     fn retries(&self) -> u64 {

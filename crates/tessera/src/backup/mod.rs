@@ -67,7 +67,7 @@ const CONTAINER_QUEUE_DEPTH: usize = 2;
 /// Threads writing sealed containers to a backend without a setting of its
 /// own. Each write is synced on its own, so several in flight keep the
 /// device busy while others wait for their sync; an object store writes
-/// `--connections` at once ([`Backend::connections`]).
+/// `--connections` at once ([`crate::backend::Hints::connections`]).
 const WRITERS: usize = 4;
 
 /// Memory for the map of where this backup stored its chunks, beyond

@@ -1,7 +1,7 @@
 //! `tessera key`: managing the key files of an open encrypted repository
 //! (list, add, remove, change the password).
 
-use crate::backend::{Backend, LockMode};
+use crate::backend::LockMode;
 use crate::crypto::{keyfile, KeyInfo, NewKey, Unlocked};
 use crate::error::{Error, Result};
 use crate::repo::Repository;

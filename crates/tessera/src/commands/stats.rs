@@ -11,7 +11,6 @@
 //! the length of its stored entry (from the container or category
 //! metadata). A repository that does not compress needs no such walk.
 
-use crate::backend::Backend as _;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
 use crate::format::snapshot::BackupId;

@@ -2,7 +2,7 @@
 //! tags of committed backups by replacing their snapshots atomically
 //! (docs/FORMAT.md §9.2).
 
-use crate::backend::{Backend, LockMode};
+use crate::backend::LockMode;
 use crate::error::{Error, Result};
 use crate::format::snapshot::{snapshot_key, BackupId};
 use crate::repo::Repository;

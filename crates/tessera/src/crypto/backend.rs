@@ -5,8 +5,11 @@
 use super::object::{self, auth_failed, ObjectCipher, SealImage, HEADER_LEN};
 use super::KEYS_DIR;
 use crate::backend::buffers::BufferPool;
-use crate::backend::{with_fill_buffer, Backend, LockGuard, LockMode, ObjectImage, CONFIG_KEY};
+use crate::backend::{
+    with_fill_buffer, write_collected, Backend, Layer, ObjectImage, WriteMode, CONFIG_KEY,
+};
 use crate::error::Result;
+use std::io::Write;
 use std::sync::Arc;
 
 /// A backend whose objects are encrypted in `inner` (docs/FORMAT.md §23.3).
@@ -14,7 +17,7 @@ use std::sync::Arc;
 pub struct Encrypting {
     inner: Box<dyn Backend>,
     cipher: ObjectCipher,
-    /// The buffers whole objects are opened in ([`Backend::read_shared`]),
+    /// The buffers whole objects are opened in ([`ObjectStore::read_shared`](crate::backend::ObjectStore::read_shared)),
     /// reused: reading container after container decrypts into warm
     /// memory instead of faulting in (and having the kernel zero) fresh
     /// pages for every one.
@@ -125,9 +128,11 @@ fn is_plain(key: &str) -> bool {
             .is_some_and(|rest| rest.starts_with('/'))
 }
 
-impl Backend for Encrypting {
-    fn location(&self) -> String {
-        self.inner.location()
+/// Seals and opens the bytes of every object but the plain ones; deletes,
+/// listings, existence checks, locks and hints go to the inner backend.
+impl Layer for Encrypting {
+    fn inner(&self) -> &dyn Backend {
+        &*self.inner
     }
 
     fn read(&self, key: &str) -> Result<Vec<u8>> {
@@ -173,7 +178,7 @@ impl Backend for Encrypting {
     }
 
     fn write(&self, key: &str, data: &[u8]) -> Result<()> {
-        self.write_parts(key, &[data])
+        Layer::write_parts(self, key, &[data])
     }
 
     fn write_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
@@ -210,62 +215,26 @@ impl Backend for Encrypting {
         true
     }
 
-    fn will_read(&self, keys: &[String]) {
-        self.inner.will_read(keys);
-    }
-
-    fn will_read_heads(&self, keys: &[String], len: u64) {
-        self.inner.will_read_heads(keys, len);
-    }
-
-    fn connections(&self) -> Option<usize> {
-        self.inner.connections()
-    }
-
-    fn delete(&self, key: &str) -> Result<()> {
-        self.inner.delete(key)
-    }
-
-    fn list(&self, dir: &str) -> Result<Vec<String>> {
-        self.inner.list(dir)
-    }
-
-    fn exists(&self, key: &str) -> Result<bool> {
-        self.inner.exists(key)
-    }
-
-    fn lock(&self, mode: LockMode) -> Result<LockGuard> {
-        self.inner.lock(mode)
-    }
-
-    fn remove_temporaries(&self) -> Result<u64> {
-        self.inner.remove_temporaries()
-    }
-
-    fn readable_by_others(&self, key: &str) -> Result<bool> {
-        self.inner.readable_by_others(key)
-    }
-
-    fn unlock(&self, all: bool) -> Result<Vec<String>> {
-        self.inner.unlock(all)
-    }
-
-    fn retries(&self) -> u64 {
-        self.inner.retries()
-    }
-
-    fn cache_metadata(&self, id: &str) {
-        self.inner.cache_metadata(id)
-    }
-
-    fn cache_stats(&self) -> crate::backend::CacheStats {
-        self.inner.cache_stats()
+    /// The collected bytes are sealed as [`Layer::write`] and
+    /// [`Layer::write_new`] seal them (the inner backend's streaming would
+    /// store them in the clear).
+    fn write_streamed(
+        &self,
+        key: &str,
+        mode: WriteMode,
+        produce: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<u64> {
+        write_collected(produce, |data| match mode {
+            WriteMode::Replace => Layer::write(self, key, data),
+            WriteMode::CreateNew => Layer::write_new(self, key, &[data]),
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::testing::assert_forwards_locks_and_hints;
     use crate::backend::Local;
     use crate::error::Error;
     use zeroize::Zeroizing;
@@ -284,7 +253,8 @@ mod tests {
     #[test]
     fn filled_objects_are_sealed_in_place() {
         let (dir, enc) = setup();
-        assert!(enc.transforms_objects() && !Local::new(dir.path()).transforms_objects());
+        let local: &dyn Backend = &Local::new(dir.path());
+        assert!(enc.transforms_objects() && !local.transforms_objects());
         let mut b = crate::layout::container::Builder::new(9, 1 << 20)
             .with_encoding(crate::format::compression::Compression::Auto)
             .holding();
@@ -376,5 +346,50 @@ mod tests {
             b"plain"
         );
         assert!(is_plain("config") && !is_plain("keysx/a") && !is_plain("index/exact"));
+    }
+
+    /// However an object is written, what is stored is sealed (no
+    /// plaintext) and reads back as the plaintext: no write path reaches
+    /// the inner backend unsealed.
+    #[test]
+    fn every_write_path_seals() {
+        let (dir, enc) = setup();
+        let enc: &dyn Backend = &enc;
+        let text = |i: u8| format!("secret number {i} ").repeat(500).into_bytes();
+        enc.write("index/1", &text(1)).unwrap();
+        enc.write_parts("index/2", &[&text(2)[..10], &text(2)[10..]])
+            .unwrap();
+        enc.write_new("index/3", &[&text(3)]).unwrap();
+        let mut fill = |image: &mut dyn ObjectImage| {
+            image.append(&text(4));
+            Ok(())
+        };
+        enc.write_new_filled("index/4", 100, &mut fill).unwrap();
+        for (i, mode) in [(5, WriteMode::Replace), (6, WriteMode::CreateNew)] {
+            let mut produce =
+                |out: &mut dyn Write| out.write_all(&text(i)).map_err(|e| Error::io("test", e));
+            let len = enc.write_streamed(&format!("index/{i}"), mode, &mut produce);
+            assert_eq!(len.unwrap(), text(i).len() as u64);
+        }
+        for i in 1..=6 {
+            let key = format!("index/{i}");
+            let stored = std::fs::read(dir.path().join(&key)).unwrap();
+            assert!(
+                !stored.windows(16).any(|w| w == &text(i)[..16]),
+                "{key} stored in the clear"
+            );
+            assert_eq!(enc.read(&key).unwrap(), text(i), "{key}");
+            assert_eq!(enc.size(&key).unwrap(), text(i).len() as u64);
+        }
+    }
+
+    #[test]
+    fn locks_and_hints_reach_the_inner_backend() {
+        let cipher = ObjectCipher::new(
+            crate::repo::config::Encryption::Aes256Gcm,
+            &Zeroizing::new([3; 32]),
+        )
+        .unwrap();
+        assert_forwards_locks_and_hints(|inner| Box::new(Encrypting::new(inner, cipher)));
     }
 }

@@ -196,7 +196,7 @@ pub fn relocate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Local;
+    use crate::backend::{Local, ObjectStore};
     use crate::fingerprint::Fingerprint;
 
     fn backend() -> (tempfile::TempDir, Local) {

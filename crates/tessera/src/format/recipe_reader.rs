@@ -152,6 +152,7 @@ pub(crate) fn for_each_ref(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::ObjectStore;
     use crate::fingerprint::Fingerprint;
     use crate::format::snapshot::Recipe;
 

@@ -532,7 +532,7 @@ mod tests {
 
     #[test]
     fn a_streamed_recipe_is_the_encoded_recipe() {
-        use crate::backend::Backend;
+        use crate::backend::ObjectStore;
         let dir = tempfile::tempdir().unwrap();
         let backend = crate::backend::Local::new(dir.path());
         let chunks: Vec<ChunkRef> = (0..5000u32)

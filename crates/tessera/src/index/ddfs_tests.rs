@@ -1,6 +1,7 @@
 use super::*;
+use crate::backend::testing::{mem, Mem};
 use crate::backend::Counting;
-use crate::index::test_mem::{mem, Mem, Sim};
+use crate::index::test_sim::Sim;
 use crate::index::Exact;
 use proptest::prelude::*;
 
@@ -292,7 +293,7 @@ fn a_container_load_reads_the_next_containers_metadata_ahead_once() {
     let ids = sim.ids();
     assert_eq!(ids.len(), 20);
     assert!(
-        mem.1.lock().unwrap().is_empty(),
+        mem.heads_hinted().is_empty(),
         "a first backup loads nothing"
     );
 
@@ -301,7 +302,7 @@ fn a_container_load_reads_the_next_containers_metadata_ahead_once() {
     assert_eq!(second.stats().container_loads, 20);
     // Each container after the first is hinted once, before its load,
     // with the length its metadata is first read with; none past the last.
-    let hints = mem.1.lock().unwrap().clone();
+    let hints = mem.heads_hinted();
     let expected: Vec<(String, u64)> = ids[1..]
         .iter()
         .map(|&c| (container::key(c), container::META_GUESS))

@@ -1,5 +1,5 @@
 use super::*;
-use crate::index::test_mem::Mem;
+use crate::backend::testing::Mem;
 
 fn fp(i: u32) -> Fingerprint {
     crate::fingerprint::FingerprintAlgo::Blake3.hash(&i.to_le_bytes())

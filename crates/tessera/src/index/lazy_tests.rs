@@ -1,6 +1,7 @@
 use super::*;
+use crate::backend::testing::{mem, Mem};
 use crate::backend::Counting;
-use crate::index::test_mem::{mem, Mem, Sim};
+use crate::index::test_sim::Sim;
 use crate::index::{Exact, Reorder};
 use proptest::prelude::*;
 

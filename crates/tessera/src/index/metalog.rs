@@ -254,7 +254,7 @@ impl Appender<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Backend, Local};
+    use crate::backend::{Local, ObjectStore};
 
     fn entry(i: u64) -> Entry {
         let mut fp = [0u8; FINGERPRINT_LEN];

@@ -17,7 +17,7 @@ mod relocations;
 pub mod runs;
 pub mod table;
 #[cfg(test)]
-mod test_mem;
+mod test_sim;
 
 pub use ddfs::{Ddfs, DdfsParams, DDFS_PREFIX};
 pub use ehid::{

@@ -684,7 +684,7 @@ pub fn write_sorted(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Local;
+    use crate::backend::{Local, ObjectStore};
 
     fn fp(i: u32) -> Fingerprint {
         let mut f = [0u8; 32];

@@ -113,7 +113,9 @@ pub struct Listed {
 
 /// An open repository.
 pub struct Repository {
-    backend: Arc<Counting>,
+    /// The backend, counted: `counting` as a trait object.
+    backend: Arc<dyn Backend>,
+    counting: Arc<Counting>,
     config: Config,
     mode: LockMode,
     /// The locks held: the one `mode` took, and the readers' lock a backup
@@ -215,11 +217,12 @@ impl Repository {
                 )
             }
         };
-        let backend = Arc::new(Counting::new(backend));
+        let counting = Arc::new(Counting::new(backend));
+        let backend: &dyn Backend = counting.as_ref();
         backend.write_new(CONFIG_KEY, &[&stored])?;
         let readers = backend.lock(LockMode::ExcludeReaders)?;
         Ok(Repository::assemble(
-            backend,
+            counting,
             config,
             LockMode::Exclusive,
             vec![writers, readers],
@@ -228,7 +231,7 @@ impl Repository {
     }
 
     fn assemble(
-        backend: Arc<Counting>,
+        counting: Arc<Counting>,
         config: Config,
         mode: LockMode,
         locks: Vec<LockGuard>,
@@ -239,7 +242,8 @@ impl Repository {
             None => Fingerprinter::plain(config.fingerprint),
         };
         Repository {
-            backend,
+            backend: counting.clone(),
+            counting,
             config,
             mode,
             locks: Mutex::new(locks),
@@ -359,10 +363,10 @@ impl Repository {
                 }
             };
         backend.cache_metadata(&config.id);
-        let backend = Arc::new(Counting::new(backend));
-        let lock = lock_waiting(backend.as_ref(), mode, wait)?;
+        let counting = Arc::new(Counting::new(backend));
+        let lock = lock_waiting(counting.as_ref(), mode, wait)?;
         Ok(Repository::assemble(
-            backend,
+            counting,
             config,
             mode,
             vec![lock],
@@ -438,8 +442,8 @@ impl Repository {
         &self.fingerprinter
     }
 
-    /// The counting backend.
-    pub fn backend(&self) -> &Arc<Counting> {
+    /// The backend, counted ([`Repository::io_stats`]).
+    pub fn backend(&self) -> &Arc<dyn Backend> {
         &self.backend
     }
 
@@ -450,7 +454,7 @@ impl Repository {
 
     /// I/O counted so far.
     pub fn io_stats(&self) -> IoStats {
-        self.backend.stats()
+        self.counting.stats()
     }
 
     /// Ids of all containers, ascending.

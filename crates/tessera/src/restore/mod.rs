@@ -47,12 +47,12 @@ const READ_AHEAD_PER_READER: usize = 2;
 /// Containers read concurrently from a backend without a setting of its
 /// own (more requests in flight than one sequential reader keeps the
 /// device busier); an object store reads `--connections` at once
-/// ([`Backend::connections`]).
+/// ([`crate::backend::Hints::connections`]).
 const READERS: usize = 2;
-/// Containers announced to the backend ([`Backend::will_read`]) ahead of
-/// the one being dispatched, so that the device (the kernel's readahead, or
-/// an object store's prefetching, which keeps up to 8 by default) fetches
-/// them while earlier ones are read and assembled.
+/// Containers announced to the backend ([`crate::backend::Hints::will_read`])
+/// ahead of the one being dispatched, so that the device (the kernel's
+/// readahead, or an object store's prefetching, which keeps up to 8 by
+/// default) fetches them while earlier ones are read and assembled.
 const HINT_AHEAD: usize = 4;
 /// Bytes of chunks verified together in parallel.
 const WINDOW_BYTES: u64 = 8 * 1024 * 1024;

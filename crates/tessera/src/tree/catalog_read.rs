@@ -1,10 +1,11 @@
 //! Reading a tree backup's catalog chunks by ranges of their containers'
 //! data sections rather than whole containers (container layout): each run
 //! of catalog chunks stored one after another in a container is one ranged
-//! read, through [`Backend::read_range_cached`], so that an object store's
-//! local cache keeps it (FORMAT.md §13.2) and a second `ls`, `find` or
-//! `diff` of the same backup reads no container data from the store. Every
-//! chunk is verified against its fingerprint before a byte of it is used.
+//! read, through [`crate::backend::ObjectStore::read_range_cached`], so
+//! that an object store's local cache keeps it (FORMAT.md §13.2) and a
+//! second `ls`, `find` or `diff` of the same backup reads no container data
+//! from the store. Every chunk is verified against its fingerprint before
+//! a byte of it is used.
 
 use crate::backend::Backend;
 use crate::delta;

@@ -1,11 +1,11 @@
 //! Helpers shared by the integration tests (and the lifecycle bench):
-//! deterministic data, edited versions, directory copies, a backend that
-//! fails writes on demand.
+//! deterministic data, edited versions, directory copies. (The test
+//! backends — in memory, faulty, gated — are in `tessera::backend::testing`.)
 #![allow(dead_code)] // each test binary uses a part
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use tessera::backend::{Backend, Local, LockGuard, LockMode};
+use tessera::backend::LockMode;
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::repo::config::{Arrange, Config, Layout};
 
@@ -81,86 +81,6 @@ pub fn copy_dir(from: &Path, to: &Path) {
         } else {
             std::fs::copy(e.path(), target).unwrap();
         }
-    }
-}
-
-/// A mutating request a [`Faulty`] backend is asked to make.
-pub enum Mutation<'a> {
-    /// Storing `len` bytes as `key`.
-    Write { key: &'a str, len: usize },
-    /// Deleting `key`.
-    Delete { key: &'a str },
-}
-
-impl Mutation<'_> {
-    /// The object the request is about.
-    pub fn key(&self) -> &str {
-        match self {
-            Mutation::Write { key, .. } | Mutation::Delete { key } => key,
-        }
-    }
-}
-
-/// Decides whether a [`Faulty`] backend's writes and deletes happen.
-pub trait Gate: Send + Sync {
-    /// `Ok` lets the request through; an error is returned in its place.
-    fn check(&self, request: Mutation) -> tessera::Result<()>;
-}
-
-/// Wraps [`Local`]: every write and delete first asks the gate (a crash, a
-/// full disk); reads, listings and locks pass through.
-pub struct Faulty<G> {
-    pub inner: Local,
-    pub gate: G,
-}
-
-impl<G: Gate> Faulty<G> {
-    /// The local directory `root` behind `gate`.
-    pub fn new(root: &Path, gate: G) -> Self {
-        Faulty {
-            inner: Local::new(root),
-            gate,
-        }
-    }
-}
-
-impl<G: Gate> Backend for Faulty<G> {
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-    fn read(&self, key: &str) -> tessera::Result<Vec<u8>> {
-        self.inner.read(key)
-    }
-    fn read_range(&self, key: &str, offset: u64, len: u64) -> tessera::Result<Vec<u8>> {
-        self.inner.read_range(key, offset, len)
-    }
-    fn size(&self, key: &str) -> tessera::Result<u64> {
-        self.inner.size(key)
-    }
-    fn write(&self, key: &str, data: &[u8]) -> tessera::Result<()> {
-        self.gate.check(Mutation::Write {
-            key,
-            len: data.len(),
-        })?;
-        self.inner.write(key, data)
-    }
-    fn write_parts(&self, key: &str, parts: &[&[u8]]) -> tessera::Result<()> {
-        let len = parts.iter().map(|p| p.len()).sum();
-        self.gate.check(Mutation::Write { key, len })?;
-        self.inner.write_parts(key, parts)
-    }
-    fn delete(&self, key: &str) -> tessera::Result<()> {
-        self.gate.check(Mutation::Delete { key })?;
-        self.inner.delete(key)
-    }
-    fn list(&self, dir: &str) -> tessera::Result<Vec<String>> {
-        self.inner.list(dir)
-    }
-    fn exists(&self, key: &str) -> tessera::Result<bool> {
-        self.inner.exists(key)
-    }
-    fn lock(&self, mode: LockMode) -> tessera::Result<LockGuard> {
-        self.inner.lock(mode)
     }
 }
 

@@ -6,7 +6,6 @@
 use super::{
     check_derived, check_records, derived_problem, CheckOptions, CheckReport, Problem, Retained,
 };
-use crate::backend::Backend as _;
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::format::recipe_reader::for_each_ref;

@@ -3,7 +3,6 @@
 //! base is stored whole where its entry says, and with `read_data` every
 //! stored chunk is re-hashed (deltas after decoding them against their base).
 
-use crate::backend::Backend;
 use crate::delta;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintHashBuilder};
@@ -162,7 +161,7 @@ pub fn check_with_progress(
 /// A warning for each key file users other than its owner can read: with
 /// a copy, they can try passwords offline (files Tessera creates are
 /// private; an older version's, or a copied repository's, may not be).
-fn exposed_key_files(backend: &dyn Backend) -> Result<Vec<String>> {
+fn exposed_key_files(backend: &dyn crate::backend::Backend) -> Result<Vec<String>> {
     let mut warnings = Vec::new();
     for id in crate::crypto::keyfile::ids(backend)? {
         let key = crate::crypto::keyfile::key_path(&id);

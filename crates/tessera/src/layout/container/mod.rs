@@ -1006,6 +1006,7 @@ pub(crate) fn without_chunk_crcs(new: &[u8]) -> Vec<u8> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::ObjectStore;
     use crate::fingerprint::FingerprintAlgo;
 
     fn sample() -> (Vec<u8>, Vec<Vec<u8>>) {

@@ -853,7 +853,7 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::Local;
+    use crate::backend::{Local, ObjectStore};
 
     fn fp(n: u8) -> Fingerprint {
         Fingerprint([n; 32])
@@ -991,11 +991,11 @@ mod tests {
         expected.sort_unstable();
         write_ndf(&backend, "n", &mut fps, n).unwrap();
         assert_eq!(read_ndf(&backend, "n").unwrap(), expected);
-        let good = Backend::read(&backend, "n").unwrap();
+        let good = ObjectStore::read(&backend, "n").unwrap();
         let damaged = |f: &dyn Fn(&mut Vec<u8>)| {
             let mut b = good.clone();
             f(&mut b);
-            Backend::write(&backend, "d", &b).unwrap();
+            ObjectStore::write(&backend, "d", &b).unwrap();
             read_ndf(&backend, "d").unwrap_err()
         };
         // A flipped byte in the last window: found by the checksum.

@@ -16,7 +16,7 @@ use super::{
     cat_key, journal_key, lineages, ndf_dir, ndf_key, parse_num_name, state_copy_key, state_key,
     vol_key, Lineage,
 };
-use crate::backend::{Backend as _, LockMode};
+use crate::backend::LockMode;
 use crate::error::{Error, Result};
 use crate::format::snapshot::BackupId;
 use crate::repo::config::Layout;

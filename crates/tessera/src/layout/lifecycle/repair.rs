@@ -17,7 +17,6 @@
 
 use super::format::{self, CategoryBuilder, VolumeHeader};
 use super::{cat_key, vol_key, Lineage};
-use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap};
 use crate::format::snapshot::BackupId;

@@ -7,7 +7,6 @@
 
 use super::format::{self, ReadLog, VolumeHeader};
 use super::{require_layout, Lineage, Required};
-use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, Fingerprinter};
 use crate::format::snapshot::{BackupId, Recipe};

@@ -3,9 +3,10 @@
 //! store did the work (a lost response), or, for reads, returns a
 //! truncated object — what an unreliable network does to object storage.
 
-use super::{Backend, LockGuard, LockMode};
+use crate::backend::{Backend, Layer, ObjectImage, WriteMode};
 use crate::error::{Error, Result};
-use std::io;
+use bytes::Bytes;
+use std::io::{self, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -95,13 +96,13 @@ impl Faulty {
     }
 
     /// A read (`op`) under a roll: dropped, cut short, or whole.
-    fn fetch(&self, key: &str, op: impl FnOnce() -> Result<Vec<u8>>) -> Result<Vec<u8>> {
+    fn fetch<T: Truncate>(&self, key: &str, op: impl FnOnce() -> Result<T>) -> Result<T> {
         match self.roll() {
             Fault::Drop => Err(self.error("reading", key)),
-            Fault::After => op().map(|mut data| {
-                let keep = (self.next() % (data.len() as u64 + 1)) as usize;
-                data.truncate(keep.min(data.len().saturating_sub(1)));
-                data
+            Fault::After => op().map(|data| {
+                let len = data.len();
+                let keep = (self.next() % (len as u64 + 1)) as usize;
+                data.truncated(keep.min(len.saturating_sub(1)))
             }),
             Fault::None => op(),
         }
@@ -116,12 +117,44 @@ impl Faulty {
     }
 }
 
-impl Backend for Faulty {
-    fn location(&self) -> String {
-        self.inner.location()
+/// Bytes a read returned, which a fault may cut short.
+trait Truncate {
+    fn len(&self) -> usize;
+    /// The first `len` bytes.
+    fn truncated(self, len: usize) -> Self;
+}
+
+impl Truncate for Vec<u8> {
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+    fn truncated(mut self, len: usize) -> Self {
+        self.truncate(len);
+        self
+    }
+}
+
+impl Truncate for Bytes {
+    fn len(&self) -> usize {
+        Bytes::len(self)
+    }
+    fn truncated(self, len: usize) -> Self {
+        self.slice(..len)
+    }
+}
+
+/// Every request (reads, writes, deletes, listings, sizes, existence
+/// checks) rolls for a fault; locks and hints (read-ahead,
+/// `--connections`, the metadata cache) go to the inner backend untouched.
+impl Layer for Faulty {
+    fn inner(&self) -> &dyn Backend {
+        &*self.inner
     }
     fn read(&self, key: &str) -> Result<Vec<u8>> {
         self.fetch(key, || self.inner.read(key))
+    }
+    fn read_shared(&self, key: &str) -> Result<Bytes> {
+        self.fetch(key, || self.inner.read_shared(key))
     }
     fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.fetch(key, || self.inner.read_range(key, offset, len))
@@ -141,8 +174,25 @@ impl Backend for Faulty {
     fn write_new(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         self.change("writing", key, || self.inner.write_new(key, parts))
     }
-    fn connections(&self) -> Option<usize> {
-        self.inner.connections()
+    fn write_new_filled(
+        &self,
+        key: &str,
+        len_hint: usize,
+        fill: &mut dyn FnMut(&mut dyn ObjectImage) -> Result<()>,
+    ) -> Result<()> {
+        self.change("writing", key, || {
+            self.inner.write_new_filled(key, len_hint, fill)
+        })
+    }
+    fn write_streamed(
+        &self,
+        key: &str,
+        mode: WriteMode,
+        produce: &mut dyn FnMut(&mut dyn Write) -> Result<()>,
+    ) -> Result<u64> {
+        self.change("writing", key, || {
+            self.inner.write_streamed(key, mode, produce)
+        })
     }
     fn delete(&self, key: &str) -> Result<()> {
         self.change("deleting", key, || self.inner.delete(key))
@@ -153,30 +203,13 @@ impl Backend for Faulty {
     fn exists(&self, key: &str) -> Result<bool> {
         self.query("inspecting", key, || self.inner.exists(key))
     }
-    fn lock(&self, mode: LockMode) -> Result<LockGuard> {
-        self.inner.lock(mode)
-    }
-    fn remove_temporaries(&self) -> Result<u64> {
-        self.inner.remove_temporaries()
-    }
-    fn readable_by_others(&self, key: &str) -> Result<bool> {
-        self.inner.readable_by_others(key)
-    }
-    fn retries(&self) -> u64 {
-        self.inner.retries()
-    }
-    fn cache_metadata(&self, id: &str) {
-        self.inner.cache_metadata(id)
-    }
-    fn cache_stats(&self) -> super::CacheStats {
-        self.inner.cache_stats()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Local, Location};
+    use crate::backend::testing::assert_forwards_locks_and_hints;
+    use crate::backend::{Local, Location, LockMode};
     use crate::backup::{self, BackupOptions, Source};
     use crate::commands::check::{check, CheckOptions};
     use crate::repo::config::Config;
@@ -190,6 +223,56 @@ mod tests {
             .flat_map(|_| f.next().to_le_bytes())
             .take(len)
             .collect()
+    }
+
+    /// At the highest rate every request suffers a fault: whichever way an
+    /// object is read it fails or comes back short, whichever way it is
+    /// changed the caller sees a failure, and each counts as one request.
+    #[test]
+    fn every_request_rolls_for_a_fault() {
+        let dir = tempfile::tempdir().unwrap();
+        let local: &dyn Backend = &Local::new(dir.path());
+        local.write("data/a", &[7; 100]).unwrap();
+        let faulty = Faulty::new(Box::new(Local::new(dir.path())), 3, 50.0);
+        let (injected, requests) = (faulty.injected(), faulty.requests());
+        let b: &dyn Backend = &faulty;
+        let short = |read: Result<Vec<u8>>, len| read.map_or(true, |d| d.len() < len);
+        let mut fill = |image: &mut dyn ObjectImage| {
+            image.append(b"filled");
+            Ok(())
+        };
+        let mut produce =
+            |out: &mut dyn Write| out.write_all(b"streamed").map_err(|e| Error::io("b", e));
+        for i in 0..10 {
+            assert!(short(b.read("data/a"), 100));
+            assert!(b.read_shared("data/a").map_or(true, |d| d.len() < 100));
+            assert!(short(b.read_range("data/a", 10, 50), 50));
+            assert!(short(b.read_range_cached("data/a", 10, 50), 50));
+            assert!(b.size("data/a").is_err() && b.exists("data/a").is_err());
+            assert!(b.list("data").is_err());
+            let key = format!("data/b{i}");
+            assert!(b.write(&key, b"x").is_err());
+            assert!(b.write_parts(&key, &[b"x", b"y"]).is_err());
+            assert!(b.write_new(&format!("data/c{i}"), &[b"x"]).is_err());
+            assert!(b
+                .write_new_filled(&format!("data/d{i}"), 8, &mut fill)
+                .is_err());
+            let streamed =
+                b.write_streamed(&format!("data/e{i}"), WriteMode::CreateNew, &mut produce);
+            assert!(streamed.is_err());
+            assert!(b.delete(&key).is_err());
+        }
+        assert_eq!(requests.load(Ordering::Relaxed), 10 * 13);
+        assert_eq!(injected.load(Ordering::Relaxed), 10 * 13);
+        // Untouched: the faults were in transit.
+        assert_eq!(local.read("data/a").unwrap(), [7u8; 100]);
+    }
+
+    /// Locks and hints (read-ahead, `--connections`, the metadata cache)
+    /// are not requests: they reach the store even when every request fails.
+    #[test]
+    fn locks_and_hints_reach_the_inner_backend() {
+        assert_forwards_locks_and_hints(|inner| Box::new(Faulty::new(inner, 3, 50.0)));
     }
 
     /// Where the campaign's repository lives: a local directory, or the

@@ -1,72 +1,11 @@
-//! What the index tests share: an in-memory backend (the local backend
-//! syncs every write, too slow for hundreds of property cases) and a
-//! repository of trace containers that simulated backups fill.
+//! What the index tests share: a repository of trace containers that
+//! simulated backups fill (over the in-memory [`crate::backend::testing::Mem`]).
 
 use crate::backend::Backend;
-use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::layout::container::{self, ContainerId};
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
-
-/// Objects in memory; the read-ahead hints it was given.
-#[derive(Default)]
-pub(crate) struct Mem(
-    Mutex<BTreeMap<String, Vec<u8>>>,
-    pub(crate) Mutex<Vec<(String, u64)>>,
-);
-
-impl Backend for Mem {
-    fn location(&self) -> String {
-        "memory".into()
-    }
-    fn will_read_heads(&self, keys: &[String], len: u64) {
-        let mut hints = self.1.lock().unwrap();
-        hints.extend(keys.iter().map(|k| (k.clone(), len)));
-    }
-    fn read(&self, key: &str) -> Result<Vec<u8>> {
-        let m = self.0.lock().unwrap();
-        m.get(key)
-            .cloned()
-            .ok_or_else(|| Error::NotFound(key.into()))
-    }
-    fn read_range(&self, key: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let all = self.read(key)?;
-        let start = (offset as usize).min(all.len());
-        let end = (offset.saturating_add(len) as usize).min(all.len());
-        Ok(all[start..end].to_vec())
-    }
-    fn size(&self, key: &str) -> Result<u64> {
-        Ok(self.read(key)?.len() as u64)
-    }
-    fn write(&self, key: &str, data: &[u8]) -> Result<()> {
-        self.0.lock().unwrap().insert(key.into(), data.to_vec());
-        Ok(())
-    }
-    fn delete(&self, key: &str) -> Result<()> {
-        self.0.lock().unwrap().remove(key);
-        Ok(())
-    }
-    fn list(&self, dir: &str) -> Result<Vec<String>> {
-        let prefix = format!("{dir}/");
-        let m = self.0.lock().unwrap();
-        Ok(m.keys()
-            .filter_map(|k| k.strip_prefix(&prefix))
-            .filter(|k| !k.contains('/'))
-            .map(String::from)
-            .collect())
-    }
-    fn exists(&self, key: &str) -> Result<bool> {
-        Ok(self.0.lock().unwrap().contains_key(key))
-    }
-    fn lock(&self, _mode: crate::backend::LockMode) -> Result<crate::backend::LockGuard> {
-        Ok(crate::backend::LockGuard::default())
-    }
-}
-
-pub(crate) fn mem() -> Arc<dyn Backend> {
-    Arc::new(Mem::default())
-}
+use std::sync::Arc;
 
 /// A repository of trace containers written by simulated backups (each
 /// test module drives its indexes through it with its own `impl Sim`).
