@@ -80,6 +80,104 @@ fn print_version(r: &VersionRun) {
     );
 }
 
+/// Prints the per-version table and the totals against the targets;
+/// returns the bytes stored.
+fn print_summary(name: &str, runs: &[VersionRun], exact: Option<&[VersionRun]>, secs: f64) -> u64 {
+    println!("---");
+    println!(
+        "| version | GiB | index MiB | peak RSS MiB | disk lookups | dedup | vs exact | s/GiB | vs v1 |"
+    );
+    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let (mut logical, mut stored, mut exact_stored) = (0u64, 0u64, 0u64);
+    let per_gib = VersionRun::seconds_per_gib;
+    let first = runs.first().map(per_gib).unwrap_or(0.0);
+    let (mut worst_rss, mut worst_vs_exact, mut worst_slowdown) = (0u64, f64::MAX, 0f64);
+    for (v, r) in runs.iter().enumerate() {
+        logical += r.logical;
+        stored += r.stored;
+        let dedup = logical as f64 / stored.max(1) as f64;
+        let vs_exact = exact.and_then(|e| e.get(v)).map(|e| {
+            exact_stored += e.stored;
+            exact_stored.max(1) as f64 / stored.max(1) as f64
+        });
+        let slowdown = per_gib(r) / first.max(1e-12);
+        worst_rss = worst_rss.max(r.peak_rss);
+        worst_vs_exact = worst_vs_exact.min(vs_exact.unwrap_or(f64::MAX));
+        worst_slowdown = worst_slowdown.max(slowdown);
+        println!(
+            "| {} | {:.2} | {:.1} | {:.1} | {} | {:.2} | {} | {:.3} | {:.2} |",
+            v + 1,
+            gib(r.logical),
+            mib(r.index.memory_bytes),
+            mib(r.peak_rss),
+            r.index.disk_lookups,
+            dedup,
+            vs_exact.map_or("-".into(), |x| format!("{x:.4}")),
+            per_gib(r),
+            slowdown,
+        );
+    }
+    println!("---");
+    println!(
+        "index {name}: logical {:.3} TB, stored {:.2} GiB, dedup {:.2}x, backups {secs:.1} s ({:.2} GB/s logical)",
+        logical as f64 / 1e12,
+        gib(stored),
+        logical as f64 / stored.max(1) as f64,
+        logical as f64 / secs / 1e9,
+    );
+    println!(
+        "worst: peak RSS {:.1} MiB (target <= 512), dedup vs exact {} (target >= 0.98), s/GiB vs version 1 {:.2} (target <= 1.2)",
+        mib(worst_rss),
+        if worst_vs_exact == f64::MAX { "-".into() } else { format!("{worst_vs_exact:.4}") },
+        worst_slowdown,
+    );
+    stored
+}
+
+/// What GC and check after deleting the oldest half measured: GC's
+/// statistics and peak RSS, check's report, seconds and peak RSS.
+type Maintenance = (
+    tessera::gc::GcStats,
+    u64,
+    tessera::commands::check::CheckReport,
+    f64,
+    u64,
+);
+
+/// Prints what GC and check after deleting the oldest half of `backups` cost.
+fn print_maintenance(backups: usize, stored: u64, maintenance: Option<Maintenance>) {
+    let Some((g, gc_rss, c, check_secs, check_rss)) = maintenance else {
+        println!(
+            "deleted the oldest {} of {} backups; gc and check left to separate processes",
+            backups / 2,
+            backups
+        );
+        return;
+    };
+    println!(
+        "gc after deleting the oldest {} of {} backups: peak RSS {:.1} MiB, {:.3} GiB moved ({} chunks), {} containers reclaimed, {:.1} s ({:.2} s per GiB of repository before, {:.2} GiB stored)",
+        backups / 2,
+        backups,
+        mib(gc_rss),
+        gib(g.bytes_moved),
+        g.chunks_moved,
+        g.containers_reclaimed,
+        g.seconds,
+        g.seconds / gib(stored).max(1e-9),
+        gib(stored),
+    );
+    println!(
+        "check after gc: peak RSS {:.1} MiB, {} containers, {} stored chunks, {} references, {} problems, {:.1} s ({:.2} s per GiB of repository before gc)",
+        mib(check_rss),
+        c.containers,
+        c.stored_chunks,
+        c.references,
+        c.problems.len(),
+        check_secs,
+        check_secs / gib(stored).max(1e-9),
+    );
+}
+
 fn main() -> Result<(), Box<dyn Error>> {
     let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let trace = match env("TESSERA_SCALE_MODE").as_deref() {
@@ -171,83 +269,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     };
 
     println!("load average at end: {}", load().trim());
-    println!("---");
-    println!(
-        "| version | GiB | index MiB | peak RSS MiB | disk lookups | dedup | vs exact | s/GiB | vs v1 |"
-    );
-    println!("|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let (mut logical, mut stored, mut exact_stored) = (0u64, 0u64, 0u64);
-    let per_gib = VersionRun::seconds_per_gib;
-    let first = runs.first().map(per_gib).unwrap_or(0.0);
-    let (mut worst_rss, mut worst_vs_exact, mut worst_slowdown) = (0u64, f64::MAX, 0f64);
-    for (v, r) in runs.iter().enumerate() {
-        logical += r.logical;
-        stored += r.stored;
-        let dedup = logical as f64 / stored.max(1) as f64;
-        let vs_exact = exact.as_ref().and_then(|e| e.get(v)).map(|e| {
-            exact_stored += e.stored;
-            exact_stored.max(1) as f64 / stored.max(1) as f64
-        });
-        let slowdown = per_gib(r) / first.max(1e-12);
-        worst_rss = worst_rss.max(r.peak_rss);
-        worst_vs_exact = worst_vs_exact.min(vs_exact.unwrap_or(f64::MAX));
-        worst_slowdown = worst_slowdown.max(slowdown);
-        println!(
-            "| {} | {:.2} | {:.1} | {:.1} | {} | {:.2} | {} | {:.3} | {:.2} |",
-            v + 1,
-            gib(r.logical),
-            mib(r.index.memory_bytes),
-            mib(r.peak_rss),
-            r.index.disk_lookups,
-            dedup,
-            vs_exact.map_or("-".into(), |x| format!("{x:.4}")),
-            per_gib(r),
-            slowdown,
-        );
-    }
-    println!("---");
-    println!(
-        "index {name}: logical {:.3} TB, stored {:.2} GiB, dedup {:.2}x, backups {secs:.1} s ({:.2} GB/s logical)",
-        logical as f64 / 1e12,
-        gib(stored),
-        logical as f64 / stored.max(1) as f64,
-        logical as f64 / secs / 1e9,
-    );
-    println!(
-        "worst: peak RSS {:.1} MiB (target <= 512), dedup vs exact {} (target >= 0.98), s/GiB vs version 1 {:.2} (target <= 1.2)",
-        mib(worst_rss),
-        if worst_vs_exact == f64::MAX { "-".into() } else { format!("{worst_vs_exact:.4}") },
-        worst_slowdown,
-    );
-    let Some((g, gc_rss, c, check_secs, check_rss)) = maintenance else {
-        println!(
-            "deleted the oldest {} of {} backups; gc and check left to separate processes",
-            backups.len() / 2,
-            backups.len()
-        );
-        return Ok(());
-    };
-    println!(
-        "gc after deleting the oldest {} of {} backups: peak RSS {:.1} MiB, {:.3} GiB moved ({} chunks), {} containers reclaimed, {:.1} s ({:.2} s per GiB of repository before, {:.2} GiB stored)",
-        backups.len() / 2,
-        backups.len(),
-        mib(gc_rss),
-        gib(g.bytes_moved),
-        g.chunks_moved,
-        g.containers_reclaimed,
-        g.seconds,
-        g.seconds / gib(stored).max(1e-9),
-        gib(stored),
-    );
-    println!(
-        "check after gc: peak RSS {:.1} MiB, {} containers, {} stored chunks, {} references, {} problems, {:.1} s ({:.2} s per GiB of repository before gc)",
-        mib(check_rss),
-        c.containers,
-        c.stored_chunks,
-        c.references,
-        c.problems.len(),
-        check_secs,
-        check_secs / gib(stored).max(1e-9),
-    );
+    let stored = print_summary(&name, &runs, exact.as_deref(), secs);
+    print_maintenance(backups.len(), stored, maintenance);
     Ok(())
 }

@@ -47,16 +47,7 @@ pub fn totals(repo: &Repository) -> Result<RepoTotals> {
     Ok(totals.with_compression(container_compression(repo, &ids)?))
 }
 
-/// Bytes of the stored chunks the retained backups use: their own
-/// lengths, and the lengths of their stored entries (compressed, or a
-/// delta), each stored copy once.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Stored {
-    /// The chunks' own bytes.
-    pub plain: u64,
-    /// The bytes of their stored entries.
-    pub stored: u64,
-}
+pub use crate::repo::StoredBytes as Stored;
 
 /// One reference of a recipe: container, fingerprint, chunk length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

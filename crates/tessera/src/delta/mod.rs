@@ -45,12 +45,14 @@ pub mod features;
 mod format;
 mod gear;
 mod hashless;
+pub mod params;
 pub mod pfc;
 pub mod stage;
 
 pub use format::decode;
 pub use hashless::applicable as hashless_applicable;
-pub use stage::{DeltaKind, DeltaParams, DeltaStats};
+pub use params::{DeltaKind, DeltaParams};
+pub use stage::DeltaStats;
 
 /// The encoder that produced a delta.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

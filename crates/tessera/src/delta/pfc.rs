@@ -21,7 +21,7 @@
 //! HAR rewrites a PFC every second backup, so with HAR "last" means the last
 //! two backups.
 
-use super::stage::BasePrefetch;
+use super::params::BasePrefetch;
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::format::envelope;

@@ -30,7 +30,7 @@ use crate::progress::{Phase, Progress, Silent, Unit};
 use crate::repo::Repository;
 use crate::util::sorted_pairs::{PairSorter, SortedPairs};
 use serde::Serialize;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -258,98 +258,39 @@ pub fn gc_with_progress(
     let started = Instant::now();
     let io_before = repo.io_stats();
     let backend = repo.backend().as_ref();
-    let mut stats = GcStats {
-        // The lock is exclusive: no write is in progress.
-        temporaries_removed: backend.remove_temporaries()?,
-        ..GcStats::default()
+    let mut run = Run {
+        repo,
+        options,
+        progress,
+        // Damage found by check or repair: a container whose damage no backup
+        // uses any more is selected, so that the damage goes with it.
+        quarantined: crate::repo::quarantine::load(backend)?,
+        stats: GcStats {
+            // The lock is exclusive: no write is in progress.
+            temporaries_removed: backend.remove_temporaries()?,
+            ..GcStats::default()
+        },
     };
 
-    // Mark.
     let t = Instant::now();
-    let Marked {
-        retained,
-        live,
-        owners,
-    } = mark(
+    let marked = mark(
         repo,
         options.defrag == Defrag::Gccdf,
         options.sort_budget,
         progress,
     )?;
     let containers = repo.containers()?;
-    stats.stage_seconds.mark = t.elapsed().as_secs_f64();
+    run.stats.stage_seconds.mark = t.elapsed().as_secs_f64();
 
-    // Select.
     let t = Instant::now();
-    // Damage found by check or repair: a container whose damage no backup
-    // uses any more is selected, so that the damage goes with it.
-    let quarantined = crate::repo::quarantine::load(backend)?;
-    stats.containers_total = containers.len() as u64;
-    let keep_fraction = 1.0 - options.threshold_pct / 100.0;
-    let (selected, pinned, stay, holds_pinned) =
-        if repo.config().delta.kind == crate::delta::DeltaKind::None {
-            let phase = Phase::begin(
-                progress,
-                "select",
-                Unit::Containers,
-                Some(containers.len() as u64),
-            );
-            let mut fill = Fill::new(&options, u64::from(repo.config().container_size));
-            let mut selected = Vec::new();
-            let mut stream = live.stream()?;
-            for &cid in &containers {
-                phase.add(1);
-                let here = fingerprint_set(stream.take(cid)?);
-                let damage = quarantined.get(&cid);
-                selected.extend(select_one(
-                    backend,
-                    cid,
-                    &here,
-                    damage,
-                    keep_fraction,
-                    &mut fill,
-                )?);
-            }
-            phase.end();
-            stats.containers_refilled = fill.add_to(&mut selected);
-            let none = LiveSet::default();
-            (selected, none.clone(), none, BTreeSet::new())
-        } else {
-            let mut all = LiveSet::default();
-            let mut stream = live.stream()?;
-            while let Some(pair) = stream.next()? {
-                all.insert(pair);
-            }
-            let (selected, pinned) =
-                select_pinning_bases(backend, &containers, &mut all, keep_fraction)?;
-            // A selected container holding pinned bases is compacted in place with
-            // all its live chunks, not only the bases: the backups whose deltas
-            // use a base are those that read its neighbours (bases are taken from
-            // containers a backup references), so a restore that reads the
-            // container for those finds the base there too, instead of reading a
-            // container kept for the base alone.
-            let holds_pinned: BTreeSet<ContainerId> = pinned.iter().map(|(c, _)| *c).collect();
-            let mut stay = pinned.clone();
-            stay.extend(
-                all.iter()
-                    .filter(|(c, _)| holds_pinned.contains(c))
-                    .copied(),
-            );
-            (selected, pinned, stay, holds_pinned)
-        };
-    stats.containers_involved = selected.len() as u64;
-    stats.stage_seconds.select = t.elapsed().as_secs_f64();
+    let selection = run.select(&containers, &marked.live)?;
+    run.stats.stage_seconds.select = t.elapsed().as_secs_f64();
 
-    // Sweep: copy live chunks forward, a segment of containers at a time, in
-    // the order the defragmentation policy plans.
-    let trace = repo.config().trace;
-    let algo = repo.fingerprinter();
-    let deltas = repo.config().delta.kind != crate::delta::DeltaKind::None;
     let mut writer = Forward {
         backend,
         capacity: repo.config().container_size as usize,
-        trace,
-        deltas,
+        trace: repo.config().trace,
+        deltas: repo.config().delta.kind != crate::delta::DeltaKind::None,
         encoding: repo.config().encoding(),
         next_id: repo.next_container_id()?,
         open: None,
@@ -363,78 +304,268 @@ pub fn gc_with_progress(
     // bases, which would scatter the chunk's readers.) Spilled to temporary
     // files past the budget.
     let mut moved = Relocations::with_budget(options.sort_budget);
-    let segment = match options.defrag {
-        Defrag::None | Defrag::Fill => 1,
-        Defrag::Gccdf | Defrag::Random => options.segment,
-    };
-    // Ascending, as the live pairs stream.
-    let mut with_live: Vec<ContainerId> = selected
-        .iter()
-        .filter(|s| s.has_live)
-        .map(|s| s.id)
-        .collect();
-    with_live.sort_unstable();
-    let mut stream = live.stream()?;
-    let phase = Phase::begin(
-        progress,
-        "sweep",
-        Unit::Containers,
-        Some(with_live.len() as u64),
-    );
-    for group in with_live.chunks(segment) {
-        phase.add(group.len() as u64);
-        stats.segments += 1;
-        let t = Instant::now();
-        let mut cache: Vec<LiveChunk> = Vec::new();
-        for &cid in group {
-            // Pinned bases are live too.
-            let here = fingerprint_set(stream.take(cid)?);
-            let bytes = backend.read(&container::key(cid))?;
-            // A container with damage no backup uses: every live chunk is
-            // verified below, the damaged bytes are not copied.
-            let ct = Arc::new(match quarantined.contains_key(&cid) && !deltas {
-                true => Container::parse_unchecked_data(cid, bytes)?,
-                false => Container::parse(cid, bytes)?,
-            });
-            // This container's chunks already handled (a chunk listed twice is taken once).
-            let mut taken = hashbrown::HashSet::with_hasher(FingerprintHashBuilder);
-            for (i, m) in ct.metas.iter().enumerate() {
-                let is_live = here.contains(&m.fp) || pinned.contains(&(cid, m.fp));
-                if !is_live || !taken.insert(m.fp) {
-                    continue;
-                }
-                if stay.contains(&(cid, m.fp)) {
-                    // A live delta's base, and its container's other live
-                    // chunks, stay where they are.
-                    moved.insert((cid, m.fp), cid)?;
-                    continue;
-                }
-                // A delta's bytes are covered by the container's CRC; its
-                // fingerprint is that of the decoded chunk. A chunk is
-                // verified decoded; an encoded one is copied as it is stored.
-                if !trace && m.base.is_none() {
-                    let actual = algo.hash(&ct.entry(i)?);
-                    if actual != m.fp {
-                        // Never copy a damaged chunk forward: stop before anything refers to the copies.
-                        return Err(Error::ChunkMismatch {
-                            container: cid,
-                            fingerprint: m.fp.to_string(),
-                            actual: actual.to_string(),
-                        });
-                    }
-                }
-                cache.push(LiveChunk {
-                    container: ct.clone(),
-                    index: i,
-                });
-            }
-        }
-        stats.stage_seconds.sweep_read += t.elapsed().as_secs_f64();
+    run.sweep(&selection, &marked, &mut writer, &mut moved)?;
 
+    let t = Instant::now();
+    let removed: BTreeSet<ContainerId> = selection.selected.iter().map(|s| s.id).collect();
+    if !removed.is_empty() {
+        // Nothing selected: the index names no removed container.
+        let mut index = repo.open_index()?;
+        index.relocate(&removed, &moved)?;
+        index.commit(writer.next_id)?;
+    }
+    run.rewrite_recipes(&marked.retained, &removed, &moved)?;
+    run.stats.stage_seconds.update = t.elapsed().as_secs_f64();
+    if repo.config().delta.kind == crate::delta::DeltaKind::Pfc && !removed.is_empty() {
+        crate::delta::pfc::relocate(backend, &removed, &moved)?;
+    }
+
+    let t = Instant::now();
+    repo.reserve_container_ids(writer.next_id)?;
+    let freed = run.delete_selected(&selection, &writer)?;
+    run.remove_leftover_recipes(&marked.retained)?;
+    run.stats.stage_seconds.delete = t.elapsed().as_secs_f64();
+
+    let mut stats = run.stats;
+    let io = repo.io_stats().since(&io_before);
+    stats.bytes_read = io.read_bytes;
+    stats.bytes_written = io.write_bytes;
+    stats.bytes_freed = freed as i64 - writer.produced_bytes as i64;
+    stats.seconds = started.elapsed().as_secs_f64();
+    Ok(stats)
+}
+
+/// What select decided: the containers to process and, with delta
+/// compression, the bases pinned where they are.
+struct Selection {
+    selected: Vec<Selected>,
+    /// Live delta bases that stay in their (selected) containers.
+    pinned: LiveSet,
+    /// `pinned` and every other live chunk of a container holding one.
+    stay: LiveSet,
+    /// The containers holding pinned bases (compacted in place).
+    holds_pinned: BTreeSet<ContainerId>,
+}
+
+/// One garbage collection under way: its settings and what it counted.
+struct Run<'a> {
+    repo: &'a Repository,
+    options: GcOptions,
+    progress: &'a dyn Progress,
+    quarantined: HashMap<ContainerId, crate::repo::quarantine::Quarantined>,
+    stats: GcStats,
+}
+
+impl Run<'_> {
+    /// Select: the containers sparse enough (or damaged) to copy forward
+    /// or delete.
+    fn select(&mut self, containers: &[ContainerId], live: &SortedPairs) -> Result<Selection> {
+        let backend = self.repo.backend().as_ref();
+        self.stats.containers_total = containers.len() as u64;
+        let keep_fraction = 1.0 - self.options.threshold_pct / 100.0;
+        let selection = if self.repo.config().delta.kind == crate::delta::DeltaKind::None {
+            let phase = Phase::begin(
+                self.progress,
+                "select",
+                Unit::Containers,
+                Some(containers.len() as u64),
+            );
+            let mut fill = Fill::new(&self.options, u64::from(self.repo.config().container_size));
+            let mut selected = Vec::new();
+            let mut stream = live.stream()?;
+            for &cid in containers {
+                phase.add(1);
+                let here = fingerprint_set(stream.take(cid)?);
+                let damage = self.quarantined.get(&cid);
+                selected.extend(select_one(
+                    backend,
+                    cid,
+                    &here,
+                    damage,
+                    keep_fraction,
+                    &mut fill,
+                )?);
+            }
+            phase.end();
+            self.stats.containers_refilled = fill.add_to(&mut selected);
+            Selection {
+                selected,
+                pinned: LiveSet::default(),
+                stay: LiveSet::default(),
+                holds_pinned: BTreeSet::new(),
+            }
+        } else {
+            let mut all = LiveSet::default();
+            let mut stream = live.stream()?;
+            while let Some(pair) = stream.next()? {
+                all.insert(pair);
+            }
+            let (selected, pinned) =
+                select_pinning_bases(backend, containers, &mut all, keep_fraction)?;
+            // A selected container holding pinned bases is compacted in place with
+            // all its live chunks, not only the bases: the backups whose deltas
+            // use a base are those that read its neighbours (bases are taken from
+            // containers a backup references), so a restore that reads the
+            // container for those finds the base there too, instead of reading a
+            // container kept for the base alone.
+            let holds_pinned: BTreeSet<ContainerId> = pinned.iter().map(|(c, _)| *c).collect();
+            let mut stay = pinned.clone();
+            stay.extend(
+                all.iter()
+                    .filter(|(c, _)| holds_pinned.contains(c))
+                    .copied(),
+            );
+            Selection {
+                selected,
+                pinned,
+                stay,
+                holds_pinned,
+            }
+        };
+        self.stats.containers_involved = selection.selected.len() as u64;
+        Ok(selection)
+    }
+
+    /// Sweep: copies live chunks forward, a segment of containers at a
+    /// time, in the order the defragmentation policy plans.
+    fn sweep(
+        &mut self,
+        selection: &Selection,
+        marked: &Marked,
+        writer: &mut Forward,
+        moved: &mut Relocations,
+    ) -> Result<()> {
+        let segment = match self.options.defrag {
+            Defrag::None | Defrag::Fill => 1,
+            Defrag::Gccdf | Defrag::Random => self.options.segment,
+        };
+        // Ascending, as the live pairs stream.
+        let mut with_live: Vec<ContainerId> = selection
+            .selected
+            .iter()
+            .filter(|s| s.has_live)
+            .map(|s| s.id)
+            .collect();
+        with_live.sort_unstable();
+        let mut stream = marked.live.stream()?;
+        let phase = Phase::begin(
+            self.progress,
+            "sweep",
+            Unit::Containers,
+            Some(with_live.len() as u64),
+        );
+        for group in with_live.chunks(segment) {
+            phase.add(group.len() as u64);
+            self.stats.segments += 1;
+            let t = Instant::now();
+            let mut cache = Vec::new();
+            for &cid in group {
+                // Pinned bases are live too.
+                let here = fingerprint_set(stream.take(cid)?);
+                self.read_live(cid, &here, selection, moved, &mut cache)?;
+            }
+            self.stats.stage_seconds.sweep_read += t.elapsed().as_secs_f64();
+
+            let t = Instant::now();
+            let order = self.segment_order(group, &cache, &marked.owners)?;
+            self.stats.stage_seconds.analyze += t.elapsed().as_secs_f64();
+
+            let t = Instant::now();
+            for i in order {
+                let c = &cache[i];
+                let m = c.meta();
+                let new = match moved.copy_of(&m.fp)? {
+                    Some(new) => {
+                        self.stats.copies_merged += 1;
+                        new
+                    }
+                    None => {
+                        let new = writer.push(&c.container, c.index)?;
+                        self.stats.chunks_moved += 1;
+                        self.stats.bytes_moved += u64::from(m.len);
+                        new
+                    }
+                };
+                moved.insert((c.container.header.id, m.fp), new)?;
+            }
+            self.stats.stage_seconds.sweep_write += t.elapsed().as_secs_f64();
+        }
+        phase.end();
         let t = Instant::now();
-        let order: Vec<usize> = match options.defrag {
+        writer.seal()?;
+        self.stats.stage_seconds.sweep_write += t.elapsed().as_secs_f64();
+        self.stats.containers_produced = writer.produced;
+        Ok(())
+    }
+
+    /// Reads container `cid` and adds its live chunks (`here`, and its
+    /// pinned bases) to `cache`, each verified; chunks that stay in place
+    /// are recorded in `moved` as their own copy.
+    fn read_live(
+        &self,
+        cid: ContainerId,
+        here: &hashbrown::HashSet<Fingerprint, FingerprintHashBuilder>,
+        selection: &Selection,
+        moved: &mut Relocations,
+        cache: &mut Vec<LiveChunk>,
+    ) -> Result<()> {
+        let repo = self.repo;
+        let trace = repo.config().trace;
+        let algo = repo.fingerprinter();
+        let deltas = repo.config().delta.kind != crate::delta::DeltaKind::None;
+        let bytes = repo.backend().read(&container::key(cid))?;
+        // A container with damage no backup uses: every live chunk is
+        // verified below, the damaged bytes are not copied.
+        let ct = Arc::new(match self.quarantined.contains_key(&cid) && !deltas {
+            true => Container::parse_unchecked_data(cid, bytes)?,
+            false => Container::parse(cid, bytes)?,
+        });
+        // This container's chunks already handled (a chunk listed twice is taken once).
+        let mut taken = hashbrown::HashSet::with_hasher(FingerprintHashBuilder);
+        for (i, m) in ct.metas.iter().enumerate() {
+            let is_live = here.contains(&m.fp) || selection.pinned.contains(&(cid, m.fp));
+            if !is_live || !taken.insert(m.fp) {
+                continue;
+            }
+            if selection.stay.contains(&(cid, m.fp)) {
+                // A live delta's base, and its container's other live
+                // chunks, stay where they are.
+                moved.insert((cid, m.fp), cid)?;
+                continue;
+            }
+            // A delta's bytes are covered by the container's CRC; its
+            // fingerprint is that of the decoded chunk. A chunk is
+            // verified decoded; an encoded one is copied as it is stored.
+            if !trace && m.base.is_none() {
+                let actual = algo.hash(&ct.entry(i)?);
+                if actual != m.fp {
+                    // Never copy a damaged chunk forward: stop before anything refers to the copies.
+                    return Err(Error::ChunkMismatch {
+                        container: cid,
+                        fingerprint: m.fp.to_string(),
+                        actual: actual.to_string(),
+                    });
+                }
+            }
+            cache.push(LiveChunk {
+                container: ct.clone(),
+                index: i,
+            });
+        }
+        Ok(())
+    }
+
+    /// The order in which a segment's live chunks (`cache`, read from the
+    /// containers `group`) are written, as the defragmentation policy plans.
+    fn segment_order(
+        &mut self,
+        group: &[ContainerId],
+        cache: &[LiveChunk],
+        owners: &gccdf::Owners,
+    ) -> Result<Vec<usize>> {
+        Ok(match self.options.defrag {
             Defrag::None | Defrag::Fill => (0..cache.len()).collect(),
-            Defrag::Random => gccdf::random_order(cache.len(), stats.segments),
+            Defrag::Random => gccdf::random_order(cache.len(), self.stats.segments),
             Defrag::Gccdf => {
                 let involved = owners.involved(group);
                 let located: Vec<(ContainerId, Fingerprint)> = cache
@@ -442,7 +573,7 @@ pub fn gc_with_progress(
                     .map(|c| (c.container.header.id, c.meta().fp))
                     .collect();
                 let reads = gccdf::newest_reads(&located, &involved, |id| {
-                    repo.recipe(id).map(|r| r.chunks)
+                    self.repo.recipe(id).map(|r| r.chunks)
                 })?;
                 let chunks: Vec<gccdf::SegmentChunk> = cache
                     .iter()
@@ -453,130 +584,106 @@ pub fn gc_with_progress(
                         read_at,
                     })
                     .collect();
-                let plan = gccdf::plan(&chunks, &involved, &owners, options.split_threshold);
-                stats.tree_leaves += plan.leaves;
-                stats.tree_nodes += plan.nodes;
+                let plan = gccdf::plan(&chunks, &involved, owners, self.options.split_threshold);
+                self.stats.tree_leaves += plan.leaves;
+                self.stats.tree_nodes += plan.nodes;
                 plan.order
             }
-        };
-        stats.stage_seconds.analyze += t.elapsed().as_secs_f64();
+        })
+    }
 
-        let t = Instant::now();
-        for i in order {
-            let c = &cache[i];
-            let m = c.meta();
-            let new = match moved.copy_of(&m.fp)? {
-                Some(new) => {
-                    stats.copies_merged += 1;
-                    new
+    /// Points every retained recipe that names a removed container at the
+    /// chunks' new homes.
+    fn rewrite_recipes(
+        &mut self,
+        retained: &BTreeSet<BackupId>,
+        removed: &BTreeSet<ContainerId>,
+        moved: &Relocations,
+    ) -> Result<()> {
+        let phase = Phase::begin(
+            self.progress,
+            "recipes",
+            Unit::Backups,
+            Some(retained.len() as u64),
+        );
+        for &id in retained {
+            phase.add(1);
+            let mut recipe = self.repo.recipe(id)?;
+            let mut changed = false;
+            for c in &mut recipe.chunks {
+                if removed.contains(&c.container) {
+                    let new = moved.get(c.container, &c.fp)?.ok_or_else(|| {
+                        Error::Pipeline(format!(
+                            "GC found no new home for chunk {} of backup {} in container {:016x}",
+                            c.fp, id, c.container
+                        ))
+                    })?;
+                    c.container = new;
+                    changed = true;
                 }
-                None => {
-                    let new = writer.push(&c.container, c.index)?;
-                    stats.chunks_moved += 1;
-                    stats.bytes_moved += u64::from(m.len);
-                    new
+            }
+            if changed {
+                self.repo
+                    .backend()
+                    .write(&snapshot::recipe_key(id), &recipe.encode()?)?;
+                self.stats.recipes_rewritten += 1;
+            }
+        }
+        phase.end();
+        Ok(())
+    }
+
+    /// Deletes the selected containers (compacting those holding pinned
+    /// bases) and returns the bytes freed.
+    fn delete_selected(&mut self, selection: &Selection, writer: &Forward) -> Result<u64> {
+        let backend = self.repo.backend().as_ref();
+        let mut freed = 0u64;
+        // Newest first: a delta's base always lies in an older container than
+        // the delta (bases are chosen among containers written before), so an
+        // interruption never leaves a delta whose base is gone.
+        let mut newest_first: Vec<&Selected> = selection.selected.iter().collect();
+        newest_first.sort_unstable_by_key(|s| std::cmp::Reverse(s.id));
+        let phase = Phase::begin(
+            self.progress,
+            "delete",
+            Unit::Containers,
+            Some(newest_first.len() as u64),
+        );
+        for s in newest_first {
+            phase.add(1);
+            let kept = if s.has_live && selection.holds_pinned.contains(&s.id) {
+                compact(
+                    backend,
+                    s.id,
+                    &selection.stay,
+                    writer.capacity,
+                    writer.encoding,
+                )?
+            } else {
+                backend.delete(&container::key(s.id))?;
+                // Its damage went with it.
+                if self.quarantined.contains_key(&s.id) {
+                    backend.delete(&crate::repo::quarantine::key(s.id))?;
                 }
+                0
             };
-            moved.insert((c.container.header.id, m.fp), new)?;
+            freed += s.size.saturating_sub(kept);
         }
-        stats.stage_seconds.sweep_write += t.elapsed().as_secs_f64();
+        phase.end();
+        self.stats.containers_reclaimed = selection.selected.len() as u64;
+        Ok(freed)
     }
-    phase.end();
-    let t = Instant::now();
-    writer.seal()?;
-    stats.stage_seconds.sweep_write += t.elapsed().as_secs_f64();
-    stats.containers_produced = writer.produced;
-    let next_id = writer.next_id;
-    let produced_bytes = writer.produced_bytes;
 
-    // Update the index, then every recipe that names a selected container.
-    let t = Instant::now();
-    let removed: BTreeSet<ContainerId> = selected.iter().map(|s| s.id).collect();
-    if !removed.is_empty() {
-        // Nothing selected: the index names no removed container.
-        let mut index = repo.open_index()?;
-        index.relocate(&removed, &moved)?;
-        index.commit(next_id)?;
-    }
-    let phase = Phase::begin(
-        progress,
-        "recipes",
-        Unit::Backups,
-        Some(retained.len() as u64),
-    );
-    for &id in &retained {
-        phase.add(1);
-        let mut recipe = repo.recipe(id)?;
-        let mut changed = false;
-        for c in &mut recipe.chunks {
-            if removed.contains(&c.container) {
-                let new = moved.get(c.container, &c.fp)?.ok_or_else(|| {
-                    Error::Pipeline(format!(
-                        "GC found no new home for chunk {} of backup {} in container {:016x}",
-                        c.fp, id, c.container
-                    ))
-                })?;
-                c.container = new;
-                changed = true;
+    /// Deletes the recipes of backups that never committed.
+    fn remove_leftover_recipes(&mut self, retained: &BTreeSet<BackupId>) -> Result<()> {
+        for id in self.repo.recipes()? {
+            if !retained.contains(&id) {
+                self.repo.backend().delete(&snapshot::recipe_key(id))?;
+                self.stats.uncommitted_recipes_removed += 1;
             }
         }
-        if changed {
-            backend.write(&snapshot::recipe_key(id), &recipe.encode()?)?;
-            stats.recipes_rewritten += 1;
-        }
+        Ok(())
     }
-    phase.end();
-    stats.stage_seconds.update = t.elapsed().as_secs_f64();
-
-    if repo.config().delta.kind == crate::delta::DeltaKind::Pfc && !removed.is_empty() {
-        crate::delta::pfc::relocate(backend, &removed, &moved)?;
-    }
-
-    // Delete old containers (compact those holding pinned bases) and leftover recipes.
-    let t = Instant::now();
-    repo.reserve_container_ids(next_id)?;
-    let mut freed = 0u64;
-    // Newest first: a delta's base always lies in an older container than
-    // the delta (bases are chosen among containers written before), so an
-    // interruption never leaves a delta whose base is gone.
-    let mut newest_first: Vec<&Selected> = selected.iter().collect();
-    newest_first.sort_unstable_by_key(|s| std::cmp::Reverse(s.id));
-    let phase = Phase::begin(
-        progress,
-        "delete",
-        Unit::Containers,
-        Some(newest_first.len() as u64),
-    );
-    for s in newest_first {
-        phase.add(1);
-        let kept = if s.has_live && holds_pinned.contains(&s.id) {
-            compact(backend, s.id, &stay, writer.capacity, writer.encoding)?
-        } else {
-            backend.delete(&container::key(s.id))?;
-            // Its damage went with it.
-            if quarantined.contains_key(&s.id) {
-                backend.delete(&crate::repo::quarantine::key(s.id))?;
-            }
-            0
-        };
-        freed += s.size.saturating_sub(kept);
-    }
-    phase.end();
-    stats.containers_reclaimed = selected.len() as u64;
-    for id in repo.recipes()? {
-        if !retained.contains(&id) {
-            backend.delete(&snapshot::recipe_key(id))?;
-            stats.uncommitted_recipes_removed += 1;
-        }
-    }
-    stats.stage_seconds.delete = t.elapsed().as_secs_f64();
-
-    let io = repo.io_stats().since(&io_before);
-    stats.bytes_read = io.read_bytes;
-    stats.bytes_written = io.write_bytes;
-    stats.bytes_freed = freed as i64 - produced_bytes as i64;
-    stats.seconds = started.elapsed().as_secs_f64();
-    Ok(stats)
 }
 
 /// What the mark phase found.

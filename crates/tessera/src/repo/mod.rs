@@ -36,6 +36,17 @@ struct State {
     next_container: ContainerId,
 }
 
+/// Bytes of the stored chunks the retained backups use: their own
+/// lengths, and the lengths of their stored entries (compressed, or a
+/// delta), each stored copy once ([`crate::commands::stats`] counts them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoredBytes {
+    /// The chunks' own bytes.
+    pub plain: u64,
+    /// The bytes of their stored entries.
+    pub stored: u64,
+}
+
 /// Totals over a repository.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RepoTotals {
@@ -90,7 +101,7 @@ impl RepoTotals {
     /// These totals with the compression ratio of what is stored:
     /// `stored`'s chunks, before and after compression (and the
     /// deduplication ratio that follows from it).
-    pub fn with_compression(self, stored: crate::commands::stats::Stored) -> RepoTotals {
+    pub fn with_compression(self, stored: StoredBytes) -> RepoTotals {
         let compression_ratio = crate::util::units::ratio(stored.plain, stored.stored);
         RepoTotals {
             dedup_ratio: self

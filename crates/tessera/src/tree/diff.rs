@@ -6,7 +6,7 @@
 
 use super::catalog::{Entry, Kind};
 use super::catalog_order;
-use super::restore::Cursor;
+use super::cursor::Cursor;
 use super::stream::{for_each_entry, tree_of};
 use crate::error::{Error, Result};
 use crate::format::snapshot::{BackupId, ChunkRef};

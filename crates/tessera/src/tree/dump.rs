@@ -3,7 +3,8 @@
 //! of the file's extent, each verified.
 
 use super::catalog::Kind;
-use super::restore::{Cursor, TreeRestoreStats};
+use super::cursor::Cursor;
+use super::restore::TreeRestoreStats;
 use super::stream::{for_each_entry_in, scope_of, tree_of};
 use super::tar::{write_tar, TarScope};
 use crate::error::{Error, Result};

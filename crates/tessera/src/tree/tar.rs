@@ -10,8 +10,9 @@
 //! (whole seconds; times before 1970 as 0) of the catalog.
 
 use super::catalog::{Entry, Kind};
+use super::cursor::{push_range, Cursor};
 use super::relative_path;
-use super::restore::{push_range, Cursor, TreeRestoreStats};
+use super::restore::TreeRestoreStats;
 use super::select::Selection;
 use super::stream::{for_each_entry, tree_of};
 use crate::error::{Error, Result};

@@ -178,6 +178,34 @@ fn exposed_key_files(backend: &dyn crate::backend::Backend) -> Result<Vec<String
     Ok(warnings)
 }
 
+/// A delta entry found by the scan: its container, fingerprint and base,
+/// and with `read_data` its encoded bytes.
+type DeltaEntry = (ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>);
+
+/// What the scan of the stored containers found.
+#[derive(Default)]
+struct Scan {
+    /// Damaged containers: id → detail.
+    bad_containers: BTreeMap<ContainerId, String>,
+    /// Chunk-level damage: (container, fingerprint) → detail.
+    bad_chunks: BTreeMap<(ContainerId, Fingerprint), String>,
+    /// Every delta entry of an intact container.
+    deltas: Vec<DeltaEntry>,
+}
+
+/// What the walk over the retained backups found.
+struct Walk {
+    /// Containers some recipe (or delta) references.
+    referenced: BTreeSet<ContainerId>,
+    /// Backups using each damaged container.
+    users_of_bad: BTreeMap<ContainerId, BTreeSet<BackupId>>,
+    /// Backups using each damaged chunk.
+    users_of_bad_chunk: BTreeMap<(ContainerId, Fingerprint), BTreeSet<BackupId>>,
+    /// Each backup's problems, in the order of the retained backups
+    /// (`None`: its recipe could not be read).
+    per_backup: Vec<Option<Vec<Problem>>>,
+}
+
 /// [`check_with_progress`] of the container layout.
 fn check_containers(
     repo: &Repository,
@@ -186,91 +214,83 @@ fn check_containers(
 ) -> Result<CheckReport> {
     let mut report = CheckReport::default();
     let algo = repo.fingerprinter();
-    // Every stored (container, fingerprint), sorted in bounded memory.
-    let mut stored = PairSorter::with_budget(options.sort_budget);
-    // Damaged containers: id → (object, detail); chunk-level damage: (fp, container) → detail.
-    let mut bad_containers: BTreeMap<ContainerId, String> = BTreeMap::new();
-    let mut bad_chunks: BTreeMap<(ContainerId, Fingerprint), String> = BTreeMap::new();
-    // Delta entries (container, fingerprint, base); with `read_data` also their bytes.
-    let mut deltas: Vec<(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)> = Vec::new();
     let containers = repo.containers()?;
+    let (mut scan, stored) = scan_containers(repo, &containers, options, progress, &mut report)?;
+
+    // A container that only bases of deltas use is referenced through them.
+    let referenced: BTreeSet<ContainerId> = scan.deltas.iter().map(|d| d.2.container).collect();
+    let unstored = bases_not_stored(&scan.deltas, &stored, options.sort_budget)?;
+    check_deltas(
+        repo,
+        algo,
+        std::mem::take(&mut scan.deltas),
+        &unstored,
+        &scan.bad_containers,
+        &mut scan.bad_chunks,
+        &mut report,
+    )?;
+
+    let retained = records::check_records(repo, &mut report)?;
+    records::check_derived(repo, &mut report)?;
+    let (mut walk, references) = walk_backups(
+        repo,
+        &retained,
+        &scan,
+        referenced,
+        options,
+        progress,
+        &mut report,
+    )?;
+    // The references no intact container stores (a merge join of the two
+    // sorted streams); only then are the backups read again to count them.
+    let absent = references.absent_from(&stored)?;
+    let existing: BTreeSet<ContainerId> = containers.iter().copied().collect();
+    let missing_containers: BTreeSet<ContainerId> = absent
+        .iter()
+        .map(|&(c, _)| c)
+        .filter(|c| !existing.contains(c))
+        .collect();
+    let absent: ChunkSet = absent.into_iter().map(|(c, fp)| (fp, c)).collect();
+    report_missing(repo, &retained, &mut walk.per_backup, &absent, &mut report)?;
+    quarantine_damage(
+        repo,
+        &scan.bad_containers,
+        &missing_containers,
+        &scan.bad_chunks,
+    )?;
+    report_damage(scan, &mut walk, &mut report);
+    report.unreferenced_containers = containers
+        .iter()
+        .filter(|c| !walk.referenced.contains(c))
+        .count() as u64;
+    Ok(report)
+}
+
+/// Reads every container's metadata (with `read_data`, its data too,
+/// re-hashing every whole chunk): the damage found, the delta entries, and
+/// every stored (container, fingerprint), sorted in bounded memory.
+fn scan_containers(
+    repo: &Repository,
+    containers: &[ContainerId],
+    options: CheckOptions,
+    progress: &dyn Progress,
+    report: &mut CheckReport,
+) -> Result<(Scan, SortedPairs)> {
+    let mut scan = Scan::default();
+    let mut stored = PairSorter::with_budget(options.sort_budget);
     let phase = Phase::begin(
         progress,
         "containers",
         Unit::Containers,
         Some(containers.len() as u64),
     );
-    for &cid in &containers {
+    for &cid in containers {
         phase.add(1);
         report.containers += 1;
         let metas = if options.read_data {
-            let parsed = repo
-                .backend()
-                .read(&container::key(cid))
-                // Every chunk is re-hashed below: damaged data is reported (and
-                // quarantined) chunk by chunk, not as the whole container.
-                .and_then(|bytes| Container::parse_unchecked_data(cid, bytes));
-            match parsed {
-                Ok(ct) => {
-                    // Trace containers hold no data to re-hash.
-                    let to_hash = if ct.header.has_data() {
-                        ct.metas.len()
-                    } else {
-                        0
-                    };
-                    for (i, m) in ct.metas.iter().enumerate().take(to_hash) {
-                        if let Some(base) = m.base {
-                            match ct.entry(i) {
-                                Ok(delta) => {
-                                    deltas.push((cid, m.fp, base, Some(delta.into_owned())))
-                                }
-                                Err(e) => {
-                                    bad_chunks.insert((cid, m.fp), e.to_string());
-                                }
-                            }
-                        }
-                    }
-                    let mismatches: Vec<(Fingerprint, String)> = (0..to_hash)
-                        .into_par_iter()
-                        .filter(|&i| ct.metas[i].base.is_none())
-                        .filter_map(|i| {
-                            let expected = ct.metas[i].fp;
-                            match ct.entry(i) {
-                                Ok(bytes) => {
-                                    let actual = algo.hash(&bytes);
-                                    (actual != expected).then(|| {
-                                        (expected, format!("chunk {expected} hashes to {actual}"))
-                                    })
-                                }
-                                Err(e) => Some((expected, e.to_string())),
-                            }
-                        })
-                        .collect();
-                    report.chunks_verified += ct.metas[..to_hash]
-                        .iter()
-                        .filter(|m| m.base.is_none())
-                        .count() as u64;
-                    for (fp, detail) in mismatches {
-                        bad_chunks.insert((cid, fp), detail);
-                    }
-                    Ok(ct.metas)
-                }
-                Err(e) => Err(e),
-            }
+            read_and_verify(repo, cid, &mut scan, report)
         } else {
-            container::read_meta(repo.backend().as_ref(), cid).and_then(|(header, metas)| {
-                let size = repo.backend().size(&container::key(cid))?;
-                if size != header.object_len() as u64 {
-                    return Err(Error::corrupt(
-                        container::key(cid),
-                        format!(
-                            "size {size} differs from the {} bytes its header announces",
-                            header.object_len()
-                        ),
-                    ));
-                }
-                Ok(metas)
-            })
+            read_metadata(repo, cid)
         };
         match metas {
             Ok(metas) => {
@@ -279,7 +299,7 @@ fn check_containers(
                     stored.push((cid, m.fp))?;
                 }
                 if !options.read_data {
-                    deltas.extend(
+                    scan.deltas.extend(
                         metas
                             .iter()
                             .filter_map(|m| m.base.map(|b| (cid, m.fp, b, None))),
@@ -287,49 +307,113 @@ fn check_containers(
                 }
             }
             Err(Error::Corrupt { detail, .. }) => {
-                bad_containers.insert(cid, detail);
+                scan.bad_containers.insert(cid, detail);
             }
             Err(e @ (Error::UnsupportedVersion { .. } | Error::Authentication { .. })) => {
-                bad_containers.insert(cid, e.to_string());
+                scan.bad_containers.insert(cid, e.to_string());
             }
             Err(e) => return Err(e),
         }
     }
     phase.end();
-    let stored = stored.finish()?;
+    Ok((scan, stored.finish()?))
+}
 
-    // A container that only bases of deltas use is referenced through them.
-    let mut referenced: BTreeSet<ContainerId> = deltas.iter().map(|d| d.2.container).collect();
-    let unstored = bases_not_stored(&deltas, &stored, options.sort_budget)?;
-    check_deltas(
-        repo,
-        algo,
-        deltas,
-        &unstored,
-        &bad_containers,
-        &mut bad_chunks,
-        &mut report,
-    )?;
+/// A container's metadata, with its object's size checked against its header.
+fn read_metadata(repo: &Repository, cid: ContainerId) -> Result<Vec<container::ChunkMeta>> {
+    let (header, metas) = container::read_meta(repo.backend().as_ref(), cid)?;
+    let size = repo.backend().size(&container::key(cid))?;
+    if size != header.object_len() as u64 {
+        return Err(Error::corrupt(
+            container::key(cid),
+            format!(
+                "size {size} differs from the {} bytes its header announces",
+                header.object_len()
+            ),
+        ));
+    }
+    Ok(metas)
+}
 
-    let existing: BTreeSet<ContainerId> = containers.iter().copied().collect();
-    let mut missing_containers: BTreeSet<ContainerId> = BTreeSet::new();
+/// Reads container `cid` whole and re-hashes every whole chunk: damaged
+/// data is reported (and later quarantined) chunk by chunk, not as the
+/// whole container. Its delta entries go to `scan.deltas` with their bytes.
+fn read_and_verify(
+    repo: &Repository,
+    cid: ContainerId,
+    scan: &mut Scan,
+    report: &mut CheckReport,
+) -> Result<Vec<container::ChunkMeta>> {
+    let algo = repo.fingerprinter();
+    let bytes = repo.backend().read(&container::key(cid))?;
+    let ct = Container::parse_unchecked_data(cid, bytes)?;
+    // Trace containers hold no data to re-hash.
+    let to_hash = if ct.header.has_data() {
+        ct.metas.len()
+    } else {
+        0
+    };
+    for (i, m) in ct.metas.iter().enumerate().take(to_hash) {
+        if let Some(base) = m.base {
+            match ct.entry(i) {
+                Ok(delta) => scan
+                    .deltas
+                    .push((cid, m.fp, base, Some(delta.into_owned()))),
+                Err(e) => {
+                    scan.bad_chunks.insert((cid, m.fp), e.to_string());
+                }
+            }
+        }
+    }
+    let mismatches: Vec<(Fingerprint, String)> = (0..to_hash)
+        .into_par_iter()
+        .filter(|&i| ct.metas[i].base.is_none())
+        .filter_map(|i| {
+            let expected = ct.metas[i].fp;
+            match ct.entry(i) {
+                Ok(bytes) => {
+                    let actual = algo.hash(&bytes);
+                    (actual != expected)
+                        .then(|| (expected, format!("chunk {expected} hashes to {actual}")))
+                }
+                Err(e) => Some((expected, e.to_string())),
+            }
+        })
+        .collect();
+    report.chunks_verified += ct.metas[..to_hash]
+        .iter()
+        .filter(|m| m.base.is_none())
+        .count() as u64;
+    for (fp, detail) in mismatches {
+        scan.bad_chunks.insert((cid, fp), detail);
+    }
+    Ok(ct.metas)
+}
+
+/// Reads every retained backup's recipe: who uses damaged containers and
+/// chunks, each backup's own problems, and the sorted references to
+/// chunks of intact containers.
+fn walk_backups(
+    repo: &Repository,
+    retained: &[Retained],
+    scan: &Scan,
+    mut referenced: BTreeSet<ContainerId>,
+    options: CheckOptions,
+    progress: &dyn Progress,
+    report: &mut CheckReport,
+) -> Result<(Walk, SortedPairs)> {
     let mut users_of_bad: BTreeMap<ContainerId, BTreeSet<BackupId>> = BTreeMap::new();
     let mut users_of_bad_chunk: BTreeMap<(ContainerId, Fingerprint), BTreeSet<BackupId>> =
         BTreeMap::new();
-    let retained = records::check_records(repo, &mut report)?;
-    records::check_derived(repo, &mut report)?;
     let phase = Phase::begin(
         progress,
         "backups",
         Unit::Backups,
         Some(retained.len() as u64),
     );
-    // Each backup's problems, in the order of `retained` (a backup's
-    // missing chunks are known once every reference is sorted).
     let mut per_backup: Vec<Option<Vec<Problem>>> = Vec::with_capacity(retained.len());
-    // References to chunks of intact containers, sorted in bounded memory.
     let mut references = PairSorter::with_budget(options.sort_budget);
-    for b in &retained {
+    for b in retained {
         phase.add(1);
         let id = b.id;
         let recipe = match repo.recipe(id) {
@@ -347,9 +431,9 @@ fn check_containers(
         for c in &recipe.chunks {
             report.references += 1;
             referenced.insert(c.container);
-            if bad_containers.contains_key(&c.container) {
+            if scan.bad_containers.contains_key(&c.container) {
                 users_of_bad.entry(c.container).or_default().insert(id);
-            } else if bad_chunks.contains_key(&(c.container, c.fp)) {
+            } else if scan.bad_chunks.contains_key(&(c.container, c.fp)) {
                 users_of_bad_chunk
                     .entry((c.container, c.fp))
                     .or_default()
@@ -374,17 +458,25 @@ fn check_containers(
         per_backup.push(Some(problems));
     }
     phase.end();
-    // The references no intact container stores (a merge join of the two
-    // sorted streams); only then are the backups read again to count them.
-    let absent = references.finish()?.absent_from(&stored)?;
-    missing_containers.extend(
-        absent
-            .iter()
-            .map(|&(c, _)| c)
-            .filter(|c| !existing.contains(c)),
-    );
-    let absent: ChunkSet = absent.into_iter().map(|(c, fp)| (fp, c)).collect();
-    for (b, problems) in retained.iter().zip(&mut per_backup) {
+    let walk = Walk {
+        referenced,
+        users_of_bad,
+        users_of_bad_chunk,
+        per_backup,
+    };
+    Ok((walk, references.finish()?))
+}
+
+/// Adds each backup's problems to the report, a missing-chunks problem
+/// first for a backup referencing chunks in `absent`.
+fn report_missing(
+    repo: &Repository,
+    retained: &[Retained],
+    per_backup: &mut [Option<Vec<Problem>>],
+    absent: &ChunkSet,
+    report: &mut CheckReport,
+) -> Result<()> {
+    for (b, problems) in retained.iter().zip(per_backup) {
         let Some(problems) = problems else {
             continue;
         };
@@ -413,36 +505,37 @@ fn check_containers(
         }
         report.problems.append(problems);
     }
-    quarantine_damage(repo, &bad_containers, &missing_containers, &bad_chunks)?;
-    for (cid, detail) in bad_containers {
+    Ok(())
+}
+
+/// Adds a problem for each damaged container and chunk, with the backups using it.
+fn report_damage(scan: Scan, walk: &mut Walk, report: &mut CheckReport) {
+    for (cid, detail) in scan.bad_containers {
         report.problems.push(Problem {
             kind: ProblemKind::Damaged,
             object: container::key(cid),
             detail,
-            affected_backups: users_of_bad
+            affected_backups: walk
+                .users_of_bad
                 .remove(&cid)
                 .unwrap_or_default()
                 .into_iter()
                 .collect(),
         });
     }
-    for ((cid, fp), detail) in bad_chunks {
+    for ((cid, fp), detail) in scan.bad_chunks {
         report.problems.push(Problem {
             kind: ProblemKind::Damaged,
             object: container::key(cid),
             detail,
-            affected_backups: users_of_bad_chunk
+            affected_backups: walk
+                .users_of_bad_chunk
                 .remove(&(cid, fp))
                 .unwrap_or_default()
                 .into_iter()
                 .collect(),
         });
     }
-    report.unreferenced_containers = containers
-        .iter()
-        .filter(|c| !referenced.contains(c))
-        .count() as u64;
-    Ok(report)
 }
 
 /// Quarantines what the check found damaged (FORMAT.md §10.8): whole
@@ -471,7 +564,7 @@ fn quarantine_damage(
 /// The bases of `deltas` that no container stores (a merge join of the
 /// sorted bases with the sorted stored chunks).
 fn bases_not_stored(
-    deltas: &[(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)],
+    deltas: &[DeltaEntry],
     stored: &SortedPairs,
     sort_budget: u64,
 ) -> Result<ChunkSet> {
@@ -495,7 +588,7 @@ fn bases_not_stored(
 fn check_deltas(
     repo: &Repository,
     algo: &crate::fingerprint::Fingerprinter,
-    mut deltas: Vec<(ContainerId, Fingerprint, BaseRef, Option<Vec<u8>>)>,
+    mut deltas: Vec<DeltaEntry>,
     unstored: &ChunkSet,
     bad_containers: &BTreeMap<ContainerId, String>,
     bad_chunks: &mut BTreeMap<(ContainerId, Fingerprint), String>,

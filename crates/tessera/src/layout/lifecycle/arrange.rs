@@ -288,6 +288,129 @@ fn referenced_positions(
     })
 }
 
+/// Splits the active categories `inputs` — parts (i, p) of Cat.(i, v-1),
+/// ascending — of round `v`: chunks version `v` references migrate to the
+/// new active categories Cat.(i, v), the others are archived into volume
+/// v-1, or dropped when no live version can reference them any more.
+fn split_categories(
+    repo: &Repository,
+    lineage: &Lineage,
+    v: u64,
+    live: &BTreeSet<u64>,
+    inputs: &[(u64, u32)],
+    sort_budget: u64,
+    stats: &mut ArrangeStats,
+) -> Result<()> {
+    let backend = repo.backend().as_ref();
+    let has_data = !repo.config().trace;
+    // Chunks move as they are stored (encoded entries, in a compressing repository).
+    let encoded = repo.config().encoding().is_some();
+    let part_bytes = repo.config().lifecycle_part_bytes;
+    let l = lineage.name.clone();
+    // Without version v's table (and recipe), every chunk stays active:
+    // keeping a chunk in a category whose lifecycle is too long only
+    // costs space, archiving one v references would lose it.
+    // The round decides by position: the chunks v references, found
+    // by a merge join in bounded memory (no table in memory), are read
+    // back in the order the parts stream their chunks.
+    let parts: Vec<(u64, String)> = inputs
+        .iter()
+        .map(|&(i, p)| (i, cat_key(&l, i, v - 1, p)))
+        .collect();
+    let positions =
+        referenced_positions(repo, lineage, v, &parts, encoded && has_data, sort_budget)?;
+    let mut kept = positions.as_ref().map(Sorted::stream).transpose()?;
+    let mut position = 0u64;
+    let mut referenced = || -> Result<bool> {
+        let at = position;
+        position += 1;
+        let Some(kept) = kept.as_mut() else {
+            return Ok(true);
+        };
+        let hit = kept.peek()? == Some(at);
+        if hit {
+            kept.next()?;
+        }
+        Ok(hit)
+    };
+    let mut log = ReadLog::default();
+    let mut archive = PartWriter::new(backend, v - 1, has_data, part_bytes, |p, first| {
+        vol_key(&l, v - 1, p, first)
+    })
+    .copying(encoded);
+    // Versions below the oldest live one are gone for good: a category
+    // Cat.(i,j) with i < oldest has the live lifecycle oldest..=j, so the
+    // active categories starting below it are merged into the oldest's
+    // (and archived likewise). Without this, a lineage would keep one
+    // active category per version ever backed up, and restoring any
+    // version would read all of them (one object and extent each).
+    // (At most v-1: Cat.(v,v) is version v's pending category.)
+    let oldest = live.first().copied();
+    let start_of = |i: u64| oldest.map_or(i, |o| i.max(o.min(v - 1)));
+    // The writer of the new active category being written, by start.
+    let mut migrate: Option<(u64, PartWriter)> = None;
+    let mut k = 0;
+    while k < inputs.len() {
+        let i = inputs[k].0;
+        let to = start_of(i);
+        if migrate.as_ref().is_none_or(|(s, _)| *s != to) {
+            if let Some((_, w)) = migrate.take() {
+                stats.categories_written += u64::from(w.finish()?);
+            }
+            let key_of = {
+                let l = l.clone();
+                move |p: u32, _: u64| cat_key(&l, to, v, p)
+            };
+            migrate = Some((
+                to,
+                PartWriter::new(backend, v, has_data, part_bytes, key_of).copying(encoded),
+            ));
+        }
+        let Some((_, writer)) = migrate.as_mut() else {
+            return Err(Error::Pipeline("arranging lost its category writer".into()));
+        };
+        // Dead: no live version in [i, v-1] (nothing can reference it any more).
+        let dead = live.range(i..v).next().is_none();
+        while k < inputs.len() && inputs[k].0 == i {
+            let key = cat_key(&l, i, v - 1, inputs[k].1);
+            k += 1;
+            let Some(header) = active_header(backend, &key, (i, v), encoded && has_data, &mut log)?
+            else {
+                continue;
+            };
+            let metas = format::read_meta(backend, &key, &header, 0, &mut log)?;
+            // Parts written before a checksum fails are outputs of an
+            // uncommitted round: the next arrange deletes them.
+            format::stream_category(
+                backend,
+                &key,
+                &header,
+                0,
+                &metas,
+                &mut log,
+                |fp, len, bytes| {
+                    if referenced()? {
+                        stats.chunks_migrated += 1;
+                        writer.push(to, &fp, len, bytes)
+                    } else if dead {
+                        stats.chunks_dropped += 1;
+                        Ok(())
+                    } else {
+                        stats.chunks_archived += 1;
+                        archive.push(to, &fp, len, bytes)
+                    }
+                },
+            )?;
+        }
+        stats.categories_split += 1;
+    }
+    if let Some((_, w)) = migrate.take() {
+        stats.categories_written += u64::from(w.finish()?);
+    }
+    stats.volumes_written += u64::from(archive.finish()? > 0);
+    Ok(())
+}
+
 /// Arranging round `v` (the active categories are Cat.(i, v-1)); its
 /// sorts hold `sort_budget` bytes of memory each.
 fn round(
@@ -299,10 +422,6 @@ fn round(
     stats: &mut ArrangeStats,
 ) -> Result<()> {
     let backend = repo.backend().as_ref();
-    let has_data = !repo.config().trace;
-    // Chunks move as they are stored (encoded entries, in a compressing repository).
-    let encoded = repo.config().encoding().is_some();
-    let part_bytes = repo.config().lifecycle_part_bytes;
     let l = lineage.name.clone();
     // Active parts (i, p) of Cat.(i, v-1), ascending.
     let inputs: Vec<(u64, u32)> = lineage
@@ -334,108 +453,7 @@ fn round(
     };
     backend.write(&journal_key(&l), &journal.encode())?;
     if !inputs.is_empty() {
-        // Without version v's table (and recipe), every chunk stays active:
-        // keeping a chunk in a category whose lifecycle is too long only
-        // costs space, archiving one v references would lose it.
-        // The round decides by position: the chunks v references, found
-        // by a merge join in bounded memory (no table in memory), are read
-        // back in the order the parts stream their chunks.
-        let parts: Vec<(u64, String)> = inputs
-            .iter()
-            .map(|&(i, p)| (i, cat_key(&l, i, v - 1, p)))
-            .collect();
-        let positions =
-            referenced_positions(repo, lineage, v, &parts, encoded && has_data, sort_budget)?;
-        let mut kept = positions.as_ref().map(Sorted::stream).transpose()?;
-        let mut position = 0u64;
-        let mut referenced = || -> Result<bool> {
-            let at = position;
-            position += 1;
-            let Some(kept) = kept.as_mut() else {
-                return Ok(true);
-            };
-            let hit = kept.peek()? == Some(at);
-            if hit {
-                kept.next()?;
-            }
-            Ok(hit)
-        };
-        let mut log = ReadLog::default();
-        let mut archive = PartWriter::new(backend, v - 1, has_data, part_bytes, |p, first| {
-            vol_key(&l, v - 1, p, first)
-        })
-        .copying(encoded);
-        // Versions below the oldest live one are gone for good: a category
-        // Cat.(i,j) with i < oldest has the live lifecycle oldest..=j, so the
-        // active categories starting below it are merged into the oldest's
-        // (and archived likewise). Without this, a lineage would keep one
-        // active category per version ever backed up, and restoring any
-        // version would read all of them (one object and extent each).
-        // (At most v-1: Cat.(v,v) is version v's pending category.)
-        let oldest = live.first().copied();
-        let start_of = |i: u64| oldest.map_or(i, |o| i.max(o.min(v - 1)));
-        // The writer of the new active category being written, by start.
-        let mut migrate: Option<(u64, PartWriter)> = None;
-        let mut k = 0;
-        while k < inputs.len() {
-            let i = inputs[k].0;
-            let to = start_of(i);
-            if migrate.as_ref().is_none_or(|(s, _)| *s != to) {
-                if let Some((_, w)) = migrate.take() {
-                    stats.categories_written += u64::from(w.finish()?);
-                }
-                let key_of = {
-                    let l = l.clone();
-                    move |p: u32, _: u64| cat_key(&l, to, v, p)
-                };
-                migrate = Some((
-                    to,
-                    PartWriter::new(backend, v, has_data, part_bytes, key_of).copying(encoded),
-                ));
-            }
-            let Some((_, writer)) = migrate.as_mut() else {
-                return Err(Error::Pipeline("arranging lost its category writer".into()));
-            };
-            // Dead: no live version in [i, v-1] (nothing can reference it any more).
-            let dead = live.range(i..v).next().is_none();
-            while k < inputs.len() && inputs[k].0 == i {
-                let key = cat_key(&l, i, v - 1, inputs[k].1);
-                k += 1;
-                let Some(header) =
-                    active_header(backend, &key, (i, v), encoded && has_data, &mut log)?
-                else {
-                    continue;
-                };
-                let metas = format::read_meta(backend, &key, &header, 0, &mut log)?;
-                // Parts written before a checksum fails are outputs of an
-                // uncommitted round: the next arrange deletes them.
-                format::stream_category(
-                    backend,
-                    &key,
-                    &header,
-                    0,
-                    &metas,
-                    &mut log,
-                    |fp, len, bytes| {
-                        if referenced()? {
-                            stats.chunks_migrated += 1;
-                            writer.push(to, &fp, len, bytes)
-                        } else if dead {
-                            stats.chunks_dropped += 1;
-                            Ok(())
-                        } else {
-                            stats.chunks_archived += 1;
-                            archive.push(to, &fp, len, bytes)
-                        }
-                    },
-                )?;
-            }
-            stats.categories_split += 1;
-        }
-        if let Some((_, w)) = migrate.take() {
-            stats.categories_written += u64::from(w.finish()?);
-        }
-        stats.volumes_written += u64::from(archive.finish()? > 0);
+        split_categories(repo, lineage, v, live, &inputs, sort_budget, stats)?;
     }
     // Commit the round, then delete what it replaced.
     let mut written: Vec<String> = lineage

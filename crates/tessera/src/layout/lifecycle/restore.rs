@@ -7,6 +7,7 @@
 
 use super::format::{self, ReadLog, VolumeHeader};
 use super::{require_layout, Lineage, Required};
+use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, Fingerprinter};
 use crate::format::snapshot::{BackupId, Recipe};
@@ -226,61 +227,18 @@ fn restore_in_one_pass(
     // object's prefix is read in one request after its header (objects are
     // at most a part, `lifecycle_part_bytes`), and its categories are
     // handed over, up to 16 in flight.
-    type Category = (String, Vec<(Fingerprint, u32)>, Arc<Vec<u8>>, usize, bool);
     let (tx, rx) = crossbeam_channel::bounded::<Category>(16);
     // Placement is by fingerprint, so objects may be read in any order:
     // several readers (each keeping a volume's parts together, in order)
     // hide the latency of many small reads: 3, or an object store's
     // `--connections`.
-    let readers = backend.connections().unwrap_or(3).max(1);
-    let mut shares: Vec<Vec<Required>> = vec![Vec::new(); readers];
-    let mut next = 0;
-    for (i, req) in required.iter().enumerate() {
-        let same_group = i > 0 && req.group.is_some() && req.group == required[i - 1].group;
-        if !same_group && i > 0 {
-            next = (next + 1) % readers;
-        }
-        shares[next].push(req.clone());
-    }
+    let shares = reader_shares(required, backend.connections().unwrap_or(3).max(1));
     let (read, placed) = std::thread::scope(|s| {
         let readers: Vec<_> = shares
             .into_iter()
             .map(|share| {
                 let tx = tx.clone();
-                s.spawn(move || -> Result<(ReadLog, u64)> {
-                    let mut log = ReadLog::default();
-                    let mut categories = 0u64;
-                    super::for_each_required(
-                        backend,
-                        &share,
-                        &mut log,
-                        |req, header, prefix, log| {
-                            if !header.has_data {
-                                return Err(Error::corrupt(&req.key, "no chunk data"));
-                            }
-                            let start = VolumeHeader::len_for(header.categories.len());
-                            let last = &header.categories[prefix - 1];
-                            let end = header.data_offset(prefix - 1) + last.data_bytes;
-                            let body = Arc::new(log.read(backend, &req.key, start, end - start)?);
-                            for e in &header.categories[..prefix] {
-                                categories += 1;
-                                let m = (e.offset - start) as usize;
-                                let d = m + e.meta_len() as usize;
-                                let metas = format::parse_meta(&req.key, e, &body[m..d])?;
-                                // The data section's CRC is not checked here (`check
-                                // --read-data` does): every chunk this restore uses is
-                                // verified against its fingerprint, the others are unused.
-                                log.data_bytes += e.data_bytes;
-                                let category =
-                                    (req.key.clone(), metas, Arc::clone(&body), d, header.encoded);
-                                tx.send(category)
-                                    .map_err(|_| Error::Pipeline("restore stopped".into()))?;
-                            }
-                            Ok(())
-                        },
-                    )?;
-                    Ok((log, categories))
-                })
+                s.spawn(move || read_categories(backend, &share, &tx))
             })
             .collect();
         drop(tx);
@@ -364,19 +322,7 @@ fn restore_in_one_pass(
         }
         // Stops the readers if placing failed.
         drop(rx);
-        let mut read: Result<(ReadLog, u64)> = Ok((ReadLog::default(), 0));
-        for r in readers {
-            let one = r
-                .join()
-                .unwrap_or_else(|_| Err(Error::Pipeline("a restore reader panicked".into())));
-            read = match (read, one) {
-                (Ok((mut log, n)), Ok((other, m))) => {
-                    log.merge(other);
-                    Ok((log, n + m))
-                }
-                (Err(e), _) | (_, Err(e)) => Err(e),
-            };
-        }
+        let read = join_readers(readers);
         (read, placed)
     });
     // A placing error first (the reader then only saw the channel closed).
@@ -388,6 +334,82 @@ fn restore_in_one_pass(
     }
     stats.bytes_restored = restored;
     Ok((stats, log))
+}
+
+/// A category handed from a reader to the placer: its object's key, its
+/// chunks (fingerprint, stored length), the object's body read, where the
+/// category's data starts in it, and whether its entries are encoded.
+type Category = (String, Vec<(Fingerprint, u32)>, Arc<Vec<u8>>, usize, bool);
+
+/// Splits the required objects over `readers` readers, keeping each
+/// group (a volume's parts) together and in order.
+fn reader_shares(required: &[Required], readers: usize) -> Vec<Vec<Required>> {
+    let mut shares: Vec<Vec<Required>> = vec![Vec::new(); readers];
+    let mut next = 0;
+    for (i, req) in required.iter().enumerate() {
+        let same_group = i > 0 && req.group.is_some() && req.group == required[i - 1].group;
+        if !same_group && i > 0 {
+            next = (next + 1) % readers;
+        }
+        shares[next].push(req.clone());
+    }
+    shares
+}
+
+/// One reader: reads the required prefix of each object of `share` and
+/// sends its categories to `tx`; returns its read log and the number of
+/// categories read.
+fn read_categories(
+    backend: &dyn Backend,
+    share: &[Required],
+    tx: &crossbeam_channel::Sender<Category>,
+) -> Result<(ReadLog, u64)> {
+    let mut log = ReadLog::default();
+    let mut categories = 0u64;
+    super::for_each_required(backend, share, &mut log, |req, header, prefix, log| {
+        if !header.has_data {
+            return Err(Error::corrupt(&req.key, "no chunk data"));
+        }
+        let start = VolumeHeader::len_for(header.categories.len());
+        let last = &header.categories[prefix - 1];
+        let end = header.data_offset(prefix - 1) + last.data_bytes;
+        let body = Arc::new(log.read(backend, &req.key, start, end - start)?);
+        for e in &header.categories[..prefix] {
+            categories += 1;
+            let m = (e.offset - start) as usize;
+            let d = m + e.meta_len() as usize;
+            let metas = format::parse_meta(&req.key, e, &body[m..d])?;
+            // The data section's CRC is not checked here (`check
+            // --read-data` does): every chunk this restore uses is
+            // verified against its fingerprint, the others are unused.
+            log.data_bytes += e.data_bytes;
+            let category = (req.key.clone(), metas, Arc::clone(&body), d, header.encoded);
+            tx.send(category)
+                .map_err(|_| Error::Pipeline("restore stopped".into()))?;
+        }
+        Ok(())
+    })?;
+    Ok((log, categories))
+}
+
+/// Waits for every reader and merges their logs and counts (the first error wins).
+fn join_readers(
+    readers: Vec<std::thread::ScopedJoinHandle<'_, Result<(ReadLog, u64)>>>,
+) -> Result<(ReadLog, u64)> {
+    let mut read: Result<(ReadLog, u64)> = Ok((ReadLog::default(), 0));
+    for r in readers {
+        let one = r
+            .join()
+            .unwrap_or_else(|_| Err(Error::Pipeline("a restore reader panicked".into())));
+        read = match (read, one) {
+            (Ok((mut log, n)), Ok((other, m))) => {
+                log.merge(other);
+                Ok((log, n + m))
+            }
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        };
+    }
+    read
 }
 
 /// Where a chunk is stored: object index, absolute offset, length.
@@ -468,26 +490,7 @@ pub fn restore_selection_to_writer(
         ..LifecycleRestoreStats::default()
     };
     let mut log = ReadLog::default();
-    let mut wanted: FingerprintMap<Option<Loc>> =
-        recipe.chunks.iter().map(|c| (c.fp, None)).collect();
-    // Object keys, and whether each stores encoded entries.
-    let mut objects: Vec<(String, bool)> = Vec::new();
-    super::for_each_required(backend, &required, &mut log, |req, header, prefix, log| {
-        let obj = objects.len();
-        objects.push((req.key.clone(), header.encoded));
-        for idx in 0..prefix {
-            stats.categories_read += 1;
-            let metas = format::read_meta(backend, &req.key, header, idx, log)?;
-            let mut offset = header.data_offset(idx);
-            for (fp, len) in metas {
-                if let Some(slot @ None) = wanted.get_mut(&fp) {
-                    *slot = Some(Loc { obj, offset, len });
-                }
-                offset += u64::from(len);
-            }
-        }
-        Ok(())
-    })?;
+    let (wanted, objects) = locate_chunks(backend, &required, &recipe, &mut stats, &mut log)?;
     let window = options.window_bytes.max(1);
     let mut restored = 0u64;
     let mut at = 0usize;
@@ -527,45 +530,7 @@ pub fn restore_selection_to_writer(
             pos += c.len as usize;
         }
         reads.sort_by_key(|(l, p, _, _)| (l.obj, l.offset, *p));
-        let mut r = 0;
-        while r < reads.len() {
-            // An extent: consecutive (or repeated) chunks of one object, up to a piece.
-            let (start, obj) = (reads[r].0.offset, reads[r].0.obj);
-            let mut end = start + u64::from(reads[r].0.len);
-            let mut e = r + 1;
-            while e < reads.len()
-                && reads[e].0.obj == obj
-                && reads[e].0.offset <= end
-                && (reads[e].0.offset + u64::from(reads[e].0.len)).max(end) - start
-                    <= format::PIECE_BYTES
-            {
-                end = end.max(reads[e].0.offset + u64::from(reads[e].0.len));
-                e += 1;
-            }
-            let (key, encoded) = (&objects[obj].0, objects[obj].1);
-            let data = log.read(backend, key, start, end - start)?;
-            log.data_bytes += end - start;
-            // Verify each distinct chunk of the extent (in parallel,
-            // decoded), then place it.
-            let mut distinct: Vec<&(Loc, usize, Fingerprint, u32)> = reads[r..e].iter().collect();
-            distinct.dedup_by_key(|(loc, _, _, _)| loc.offset);
-            let decoded: Vec<(u64, std::borrow::Cow<'_, [u8]>)> = distinct
-                .par_iter()
-                .map(|(loc, _, fp, want)| {
-                    let s = (loc.offset - start) as usize;
-                    let stored = &data[s..s + loc.len as usize];
-                    verify(algo, key, fp, *want, encoded, stored).map(|b| (loc.offset, b))
-                })
-                .collect::<Result<_>>()?;
-            let mut d = 0;
-            for (loc, p, _, want) in &reads[r..e] {
-                while decoded[d].0 != loc.offset {
-                    d += 1;
-                }
-                buf[*p..*p + *want as usize].copy_from_slice(&decoded[d].1);
-            }
-            r = e;
-        }
+        read_extents(backend, algo, &objects, &reads, &mut buf, &mut log)?;
         out.write_all(&buf).map_err(|e| Error::Output {
             what: "output".into(),
             source: e,
@@ -582,6 +547,90 @@ pub fn restore_selection_to_writer(
     stats.bytes_restored = restored;
     stats.finish(&log, started);
     Ok(stats)
+}
+
+/// Where each chunk of `recipe` is stored, from the chunk metadata of the
+/// required categories (the first place found), and the objects' keys
+/// with whether each stores encoded entries.
+#[allow(clippy::type_complexity)]
+fn locate_chunks(
+    backend: &dyn Backend,
+    required: &[Required],
+    recipe: &Recipe,
+    stats: &mut LifecycleRestoreStats,
+    log: &mut ReadLog,
+) -> Result<(FingerprintMap<Option<Loc>>, Vec<(String, bool)>)> {
+    let mut wanted: FingerprintMap<Option<Loc>> =
+        recipe.chunks.iter().map(|c| (c.fp, None)).collect();
+    let mut objects: Vec<(String, bool)> = Vec::new();
+    super::for_each_required(backend, required, log, |req, header, prefix, log| {
+        let obj = objects.len();
+        objects.push((req.key.clone(), header.encoded));
+        for idx in 0..prefix {
+            stats.categories_read += 1;
+            let metas = format::read_meta(backend, &req.key, header, idx, log)?;
+            let mut offset = header.data_offset(idx);
+            for (fp, len) in metas {
+                if let Some(slot @ None) = wanted.get_mut(&fp) {
+                    *slot = Some(Loc { obj, offset, len });
+                }
+                offset += u64::from(len);
+            }
+        }
+        Ok(())
+    })?;
+    Ok((wanted, objects))
+}
+
+/// Reads the chunks `reads` — (location, position in `buf`, fingerprint,
+/// recipe length), in storage order — an extent at a time (consecutive or
+/// repeated chunks of one object, up to a piece), verifies each distinct
+/// chunk (in parallel, decoded) and places it in `buf`.
+fn read_extents(
+    backend: &dyn Backend,
+    algo: &Fingerprinter,
+    objects: &[(String, bool)],
+    reads: &[(Loc, usize, Fingerprint, u32)],
+    buf: &mut [u8],
+    log: &mut ReadLog,
+) -> Result<()> {
+    let mut r = 0;
+    while r < reads.len() {
+        let (start, obj) = (reads[r].0.offset, reads[r].0.obj);
+        let mut end = start + u64::from(reads[r].0.len);
+        let mut e = r + 1;
+        while e < reads.len()
+            && reads[e].0.obj == obj
+            && reads[e].0.offset <= end
+            && (reads[e].0.offset + u64::from(reads[e].0.len)).max(end) - start
+                <= format::PIECE_BYTES
+        {
+            end = end.max(reads[e].0.offset + u64::from(reads[e].0.len));
+            e += 1;
+        }
+        let (key, encoded) = (&objects[obj].0, objects[obj].1);
+        let data = log.read(backend, key, start, end - start)?;
+        log.data_bytes += end - start;
+        let mut distinct: Vec<&(Loc, usize, Fingerprint, u32)> = reads[r..e].iter().collect();
+        distinct.dedup_by_key(|(loc, _, _, _)| loc.offset);
+        let decoded: Vec<(u64, std::borrow::Cow<'_, [u8]>)> = distinct
+            .par_iter()
+            .map(|(loc, _, fp, want)| {
+                let s = (loc.offset - start) as usize;
+                let stored = &data[s..s + loc.len as usize];
+                verify(algo, key, fp, *want, encoded, stored).map(|b| (loc.offset, b))
+            })
+            .collect::<Result<_>>()?;
+        let mut d = 0;
+        for (loc, p, _, want) in &reads[r..e] {
+            while decoded[d].0 != loc.offset {
+                d += 1;
+            }
+            buf[*p..*p + *want as usize].copy_from_slice(&decoded[d].1);
+        }
+        r = e;
+    }
+    Ok(())
 }
 
 /// The metrics a restore of backup `id` to a file would have, computed from

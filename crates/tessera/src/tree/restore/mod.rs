@@ -2,9 +2,9 @@
 //! stream (or, while its entries fit in [`KEPT_BYTES`], once and kept) —
 //! to check that every `--include` pattern matches, to create directories,
 //! symbolic links, FIFOs and devices and find the chunks of the selected
-//! files ([`super::restore_entries`]), to name the files (and hard links)
+//! files ([`entries`]), to name the files (and hard links)
 //! while those chunks are restored (and verified) in one pass
-//! ([`super::restore_files`]), with `--delete` to remove what the backup
+//! ([`files`]), with `--delete` to remove what the backup
 //! does not hold, to set the directories' metadata once their contents
 //! exist, and with `--verify` to read the restored files back.
 //!
@@ -12,286 +12,33 @@
 //! ([`super::beneath`]); an entry that cannot be restored is reported
 //! ([`TreeRestoreStats::failed`]) and the restore goes on.
 
+mod entries;
+mod files;
+mod options;
+
 use super::beneath::{remove_at, set_metadata_fd, Dirs, Root};
 use super::catalog::{Entry, Kind};
-use super::restore_entries::Plan;
-use super::restore_files::{restore_orphans, Files};
+use super::cursor::{split_path, Catalog, Cursor};
 use super::select::Selection;
-use super::stream::{for_each_entry, for_each_entry_in, scope_of, tree_of, Scope};
+use super::stream::{for_each_entry, for_each_entry_in, scope_of, tree_of};
 use super::{catalog_order, relative_path};
 use crate::error::{Error, Result};
-use crate::format::snapshot::{BackupId, ChunkRef, TreeRef};
+use crate::format::snapshot::BackupId;
 use crate::repo::Repository;
-use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
+use crate::restore::{restore_selection, RestoreStats};
 use crossbeam_channel::{bounded, Receiver};
+use entries::Plan;
+use files::{restore_orphans, Files};
+pub(super) use options::out_err;
+use options::Report;
+pub use options::{FailedEntry, LostFile, Overwrite, TreeRestoreOptions, TreeRestoreStats};
 use rustix::fs::{FileType, OFlags};
-use serde::Serialize;
-use std::cell::RefCell;
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{self, ErrorKind, Read};
-use std::ops::Range;
 use std::os::fd::{AsFd, BorrowedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
-
-/// What a restore does with an object already at a restored path.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Overwrite {
-    /// Replace nothing: each object in the way is reported (a directory
-    /// where the backup has one is merged into, left as it is).
-    #[default]
-    Refuse,
-    /// Replace what is there (the backup's kind wins: a directory in the
-    /// way of a file is removed with its contents).
-    Always,
-    /// Replace a file unless it has the entry's size and modification
-    /// time, and a symbolic link unless it has the entry's target.
-    IfChanged,
-    /// Keep what is there; restore only what is missing.
-    Never,
-}
-
-impl Overwrite {
-    /// Whether this mode replaces objects in the way (and restores the
-    /// metadata of directories that were there).
-    pub(super) fn replaces(self) -> bool {
-        matches!(self, Overwrite::Always | Overwrite::IfChanged)
-    }
-}
-
-/// Options of a tree restore.
-#[derive(Default)]
-pub struct TreeRestoreOptions<'a> {
-    /// Which paths to restore.
-    pub selection: Selection,
-    /// What to do with objects already in the target directory.
-    pub overwrite: Overwrite,
-    /// Remove what is in the target directory, among the selected paths,
-    /// but not in the backup.
-    pub delete: bool,
-    /// Read every restored file back and check each chunk's fingerprint.
-    pub verify: bool,
-    /// Cache and progress of the restore of the files' chunks.
-    pub restore: RestoreOptions<'a>,
-}
-
-/// An entry a restore could not restore, reported while the restore goes on.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct FailedEntry {
-    /// The entry's path as `ls` shows it (`/home/ann/a.txt`), or the
-    /// directory on the way that could not be used.
-    pub path: String,
-    /// Why.
-    pub reason: String,
-    /// Selected entries below it not restored because of it.
-    pub below: u64,
-}
-
-/// What a restore reports besides its counts: metadata it could not apply,
-/// counted by kind (one line each, not one per object), and the entries it
-/// could not restore.
-#[derive(Default)]
-pub(super) struct Report {
-    notes: RefCell<BTreeMap<&'static str, (u64, PathBuf)>>,
-    failed: RefCell<Vec<FailedEntry>>,
-    /// The catalog paths of the failed entries (files among them are not verified).
-    failed_paths: RefCell<HashSet<Vec<u8>>>,
-}
-
-impl Report {
-    /// Notes metadata `what` not applied to the object shown as `path`.
-    pub(super) fn note(&self, what: &'static str, path: &Path) {
-        let mut m = self.notes.borrow_mut();
-        let e = m.entry(what).or_insert_with(|| (0, path.to_path_buf()));
-        e.0 += 1;
-    }
-
-    /// Reports that the entry (or directory) at catalog path `path` could
-    /// not be restored; returns its number, for [`Report::below`].
-    pub(super) fn fail(&self, path: &[u8], reason: impl Into<String>) -> usize {
-        self.failed_paths.borrow_mut().insert(path.to_vec());
-        let mut f = self.failed.borrow_mut();
-        f.push(FailedEntry {
-            path: format!("/{}", String::from_utf8_lossy(path)),
-            reason: reason.into(),
-            below: 0,
-        });
-        f.len() - 1
-    }
-
-    /// Counts one more entry below failed entry `n`, not restored with it.
-    pub(super) fn below(&self, n: usize) {
-        if let Some(f) = self.failed.borrow_mut().get_mut(n) {
-            f.below += 1;
-        }
-    }
-
-    /// Whether the entry at catalog path `path` was reported as not restored.
-    pub(super) fn has_failed(&self, path: &[u8]) -> bool {
-        self.failed_paths.borrow().contains(path)
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.notes
-            .borrow()
-            .iter()
-            .map(|(what, (n, first))| format!("{what}: {n} object(s), e.g. {}", first.display()))
-            .collect()
-    }
-}
-
-/// Metrics of a tree restore.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct TreeRestoreStats {
-    /// The backup restored.
-    pub id: BackupId,
-    /// Directories restored.
-    pub dirs: u64,
-    /// Regular files restored.
-    pub files: u64,
-    /// Symbolic links restored.
-    pub symlinks: u64,
-    /// Hard links restored (paths linked to a file restored before).
-    pub hardlinks: u64,
-    /// FIFOs and device nodes restored.
-    pub nodes: u64,
-    /// Objects already there and kept (`--overwrite never|if-changed`).
-    pub kept: u64,
-    /// Objects removed because the backup does not hold them (`--delete`).
-    pub deleted: u64,
-    /// Files read back and checked (`--verify`).
-    pub verified: u64,
-    /// What could not be applied, one line per kind (e.g. owners when not root).
-    pub notes: Vec<String>,
-    /// Entries that could not be restored (each with the entries below it
-    /// left out with it); the restore went on with the others.
-    pub failed: Vec<FailedEntry>,
-    /// Bytes of the files restored.
-    pub bytes_restored: u64,
-    /// Containers (lifecycle layout: objects) read, for the files and the catalog.
-    pub containers_read: u64,
-    /// Of which for reading the catalog (three passes) and its index.
-    pub catalog_containers_read: u64,
-    /// Ranged reads of containers (in other layouts: extents) for the catalog and its index.
-    pub catalog_extents_read: u64,
-    /// Bytes read from the backend.
-    pub bytes_read: u64,
-    /// Wall time.
-    pub seconds: f64,
-    /// Salvage restore (`skip_damaged`): files left out because some of
-    /// their bytes are lost (empty when the backup is whole).
-    pub lost_files: Vec<LostFile>,
-}
-
-/// A file a salvage restore left out: some of its chunks are missing or damaged.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct LostFile {
-    /// The file's path as backed up.
-    pub path: String,
-    /// `missing` or `damaged` (of its first lost range).
-    pub reason: String,
-    /// The first error met.
-    pub detail: String,
-}
-
-impl TreeRestoreStats {
-    /// Counts the reads of a pass over the catalog.
-    pub(super) fn add_catalog(&mut self, s: &RestoreStats) {
-        self.containers_read += s.containers_read;
-        self.catalog_containers_read += s.containers_read;
-        self.catalog_extents_read += s.extents;
-        self.bytes_read += s.bytes_read;
-    }
-
-    /// Counts the reads of a restore of files' chunks.
-    fn add_data(&mut self, s: &RestoreStats) {
-        self.bytes_restored += s.bytes_restored;
-        self.containers_read += s.containers_read;
-        self.bytes_read += s.bytes_read;
-    }
-}
-
-/// Bytes of catalog entries a restore keeps from its first reading of the
-/// catalog at most (beyond, it reads the catalog again for each pass).
-const KEPT_BYTES: usize = 16 << 20;
-
-/// The part of a backup's catalog a restore reads, kept in memory after
-/// its first reading while it fits in [`KEPT_BYTES`].
-pub(super) struct Catalog<'a> {
-    pub(super) repo: &'a Repository,
-    pub(super) id: BackupId,
-    pub(super) tree: &'a TreeRef,
-    pub(super) chunks: &'a [ChunkRef],
-    pub(super) scope: &'a Scope,
-    kept: Option<Vec<Entry>>,
-}
-
-impl Catalog<'_> {
-    /// Reads the catalog's part, calling `f` with each entry, and keeps the
-    /// entries if they fit.
-    fn read_keeping(&mut self, mut f: impl FnMut(&Entry) -> Result<bool>) -> Result<RestoreStats> {
-        let mut kept = Some((Vec::new(), 0usize));
-        let s = for_each_entry_in(
-            self.repo,
-            self.id,
-            self.tree,
-            self.chunks,
-            self.scope,
-            |e| {
-                let go = f(&e)?;
-                if let Some((v, bytes)) = &mut kept {
-                    *bytes += entry_bytes(&e);
-                    match *bytes > KEPT_BYTES {
-                        true => kept = None,
-                        false => v.push(e),
-                    }
-                }
-                Ok(go)
-            },
-        )?;
-        self.kept = kept.map(|(v, _)| v);
-        Ok(s)
-    }
-
-    /// Calls `f` with each entry of the part, until it returns `false`:
-    /// those kept, or read again.
-    pub(super) fn each(&self, mut f: impl FnMut(&Entry) -> Result<bool>) -> Result<RestoreStats> {
-        match &self.kept {
-            Some(entries) => {
-                for e in entries {
-                    if !f(e)? {
-                        break;
-                    }
-                }
-                Ok(RestoreStats::default())
-            }
-            None => for_each_entry_in(
-                self.repo,
-                self.id,
-                self.tree,
-                self.chunks,
-                self.scope,
-                |e| f(&e),
-            ),
-        }
-    }
-}
-
-/// Memory an entry takes, roughly.
-fn entry_bytes(e: &Entry) -> usize {
-    let xattrs: usize = e
-        .xattrs
-        .iter()
-        .map(|x| x.name.len() + x.value.len() + 48)
-        .sum();
-    std::mem::size_of::<Entry>()
-        + e.path.len()
-        + e.target.len()
-        + e.user.len()
-        + e.group.len()
-        + xattrs
-}
 
 /// Restores the selected entries of tree backup `id` of `repo` below
 /// `target` (created if missing), with their modes, times, extended
@@ -591,14 +338,6 @@ fn unlink_beneath(root: &Root, path: &[u8]) -> io::Result<()> {
     }
 }
 
-/// A catalog path's directory and name (`a/b/c`: `a/b` and `c`).
-pub(super) fn split_path(path: &[u8]) -> (&[u8], &[u8]) {
-    match path.iter().rposition(|&b| b == b'/') {
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => (&[], path),
-    }
-}
-
 /// Removes what is below the target among the selected paths but not in
 /// the backup's catalog: the directory is walked in catalog order (depth
 /// first, names sorted by their bytes) beside a reading of the catalog,
@@ -792,78 +531,6 @@ fn verify(
         Ok(true)
     })?;
     Ok((verified, s))
-}
-
-/// Walks the recipe along the files' bytes: the chunks of each extent.
-pub(super) struct Cursor<'a> {
-    chunks: &'a [ChunkRef],
-    index: usize,
-    offset: u64,
-    backup: BackupId,
-}
-
-impl<'a> Cursor<'a> {
-    /// A cursor at the start of backup `backup`'s stream of `chunks`.
-    pub(super) fn new(chunks: &'a [ChunkRef], backup: BackupId) -> Self {
-        Cursor {
-            chunks,
-            index: 0,
-            offset: 0,
-            backup,
-        }
-    }
-
-    /// A cursor at byte `offset` of backup `backup`'s stream of `chunks`
-    /// (a chunk boundary: where a part of its catalog starts,
-    /// [`crate::tree::stream::Scope`]).
-    pub(super) fn at(chunks: &'a [ChunkRef], backup: BackupId, offset: u64) -> Result<Self> {
-        let mut c = Cursor::new(chunks, backup);
-        c.extent(offset)?;
-        Ok(c)
-    }
-
-    /// The chunks of the next `size` bytes, which must start and end at chunk boundaries.
-    pub(super) fn extent(&mut self, size: u64) -> Result<Range<usize>> {
-        let start = self.index;
-        let end_offset = self.offset + size;
-        while self.offset < end_offset {
-            let c = self.chunks.get(self.index).ok_or_else(|| self.corrupt())?;
-            self.offset += u64::from(c.len);
-            self.index += 1;
-        }
-        if self.offset != end_offset {
-            return Err(self.corrupt());
-        }
-        Ok(start..self.index)
-    }
-
-    fn corrupt(&self) -> Error {
-        Error::corrupt(
-            format!("catalog of backup {}", self.backup),
-            format!(
-                "a file's extent does not end at a chunk boundary (byte {})",
-                self.offset
-            ),
-        )
-    }
-}
-
-/// Adds the chunks `r` to `ranges`, merged with the last range when adjacent.
-pub(super) fn push_range(ranges: &mut Vec<Range<usize>>, r: Range<usize>) {
-    if r.is_empty() {
-        return;
-    }
-    match ranges.last_mut() {
-        Some(last) if last.end == r.start => last.end = r.end,
-        _ => ranges.push(r),
-    }
-}
-
-pub(super) fn out_err(path: &Path) -> impl Fn(io::Error) -> Error + '_ {
-    move |e| Error::Output {
-        what: path.display().to_string(),
-        source: e,
-    }
 }
 
 /// Creates `target` if missing; refuses one that is not a directory.

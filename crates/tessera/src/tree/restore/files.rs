@@ -2,19 +2,20 @@
 //! files, in catalog order, each written to a temporary file beside its
 //! place (created, never reused) and renamed into place only when
 //! complete, with its metadata; hard links made as they come. Everything
-//! through directory descriptors beneath the target ([`super::beneath`]).
+//! through directory descriptors beneath the target ([`crate::tree::beneath`]).
 //! A file that cannot be created or written is reported, its bytes
 //! skipped, and the restore goes on.
 
-use super::beneath::{a_kind, remove_at, set_metadata_fd, stat_at, Dirs, Root};
-use super::catalog::{Entry, Kind};
-use super::relative_path;
-use super::restore::TreeRestoreOptions;
-use super::restore::{push_range, split_path, Catalog, Cursor, Overwrite, Report};
-use super::restore_entries::{decide, in_the_way, Decision};
-use super::stream::{for_each_entry_in, scope_of, Scope};
+use super::entries::{decide, in_the_way, Decision};
+use super::options::TreeRestoreOptions;
+use super::options::{Overwrite, Report};
 use crate::error::{Error, Result};
 use crate::restore::{restore_selection, RestoreStats};
+use crate::tree::beneath::{a_kind, remove_at, set_metadata_fd, stat_at, Dirs, Root};
+use crate::tree::catalog::{Entry, Kind};
+use crate::tree::cursor::{push_range, split_path, Catalog, Cursor};
+use crate::tree::relative_path;
+use crate::tree::stream::{for_each_entry_in, scope_of, Scope};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, RenameFlags};
 use rustix::io::Errno;
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
 //! Pass 1 of a tree restore: the selected directories, symbolic links,
-//! FIFOs and devices are made (beneath the target: [`super::beneath`]),
+//! FIFOs and devices are made (beneath the target: [`crate::tree::beneath`]),
 //! the missing ancestors of selected entries created, and what pass 2 (the
 //! files and hard links) and pass 3 (the directories' metadata) will do is
 //! decided entry by entry. What is in the way is replaced, kept or
@@ -7,15 +7,16 @@
 //! made or used is reported once, with the count of the selected entries
 //! below it.
 
-use super::beneath::{
-    a_kind, components, kind_at, make_node_at, remove_at, set_metadata_at, stat_at, Dirs, Root,
-};
-use super::catalog::{is_ancestor, Entry, Kind};
-use super::relative_path;
-use super::restore::{push_range, split_path, Cursor, Overwrite, Report, TreeRestoreOptions};
-use super::select::Selection;
+use super::options::{Overwrite, Report, TreeRestoreOptions};
 use crate::error::Result;
 use crate::format::snapshot::{BackupId, ChunkRef};
+use crate::tree::beneath::{
+    a_kind, components, kind_at, make_node_at, remove_at, set_metadata_at, stat_at, Dirs, Root,
+};
+use crate::tree::catalog::{is_ancestor, Entry, Kind};
+use crate::tree::cursor::{push_range, split_path, Cursor};
+use crate::tree::relative_path;
+use crate::tree::select::Selection;
 use rustix::fs::{FileType, Mode};
 use std::io;
 use std::ops::Range;
