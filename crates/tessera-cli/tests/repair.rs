@@ -321,7 +321,7 @@ fn repair_recovers_the_snapshot_of_a_tree_backup_in_an_encrypted_repository() {
     std::fs::create_dir_all(src.join("d")).unwrap();
     std::fs::write(src.join("a"), random_bytes(3, 300_000)).unwrap();
     std::fs::write(src.join("d/b"), b"hello").unwrap();
-    backup_json(&repo, &src);
+    ok(["backup", repo.to_str().unwrap(), src.to_str().unwrap()]);
     let id = list_ids(&repo)[0];
     std::fs::remove_file(repo.join(format!("snapshots/{id:016x}"))).unwrap();
     let (code, report) = repair(&repo, &[]);
