@@ -1,10 +1,13 @@
 //! `tessera`: the command line over the Tessera engine. It parses
 //! arguments, calls the library and prints results (human-readable or JSON).
 
-use clap::Parser;
+use clap::error::ErrorKind;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser};
+use std::ffi::{OsStr, OsString};
 use std::process::ExitCode;
 use std::time::Duration;
-use tessera::backend::S3Options;
+use tessera::backend::{Location, S3Options};
 use tessera::util::units::parse_size;
 
 mod commands;
@@ -36,7 +39,7 @@ struct Cli {
         value_name = "REPO",
         env = "TESSERA_REPOSITORY"
     )]
-    repository: Option<std::ffi::OsString>,
+    repository: Option<OsString>,
     /// Object stores: requests in flight at once: container reads of a
     /// restore, container writes of a backup, read-ahead (index loading);
     /// the retries' budget is per request. Default: twice the processors,
@@ -77,78 +80,70 @@ struct Cli {
     password: PasswordArgs,
 }
 
-/// `argv` with the repository given by `--repo`/`-r` (or, without them,
-/// `TESSERA_REPOSITORY`) put where the command expects its REPO argument:
-/// first after the (sub)command name, for every command whose first
-/// argument is the repository. Other commands are left as they are.
-fn with_repository(
-    argv: Vec<std::ffi::OsString>,
-    env: Option<std::ffi::OsString>,
-) -> Vec<std::ffi::OsString> {
-    use clap::CommandFactory;
-    let root = Cli::command();
-    let mut repo = env.filter(|v| !v.is_empty());
-    // Options (of the root command, global ones included) that take a value.
-    let takes_value = |cmd: &clap::Command, tok: &str| {
-        cmd.get_arguments().any(|a| {
-            a.get_action().takes_values()
-                && (a.get_long().is_some_and(|l| tok == format!("--{l}"))
-                    || a.get_short().is_some_and(|c| tok == format!("-{c}")))
-        })
+/// Parses the command line. The repository given by `--repo`/`-r` (or,
+/// without them, `TESSERA_REPOSITORY`) takes the place of the REPO argument
+/// of the commands whose first argument is the repository: for them, the
+/// command line is read without that argument. A REPO argument given
+/// although `TESSERA_REPOSITORY` is set wins over it.
+fn parse(argv: &[OsString]) -> Result<Cli, clap::Error> {
+    // A first reading, tolerant of errors, finds the option (or variable).
+    let probe = Cli::command()
+        .ignore_errors(true)
+        .try_get_matches_from(argv)
+        .ok();
+    let given = probe.as_ref().and_then(|m| {
+        let repo = m.try_get_one::<OsString>("repository").ok().flatten()?;
+        Some((repo.clone(), m.value_source("repository")?))
+    });
+    let from_option = |source: &ValueSource| *source == ValueSource::CommandLine;
+    let Some((repo, source)) =
+        given.filter(|(repo, source)| !repo.is_empty() || from_option(source))
+    else {
+        return parse_with(Cli::command(), argv);
     };
-    let mut out = Vec::with_capacity(argv.len() + 1);
-    let mut cmd = root.clone();
-    let mut insert_at = None;
-    let mut i = 0;
-    while i < argv.len() {
-        let tok = argv[i].to_string_lossy().into_owned();
-        // The repository option itself is consumed here (and parsed again
-        // by clap only for its help text).
-        if tok == "-r" || tok == "--repo" {
-            if let Some(v) = argv.get(i + 1) {
-                repo = Some(v.clone());
-            }
-            i += 2;
-            continue;
-        }
-        if let Some(v) = tok.strip_prefix("--repo=") {
-            repo = Some(v.into());
-            i += 1;
-            continue;
-        }
-        out.push(argv[i].clone());
-        if i == 0 || insert_at.is_some() {
-            i += 1;
-            continue;
-        }
-        if tok == "--" {
-            i += 1;
-            break;
-        }
-        if tok.starts_with('-') {
-            if !tok.contains('=') && (takes_value(&cmd, &tok) || takes_value(&root, &tok)) {
-                if let Some(v) = argv.get(i + 1) {
-                    out.push(v.clone());
-                }
-                i += 1;
-            }
-        } else if let Some(sub) = cmd.find_subcommand(&tok).cloned() {
-            let first_is_repo = sub
-                .get_positionals()
-                .next()
-                .is_some_and(|a| a.get_id() == "repo");
-            if first_is_repo {
-                insert_at = Some(out.len());
-            }
-            cmd = sub;
-        }
-        i += 1;
+    let from_option = from_option(&source);
+    if let (true, Err(e)) = (from_option, repo.to_string_lossy().parse::<Location>()) {
+        let message = format!(
+            "invalid value '{}' for '--repo <REPO>': {e}\n",
+            repo.display()
+        );
+        return Err(clap::Error::raw(ErrorKind::ValueValidation, message));
     }
-    out.extend(argv.into_iter().skip(i));
-    if let (Some(at), Some(repo)) = (insert_at, repo) {
-        out.insert(at, repo);
+    match parse_with(without_repo_argument(Cli::command(), &repo), argv) {
+        Err(e) if !from_option => parse_with(Cli::command(), argv).map_err(|_| e),
+        parsed => parsed,
     }
-    out
+}
+
+/// `argv` parsed by `cmd` (a form of [`Cli`]'s command line).
+fn parse_with(mut cmd: clap::Command, argv: &[OsString]) -> Result<Cli, clap::Error> {
+    let mut matches = cmd.try_get_matches_from_mut(argv)?;
+    Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut cmd))
+}
+
+/// `cmd` with the REPO argument of every (sub)command whose first argument
+/// is the repository turned into a hidden option whose default is `repo`.
+fn without_repo_argument(cmd: clap::Command, repo: &OsStr) -> clap::Command {
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|sub| sub.get_name().to_owned())
+        .collect();
+    let cmd = names.iter().fold(cmd, |cmd, name| {
+        cmd.mut_subcommand(name, |sub| without_repo_argument(sub, repo))
+    });
+    let first_is_repo = cmd
+        .get_positionals()
+        .next()
+        .is_some_and(|a| a.get_id() == "repo");
+    if !first_is_repo {
+        return cmd;
+    }
+    cmd.mut_arg("repo", |a| {
+        a.long("repo-argument")
+            .hide(true)
+            .required(false)
+            .default_value(repo.to_os_string())
+    })
 }
 
 fn parse_wait(s: &str) -> Result<Duration, String> {
@@ -176,19 +171,8 @@ fn main() -> ExitCode {
     }
     #[cfg(unix)]
     raise_open_file_limit();
-    let raw: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    let parsed = Cli::try_parse_from(with_repository(
-        raw.clone(),
-        std::env::var_os("TESSERA_REPOSITORY"),
-    ));
-    // A REPO argument given although TESSERA_REPOSITORY is set: the
-    // argument wins.
-    let parsed = match parsed {
-        Err(e) if std::env::var_os("TESSERA_REPOSITORY").is_some() => {
-            Cli::try_parse_from(with_repository(raw, None)).map_err(|_| e)
-        }
-        other => other,
-    };
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let parsed = parse(&argv);
     let cli = match parsed {
         Ok(cli) => cli,
         // Help and version go to stdout as clap prints them.

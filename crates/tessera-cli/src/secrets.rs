@@ -12,7 +12,6 @@ use tessera::crypto::{Credentials, KdfParams, NewKey};
 use tessera::Repository;
 use zeroize::Zeroizing;
 
-
 /// Environment variable holding the password (as restic users expect).
 const PASSWORD_ENV: &str = "TESSERA_PASSWORD";
 /// Environment variable holding the password of `copy`'s destination.

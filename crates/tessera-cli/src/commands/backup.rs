@@ -9,18 +9,17 @@ use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::backup::{run as run_backup, BackupOptions, Outcome, Source};
 use tessera::delta::DeltaKind;
-use tessera::fingerprint::Fingerprint;
 use tessera::repo::config::Compression;
 use tessera::tree::{backup_tree, TreeBackupOptions};
 use tessera::util::units::parse_size;
 use tessera::Repository;
-use tessera_lab::trace::TraceFile;
 
 use crate::output::{human, ratio_text, EXIT_INCOMPLETE};
 use crate::progress::{self, bytes_bar as progress_bar, quiet};
 use crate::repo_open::open;
 use crate::secrets::Access;
 
+/// The arguments of `tessera backup`.
 #[derive(Args)]
 pub struct BackupArgs {
     /// The repository.
@@ -105,6 +104,7 @@ pub struct BackupArgs {
     json: bool,
 }
 
+/// Runs `tessera backup`.
 pub fn run(args: BackupArgs, access: &Access) -> Result<ExitCode> {
     let BackupArgs {
         repo,
@@ -320,7 +320,10 @@ fn stdin_len() -> Option<u64> {
 }
 
 /// Replays the fingerprint trace at `path` into `r` as one backup.
+#[cfg(feature = "lab")]
 fn backup_trace(r: &Repository, path: &Path, options: &BackupOptions) -> Result<Outcome> {
+    use tessera::fingerprint::Fingerprint;
+    use tessera_lab::trace::TraceFile;
     let mut reader = TraceFile::open(path)?;
     let mut failure = None;
     let done = {
@@ -340,6 +343,15 @@ fn backup_trace(r: &Repository, path: &Path, options: &BackupOptions) -> Result<
         (_, Some(e)) => Err(e.into()),
         (done, None) => Ok(done?),
     }
+}
+
+/// Without the lab, traces are not read: a trace backup is refused.
+#[cfg(not(feature = "lab"))]
+fn backup_trace(_: &Repository, path: &Path, _: &BackupOptions) -> Result<Outcome> {
+    bail!(
+        "{}: this tessera was built without the lab (cargo feature `lab`), which reads fingerprint traces",
+        path.display()
+    )
 }
 
 /// Prints what a committed backup stored (`warnings`: the objects a tree

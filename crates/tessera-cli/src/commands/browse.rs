@@ -399,6 +399,7 @@ pub fn tag_cmd(r: &Repository, ids: &[BackupId], change: &TagChange, json: bool)
     Ok(())
 }
 
+/// The arguments of `tessera list`.
 #[derive(Args)]
 pub struct ListArgs {
     /// The repository.
@@ -410,12 +411,14 @@ pub struct ListArgs {
     json: bool,
 }
 
+/// Runs `tessera list`.
 pub fn run_list(args: ListArgs, access: &Access) -> Result<ExitCode> {
     let ListArgs { repo, filter, json } = args;
     list(&repo, json, filter, access)?;
     Ok(ExitCode::SUCCESS)
 }
 
+/// The arguments of `tessera find`.
 #[derive(Args)]
 pub struct FindArgs {
     /// The repository.
@@ -430,6 +433,7 @@ pub struct FindArgs {
     json: bool,
 }
 
+/// Runs `tessera find`.
 pub fn run_find(args: FindArgs, access: &Access) -> Result<ExitCode> {
     let FindArgs {
         repo,
@@ -440,6 +444,7 @@ pub fn run_find(args: FindArgs, access: &Access) -> Result<ExitCode> {
     find_cmd(&repo, &pattern, json, filter, access)
 }
 
+/// The arguments of `tessera diff`.
 #[derive(Args)]
 pub struct DiffArgs {
     /// The repository.
@@ -453,6 +458,7 @@ pub struct DiffArgs {
     json: bool,
 }
 
+/// Runs `tessera diff`.
 pub fn run_diff(args: DiffArgs, access: &Access) -> Result<ExitCode> {
     let DiffArgs {
         repo,
@@ -466,6 +472,7 @@ pub fn run_diff(args: DiffArgs, access: &Access) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The arguments of `tessera dump`.
 #[derive(Args)]
 pub struct DumpArgs {
     /// The repository.
@@ -476,6 +483,7 @@ pub struct DumpArgs {
     path: PathBuf,
 }
 
+/// Runs `tessera dump`.
 pub fn run_dump(args: DumpArgs, access: &Access) -> Result<ExitCode> {
     let DumpArgs { repo, id, path } = args;
     let r = open(&repo, LockMode::Read, access)?;
@@ -484,6 +492,7 @@ pub fn run_dump(args: DumpArgs, access: &Access) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The arguments of `tessera tag`.
 #[derive(Args)]
 pub struct TagArgs {
     /// The repository.
@@ -506,6 +515,7 @@ pub struct TagArgs {
     json: bool,
 }
 
+/// Runs `tessera tag`.
 pub fn run_tag(args: TagArgs, access: &Access) -> Result<ExitCode> {
     let TagArgs {
         repo,

@@ -12,6 +12,7 @@ use crate::progress::{quiet, Phases};
 use crate::repo_open::open;
 use crate::secrets::Access;
 
+/// The arguments of `tessera check`.
 #[derive(Args)]
 pub struct CheckArgs {
     /// The repository.
@@ -29,6 +30,7 @@ pub struct CheckArgs {
     json: bool,
 }
 
+/// Runs `tessera check`.
 pub fn run(args: CheckArgs, access: &Access) -> Result<ExitCode> {
     let CheckArgs {
         repo,

@@ -10,18 +10,21 @@ use std::process::ExitCode;
 use crate::progress::summary;
 use crate::Cli;
 
+/// The arguments of `tessera completion`.
 #[derive(Args)]
 pub struct CompletionArgs {
     /// The shell.
     shell: clap_complete::Shell,
 }
 
+/// Runs `tessera completion`.
 pub fn completion(args: CompletionArgs) -> Result<ExitCode> {
     let CompletionArgs { shell } = args;
     clap_complete::generate(shell, &mut Cli::command(), "tessera", &mut io::stdout());
     Ok(ExitCode::SUCCESS)
 }
 
+/// The arguments of `tessera man`.
 #[derive(Args)]
 pub struct ManArgs {
     /// The directory (created if absent; existing pages of the same
@@ -29,6 +32,7 @@ pub struct ManArgs {
     dir: PathBuf,
 }
 
+/// Runs `tessera man`.
 pub fn man(args: ManArgs) -> Result<ExitCode> {
     let ManArgs { dir } = args;
     std::fs::create_dir_all(&dir)

@@ -11,6 +11,7 @@ use crate::progress::summary;
 use crate::repo_open::{backup_id, open};
 use crate::secrets::{Access, ToPasswordArgs};
 
+/// The arguments of `tessera copy`.
 #[derive(Args)]
 pub struct CopyArgs {
     /// The source repository.
@@ -26,6 +27,7 @@ pub struct CopyArgs {
     json: bool,
 }
 
+/// Runs `tessera copy`.
 pub fn run(args: CopyArgs, access: &Access) -> Result<ExitCode> {
     let CopyArgs {
         src,

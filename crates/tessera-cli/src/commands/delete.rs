@@ -9,6 +9,7 @@ use crate::progress::summary;
 use crate::repo_open::{backup_id, open};
 use crate::secrets::Access;
 
+/// The arguments of `tessera delete`.
 #[derive(Args)]
 pub struct DeleteArgs {
     /// The repository.
@@ -20,6 +21,7 @@ pub struct DeleteArgs {
     json: bool,
 }
 
+/// Runs `tessera delete`.
 pub fn run(args: DeleteArgs, access: &Access) -> Result<ExitCode> {
     let DeleteArgs { repo, id, json } = args;
     let r = open(&repo, LockMode::Exclusive, access)?;

@@ -95,6 +95,7 @@ impl ForgetArgs {
     }
 }
 
+/// Runs `tessera forget`.
 pub fn run(args: ForgetArgs, access: &Access) -> Result<ExitCode> {
     let mode = if args.dry_run {
         LockMode::Read

@@ -12,6 +12,7 @@ use crate::progress::{quiet, Phases};
 use crate::repo_open::open;
 use crate::secrets::Access;
 
+/// The arguments of `tessera gc`.
 #[derive(Args)]
 pub struct GcArgs {
     /// The repository.
@@ -50,6 +51,7 @@ pub struct GcArgs {
     json: bool,
 }
 
+/// Runs `tessera gc`.
 pub fn run(args: GcArgs, access: &Access) -> Result<ExitCode> {
     let GcArgs {
         repo,

@@ -21,6 +21,7 @@ pub enum IndexCommand {
     },
 }
 
+/// Runs a `tessera index` command.
 pub fn run(command: IndexCommand, access: &Access) -> Result<ExitCode> {
     let IndexCommand::Rebuild { repo, json } = command;
     let r = open(&repo, LockMode::Exclusive, access)?;

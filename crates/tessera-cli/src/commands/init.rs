@@ -48,6 +48,7 @@ impl ChunkingArgs {
     }
 }
 
+/// The arguments of `tessera init`.
 #[derive(Args)]
 pub struct InitArgs {
     /// The new repository: a local directory (absent or empty), or
@@ -216,12 +217,8 @@ fn parse_bloom_size(s: &str) -> Result<u64, String> {
     }
 }
 
-pub fn run(args: InitArgs, access: &Access) -> Result<ExitCode> {
-    init(args, access)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn init(a: InitArgs, access: &Access) -> Result<()> {
+/// Creates the repository `a` describes.
+pub fn run(a: InitArgs, access: &Access) -> Result<ExitCode> {
     let mut config = Config::new(random_id(&a.repo.to_string()));
     config.chunker = a.chunking.params();
     config.fingerprint = a.chunking.fingerprint;
@@ -302,7 +299,7 @@ fn init(a: InitArgs, access: &Access) -> Result<()> {
             a.repo
         );
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
 }
 
 /// A repository id unlikely to repeat: a hash of the location, time and process.

@@ -17,6 +17,7 @@ use super::init::ChunkingArgs;
 use crate::output::human;
 use crate::progress::{bytes_bar as progress_bar, summary};
 
+/// The arguments of `tessera gen`.
 #[derive(Args)]
 pub struct GenArgs {
     /// Output directory (v0001.tar, v0002.tar, ..., MANIFEST.tsv).
@@ -51,6 +52,7 @@ pub struct GenArgs {
     tree: bool,
 }
 
+/// The arguments of `tessera analyze`.
 #[derive(Args)]
 pub struct AnalyzeArgs {
     /// Version files in backup order.
@@ -66,6 +68,7 @@ pub struct AnalyzeArgs {
     json: bool,
 }
 
+/// Runs `tessera gen`.
 pub fn gen(a: GenArgs) -> Result<ExitCode> {
     let opts = GenOptions {
         versions: a.versions,
@@ -94,6 +97,7 @@ pub fn gen(a: GenArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Runs `tessera analyze`.
 pub fn analyze(args: AnalyzeArgs) -> Result<ExitCode> {
     analyze_cmd(args)?;
     Ok(ExitCode::SUCCESS)
@@ -158,6 +162,7 @@ fn analyze_cmd(a: AnalyzeArgs) -> Result<()> {
     Ok(())
 }
 
+/// The arguments of `tessera trace`.
 #[derive(Args)]
 pub struct TraceArgs {
     /// Files or directories (walked in name order).
@@ -170,6 +175,7 @@ pub struct TraceArgs {
     chunking: ChunkingArgs,
 }
 
+/// Runs `tessera trace`.
 pub fn trace(args: TraceArgs) -> Result<ExitCode> {
     let TraceArgs {
         paths,
@@ -195,6 +201,7 @@ pub fn trace(args: TraceArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The arguments of `tessera experiment`.
 #[derive(Args)]
 pub struct ExperimentArgs {
     /// The experiment file (TOML; see experiments/).
@@ -204,6 +211,7 @@ pub struct ExperimentArgs {
     out: Option<PathBuf>,
 }
 
+/// Runs `tessera experiment`.
 pub fn experiment(args: ExperimentArgs) -> Result<ExitCode> {
     let ExperimentArgs { config, out } = args;
     let cfg = ExperimentConfig::load(&config)?;

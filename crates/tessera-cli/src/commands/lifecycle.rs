@@ -12,6 +12,7 @@ use crate::progress::{quiet, Phases};
 use crate::repo_open::open;
 use crate::secrets::Access;
 
+/// The arguments of `tessera arrange`.
 #[derive(Args)]
 pub struct ArrangeArgs {
     /// The repository.
@@ -26,6 +27,7 @@ pub struct ArrangeArgs {
     json: bool,
 }
 
+/// Runs `tessera arrange`.
 pub fn arrange(args: ArrangeArgs, access: &Access) -> Result<ExitCode> {
     let ArrangeArgs {
         repo,
@@ -54,6 +56,7 @@ pub fn arrange(args: ArrangeArgs, access: &Access) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The arguments of `tessera space`.
 #[derive(Args)]
 pub struct SpaceArgs {
     /// The repository.
@@ -68,6 +71,7 @@ pub struct SpaceArgs {
     json: bool,
 }
 
+/// Runs `tessera space`.
 pub fn space(args: SpaceArgs, access: &Access) -> Result<ExitCode> {
     let SpaceArgs {
         repo,

@@ -16,6 +16,7 @@ use super::browse;
 use crate::repo_open::{backup_id, open};
 use crate::secrets::Access;
 
+/// The arguments of `tessera ls`.
 #[derive(Args)]
 pub struct LsArgs {
     /// The repository.
@@ -36,6 +37,7 @@ pub struct LsArgs {
     json: bool,
 }
 
+/// Runs `tessera ls`.
 pub fn run(args: LsArgs, access: &Access) -> Result<ExitCode> {
     let LsArgs {
         repo,
@@ -91,6 +93,7 @@ fn ls_cmd(
     Ok(())
 }
 
+/// The name of an entry's kind in `ls --json` and `find`.
 pub fn kind_name(k: Kind) -> &'static str {
     match k {
         Kind::Dir => "dir",

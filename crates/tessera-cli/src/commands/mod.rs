@@ -20,6 +20,7 @@ mod gc;
 mod index;
 mod init;
 mod key;
+#[cfg(feature = "lab")]
 mod lab;
 mod lifecycle;
 mod ls;
@@ -97,14 +98,18 @@ pub enum Command {
     Repair(repair::RepairArgs),
     /// Generate a deterministic versioned dataset (packed tar streams, or
     /// fingerprint traces with --trace) aged by file create/delete/modify/rename.
+    #[cfg(feature = "lab")]
     Gen(lab::GenArgs),
     /// Classify the chunks of version files (in order): internal, adjacent and
     /// skip duplicates and unique chunks, with exact and NDF dedup ratios.
+    #[cfg(feature = "lab")]
     Analyze(lab::AnalyzeArgs),
     /// Write a Destor text trace (fingerprint and size per chunk) of files or directories.
+    #[cfg(feature = "lab")]
     Trace(lab::TraceArgs),
     /// Run an experiment: every system of CONFIG over its dataset, with
     /// results as JSON, CSV and an HTML report with plots.
+    #[cfg(feature = "lab")]
     Experiment(lab::ExperimentArgs),
     /// Lifecycle layout: run the pending arranging rounds (AVAR).
     Arrange(lifecycle::ArrangeArgs),
@@ -148,9 +153,13 @@ impl Command {
             Command::Prune(a) => prune::run(a, access),
             Command::Check(a) => check::run(a, access),
             Command::Repair(a) => repair::run(a, access),
+            #[cfg(feature = "lab")]
             Command::Gen(a) => lab::gen(a),
+            #[cfg(feature = "lab")]
             Command::Analyze(a) => lab::analyze(a),
+            #[cfg(feature = "lab")]
             Command::Trace(a) => lab::trace(a),
+            #[cfg(feature = "lab")]
             Command::Experiment(a) => lab::experiment(a),
             Command::Arrange(a) => lifecycle::arrange(a, access),
             Command::Space(a) => lifecycle::space(a, access),

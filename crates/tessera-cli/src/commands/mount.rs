@@ -28,6 +28,7 @@ use crate::progress::summary_err;
 use crate::repo_open::open;
 use crate::secrets::Access;
 
+/// The arguments of `tessera mount`.
 #[derive(Args)]
 pub struct MountArgs {
     /// The repository.
@@ -39,6 +40,7 @@ pub struct MountArgs {
     cache: String,
 }
 
+/// Runs `tessera mount`.
 pub fn run(args: MountArgs, access: &Access) -> Result<ExitCode> {
     let MountArgs {
         repo,

@@ -13,6 +13,7 @@ use crate::progress::{quiet, Phases};
 use crate::repo_open::open;
 use crate::secrets::Access;
 
+/// The arguments of `tessera prune`.
 #[derive(Args)]
 pub struct PruneArgs {
     /// The repository.
@@ -39,6 +40,7 @@ pub struct PruneArgs {
     json: bool,
 }
 
+/// Runs `tessera prune`.
 pub fn run(args: PruneArgs, access: &Access) -> Result<ExitCode> {
     let PruneArgs {
         repo,

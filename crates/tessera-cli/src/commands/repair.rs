@@ -14,6 +14,7 @@ use crate::progress::{quiet, Phases};
 use crate::repo_open::open;
 use crate::secrets::Access;
 
+/// The arguments of `tessera repair`.
 #[derive(Args)]
 pub struct RepairArgs {
     /// The repository.
@@ -35,6 +36,7 @@ pub struct RepairArgs {
     json: bool,
 }
 
+/// Runs `tessera repair`.
 pub fn run(args: RepairArgs, access: &Access) -> Result<ExitCode> {
     let RepairArgs {
         repo,

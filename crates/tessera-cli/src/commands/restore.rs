@@ -21,6 +21,7 @@ use crate::progress::{self, bytes_bar as progress_bar, quiet, summary};
 use crate::repo_open::{backup_id, open};
 use crate::secrets::Access;
 
+/// The arguments of `tessera restore`.
 #[derive(Args)]
 pub struct RestoreArgs {
     /// The repository.
@@ -86,6 +87,7 @@ pub struct RestoreArgs {
     json: bool,
 }
 
+/// Runs `tessera restore`.
 pub fn run(args: RestoreArgs, access: &Access) -> Result<ExitCode> {
     let RestoreArgs {
         repo,

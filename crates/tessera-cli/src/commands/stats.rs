@@ -9,6 +9,7 @@ use crate::output::{human, ratio_text};
 use crate::repo_open::{backup_id, open};
 use crate::secrets::Access;
 
+/// The arguments of `tessera stats`.
 #[derive(Args)]
 pub struct StatsArgs {
     /// The repository.
@@ -20,6 +21,7 @@ pub struct StatsArgs {
     json: bool,
 }
 
+/// Runs `tessera stats`.
 pub fn run(args: StatsArgs, access: &Access) -> Result<ExitCode> {
     let StatsArgs { repo, id, json } = args;
     stats(&repo, id.as_deref(), json, access)?;

@@ -9,6 +9,7 @@ use tessera::Repository;
 use crate::progress::summary;
 use crate::secrets::{tuned, Access};
 
+/// The arguments of `tessera unlock`.
 #[derive(Args)]
 pub struct UnlockArgs {
     /// The repository.
@@ -22,6 +23,7 @@ pub struct UnlockArgs {
     json: bool,
 }
 
+/// Runs `tessera unlock`.
 pub fn run(args: UnlockArgs, access: &Access) -> Result<ExitCode> {
     let UnlockArgs {
         repo,
