@@ -1,10 +1,11 @@
-//! `tessera mount`: the FUSE adapter of [`tessera::commands::mount::MountedRepo`]
+//! `tessera mount`: its arguments, and the FUSE adapter of [`tessera::commands::mount::MountedRepo`]
 //! (names, attributes and verified bytes come from the library; this only
 //! speaks the FUSE protocol through `fuser`), and the mount's lifetime:
 //! mounted in the foreground until `umount`, SIGINT, SIGTERM or SIGHUP,
 //! then unmounted.
 
 use anyhow::{bail, Context, Result};
+use clap::Args;
 use fuser::{
     Config, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
     LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
@@ -14,10 +15,51 @@ use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tessera::backend::{Location, LockMode};
 use tessera::commands::mount::{Attr, MountedRepo, NodeKind};
+use tessera::util::units::parse_size;
+
+use crate::progress::summary_err;
+use crate::repo_open::open;
+use crate::secrets::Access;
+
+/// The arguments of `tessera mount`.
+#[derive(Args)]
+pub struct MountArgs {
+    /// The repository.
+    repo: Location,
+    /// An existing directory to mount on.
+    mountpoint: PathBuf,
+    /// Memory for decoded chunks (e.g. `64MiB`).
+    #[arg(long, value_name = "SIZE", default_value = "64MiB")]
+    cache: String,
+}
+
+/// Runs `tessera mount`.
+pub fn run(args: MountArgs, access: &Access) -> Result<ExitCode> {
+    let MountArgs {
+        repo,
+        mountpoint,
+        cache,
+    } = args;
+    let r = open(&repo, LockMode::Read, access)?;
+    let cache = parse_size(&cache).map_err(|e| anyhow::anyhow!("--cache: {e}"))?;
+    let fs = MountedRepo::new(r, cache)?;
+    serve(fs, &mountpoint, || {
+        summary_err!(
+            "mounted {} at {}; `umount {}` or Ctrl-C unmounts",
+            repo,
+            mountpoint.display(),
+            mountpoint.display()
+        )
+    })?;
+    Ok(ExitCode::SUCCESS)
+}
 
 /// How long the kernel may cache names and attributes (backups never change).
 const TTL: Duration = Duration::from_secs(60);

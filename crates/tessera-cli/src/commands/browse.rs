@@ -1,13 +1,16 @@
 //! Printing of the browsing commands: `list`, `find`, `diff`, `dump`,
 //! `restore --tar` and `tag` (the work is done by the library).
 
-use super::progress::{quiet, summary, summary_err};
-use super::{data_stdout, entry_json, human, kind_name, open, Access};
+use super::ls::{entry_json, kind_name};
+use crate::output::{data_stdout, human, EXIT_INCOMPLETE};
+use crate::progress::{quiet, summary, summary_err};
+use crate::repo_open::{backup_id, open};
+use crate::secrets::Access;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde_json::{json, Value};
 use std::io::{self, IsTerminal, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::commands::list::BackupFilter;
@@ -246,7 +249,7 @@ pub fn find_cmd(
     }
     Ok(match stats.skipped.is_empty() {
         true => ExitCode::SUCCESS,
-        false => ExitCode::from(super::EXIT_INCOMPLETE),
+        false => ExitCode::from(EXIT_INCOMPLETE),
     })
 }
 
@@ -394,6 +397,146 @@ pub fn tag_cmd(r: &Repository, ids: &[BackupId], change: &TagChange, json: bool)
         }
     }
     Ok(())
+}
+
+/// The arguments of `tessera list`.
+#[derive(Args)]
+pub struct ListArgs {
+    /// The repository.
+    repo: Location,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Print a JSON array.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `tessera list`.
+pub fn run_list(args: ListArgs, access: &Access) -> Result<ExitCode> {
+    let ListArgs { repo, filter, json } = args;
+    list(&repo, json, filter, access)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The arguments of `tessera find`.
+#[derive(Args)]
+pub struct FindArgs {
+    /// The repository.
+    repo: Location,
+    /// A glob over paths as `ls` shows them (`/home/*/docs/*.txt`); one
+    /// without `/` matches names at any depth (`*.rs`).
+    pattern: String,
+    #[command(flatten)]
+    filter: FilterArgs,
+    /// Print a JSON array of entries, each with its backup.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `tessera find`.
+pub fn run_find(args: FindArgs, access: &Access) -> Result<ExitCode> {
+    let FindArgs {
+        repo,
+        pattern,
+        filter,
+        json,
+    } = args;
+    find_cmd(&repo, &pattern, json, filter, access)
+}
+
+/// The arguments of `tessera diff`.
+#[derive(Args)]
+pub struct DiffArgs {
+    /// The repository.
+    repo: Location,
+    /// The first backup (or `latest`).
+    id1: String,
+    /// The second backup (or `latest`).
+    id2: String,
+    /// Print one JSON object: the changes and the counts.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `tessera diff`.
+pub fn run_diff(args: DiffArgs, access: &Access) -> Result<ExitCode> {
+    let DiffArgs {
+        repo,
+        id1,
+        id2,
+        json,
+    } = args;
+    let r = open(&repo, LockMode::Read, access)?;
+    let (from, to) = (backup_id(&r, &id1)?, backup_id(&r, &id2)?);
+    diff_cmd(&r, from, to, json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The arguments of `tessera dump`.
+#[derive(Args)]
+pub struct DumpArgs {
+    /// The repository.
+    repo: Location,
+    /// The backup id (or `latest`).
+    id: String,
+    /// The path in the backup (absolute, as `ls` shows it; `/`: the whole tree).
+    path: PathBuf,
+}
+
+/// Runs `tessera dump`.
+pub fn run_dump(args: DumpArgs, access: &Access) -> Result<ExitCode> {
+    let DumpArgs { repo, id, path } = args;
+    let r = open(&repo, LockMode::Read, access)?;
+    let id = backup_id(&r, &id)?;
+    dump_cmd(&r, id, &path, &RestoreOptions::default())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The arguments of `tessera tag`.
+#[derive(Args)]
+pub struct TagArgs {
+    /// The repository.
+    repo: Location,
+    /// Backup ids (or `latest`).
+    #[arg(required = true)]
+    ids: Vec<String>,
+    /// Add this tag (repeatable).
+    #[arg(long, value_name = "TAG")]
+    add: Vec<String>,
+    /// Remove this tag (repeatable).
+    #[arg(long, value_name = "TAG")]
+    remove: Vec<String>,
+    /// Replace all tags by these (repeatable; `--set ''` is refused:
+    /// use --remove).
+    #[arg(long, value_name = "TAG")]
+    set: Vec<String>,
+    /// Print the new tags as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Runs `tessera tag`.
+pub fn run_tag(args: TagArgs, access: &Access) -> Result<ExitCode> {
+    let TagArgs {
+        repo,
+        ids,
+        add,
+        remove,
+        set,
+        json,
+    } = args;
+    let r = open(&repo, LockMode::Backup, access)?;
+    let ids = ids
+        .iter()
+        .map(|t| backup_id(&r, t))
+        .collect::<Result<Vec<_>>>()?;
+    let change = TagChange {
+        set: (!set.is_empty()).then_some(set),
+        add,
+        remove,
+    };
+    tag_cmd(&r, &ids, &change, json)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[cfg(test)]
