@@ -131,7 +131,8 @@ pub struct KdfArgs {
     kdf_iterations: u32,
     /// Accept a key derivation cost below OWASP's minimum (tests and
     /// benchmarks only: such a key file is cheap to attack).
-    #[arg(long, env = "TESSERA_INSECURE_KDF", hide = true)]
+    #[arg(long, env = "TESSERA_INSECURE_KDF", hide = true,
+          value_parser = clap::builder::BoolishValueParser::new())]
     insecure_kdf: bool,
 }
 
