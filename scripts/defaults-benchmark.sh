@@ -13,7 +13,8 @@
 # Prints per configuration: stored bytes (`du -sb` of the repository), the
 # first backup's time and all VERSIONS backups' total, the medians (and
 # min–max) of the repeated commands, every command's peak RSS, and the
-# ratios defaults/plain.
+# ratios defaults/plain; and the CPU time (user + system) of each, which a
+# loaded machine distorts less than wall time.
 #
 # Usage: scripts/defaults-benchmark.sh
 # Environment:
@@ -78,15 +79,16 @@ cold() {
     fi
 }
 
-# timed NAME CMD...: runs CMD (output discarded), appends "seconds rss_kib"
-# to $WORK/m/$config.NAME.
+# timed NAME CMD...: runs CMD (output discarded), appends "seconds rss_kib
+# cpu_seconds" to $WORK/m/$config.NAME.
 timed() {
     local name=$1
     shift
     cold
-    /usr/bin/time -f '%e %M' -o "$WORK/t" "$@" >/dev/null 2>"$WORK/err" ||
+    /usr/bin/time -f '%e %M %U %S' -o "$WORK/t" "$@" >/dev/null 2>"$WORK/err" ||
         { cat "$WORK/err" >&2; echo "failed: $*" >&2; exit 1; }
-    tail -1 "$WORK/t" >>"$WORK/m/$config.$name"
+    # seconds, peak RSS KiB, CPU seconds (user + system)
+    tail -1 "$WORK/t" | awk '{ print $1, $2, $3 + $4 }' >>"$WORK/m/$config.$name"
 }
 
 run_config() {
@@ -130,14 +132,15 @@ mkdir -p "$WORK/m"
 run_config plain --encryption none --compression off
 run_config defaults
 
-# stat FILE COLUMN: "median min max" of column COLUMN (1 seconds, 2 KiB).
+# stat FILE COLUMN: "median min max" of column COLUMN (1 seconds, 2 KiB,
+# 3 CPU seconds).
 stat() {
     awk -v c="$2" '{ print $c }' "$1" | sort -g |
         awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print m, a[1], a[NR] }'
 }
 first() { head -1 "$1" | awk '{ print $1 }'; }
 total() { awk '{ s += $1 } END { print s }' "$1"; }
-peak() { awk 'BEGIN { m = 0 } { if ($2 > m) m = $2 } END { print m / 1024 }' "$1"; }
+peak() { awk 'BEGIN { m = 0 } { if ($2 > m) m = $2 } END { printf "%.1f", m / 1024 }' "$1"; }
 
 row() { # LABEL PLAIN DEFAULTS [SPREAD_PLAIN SPREAD_DEFAULTS]
     awk -v l="$1" -v p="$2" -v d="$3" -v sp="${4:-}" -v sd="${5:-}" \
@@ -167,6 +170,15 @@ for name in rebackup restore onefile list ls; do
     d=$(stat "$WORK/m/defaults.$name" 1)
     row "$label" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
 done
+# CPU time (user + system): what the commands cost when the machine is
+# shared, where wall times mostly measure the wait for a core.
+for name in rebackup restore onefile list ls; do
+    p=$(stat "$WORK/m/plain.$name" 3)
+    d=$(stat "$WORK/m/defaults.$name" 3)
+    row "CPU s, $name" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
+done
+row "CPU s, all backups" "$(awk '{ s += $3 } END { print s }' "$WORK/m/plain.backup")" \
+    "$(awk '{ s += $3 } END { print s }' "$WORK/m/defaults.backup")"
 for name in backup rebackup restore onefile list ls; do
     row "peak RSS MiB, $name" "$(peak "$WORK/m/plain.$name")" "$(peak "$WORK/m/defaults.$name")"
 done
