@@ -50,7 +50,7 @@ else
     trap 'scripts/s3-server.sh stop; rm -rf "$WORK"' EXIT
     eval "$env"
 fi
-export TESSERA_PASSWORD=bench TESSERA_KDF_MEMORY=64 TESSERA_KDF_ITERATIONS=1
+export TESSERA_PASSWORD=bench TESSERA_KDF_MEMORY=64 TESSERA_KDF_ITERATIONS=1 TESSERA_INSECURE_KDF=1
 
 head -c $((SIZE_MIB << 20)) /dev/urandom >"$WORK/data"
 

@@ -117,14 +117,21 @@ impl ToPasswordArgs {
 /// Argon2id cost of a new key file.
 #[derive(Args, Clone, Copy)]
 pub struct KdfArgs {
-    /// Argon2id memory of the new key, in KiB (default: about half a second of work).
-    #[arg(long, value_name = "KIB", env = "TESSERA_KDF_MEMORY",
-          default_value_t = KdfParams::default().memory_kib)]
+    /// Argon2id memory of the new key: KiB, or a size such as 64MiB
+    /// (default 32MiB: about 0.1 s; at least 19MiB, or 46MiB with 1 pass).
+    #[arg(long, value_name = "SIZE", env = "TESSERA_KDF_MEMORY",
+          default_value_t = KdfParams::default().memory_kib,
+          value_parser = KdfParams::parse_memory)]
     kdf_memory: u32,
     /// Argon2id passes of the new key.
     #[arg(long, value_name = "N", env = "TESSERA_KDF_ITERATIONS",
           default_value_t = KdfParams::default().iterations)]
     kdf_iterations: u32,
+    /// Accept a key derivation cost below OWASP's minimum (tests and
+    /// benchmarks only: such a key file is cheap to attack).
+    #[arg(long, env = "TESSERA_INSECURE_KDF", hide = true,
+          value_parser = clap::builder::BoolishValueParser::new())]
+    insecure_kdf: bool,
 }
 
 impl KdfArgs {
@@ -205,6 +212,7 @@ fn new_key(password: Zeroizing<String>, kdf: KdfArgs) -> Result<NewKey> {
     Ok(NewKey {
         password,
         kdf: kdf.params(),
+        insecure_kdf: kdf.insecure_kdf,
     })
 }
 
@@ -271,7 +279,7 @@ pub struct NewPasswordArgs {
     #[arg(long, value_name = "FILE")]
     new_password_file: Option<PathBuf>,
     #[command(flatten)]
-    kdf: KdfArgs,
+    pub(crate) kdf: KdfArgs,
 }
 
 impl NewPasswordArgs {
@@ -285,5 +293,26 @@ impl NewPasswordArgs {
             (None, Err(_)) => prompt(NEW, true)?,
         };
         new_key(password, self.kdf)
+    }
+}
+
+/// Opens `repo` for a backup with the password of `access`, asked once,
+/// and makes the new key for that same password with cost `kdf`.
+pub(crate) fn open_keeping_password(
+    repo: &Location,
+    access: &Access,
+    kdf: KdfArgs,
+) -> Result<(Repository, NewKey)> {
+    let asked = std::cell::RefCell::new(None);
+    let unlock = || {
+        let password = read_password(&access.password, REPOSITORY, false)
+            .map_err(|e| tessera::Error::Credentials(format!("{e:#}")))?;
+        *asked.borrow_mut() = Some(password.clone());
+        Ok(Credentials::new(password, access.password.key_id.clone()))
+    };
+    let r = Repository::open_at(&tuned(repo, access), LockMode::Backup, access.wait, &unlock)?;
+    match asked.into_inner() {
+        Some(password) => Ok((r, new_key(password, kdf)?)),
+        None => bail!("{}: the repository is not encrypted: it has no keys", repo),
     }
 }

@@ -207,6 +207,109 @@ fn key_add_passwd_remove_round_trip() {
 }
 
 #[test]
+fn key_passwd_raises_the_kdf_cost_and_refuses_costs_below_the_minimum() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = repo_with_backup(tmp.path());
+    let secure = [("TESSERA_INSECURE_KDF", None)];
+    let kdf_of_current = || -> serde_json::Value {
+        let listed: serde_json::Value =
+            serde_json::from_str(&ok(["key", "list", &r, "--json"])).unwrap();
+        let current = listed["current"].as_str().unwrap().to_string();
+        let keys = listed["keys"].as_array().unwrap();
+        assert_eq!(keys.len(), 1);
+        assert_eq!(keys[0]["id"], current.as_str());
+        keys[0]["kdf"].clone()
+    };
+    assert_eq!(kdf_of_current()["memory_kib"], 64);
+    // Below OWASP's minimum: refused, nothing changes.
+    for cost in [["16MiB", "3"], ["40MiB", "1"], ["19455", "2"]] {
+        let args = [
+            "key",
+            "passwd",
+            &r,
+            "--keep-password",
+            "--kdf-memory",
+            cost[0],
+            "--kdf-iterations",
+            cost[1],
+        ];
+        let out = run_with(&args, &secure);
+        let args: Vec<String> = args.map(String::from).to_vec();
+        let line = assert_one_line_error(&args, &out);
+        assert!(line.contains("below the minimum"), "{line}");
+        assert!(line.contains("19456 KiB"), "{line}");
+    }
+    assert_eq!(kdf_of_current()["memory_kib"], 64);
+    // At the minimum, keeping the password: a new key file with the new
+    // cost replaces the old one, and the same password opens it.
+    let out = run_with(
+        &[
+            "key",
+            "passwd",
+            &r,
+            "--keep-password",
+            "--kdf-memory",
+            "19MiB",
+            "--kdf-iterations",
+            "2",
+            "--json",
+        ],
+        &secure,
+    );
+    assert!(out.status.success(), "{out:?}");
+    let changed: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kdf = kdf_of_current();
+    assert_eq!(kdf["memory_kib"], 19456);
+    assert_eq!(kdf["iterations"], 2);
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(["key", "list", &r, "--json"])).unwrap();
+    assert_eq!(listed["current"], changed["key"]);
+    assert_ne!(changed["key"], changed["replaced"]);
+    // A new key without cost options gets the default, 32 MiB and 3 passes.
+    let added = run_with(
+        &["key", "add", &r, "--json"],
+        &[
+            ("TESSERA_INSECURE_KDF", None),
+            ("TESSERA_KDF_MEMORY", None),
+            ("TESSERA_KDF_ITERATIONS", None),
+            ("TESSERA_NEW_PASSWORD", Some("other")),
+        ],
+    );
+    assert!(added.status.success(), "{added:?}");
+    let listed = run_with(
+        &["key", "list", &r, "--json"],
+        &[("TESSERA_PASSWORD", Some("other"))],
+    );
+    let listed: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let current = listed["current"].as_str().unwrap();
+    let key = listed["keys"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["id"] == current)
+        .unwrap();
+    assert_eq!(key["kdf"]["memory_kib"], 32768);
+    assert_eq!(key["kdf"]["iterations"], 3);
+    // init refuses a cost below the minimum before creating anything.
+    let weak = tmp.path().join("weak");
+    let args = ["init", weak.to_str().unwrap(), "--kdf-memory", "8MiB"];
+    let out = run_with(&args, &secure);
+    let args: Vec<String> = args.map(String::from).to_vec();
+    assert!(assert_one_line_error(&args, &out).contains("below the minimum"));
+    assert!(!weak.exists());
+    // --keep-password and --new-password-file exclude each other.
+    let out = run([
+        "key",
+        "passwd",
+        &r,
+        "--keep-password",
+        "--new-password-file",
+        "x",
+    ]);
+    assert!(!out.status.success());
+}
+
+#[test]
 fn stats_says_whether_encrypted_and_unencryptable_options_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let r = repo_with_backup(tmp.path());

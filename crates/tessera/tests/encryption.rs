@@ -31,6 +31,7 @@ fn new_key(password: &str) -> NewKey {
     NewKey {
         password: Zeroizing::new(password.to_string()),
         kdf: CHEAP,
+        insecure_kdf: true,
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use tessera::backend::{Location, LockMode};
 
 use crate::progress::summary;
-use crate::secrets::{open_repo, Access, NewPasswordArgs};
+use crate::secrets::{open_keeping_password, open_repo, Access, NewPasswordArgs};
 
 /// `tessera key …`: the key files of an encrypted repository.
 #[derive(Subcommand)]
@@ -40,12 +40,17 @@ pub enum KeyCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Change the password of the key file used to open the repository.
+    /// Change the password or the key derivation cost of the key file used
+    /// to open the repository.
     Passwd {
         /// The repository.
         repo: Location,
         #[command(flatten)]
         new: NewPasswordArgs,
+        /// Keep the password: only rewrap the master key with the new
+        /// --kdf-memory and --kdf-iterations.
+        #[arg(long, conflicts_with = "new_password_file")]
+        keep_password: bool,
         /// Print JSON: `{"key": NEW_ID, "replaced": OLD_ID}`.
         #[arg(long)]
         json: bool,
@@ -103,10 +108,18 @@ pub fn run(command: KeyCommand, access: &Access) -> Result<ExitCode> {
                 false => summary!("removed key {id}"),
             }
         }
-        KeyCommand::Passwd { repo, new, json } => {
-            let r = open_repo(&repo, LockMode::Backup, access)?;
+        KeyCommand::Passwd {
+            repo,
+            new,
+            keep_password,
+            json,
+        } => {
+            let (r, key) = match keep_password {
+                true => open_keeping_password(&repo, access, new.kdf)?,
+                false => (open_repo(&repo, LockMode::Backup, access)?, new.key()?),
+            };
             let replaced = tessera::commands::key::current_key(&r).map(str::to_owned);
-            let id = tessera::commands::key::change_password(&r, &new.key()?)?;
+            let id = tessera::commands::key::change_password(&r, &key)?;
             match json {
                 true => println!("{}", serde_json::json!({ "key": id, "replaced": replaced })),
                 false => summary!(

@@ -35,10 +35,12 @@ where
     let mut c = Command::new(program);
     c.args(args);
     // Repositories are encrypted by default: every command gets the test
-    // password, and new keys cheap key derivation so that tests stay fast.
+    // password, and new keys cheap key derivation so that tests stay fast
+    // (below the minimum a real key needs, hence TESSERA_INSECURE_KDF).
     c.env("TESSERA_PASSWORD", TEST_PASSWORD)
         .env("TESSERA_KDF_MEMORY", "64")
         .env("TESSERA_KDF_ITERATIONS", "1")
+        .env("TESSERA_INSECURE_KDF", "1")
         .env_remove("TESSERA_NEW_PASSWORD");
     c
 }

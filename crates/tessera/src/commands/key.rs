@@ -32,11 +32,12 @@ pub fn current_key(repo: &Repository) -> Option<&str> {
 pub fn add_key(repo: &Repository, key: &NewKey) -> Result<String> {
     repo.require(LockMode::Backup, "adding a key")?;
     let u = unlocked(repo)?;
+    let kdf = key.checked_kdf()?;
     keyfile::add(
         repo.backend().as_ref(),
         u.master(),
         key.password.as_bytes(),
-        key.kdf,
+        kdf,
     )
 }
 

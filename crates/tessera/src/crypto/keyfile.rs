@@ -28,15 +28,22 @@ pub struct KdfParams {
 }
 
 impl Default for KdfParams {
-    /// 128 MiB, 3 passes, one lane: about half a second on one core.
+    /// 32 MiB, 3 passes, one lane: about 0.1 s on one core of the 2-core
+    /// development machine, 1.7× the memory and 2.5× the memory-passes of
+    /// OWASP's minimum (19 MiB with 2 passes); docs/SECURITY.md.
     fn default() -> Self {
         KdfParams {
-            memory_kib: 128 * 1024,
+            memory_kib: 32 * 1024,
             iterations: 3,
             parallelism: 1,
         }
     }
 }
+
+/// OWASP's minimum Argon2id memory with two or more passes: 19 MiB.
+pub const MIN_MEMORY_KIB_MULTI_PASS: u32 = 19 * 1024;
+/// OWASP's minimum Argon2id memory with a single pass: 46 MiB.
+pub const MIN_MEMORY_KIB_ONE_PASS: u32 = 46 * 1024;
 
 impl KdfParams {
     /// Checks the bounds a reader accepts (so that a forged key file cannot
@@ -53,6 +60,59 @@ impl KdfParams {
                  iterations 1..=100, parallelism 1..=16)"
             ))),
         }
+    }
+
+    /// Whether these parameters reach OWASP's minimum for Argon2id:
+    /// at least 19 MiB with 2 or more passes, or 46 MiB with 1 pass.
+    pub fn meets_minimum(&self) -> bool {
+        match self.iterations {
+            0 => false,
+            1 => self.memory_kib >= MIN_MEMORY_KIB_ONE_PASS,
+            _ => self.memory_kib >= MIN_MEMORY_KIB_MULTI_PASS,
+        }
+    }
+
+    /// Refuses parameters below [`KdfParams::meets_minimum`] for a new key
+    /// file (readers still open such files: they may predate the minimum).
+    pub fn require_minimum(&self) -> Result<()> {
+        self.validate()?;
+        if self.meets_minimum() {
+            return Ok(());
+        }
+        Err(Error::InvalidConfig(format!(
+            "key derivation memory {} KiB with {} pass(es) is below the minimum for a new key \
+             (OWASP: at least {} KiB = 19 MiB with 2 or more passes, or {} KiB = 46 MiB with \
+             1 pass); raise --kdf-memory or --kdf-iterations (default {} KiB, {} passes)",
+            self.memory_kib,
+            self.iterations,
+            MIN_MEMORY_KIB_MULTI_PASS,
+            MIN_MEMORY_KIB_ONE_PASS,
+            KdfParams::default().memory_kib,
+            KdfParams::default().iterations,
+        )))
+    }
+
+    /// Parses a memory cost: a number of KiB (`32768`) or a size with a
+    /// binary unit (`32MiB`, `32M`, `1GiB`, `512KiB`).
+    pub fn parse_memory(text: &str) -> std::result::Result<u32, String> {
+        let text = text.trim();
+        let digits = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(digits);
+        let number: u64 = number
+            .parse()
+            .map_err(|_| format!("invalid memory {text:?}: expected KiB or a size like 32MiB"))?;
+        let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+            "" | "k" | "kib" => 1,
+            "m" | "mib" => 1024,
+            "g" | "gib" => 1024 * 1024,
+            other => return Err(format!("invalid memory unit {other:?} (KiB, MiB or GiB)")),
+        };
+        number
+            .checked_mul(scale)
+            .and_then(|kib| u32::try_from(kib).ok())
+            .ok_or_else(|| format!("memory {text:?} is too large"))
     }
 
     /// The 32-byte key derived from `password` and `salt`.
@@ -255,5 +315,136 @@ fn try_open(file: &KeyFile, password: &[u8]) -> Result<Option<MasterKey>> {
             .map(Some)
             .ok_or_else(|| bad("wrapped key length")),
         Err(_) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::Local;
+
+    /// Cheap parameters (below the minimum) so that tests stay fast.
+    const CHEAP: KdfParams = KdfParams {
+        memory_kib: 64,
+        iterations: 1,
+        parallelism: 1,
+    };
+
+    fn local() -> (tempfile::TempDir, Box<dyn Backend>) {
+        let dir = tempfile::tempdir().unwrap();
+        let backend: Box<dyn Backend> = Box::new(Local::new(dir.path()));
+        (dir, backend)
+    }
+
+    #[test]
+    fn each_key_file_stores_and_opens_with_its_own_parameters() {
+        let (_dir, backend) = local();
+        let master = MasterKey::from_slice(&[7; 32]).unwrap();
+        let other = KdfParams {
+            memory_kib: 96,
+            iterations: 2,
+            parallelism: 2,
+        };
+        let a = add(backend.as_ref(), &master, b"first", CHEAP).unwrap();
+        let b = add(backend.as_ref(), &master, b"second", other).unwrap();
+        let mut listed = list(backend.as_ref()).unwrap();
+        listed.sort_by_key(|k| k.id != a);
+        assert_eq!((listed[0].id.as_str(), listed[0].kdf), (a.as_str(), CHEAP));
+        assert_eq!((listed[1].id.as_str(), listed[1].kdf), (b.as_str(), other));
+        for (password, id) in [(&b"first"[..], &a), (&b"second"[..], &b)] {
+            let (opened, by) = unlock(backend.as_ref(), password, None).unwrap();
+            assert_eq!(opened.bytes(), master.bytes());
+            assert_eq!(&by, id);
+        }
+        let wrong = unlock(backend.as_ref(), b"third", None);
+        assert!(matches!(wrong, Err(Error::WrongPassword(_))));
+    }
+
+    #[test]
+    fn minimum_is_owasps() {
+        let p = |memory_kib, iterations| KdfParams {
+            memory_kib,
+            iterations,
+            parallelism: 1,
+        };
+        assert!(KdfParams::default().meets_minimum());
+        assert!(KdfParams::default().require_minimum().is_ok());
+        for ok in [p(19456, 2), p(19456, 5), p(47104, 1), p(1 << 20, 1)] {
+            assert!(ok.meets_minimum(), "{ok:?}");
+        }
+        for low in [p(19455, 2), p(47103, 1), p(40960, 1), p(64, 3), p(8, 100)] {
+            assert!(!low.meets_minimum(), "{low:?}");
+            let message = low.require_minimum().unwrap_err().to_string();
+            assert!(message.contains("below the minimum"), "{message}");
+            assert!(message.contains("19456 KiB"), "{message}");
+        }
+        // Out of bounds is refused as such, not as weak.
+        let message = p(1 << 30, 3).require_minimum().unwrap_err().to_string();
+        assert!(message.contains("out of bounds"), "{message}");
+    }
+
+    #[test]
+    fn memory_is_kib_or_a_size_with_a_unit() {
+        let parse = KdfParams::parse_memory;
+        assert_eq!(parse("32768"), Ok(32768));
+        assert_eq!(parse("32MiB"), Ok(32768));
+        assert_eq!(parse("46m"), Ok(47104));
+        assert_eq!(parse("1GiB"), Ok(1 << 20));
+        assert_eq!(parse("512 KiB"), Ok(512));
+        for bad in ["", "MiB", "-1", "1.5MiB", "3TiB", "5000000GiB", "32 MB"] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_new_key_below_the_minimum_needs_insecure_kdf() {
+        let key = |insecure_kdf| crate::crypto::NewKey {
+            password: Zeroizing::new("pw".into()),
+            kdf: CHEAP,
+            insecure_kdf,
+        };
+        assert!(key(false).checked_kdf().is_err());
+        assert_eq!(key(true).checked_kdf().unwrap(), CHEAP);
+        let (_dir, backend) = local();
+        let refused = crate::crypto::create_key(backend.as_ref(), &key(false));
+        assert!(refused.is_err());
+        assert!(ids(backend.as_ref()).unwrap().is_empty());
+    }
+
+    /// A key file written by Tessera before issue 41 (the default of then:
+    /// 128 MiB, 3 passes) wrapping the master key `[0x42; 32]` for
+    /// "correct horse".
+    const OLD_KEY_ID: &str = "ab22f41560ef3ac6";
+    const OLD_KEY_FILE: &str = concat!(
+        "545352414b4559460100000088010000000000007b0a2020226964223a2022616232326634313536",
+        "30656633616336222c0a20202263726561746564223a20313739353839343235362c0a2020226b64",
+        "66223a207b0a2020202022616c676f726974686d223a20226172676f6e326964222c0a2020202022",
+        "6d656d6f72795f6b6962223a203133313037322c0a2020202022697465726174696f6e73223a2033",
+        "2c0a2020202022706172616c6c656c69736d223a20312c0a202020202273616c74223a2022346138",
+        "6136646237656637666163373063303362613533646162653863333765220a20207d2c0a2020226e",
+        "6f6e6365223a20226530383938303335383738306431383637666339366134613038636361666230",
+        "66313262336365666166346430626336222c0a20202277726170706564223a202234623730643063",
+        "32393838666665653436303561653333613637386634636366643433333733353535393434346633",
+        "65396539376335613138613362373263393333393539646337363861646464313461326439396664",
+        "396263613765613865220a7d59eef5c3",
+    );
+
+    #[test]
+    fn a_key_file_of_the_old_default_opens_with_its_own_parameters() {
+        let (_dir, backend) = local();
+        let bytes = hex::decode(OLD_KEY_FILE).unwrap();
+        backend.write_new(&key_path(OLD_KEY_ID), &[&bytes]).unwrap();
+        let listed = list(backend.as_ref()).unwrap();
+        let old = KdfParams {
+            memory_kib: 131072,
+            iterations: 3,
+            parallelism: 1,
+        };
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].kdf, old);
+        assert_ne!(old, KdfParams::default());
+        let (master, id) = unlock(backend.as_ref(), b"correct horse", None).unwrap();
+        assert_eq!(master.bytes(), &[0x42; 32]);
+        assert_eq!(id, OLD_KEY_ID);
     }
 }

@@ -89,6 +89,30 @@ pub struct NewKey {
     pub password: Zeroizing<String>,
     /// Argon2id parameters.
     pub kdf: KdfParams,
+    /// Accept `kdf` below OWASP's minimum ([`KdfParams::meets_minimum`]):
+    /// for tests and benchmarks only.
+    pub insecure_kdf: bool,
+}
+
+impl NewKey {
+    /// A key for `password` with `kdf`, which must reach the minimum.
+    pub fn new(password: Zeroizing<String>, kdf: KdfParams) -> Self {
+        NewKey {
+            password,
+            kdf,
+            insecure_kdf: false,
+        }
+    }
+
+    /// The key derivation parameters, checked: in bounds, and at OWASP's
+    /// minimum unless `insecure_kdf`.
+    pub(crate) fn checked_kdf(&self) -> Result<KdfParams> {
+        match self.insecure_kdf {
+            true => self.kdf.validate()?,
+            false => self.kdf.require_minimum()?,
+        }
+        Ok(self.kdf)
+    }
 }
 
 /// The master key of an open repository and the key file it came from.
@@ -122,7 +146,8 @@ impl Unlocked {
 /// A new master key and its first key file on `backend`.
 pub(crate) fn create_key(backend: &dyn crate::backend::Backend, key: &NewKey) -> Result<Unlocked> {
     let master = MasterKey::generate()?;
-    let key_id = keyfile::add(backend, &master, key.password.as_bytes(), key.kdf)?;
+    let kdf = key.checked_kdf()?;
+    let key_id = keyfile::add(backend, &master, key.password.as_bytes(), kdf)?;
     Ok(Unlocked { master, key_id })
 }
 

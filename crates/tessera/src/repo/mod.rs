@@ -862,6 +862,8 @@ fn prepare(mut config: Config, key: Option<&NewKey>) -> Result<Config> {
     };
     config.set_protection(encryption, config.compression);
     config.validate_new()?;
+    // A key derivation cost below the minimum fails before anything exists.
+    key.map(NewKey::checked_kdf).transpose()?;
     Ok(config)
 }
 
