@@ -52,6 +52,7 @@ mod hints;
 mod mount;
 mod progress;
 mod secrets;
+mod serve;
 use browse::FilterArgs;
 use progress::{bytes_bar as progress_bar, quiet, summary, summary_err, Phases};
 use secrets::{
@@ -366,6 +367,9 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serve a web interface to the repository: browse, download and
+    /// compare backups, see where the space goes (docs/API.md).
+    Serve(serve::ServeArgs),
     /// Serve the repository's backups as a read-only file system at
     /// MOUNTPOINT (FUSE): `ids/<ID>/…`, `sources/<SOURCE>/<ID>`,
     /// `latest`. Runs in the foreground until `umount MOUNTPOINT` or
@@ -1304,6 +1308,7 @@ fn run(command: Command, access: &Access) -> Result<ExitCode> {
             };
             browse::tag_cmd(&r, &ids, &change, json)?
         }
+        Command::Serve(args) => serve::run(args, access)?,
         Command::Mount {
             repo,
             mountpoint,
