@@ -279,10 +279,12 @@ async fn diff_stats_and_space() {
         (d["stats"]["added"].clone(), d["stats"]["changed"].clone()),
         (1.into(), 1.into())
     );
+    // The source directory's own change of time, if any, is metadata only.
     let paths: Vec<&str> = d["items"]
         .as_array()
         .unwrap()
         .iter()
+        .filter(|c| c["change"] != "metadata")
         .map(|c| c["path"].as_str().unwrap())
         .collect();
     assert_eq!(paths, [c.s.path("a.txt"), c.s.path("new.txt")]);
@@ -295,5 +297,26 @@ async fn diff_stats_and_space() {
         .await;
     assert!(e["error"].as_str().unwrap().contains("lifecycle"), "{e}");
     c.json("/api/space", &[("ids", "x")], StatusCode::BAD_REQUEST)
+        .await;
+}
+
+#[tokio::test]
+async fn space_says_what_deleting_frees_in_the_lifecycle_layout() {
+    let c = Client {
+        http: reqwest::Client::new(),
+        s: common::served_in(tessera::repo::config::Layout::Lifecycle),
+    };
+    let none = c.json("/api/space", &[], StatusCode::OK).await;
+    assert_eq!(none["freed_bytes"], 0);
+    let both = c
+        .json("/api/space", &[("ids", "1,2")], StatusCode::OK)
+        .await;
+    // Deleting every backup frees at least the big file's bytes.
+    assert!(both["freed_bytes"].as_u64().unwrap() >= 3 << 20, "{both}");
+    let trend = c
+        .json("/api/space", &[("source", "test")], StatusCode::OK)
+        .await;
+    assert_eq!(trend["trend"].as_array().unwrap().len(), 2, "{trend}");
+    c.json("/api/space", &[("ids", "9")], StatusCode::NOT_FOUND)
         .await;
 }

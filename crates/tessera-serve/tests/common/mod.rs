@@ -5,7 +5,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use tessera::backup::BackupOptions;
-use tessera::repo::config::Config;
+use tessera::repo::config::{Config, Layout};
 use tessera::tree::{backup_tree, TreeBackupOptions};
 use tessera::Repository;
 use tessera_serve::{Options, Server};
@@ -52,6 +52,11 @@ fn write(path: &Path, bytes: &[u8]) {
 /// `docs/deep/x/y/z.txt` and `many/` (`MANY` files); the second changes
 /// `a.txt` and adds `new.txt`. Then a server on it.
 pub fn served() -> Served {
+    served_in(Layout::Container)
+}
+
+/// [`served`], in a repository of `layout`.
+pub fn served_in(layout: Layout) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     write(&src.join("a.txt"), b"hello, tessera\n");
