@@ -28,6 +28,7 @@ mod mount;
 mod prune;
 mod repair;
 mod restore;
+mod serve;
 mod stats;
 mod unlock;
 
@@ -47,6 +48,9 @@ pub enum Command {
     /// MOUNTPOINT (FUSE): `ids/<ID>/…`, `sources/<SOURCE>/<ID>`,
     /// `latest`. Runs in the foreground until `umount MOUNTPOINT` or
     /// Ctrl-C (SIGINT, SIGTERM, SIGHUP), then unmounts.
+    /// Serve a web interface to the repository: browse, download and
+    /// compare backups, see where the space goes (docs/API.md).
+    Serve(serve::ServeArgs),
     Mount(mount::MountArgs),
     /// Copy backups into another repository (its chunking, layout and keys),
     /// deduplicated against what it holds; backups it already holds are
@@ -137,6 +141,7 @@ impl Command {
             Command::Backup(a) => backup::run(a, access),
             Command::Restore(a) => restore::run(a, access),
             Command::Ls(a) => ls::run(a, access),
+            Command::Serve(a) => serve::run(a, access),
             Command::Mount(a) => mount::run(a, access),
             Command::Copy(a) => copy::run(a, access),
             Command::List(a) => browse::run_list(a, access),

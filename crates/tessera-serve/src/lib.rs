@@ -1,0 +1,183 @@
+//! `tessera serve`: a web interface over one repository. An HTTP server
+//! (axum) bound to loopback by default, every request authenticated by a
+//! random token ([`auth`]), a JSON API over the engine's read-only
+//! operations ([`api`], documented in docs/API.md) and one page (HTML, JS,
+//! CSS) embedded in the binary ([`page`]).
+//!
+//! The repository is opened once by the caller (with a shared read lock,
+//! held while the server runs); the engine's calls block, so each request
+//! runs them on tokio's blocking pool.
+
+use axum::routing::get;
+use axum::Router;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use tessera::Repository;
+
+pub mod api;
+pub mod auth;
+pub mod page;
+
+/// Why the server did not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Listening on this address is refused (it is not loopback).
+    #[error("{addr}: not a loopback address: the server has no TLS, so its token and your backups' contents would cross the network in clear; pass --insecure to listen there anyway (e.g. behind a TLS proxy or on a trusted network)")]
+    NotLoopback {
+        /// The address asked for.
+        addr: SocketAddr,
+    },
+    /// Binding, or serving, failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The random token could not be drawn.
+    #[error("drawing the access token from the system's random source: {0}")]
+    Random(String),
+}
+
+/// How the server runs.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Where to listen (port 0: a free port).
+    pub listen: SocketAddr,
+    /// Refuse the write endpoints (restore, check) even if present.
+    pub read_only: bool,
+    /// Allow a non-loopback `listen`.
+    pub insecure: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            read_only: true,
+            insecure: false,
+        }
+    }
+}
+
+/// What every handler shares: the open repository and the token.
+pub struct State {
+    /// The repository, opened for reading.
+    pub repo: Arc<Repository>,
+    /// The access token (hex).
+    pub token: String,
+    /// Whether write endpoints are refused.
+    pub read_only: bool,
+}
+
+/// A bound server, not yet serving: its address and token are known.
+pub struct Server {
+    listener: TcpListener,
+    state: Arc<State>,
+    addr: SocketAddr,
+}
+
+impl Server {
+    /// Binds `options.listen` (refusing a non-loopback address unless
+    /// `options.insecure`) and draws a token.
+    pub fn bind(repo: Repository, options: &Options) -> Result<Server, Error> {
+        if !options.listen.ip().is_loopback() && !options.insecure {
+            return Err(Error::NotLoopback {
+                addr: options.listen,
+            });
+        }
+        let io = |what: &str| {
+            let what = what.to_string();
+            move |source| Error::Io { what, source }
+        };
+        let listen = options.listen;
+        let listener = TcpListener::bind(listen).map_err(io(&format!("listening on {listen}")))?;
+        let addr = listener.local_addr().map_err(io("the bound address"))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(io("a non-blocking socket"))?;
+        let state = Arc::new(State {
+            repo: Arc::new(repo),
+            token: auth::new_token().map_err(|e| Error::Random(e.to_string()))?,
+            read_only: options.read_only,
+        });
+        Ok(Server {
+            listener,
+            state,
+            addr,
+        })
+    }
+
+    /// The address listened on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The access token.
+    pub fn token(&self) -> &str {
+        &self.state.token
+    }
+
+    /// The URL to open: the page, with the token.
+    pub fn url(&self) -> String {
+        format!("http://{}/?token={}", self.addr, self.state.token)
+    }
+
+    /// Serves until the process ends (or the runtime fails), on a tokio
+    /// runtime of its own.
+    pub fn run(self) -> Result<(), Error> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(|source| Error::Io {
+                what: "starting the async runtime".into(),
+                source,
+            })?;
+        runtime.block_on(async move {
+            let listener =
+                tokio::net::TcpListener::from_std(self.listener).map_err(|source| Error::Io {
+                    what: "registering the socket".into(),
+                    source,
+                })?;
+            axum::serve(listener, router(self.state))
+                .await
+                .map_err(|source| Error::Io {
+                    what: "serving".into(),
+                    source,
+                })
+        })
+    }
+}
+
+/// The routes: the page and its assets, then the API; all behind the token.
+pub fn router(state: Arc<State>) -> Router {
+    Router::new()
+        .route("/", get(page::index))
+        .route("/app.js", get(page::script))
+        .route("/style.css", get(page::style))
+        .merge(api::routes())
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ))
+        .layer(axum::middleware::from_fn(page::security_headers))
+        .with_state(state)
+}
+
+/// `tessera serve`: binds, prints the URL as the first line of standard
+/// output, then serves until the process ends.
+pub fn serve(repo: Repository, options: &Options) -> Result<(), Error> {
+    use std::io::Write;
+    let server = Server::bind(repo, options)?;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{}", server.url())
+        .and_then(|()| out.flush())
+        .map_err(|source| Error::Io {
+            what: "standard output".into(),
+            source,
+        })?;
+    drop(out);
+    server.run()
+}

@@ -1,0 +1,261 @@
+// The page of `tessera serve`: talks only to the JSON API (docs/API.md).
+// Every text from the repository is put in the page with textContent
+// (file names are data, never markup).
+"use strict";
+
+const TOKEN = new URLSearchParams(location.search).get("token") || "";
+const PAGE = 100;         // backups per page
+const TREE_PAGE = 1000;   // directory entries per page
+const $ = (id) => document.getElementById(id);
+const state = { backupsOffset: 0, backupsTotal: 0, selected: new Set(), browse: { id: null, path: "/", offset: 0 }, diffOffset: 0 };
+
+async function api(path, params) {
+  const q = new URLSearchParams(params || {});
+  const res = await fetch(`/api/${path}${q.toString() ? "?" + q : ""}`, { headers: { Authorization: `Bearer ${TOKEN}` } });
+  const body = await res.json().catch(() => ({ error: `${res.status} ${res.statusText}` }));
+  if (!res.ok) { const e = new Error(body.error || res.statusText); e.status = res.status; throw e; }
+  return body;
+}
+
+function fileUrl(id, path) {
+  return `/api/backups/${id}/file?` + new URLSearchParams({ path, token: TOKEN });
+}
+
+function human(n) {
+  if (n == null) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+  let i = 0, v = n;
+  while (v >= 1024 && i < units.length - 1) { v /= 1024; i++; }
+  return i === 0 ? `${n} B` : `${v.toFixed(v < 10 ? 2 : 1)} ${units[i]}`;
+}
+const ratio = (r) => (r == null ? "–" : `${r.toFixed(2)}×`);
+const when = (secs) => new Date(secs * 1000).toLocaleString(undefined, { dateStyle: "medium", timeStyle: "short" });
+
+function el(tag, attrs, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v;
+    else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(c == null ? "" : String(c)));
+  return e;
+}
+
+function showError(e) {
+  const p = $("error");
+  if (!e) { p.hidden = true; return; }
+  p.textContent = e.message || String(e);
+  p.hidden = false;
+}
+
+function show(view) {
+  for (const s of document.querySelectorAll("main > section")) s.hidden = s.id !== `view-${view}`;
+  for (const b of document.querySelectorAll("header nav button")) {
+    if (b.dataset.view === view) b.setAttribute("aria-current", "page"); else b.removeAttribute("aria-current");
+  }
+  showError(null);
+  if (view === "stats") loadStats().catch(showError);
+  if (view === "browse" && state.browse.id == null) openLatest().catch(showError);
+}
+
+// ---- Backups -------------------------------------------------------------
+
+async function loadBackups() {
+  const page = await api("backups", { offset: state.backupsOffset, limit: PAGE, order: "desc" });
+  state.backupsTotal = page.total;
+  const first = page.total ? page.offset + 1 : 0;
+  $("backups-range").textContent = `${first}–${page.offset + page.items.length} of ${page.total} (newest first)`;
+  $("backups-prev").disabled = page.offset === 0;
+  $("backups-next").disabled = page.offset + page.items.length >= page.total;
+  const body = $("backups-table").tBodies[0];
+  body.replaceChildren(...page.items.map(backupRow));
+  drawChart(page.items.filter((b) => !b.damaged).slice().reverse());
+  if (page.items.length && !$("diff-from").value) {
+    const ids = page.items.map((b) => b.id);
+    $("diff-to").value = ids[0];
+    $("diff-from").value = ids[1] ?? ids[0];
+  }
+}
+
+function backupRow(b) {
+  if (b.damaged) return el("tr", {}, el("td"), el("td", {}, b.id), el("td", { colspan: 7, class: "error" }, `damaged: ${b.damaged}`));
+  const box = el("input", { type: "checkbox", "aria-label": `select backup ${b.id}` });
+  box.checked = state.selected.has(b.id);
+  const row = el("tr", { class: box.checked ? "selected" : "" });
+  box.addEventListener("change", () => {
+    if (box.checked) state.selected.add(b.id); else state.selected.delete(b.id);
+    row.className = box.checked ? "selected" : "";
+    $("space-selected").disabled = state.selected.size === 0;
+  });
+  const where = b.paths ? b.paths.join(", ") : `(${b.source})`;
+  const size = b.file_bytes ?? b.logical_bytes;
+  const browse = b.paths
+    ? el("button", { type: "button", class: "browse", onclick: () => openBackup(b.id, "/") }, "Browse")
+    : el("a", { href: fileUrl(b.id, "/"), download: "" }, "Download");
+  row.append(el("td", {}, box), el("td", {}, b.id), el("td", {}, when(b.time)), el("td", {}, b.host || "–"),
+    el("td", { class: "paths" }, where), el("td", { class: "num" }, human(size)),
+    el("td", { class: "num" }, human(b.new_bytes)), el("td", { class: "num" }, ratio(b.dedup_ratio)), el("td", {}, browse));
+  return row;
+}
+
+// A bar chart of each backup's size, its new data drawn over it (SVG).
+function drawChart(items) {
+  const svg = $("chart");
+  const NS = "http://www.w3.org/2000/svg";
+  const W = svg.clientWidth || 800, H = svg.clientHeight || 180, pad = 18;
+  svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
+  const max = Math.max(1, ...items.map((b) => b.logical_bytes));
+  const step = items.length ? (W - 2 * pad) / items.length : 0;
+  const bw = Math.max(1, step * 0.8);
+  const shapes = [];
+  const y = (v) => H - pad - (v / max) * (H - 2 * pad);
+  items.forEach((b, i) => {
+    const x = pad + i * step;
+    for (const [cls, v] of [["size", b.logical_bytes], ["new", b.new_bytes]]) {
+      const r = document.createElementNS(NS, "rect");
+      r.setAttribute("class", cls);
+      r.setAttribute("x", x.toFixed(1)); r.setAttribute("width", bw.toFixed(1));
+      r.setAttribute("y", y(v).toFixed(1)); r.setAttribute("height", Math.max(0, H - pad - y(v)).toFixed(1));
+      const t = document.createElementNS(NS, "title");
+      t.textContent = `backup ${b.id}: ${cls === "size" ? "size" : "new data"} ${human(v)}`;
+      r.append(t);
+      shapes.push(r);
+    }
+  });
+  const label = document.createElementNS(NS, "text");
+  label.setAttribute("x", pad); label.setAttribute("y", 12);
+  label.textContent = `max ${human(max)}`;
+  shapes.push(label);
+  svg.replaceChildren(...shapes);
+}
+
+async function estimate(ids, out) {
+  out.textContent = "…";
+  try {
+    const r = await api("space", { ids: ids.join(",") });
+    out.textContent = `Deleting backups ${r.ids.join(", ")} would free ${human(r.freed_bytes)}.`;
+  } catch (e) {
+    out.textContent = e.status === 501 ? `Not available for this repository: ${e.message}` : `Error: ${e.message}`;
+  }
+}
+
+// ---- Browse --------------------------------------------------------------
+
+async function openLatest() {
+  const page = await api("backups", { limit: 50, order: "desc" });
+  const tree = page.items.find((b) => b.paths);
+  if (tree) await openBackup(tree.id, "/");
+  else $("tree-range").textContent = "no tree backup in the repository";
+}
+
+async function openBackup(id, path, offset = 0) {
+  state.browse = { id, path, offset };
+  show("browse");
+  $("browse-id").textContent = id;
+  $("browse-backup").value = id;
+  $("path-input").value = path;
+  $("tar-link").href = fileUrl(id, path);
+  drawCrumbs(id, path);
+  const params = { limit: TREE_PAGE, offset };
+  if (path !== "/") params.path = path;
+  try {
+    const page = await api(`backups/${id}/tree`, params);
+    $("tree-range").textContent = page.total ? `${page.offset + 1}–${page.offset + page.items.length} of ${page.total} entries` : "empty";
+    $("tree-prev").disabled = page.offset === 0;
+    $("tree-next").disabled = page.offset + page.items.length >= page.total;
+    $("browse-table").tBodies[0].replaceChildren(...page.items.map((e) => entryRow(id, e)));
+  } catch (e) {
+    $("browse-table").tBodies[0].replaceChildren();
+    showError(e);
+  }
+}
+
+function entryRow(id, e) {
+  const name = e.path.split("/").pop() || e.path;
+  // At the top, the paths given to the backup are shown whole.
+  const shown = state.browse.path === "/" ? e.path : name;
+  const nameCell = e.kind === "dir"
+    ? el("button", { type: "button", class: "link dir", onclick: () => openBackup(id, e.path) }, `${shown}/`)
+    : el("span", {}, shown);
+  let down = "";
+  if (e.kind === "file" || e.kind === "hardlink") down = el("a", { href: fileUrl(id, e.path), download: name, class: "download" }, "Download");
+  else if (e.kind === "dir") down = el("a", { href: fileUrl(id, e.path), download: `${name}.tar` }, "tar");
+  else if (e.target) down = el("span", { class: "muted" }, `→ ${e.target}`);
+  return el("tr", {}, el("td", {}, nameCell), el("td", {}, e.kind), el("td", { class: "num" }, e.kind === "dir" ? "" : human(e.size)),
+    el("td", {}, when(e.mtime)), el("td", {}, down));
+}
+
+function drawCrumbs(id, path) {
+  const parts = path.split("/").filter(Boolean);
+  const crumbs = [el("button", { type: "button", class: "link", onclick: () => openBackup(id, "/") }, `backup ${id}`)];
+  parts.forEach((p, i) => {
+    const to = "/" + parts.slice(0, i + 1).join("/");
+    crumbs.push(" / ", el("button", { type: "button", class: "link", onclick: () => openBackup(id, to) }, p));
+  });
+  $("crumbs").replaceChildren(...crumbs);
+}
+
+// ---- Diff ----------------------------------------------------------------
+
+async function runDiff() {
+  const from = $("diff-from").value.trim(), to = $("diff-to").value.trim();
+  $("diff-summary").textContent = "…";
+  try {
+    const r = await api("diff", { from, to, offset: state.diffOffset, limit: TREE_PAGE });
+    const s = r.stats;
+    $("diff-summary").textContent = `From ${r.from} to ${r.to}: ${s.added} added (${human(s.bytes_added)}), ${s.removed} removed (${human(s.bytes_removed)}), ${s.changed} changed, ${s.metadata} metadata only, ${s.unchanged} unchanged.`;
+    $("diff-range").textContent = r.total ? `${r.offset + 1}–${r.offset + r.items.length} of ${r.total}` : "no differences";
+    $("diff-prev").disabled = r.offset === 0;
+    $("diff-next").disabled = r.offset + r.items.length >= r.total;
+    $("diff-table").tBodies[0].replaceChildren(...r.items.map((c) => el("tr", { class: `change-${c.change}` },
+      el("td", {}, c.change), el("td", { class: "paths" }, c.path),
+      el("td", { class: "num" }, c.old ? human(c.old.size) : ""), el("td", { class: "num" }, c.new ? human(c.new.size) : ""))));
+  } catch (e) {
+    $("diff-summary").textContent = `Error: ${e.message}`;
+    $("diff-table").tBodies[0].replaceChildren();
+  }
+}
+
+// ---- Stats ---------------------------------------------------------------
+
+async function loadStats() {
+  const s = await api("stats");
+  $("location").textContent = s.location;
+  const c = s.config || {};
+  const cards = [
+    ["Backups", s.backups], ["Logical data", human(s.logical_bytes)], ["Stored (physical)", human(s.physical_bytes)],
+    ["Containers", s.containers], ["Dedup ratio", ratio(s.dedup_ratio)], ["Compression ratio", ratio(s.compression_ratio)],
+    ["Total ratio", ratio(s.total_ratio)], ["Layout", c.layout], ["Index", c.index], ["Encryption", s.encrypted ? "yes" : "no"],
+  ];
+  $("stats-list").replaceChildren(...cards.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v ?? "–"))));
+}
+
+// ---- Wiring --------------------------------------------------------------
+
+function init() {
+  for (const b of document.querySelectorAll("header nav button")) b.addEventListener("click", () => show(b.dataset.view));
+  $("backups-prev").addEventListener("click", () => { state.backupsOffset = Math.max(0, state.backupsOffset - PAGE); loadBackups().catch(showError); });
+  $("backups-next").addEventListener("click", () => { state.backupsOffset += PAGE; loadBackups().catch(showError); });
+  $("space-selected").addEventListener("click", () => estimate([...state.selected].sort((a, b) => a - b), $("space-answer")));
+  $("tree-prev").addEventListener("click", () => openBackup(state.browse.id, state.browse.path, Math.max(0, state.browse.offset - TREE_PAGE)));
+  $("tree-next").addEventListener("click", () => openBackup(state.browse.id, state.browse.path, state.browse.offset + TREE_PAGE));
+  $("path-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    let p = $("path-input").value.trim() || "/";
+    if (!p.startsWith("/")) p = "/" + p;
+    openBackup($("browse-backup").value.trim(), p.length > 1 ? p.replace(/\/+$/, "") : p);
+  });
+  $("diff-form").addEventListener("submit", (ev) => { ev.preventDefault(); state.diffOffset = 0; runDiff(); });
+  $("diff-prev").addEventListener("click", () => { state.diffOffset = Math.max(0, state.diffOffset - TREE_PAGE); runDiff(); });
+  $("diff-next").addEventListener("click", () => { state.diffOffset += TREE_PAGE; runDiff(); });
+  $("space-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    estimate($("space-ids").value.split(/[\s,]+/).filter(Boolean), $("space-result"));
+  });
+  show("backups");
+  loadBackups().catch(showError);
+  api("stats").then((s) => { $("location").textContent = s.location; }).catch(() => {});
+}
+
+document.addEventListener("DOMContentLoaded", init);

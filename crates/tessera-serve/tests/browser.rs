@@ -1,0 +1,251 @@
+//! The page in a real browser: headless Chromium driven over WebDriver
+//! (chromedriver). Skipped, saying SKIPPED, where chromedriver is not
+//! installed (`.ci/run` installs it). Saves a screenshot of each view at
+//! 1280×800 in docs/screenshots/.
+
+mod common;
+
+use base64::Engine;
+use common::{noise, served};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::{json, Value};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
+
+/// chromedriver on a free port, killed when dropped.
+struct Driver(Child, u16);
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.0.kill().ok();
+        self.0.wait().ok();
+    }
+}
+
+fn start_driver(path: &Path) -> Driver {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(path)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "chromedriver did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Driver(child, port)
+}
+
+/// Waits until `script` (a JS expression) is truthy in the page; its value.
+async fn until(c: &Client, script: &str) -> Value {
+    let started = Instant::now();
+    loop {
+        let v = c
+            .execute(&format!("return ({script});"), vec![])
+            .await
+            .unwrap();
+        if v.as_bool() != Some(false) && !v.is_null() && v != json!(0) && v != json!("") {
+            return v;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "timed out waiting for {script}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn screenshot(c: &Client, name: &str) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join(format!("{name}.png")),
+        c.screenshot().await.unwrap(),
+    )
+    .unwrap();
+}
+
+async fn click(c: &Client, css: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browser_shows_backups_browses_downloads_diffs_and_stats() {
+    let Some(chromedriver) = find_in_path("chromedriver") else {
+        println!("SKIPPED: chromedriver not found (apt-get install chromium chromium-driver)");
+        return;
+    };
+    let s = served();
+    let driver = start_driver(&chromedriver);
+    let caps = json!({ "goog:chromeOptions": { "args": [
+        "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+        "--window-size=1280,800", "--hide-scrollbars", "--lang=en-US",
+    ]}});
+    let Value::Object(caps) = caps else {
+        unreachable!()
+    };
+    let c = ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&format!("http://127.0.0.1:{}", driver.1))
+        .await
+        .unwrap();
+    c.goto(&s.url).await.unwrap();
+
+    // The backups, newest first, with a bar per backup and size in the chart.
+    until(
+        &c,
+        "document.querySelectorAll('#backups-table tbody tr').length === 2",
+    )
+    .await;
+    let ids = c.execute("return [...document.querySelectorAll('#backups-table tbody tr td:nth-child(2)')].map(t => t.textContent)", vec![]).await.unwrap();
+    assert_eq!(ids, json!(["2", "1"]));
+    assert_eq!(
+        until(&c, "document.querySelectorAll('#chart rect').length").await,
+        json!(4)
+    );
+    screenshot(&c, "backups").await;
+
+    // Browse backup 1: the source path, then docs/.
+    click(&c, "#backups-table tbody tr:nth-child(2) button.browse").await;
+    until(
+        &c,
+        "document.querySelectorAll('#browse-table button.dir').length === 1",
+    )
+    .await;
+    click(&c, "#browse-table button.dir").await;
+    until(&c, "[...document.querySelectorAll('#browse-table button.dir')].some(b => b.textContent === 'docs/')").await;
+    c.execute("[...document.querySelectorAll('#browse-table button.dir')].find(b => b.textContent === 'docs/').focus()", vec![]).await.unwrap();
+    // Keyboard: Enter on the focused folder opens it.
+    c.active_element()
+        .await
+        .unwrap()
+        .send_keys("\u{E007}")
+        .await
+        .unwrap();
+    until(
+        &c,
+        "[...document.querySelectorAll('#browse-table td')].some(t => t.textContent === 'big.bin')",
+    )
+    .await;
+    let crumbs = c
+        .find(Locator::Css("#crumbs"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(crumbs.ends_with("src / docs"), "{crumbs}");
+    screenshot(&c, "browse").await;
+
+    // Download big.bin through the page's link and compare the bytes.
+    let got = c.execute_async(
+        "const done = arguments[arguments.length - 1];
+         const a = [...document.querySelectorAll('#browse-table a.download')].find(a => a.getAttribute('download') === 'big.bin');
+         fetch(a.href).then(r => r.blob()).then(b => { const f = new FileReader(); f.onload = () => done(f.result.split(',')[1]); f.readAsDataURL(b); });",
+        vec![],
+    ).await.unwrap();
+    assert!(
+        base64::engine::general_purpose::STANDARD
+            .decode(got.as_str().unwrap())
+            .unwrap()
+            == noise(3 << 20, 7),
+        "downloaded bytes differ"
+    );
+
+    // The path bar jumps straight to a deep directory.
+    let bar = c.find(Locator::Css("#path-input")).await.unwrap();
+    bar.clear().await.unwrap();
+    bar.send_keys(&format!("{}\u{E007}", s.path("docs/deep/x/y")))
+        .await
+        .unwrap();
+    until(
+        &c,
+        "[...document.querySelectorAll('#browse-table td')].some(t => t.textContent === 'z.txt')",
+    )
+    .await;
+
+    // Diff of the two backups.
+    click(&c, "#nav-diff").await;
+    click(&c, "#diff-run").await;
+    until(
+        &c,
+        "document.querySelectorAll('#diff-table tbody tr').length >= 2",
+    )
+    .await;
+    let summary = c
+        .find(Locator::Css("#diff-summary"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        summary.contains("1 added") && summary.contains("1 changed"),
+        "{summary}"
+    );
+    screenshot(&c, "diff").await;
+
+    // Stats, and what deleting backup 1 would free (not known in this layout).
+    click(&c, "#nav-stats").await;
+    until(
+        &c,
+        "document.querySelectorAll('#stats-list div').length > 5",
+    )
+    .await;
+    let stats = c
+        .find(Locator::Css("#stats-list"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(stats.contains("Backups"), "{stats}");
+    c.find(Locator::Css("#space-ids"))
+        .await
+        .unwrap()
+        .send_keys("1\u{E007}")
+        .await
+        .unwrap();
+    let answer = until(&c, "document.getElementById('space-result').textContent.length > 1 && document.getElementById('space-result').textContent").await;
+    assert!(answer.as_str().unwrap().contains("lifecycle"), "{answer}");
+    screenshot(&c, "stats").await;
+
+    // A phone-sized window: the backups still fit.
+    c.set_window_size(390, 800).await.unwrap();
+    click(&c, "#nav-backups").await;
+    let wide = c
+        .execute("return document.documentElement.scrollWidth", vec![])
+        .await
+        .unwrap();
+    assert!(
+        wide.as_u64().unwrap() <= 400,
+        "page {wide}px wide in a 390px window"
+    );
+    screenshot(&c, "backups-narrow").await;
+    c.close().await.unwrap();
+    drop(driver);
+}

@@ -1,0 +1,97 @@
+//! A repository made with the engine, and a server on it (port 0).
+
+#![allow(dead_code)]
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use tessera::backup::BackupOptions;
+use tessera::repo::config::{Config, Layout};
+use tessera::tree::{backup_tree, TreeBackupOptions};
+use tessera::Repository;
+use tessera_serve::{Options, Server};
+
+/// Entries of the big directory `many/`.
+pub const MANY: usize = 5000;
+
+/// A served repository: its temporary directory, the backed-up source,
+/// the server's base URL (`http://127.0.0.1:PORT`) and token.
+pub struct Served {
+    pub dir: tempfile::TempDir,
+    pub src: PathBuf,
+    pub base: String,
+    pub token: String,
+    pub url: String,
+}
+
+impl Served {
+    /// The API path of `p` under the backed-up source (`/tmp/…/src/p`).
+    pub fn path(&self, p: &str) -> String {
+        format!("{}/{p}", self.src.display())
+    }
+}
+
+/// Bytes that do not repeat (so they are not all one chunk).
+pub fn noise(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, bytes).unwrap();
+}
+
+/// Two tree backups of a source with `a.txt`, `docs/big.bin` (3 MiB),
+/// `docs/deep/x/y/z.txt` and `many/` (`MANY` files); the second changes
+/// `a.txt` and adds `new.txt`. Then a server on it.
+pub fn served() -> Served {
+    served_in(Layout::Container)
+}
+
+/// [`served`], in a repository of `layout`.
+pub fn served_in(layout: Layout) -> Served {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    write(&src.join("a.txt"), b"hello, tessera\n");
+    write(&src.join("docs/big.bin"), &noise(3 << 20, 7));
+    write(&src.join("docs/deep/x/y/z.txt"), b"deep\n");
+    for i in 0..MANY {
+        write(
+            &src.join(format!("many/f{i:05}")),
+            format!("{i}\n").as_bytes(),
+        );
+    }
+    let mut config = Config::new("serve-test".into());
+    config.layout = layout;
+    let repo = Repository::init(&dir.path().join("repo"), config).unwrap();
+    let options = BackupOptions {
+        source: "test".into(),
+        host: "testhost".into(),
+        ..BackupOptions::default()
+    };
+    let paths = std::slice::from_ref(&src);
+    backup_tree(&repo, paths, &TreeBackupOptions::default(), &options).unwrap();
+    write(&src.join("a.txt"), b"hello again, tessera\n");
+    write(&src.join("new.txt"), b"new\n");
+    backup_tree(&repo, paths, &TreeBackupOptions::default(), &options).unwrap();
+    drop(repo);
+    let repo =
+        Repository::open(&dir.path().join("repo"), tessera::backend::LockMode::Read).unwrap();
+    let server = Server::bind(repo, &Options::default()).unwrap();
+    let (addr, token, url) = (server.addr(), server.token().to_string(), server.url());
+    std::thread::spawn(move || server.run());
+    Served {
+        dir,
+        src,
+        base: format!("http://{addr}"),
+        token,
+        url,
+    }
+}
