@@ -66,9 +66,10 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
     /// When the repository is locked by another process, wait up to this
-    /// long for it (e.g. `30s`, `5m`, `1h`) instead of failing at once.
-    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_wait, default_value = "0s")]
-    wait: Duration,
+    /// long for it (e.g. `30s`, `5m`, `1h`; `0s`: fail at once). Default:
+    /// backups and maintenance wait up to 60m, readers fail at once.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_wait)]
+    wait: Option<Duration>,
     /// The repository, for users who prefer an option (or the
     /// `TESSERA_REPOSITORY` environment variable) to the REPO argument:
     /// with it, leave REPO out of the command.
@@ -994,6 +995,11 @@ fn main() -> ExitCode {
         }
     };
     progress::set_verbosity(cli.quiet, cli.verbose);
+    tessera::repo::report_lock_waits(Box::new(|message| {
+        if !progress::quiet() {
+            eprintln!("tessera: {message}");
+        }
+    }));
     let access = Access {
         wait: cli.wait,
         password: cli.password,
@@ -1763,7 +1769,7 @@ fn open(location: &Location, mode: LockMode, access: &Access) -> Result<Reposito
                 LockMode::Read => "a maintenance command (gc, delete, forget, arrange) is running",
                 _ => "a backup or a maintenance command is running",
             };
-            bail!("{e}: {doing}; retry later, or pass --wait DURATION to wait for it")
+            bail!("{e}: {doing}; retry later, or pass --wait DURATION to wait longer for it")
         }
         other => Ok(other?),
     }
