@@ -112,8 +112,8 @@ fn assert_restores(repo: &str, id: u64, src: &Path, target: &Path) {
 
 /// The scenario of this file against the repository `repo` (created here),
 /// with scratch space in `tmp`.
-fn four_clients_and_a_gc(repo: &str, tmp: &Path) {
-    ok(["init", repo]);
+fn four_clients_and_a_gc(repo: &str, tmp: &Path, index: &str) {
+    ok(["init", repo, "--index", index]);
     // Data committed before the clients start.
     let before = tmp.join("before");
     std::fs::create_dir_all(&before).unwrap();
@@ -198,7 +198,27 @@ fn json_ok<const N: usize>(args: [&str; N]) -> serde_json::Value {
 fn four_backups_at_once_and_a_gc_beside_them_locally() {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
-    four_clients_and_a_gc(&repo.display().to_string(), tmp.path());
+    four_clients_and_a_gc(&repo.display().to_string(), tmp.path(), "exact");
+}
+
+#[test]
+fn four_backups_at_once_and_a_gc_beside_them_with_the_ddfs_index() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    four_clients_and_a_gc(&repo.display().to_string(), tmp.path(), "ddfs");
+    // The index runs shared backups left for each other (FORMAT.md §13.3)
+    // are deleted by the next gc: what remains is a compacted table of a
+    // few runs (tier 0 holds fewer than 4), each with its Bloom filter.
+    ok(["gc", &repo.display().to_string()]);
+    let names = dir_names(&repo.join("index/ddfs"));
+    let runs: BTreeSet<&str> = names
+        .iter()
+        .filter_map(|n| n.strip_prefix('t').and_then(|t| t.split('.').next()))
+        .collect();
+    let blooms = names.iter().filter(|n| n.starts_with('b')).count();
+    assert_eq!(runs.len(), blooms, "{names:?}");
+    assert!(runs.len() <= 3, "{names:?}");
+    ok(["check", "--read-data", &repo.display().to_string()]);
 }
 
 #[test]
@@ -219,7 +239,7 @@ fn four_backups_at_once_and_a_gc_beside_them_on_s3() {
         std::process::id()
     );
     let tmp = tempfile::tempdir().unwrap();
-    four_clients_and_a_gc(&repo, tmp.path());
+    four_clients_and_a_gc(&repo, tmp.path(), "exact");
 }
 
 /// A stream of `len` bytes for round `round`, client `client`: a part all

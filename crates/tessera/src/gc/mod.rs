@@ -492,10 +492,16 @@ pub fn gc_with_progress(
     // Update the index, then every recipe that names a selected container.
     let t = Instant::now();
     let removed: BTreeSet<ContainerId> = selected.iter().map(|s| s.id).collect();
-    if !removed.is_empty() {
-        // Nothing selected: the index names no removed container.
+    // Nothing selected: the index names no removed container; only the
+    // DDFS runs that shared backups left for each other are deleted
+    // (FORMAT.md §13.3), by a commit that writes its manifest again.
+    let leftovers = repo.config().shared_writers()
+        && repo.config().index == crate::repo::config::IndexKind::Ddfs;
+    if !removed.is_empty() || leftovers {
         let mut index = repo.open_index()?;
-        index.relocate(&removed, &moved)?;
+        if !removed.is_empty() {
+            index.relocate(&removed, &moved)?;
+        }
         index.commit(next_id)?;
     }
     let phase = Phase::begin(

@@ -1536,11 +1536,20 @@ impl Ddfs {
             self.placed = 0;
             self.relocations.clear();
             self.dirty = false;
-        } else if next_container > self.next_container {
+        } else if next_container > self.next_container || !self.layout.shared {
+            // (A writer alone also deletes what shared backups left: runs
+            // no manifest names any more, FORMAT.md §13.3.)
             self.next_container = next_container;
-            let bytes = self.manifest().encode();
+            let manifest = self.manifest();
+            let bytes = manifest.encode();
             self.stats.commit_write_bytes = bytes.len() as u64;
-            self.backend.write(&self.layout.manifest_key(), &bytes)?;
+            persist_manifest(
+                self.backend.as_ref(),
+                &self.layout.prefix,
+                &manifest,
+                &bytes,
+                !self.layout.shared,
+            )?;
         }
         self.note_memory();
         Ok(())
