@@ -1477,6 +1477,9 @@ impl Ddfs {
     /// what it knows, as a single writer's would.
     fn rebase_on_persisted(&mut self) -> Result<()> {
         let key = self.layout.manifest_key();
+        // A listing first: a backend with a metadata cache then knows the
+        // version other writers left (FORMAT.md §13.2) and reads that one.
+        self.backend.list(&self.layout.prefix)?;
         let Some(manifest) = read_cached(self.backend.as_ref(), &key, Manifest::decode)? else {
             return Ok(());
         };

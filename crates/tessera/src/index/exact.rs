@@ -223,6 +223,9 @@ impl DedupIndex for Exact {
     /// this index holds keeps its container). A missing or damaged object
     /// adds nothing: this index then overwrites it with what it knows.
     fn rebase(&mut self) -> Result<()> {
+        // A listing first: a backend with a metadata cache then knows the
+        // version other writers left (FORMAT.md §13.2) and reads that one.
+        self.backend.list("index")?;
         if let Some((next_container, map)) =
             super::read_cached(self.backend.as_ref(), INDEX_KEY, decode)?
         {
