@@ -553,16 +553,7 @@ fn backup_containers(
     let chunker = config.chunker.build()?;
     // A shared backup's id is taken at its commit (FORMAT.md §13.3).
     let id = repo.next_backup_id()?;
-    // A shared backup opens the index and reserves its first container
-    // ids in the commit section: no other writer writes index objects or
-    // takes those ids meanwhile.
-    let section = repo.commit_section()?;
-    let mut index = repo.open_index()?;
-    let first_ids = match section.is_some() {
-        true => repo.reserve_containers(CONTAINER_BLOCK)?,
-        false => repo.next_container_id()?..ContainerId::MAX,
-    };
-    drop(section);
+    let (mut index, first_ids) = open_index_and_ids(repo)?;
     let more_ids = || -> Result<std::ops::Range<ContainerId>> {
         let _section = repo.commit_section()?;
         repo.reserve_containers(CONTAINER_BLOCK)
@@ -731,14 +722,7 @@ fn backup_containers(
     let backend = repo.backend();
     // A shared backup commits its index entries and takes its id in the
     // commit section, against the index as other backups left it.
-    let section = repo.commit_section()?;
-    let id = match section.is_some() {
-        true => {
-            index.rebase()?;
-            store_recipe_at_free_id(repo, &mut recipe)?
-        }
-        false => id,
-    };
+    let (section, id) = enter_commit(repo, index.as_mut(), &mut recipe, id)?;
     let shared = section.is_some();
     std::thread::scope(|s| -> Result<()> {
         let recipe_write = (!shared).then(|| s.spawn(|| recipe.store(backend.as_ref())));
@@ -804,6 +788,40 @@ fn backup_containers(
     snap.stats.record_io(&repo.io_stats().since(&io_before));
     repo.commit_snapshot(&snap)?;
     Ok(snap)
+}
+
+/// Opens the index and takes the first container ids: a shared backup
+/// does both in the commit section (FORMAT.md §13.3), so that no other
+/// writer writes index objects or takes those ids meanwhile, and gets a
+/// block of ids; a backup alone numbers its containers from the next id on.
+fn open_index_and_ids(
+    repo: &Repository,
+) -> Result<(Box<dyn DedupIndex>, std::ops::Range<ContainerId>)> {
+    let section = repo.commit_section()?;
+    let index = repo.open_index()?;
+    let ids = match section.is_some() {
+        true => repo.reserve_containers(CONTAINER_BLOCK)?,
+        false => repo.next_container_id()?..ContainerId::MAX,
+    };
+    Ok((index, ids))
+}
+
+/// Enters the commit of a backup whose id would be `id` alone: a shared
+/// backup takes the commit lock (returned, held until its index is
+/// committed), rebases its index on what other backups committed, and
+/// takes its id by storing its recipe (FORMAT.md §13.3).
+fn enter_commit(
+    repo: &Repository,
+    index: &mut dyn DedupIndex,
+    recipe: &mut RecipeWriter,
+    id: BackupId,
+) -> Result<(Option<crate::backend::LockGuard>, BackupId)> {
+    let Some(section) = repo.commit_section()? else {
+        return Ok((None, id));
+    };
+    index.rebase()?;
+    let id = store_recipe_at_free_id(repo, recipe)?;
+    Ok((Some(section), id))
 }
 
 /// Stores `recipe` under the lowest free backup id (FORMAT.md §13.3): the
