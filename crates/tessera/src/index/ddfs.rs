@@ -1381,9 +1381,15 @@ fn persist_manifest(
     delete: bool,
 ) -> Result<()> {
     backend.write(&format!("{prefix}/manifest"), encoded)?;
-    if !delete {
-        return Ok(());
+    match delete {
+        true => delete_unnamed(backend, prefix, manifest),
+        false => Ok(()),
     }
+}
+
+/// Deletes the objects of the runs `manifest` does not name (merged runs,
+/// leftovers of interrupted writes, runs shared backups left).
+fn delete_unnamed(backend: &dyn Backend, prefix: &str, manifest: &Manifest) -> Result<()> {
     let current: BTreeSet<u64> = manifest.runs.iter().map(|r| r.generation).collect();
     for name in backend.list(prefix)? {
         if object_generation(&name).is_some_and(|g| !current.contains(&g)) {
@@ -1539,20 +1545,18 @@ impl Ddfs {
             self.placed = 0;
             self.relocations.clear();
             self.dirty = false;
-        } else if next_container > self.next_container || !self.layout.shared {
-            // (A writer alone also deletes what shared backups left: runs
-            // no manifest names any more, FORMAT.md §13.3.)
-            self.next_container = next_container;
-            let manifest = self.manifest();
-            let bytes = manifest.encode();
-            self.stats.commit_write_bytes = bytes.len() as u64;
-            persist_manifest(
-                self.backend.as_ref(),
-                &self.layout.prefix,
-                &manifest,
-                &bytes,
-                !self.layout.shared,
-            )?;
+        } else {
+            if next_container > self.next_container {
+                self.next_container = next_container;
+                let bytes = self.manifest().encode();
+                self.stats.commit_write_bytes = bytes.len() as u64;
+                self.backend.write(&self.layout.manifest_key(), &bytes)?;
+            }
+            // A writer alone also deletes what shared backups left: runs no
+            // manifest names any more (FORMAT.md §13.3).
+            if !self.layout.shared {
+                delete_unnamed(self.backend.as_ref(), &self.layout.prefix, &self.manifest())?;
+            }
         }
         self.note_memory();
         Ok(())

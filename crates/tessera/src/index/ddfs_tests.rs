@@ -798,9 +798,15 @@ fn shared_backups_commit_rebased_on_each_other() {
     for index in [&mut later as &mut dyn DedupIndex, &mut later_exact] {
         assert_eq!(index.stats().containers_scanned, 0);
         assert!(!index.stats().rebuilt);
-        for (i, want) in (0..40).map(|i| (i, 1)).chain((100..140).map(|i| (i, 10))).chain((200..240).map(|i| (i, 20))) {
+        for (i, want) in (0..40)
+            .map(|i| (i, 1))
+            .chain((100..140).map(|i| (i, 10)))
+            .chain((200..240).map(|i| (i, 20)))
+        {
             let mut out = Vec::new();
-            index.submit(vec![chunk(u64::from(i), i)], &mut out).unwrap();
+            index
+                .submit(vec![chunk(u64::from(i), i)], &mut out)
+                .unwrap();
             assert_eq!(out[0].1, Decision::Duplicate(want), "fingerprint {i}");
         }
     }

@@ -736,7 +736,7 @@ mod tests {
         ] {
             o.remove(field);
         }
-        let sealed = envelope::seal(KIND, FORMAT_VERSION, &serde_json::to_vec(&v).unwrap());
+        let sealed = envelope::seal(KIND, c.version, &serde_json::to_vec(&v).unwrap());
         assert_eq!(Config::decode(&sealed).unwrap(), c);
         let mut d = c.clone();
         d.index = IndexKind::Ddfs;
