@@ -973,13 +973,15 @@ fn lock_name(mode: LockMode) -> &'static str {
 }
 
 /// Where messages about lock waits go ([`report_lock_waits`]).
-static WAIT_REPORTER: std::sync::OnceLock<Box<dyn Fn(&str) + Send + Sync>> =
-    std::sync::OnceLock::new();
+static WAIT_REPORTER: std::sync::OnceLock<WaitReporter> = std::sync::OnceLock::new();
+
+/// Receives the messages of lock waits.
+pub type WaitReporter = Box<dyn Fn(&str) + Send + Sync>;
 
 /// Has every wait for a repository lock of this process reported to
 /// `report`, every 10 seconds while it lasts (once per process; later
 /// calls are ignored). Without it waits are silent.
-pub fn report_lock_waits(report: Box<dyn Fn(&str) + Send + Sync>) {
+pub fn report_lock_waits(report: WaitReporter) {
     let _ = WAIT_REPORTER.set(report);
 }
 
