@@ -26,9 +26,10 @@ struct Cli {
     #[command(subcommand)]
     command: Command,
     /// When the repository is locked by another process, wait up to this
-    /// long for it (e.g. `30s`, `5m`, `1h`) instead of failing at once.
-    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_wait, default_value = "0s")]
-    wait: Duration,
+    /// long for it (e.g. `30s`, `5m`, `1h`; `0s`: fail at once). Default:
+    /// backups and maintenance wait up to 60m, readers fail at once.
+    #[arg(long, global = true, value_name = "DURATION", value_parser = parse_wait)]
+    wait: Option<Duration>,
     /// The repository, for users who prefer an option (or the
     /// `TESSERA_REPOSITORY` environment variable) to the REPO argument:
     /// with it, leave REPO out of the command.
@@ -184,6 +185,11 @@ fn main() -> ExitCode {
         }
     };
     progress::set_verbosity(cli.quiet, cli.verbose);
+    tessera::repo::report_lock_waits(Box::new(|message| {
+        if !progress::quiet() {
+            eprintln!("tessera: {message}");
+        }
+    }));
     let access = Access {
         wait: cli.wait,
         password: cli.password,

@@ -16,7 +16,7 @@ pub fn open(location: &Location, mode: LockMode, access: &Access) -> Result<Repo
                 LockMode::Read => "a maintenance command (gc, delete, forget, arrange) is running",
                 _ => "a backup or a maintenance command is running",
             };
-            bail!("{e}: {doing}; retry later, or pass --wait DURATION to wait for it")
+            bail!("{e}: {doing}; retry later, or pass --wait DURATION to wait longer for it")
         }
         other => Ok(other?),
     }

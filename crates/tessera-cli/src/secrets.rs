@@ -146,8 +146,9 @@ impl KdfArgs {
 
 /// What opening a repository needs besides its path and mode.
 pub struct Access {
-    /// How long to wait for a conflicting lock holder.
-    pub wait: Duration,
+    /// How long to wait for a conflicting lock holder (`None`: the
+    /// default of the mode, [`default_wait`]).
+    pub wait: Option<Duration>,
     /// Where the password comes from, if the repository is encrypted.
     pub password: PasswordArgs,
     /// Object stores: requests in flight at once (restore reads, backup
@@ -196,7 +197,19 @@ pub fn open_repo(
             .map_err(|e| tessera::Error::Credentials(format!("{e:#}")))?;
         Ok(Credentials::new(password, access.password.key_id.clone()))
     };
-    Repository::open_at(&tuned(location, access), mode, access.wait, &unlock)
+    let wait = access.wait.unwrap_or_else(|| default_wait(mode));
+    Repository::open_at(&tuned(location, access), mode, wait, &unlock)
+}
+
+/// How long a command waits for a conflicting lock holder without
+/// `--wait`: backups and maintenance up to an hour (a scheduled job
+/// started beside another one must not fail, FORMAT.md §13.3), readers
+/// not at all.
+pub fn default_wait(mode: LockMode) -> Duration {
+    match mode {
+        LockMode::Read => Duration::ZERO,
+        _ => Duration::from_secs(3600),
+    }
 }
 
 /// The password of a new repository (`init`): asked twice on a terminal.
@@ -310,7 +323,14 @@ pub(crate) fn open_keeping_password(
         *asked.borrow_mut() = Some(password.clone());
         Ok(Credentials::new(password, access.password.key_id.clone()))
     };
-    let r = Repository::open_at(&tuned(repo, access), LockMode::Backup, access.wait, &unlock)?;
+    let r = Repository::open_at(
+        &tuned(repo, access),
+        LockMode::Backup,
+        access
+            .wait
+            .unwrap_or_else(|| default_wait(LockMode::Backup)),
+        &unlock,
+    )?;
     match asked.into_inner() {
         Some(password) => Ok((r, new_key(password, kdf)?)),
         None => bail!("{}: the repository is not encrypted: it has no keys", repo),

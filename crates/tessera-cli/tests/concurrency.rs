@@ -48,7 +48,7 @@ fn finish_backup(mut child: Child, rest: &[u8]) -> u64 {
 fn wait_until_locked(repo: &Path) {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     loop {
-        let out = run(["delete", &repo.display().to_string(), "999"]);
+        let out = run(["delete", "--wait", "0s", &repo.display().to_string(), "999"]);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(
             !out.status.success(),
@@ -68,7 +68,14 @@ fn a_second_writer_waits_or_fails_even_with_repository_files_removed() {
     let mut rng = rng(19);
     for trial in 0..20 {
         let repo = tmp.path().join(format!("repo{trial}"));
-        init(&repo);
+        // An index whose backups take one at a time (FORMAT.md §13.3);
+        // concurrent_backups.rs tests backups that share.
+        ok([
+            "init".as_ref(),
+            repo.as_os_str(),
+            "--index".as_ref(),
+            "lazy".as_ref(),
+        ]);
         let base = tmp.path().join(format!("base{trial}"));
         write_random_file(&base, 1000 + trial, 300_000);
         assert_eq!(num(&backup_json(&repo, &base), "id"), 1);
@@ -114,7 +121,13 @@ fn a_second_writer_waits_or_fails_even_with_repository_files_removed() {
             assert_eq!(num(&v, "id"), 3, "trial {trial}");
             assert_restore_stdout_matches(&repo, "3", &mut std::fs::File::open(&second).unwrap());
         } else {
-            let line = fail(["backup".to_string(), repo_s.clone(), second_s]);
+            let line = fail([
+                "backup".to_string(),
+                "--wait".into(),
+                "0s".into(),
+                repo_s.clone(),
+                second_s,
+            ]);
             assert!(line.contains("locked"), "trial {trial}: {line}");
             assert_eq!(finish_backup(running, &rest), 2, "trial {trial}");
         }

@@ -200,7 +200,7 @@ fn start_backup(repo: &str, first: &[u8]) -> Child {
 fn wait_until_locked(repo: &str) -> String {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
-        let out = run(["delete", repo, "999"]);
+        let out = run(["delete", "--wait", "0s", repo, "999"]);
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(
             !out.status.success(),

@@ -17,6 +17,9 @@ use tessera::{Error, Repository};
 fn new_repo(layout: Layout) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let mut config = Config::new("locking-test".into());
+    // The single-writer protocol (format versions 1 to 4, FORMAT.md §13);
+    // shared writers are tested below.
+    config.set_single_writer();
     config.layout = layout;
     let repo = Repository::init(dir.path(), config).unwrap();
     let input = vec![7u8; 100_000];
@@ -128,6 +131,51 @@ fn a_lifecycle_backup_defers_arranging_while_others_read() {
     assert!(!outcome.arrange_deferred);
     assert_eq!(arranged.pending_rounds, 0);
     assert!(arranged.rounds >= 2, "{arranged:?}");
+}
+
+/// A shared-writers repository (FORMAT.md §13.3): backups share the
+/// writers' lock, take turns in the commit section, and maintenance
+/// excludes them; a kind that cannot share still serializes, saying why.
+#[test]
+fn shared_backups_share_and_take_turns_committing() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = Repository::init(dir.path(), Config::new("shared".into())).unwrap();
+    drop(repo);
+    let a = Repository::open(dir.path(), LockMode::Backup).unwrap();
+    let b = Repository::open(dir.path(), LockMode::Backup).unwrap();
+    assert!(a.shares_backups() && b.shares_backups());
+    assert_locked(Repository::open(dir.path(), LockMode::Exclusive));
+    let _reader = Repository::open(dir.path(), LockMode::Read).unwrap();
+    let section = a
+        .commit_section()
+        .unwrap()
+        .expect("a shared backup's section");
+    assert!(matches!(
+        b.backend().lock(LockMode::Commit),
+        Err(Error::Locked(_))
+    ));
+    // Container ids come in disjoint blocks.
+    let first = a.reserve_containers(10).unwrap();
+    let second = b.reserve_containers(10).unwrap();
+    assert!(first.end <= second.start, "{first:?} {second:?}");
+    drop(section);
+    drop(b.commit_section().unwrap());
+    let input = vec![3u8; 80_000];
+    let one = backup(&a, &mut &input[..], "a", &BackupOptions::default()).unwrap();
+    let two = backup(&b, &mut &input[..], "b", &BackupOptions::default()).unwrap();
+    assert_eq!((one.id, two.id), (1, 2));
+    drop((a, b));
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new("serial".into());
+    config.layout = Layout::Lifecycle;
+    drop(Repository::init(dir.path(), config).unwrap());
+    let a = Repository::open(dir.path(), LockMode::Backup).unwrap();
+    assert!(!a.shares_backups());
+    match Repository::open(dir.path(), LockMode::Backup) {
+        Err(e @ Error::Locked(_)) => assert!(e.to_string().contains("one backup at a time"), "{e}"),
+        other => panic!("expected a locked error, got {:?}", other.map(|_| ())),
+    }
 }
 
 #[test]

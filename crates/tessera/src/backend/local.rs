@@ -355,6 +355,9 @@ impl Hints for Local {
     }
 }
 
+/// The directory whose OS lock is the commit lock of shared backups.
+const COMMIT_LOCK_DIR: &str = "locks";
+
 impl Locks for Local {
     fn remove_temporaries(&self) -> Result<u64> {
         remove_temporaries_in(&self.root)
@@ -364,14 +367,22 @@ impl Locks for Local {
     /// maintenance its configuration file (written once at `init`, never
     /// replaced): neither can be unlinked or replaced while the repository
     /// exists, so a lock cannot silently stop excluding (see [`LockMode`]).
+    /// Shared backups take turns committing by locking the directory
+    /// `locks/` (created on first use, never removed; FORMAT.md §13.3).
     fn lock(&self, mode: LockMode) -> Result<LockGuard> {
         let mut files = Vec::with_capacity(2);
-        if mode.excludes_writers() {
-            files.push(self.flock(&self.root, true, true)?);
+        if let Some(exclusive) = mode.writers_lock() {
+            files.push(self.flock(&self.root, exclusive, true)?);
         }
-        if mode.involves_readers() {
+        if let Some(exclusive) = mode.readers_lock() {
             let config = self.root.join(CONFIG_KEY);
-            files.push(self.flock(&config, mode.excludes_readers(), false)?);
+            files.push(self.flock(&config, exclusive, false)?);
+        }
+        if mode.commit_lock() {
+            let dir = self.root.join(COMMIT_LOCK_DIR);
+            private::create_dirs(&dir)
+                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+            files.push(self.flock(&dir, true, true)?);
         }
         Ok(LockGuard::from_files(files))
     }

@@ -329,23 +329,40 @@ pub enum WriteMode {
 
 /// What a repository is opened for, and so which lock it takes.
 ///
-/// | mode | shares with | excludes |
-/// | --- | --- | --- |
-/// | `Read` | readers, one backup | maintenance |
-/// | `Backup` | readers | backups, maintenance |
-/// | `Exclusive` | nobody | everybody |
+/// A repository has three locks (docs/FORMAT.md §13, §13.3): the writers'
+/// lock, the readers' lock and the commit lock; each mode holds some of
+/// them, shared or exclusively, and two holders conflict when they hold one
+/// lock and at least one of them holds it exclusively:
+///
+/// | mode | writers' | readers' | commit |
+/// | --- | --- | --- | --- |
+/// | `Read` | — | shared | — |
+/// | `SharedBackup` | shared | — | — |
+/// | `Backup` | exclusive | — | — |
+/// | `Commit` | — | — | exclusive |
+/// | `Exclusive` | exclusive | exclusive | — |
+/// | `ExcludeReaders` | — | exclusive | — |
 ///
 /// Readers read committed state only, which a backup never changes (it
 /// only adds objects and commits by writing its snapshot last), so a
 /// running backup never blocks `list`, `restore` or `check`. Maintenance
 /// (GC, deleting, arranging, rebuilding indexes) changes or removes
-/// committed objects and so excludes readers too.
+/// committed objects and so excludes readers and backups.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LockMode {
     /// Reading committed state (list, restore, check, stats).
     Read,
-    /// Adding a backup.
+    /// Adding a backup, one at a time (repositories of format versions 1
+    /// to 4, and backups of the kinds that cannot share).
     Backup,
+    /// Adding a backup beside other such backups (a shared-writers
+    /// repository, docs/FORMAT.md §13.3). Callers open repositories for
+    /// [`LockMode::Backup`]; the repository takes this mode when its
+    /// backups share.
+    SharedBackup,
+    /// The short commit section of a shared backup (taken on top of
+    /// `SharedBackup`): shared backups take turns in it.
+    Commit,
     /// Changing or deleting committed state (and creating a repository).
     Exclusive,
     /// The part of `Exclusive` that `Backup` lacks: taken on top of a
@@ -355,31 +372,55 @@ pub enum LockMode {
 }
 
 impl LockMode {
+    /// How this mode holds the writers' lock: `Some(true)` exclusively,
+    /// `Some(false)` shared, `None` not at all.
+    pub fn writers_lock(self) -> Option<bool> {
+        match self {
+            LockMode::Backup | LockMode::Exclusive => Some(true),
+            LockMode::SharedBackup => Some(false),
+            _ => None,
+        }
+    }
+
+    /// How this mode holds the readers' lock (as [`LockMode::writers_lock`]).
+    pub fn readers_lock(self) -> Option<bool> {
+        match self {
+            LockMode::Read => Some(false),
+            LockMode::Exclusive | LockMode::ExcludeReaders => Some(true),
+            _ => None,
+        }
+    }
+
+    /// Whether this mode holds the commit lock (always exclusively).
+    pub fn commit_lock(self) -> bool {
+        self == LockMode::Commit
+    }
+
     /// Whether this mode excludes backups (other writers).
     pub fn excludes_writers(self) -> bool {
-        matches!(self, LockMode::Backup | LockMode::Exclusive)
+        self.writers_lock() == Some(true)
     }
 
     /// Whether this mode excludes readers.
     pub fn excludes_readers(self) -> bool {
-        matches!(self, LockMode::Exclusive | LockMode::ExcludeReaders)
+        self.readers_lock() == Some(true)
     }
 
     /// Whether this mode waits for readers to leave or holds them off.
-    /// (`Read` shares its lock with other readers; `Backup` takes none.)
     pub fn involves_readers(self) -> bool {
-        self != LockMode::Backup
+        self.readers_lock().is_some()
     }
 
     /// Whether a holder in this mode and one in `other` exclude each other:
-    /// both exclude writers, or both involve readers and one of them
-    /// excludes readers (the two OS locks of a local repository, FORMAT.md
-    /// §13, and the lock objects of an object store, §13.1).
+    /// they hold one of the three locks and one of them holds it
+    /// exclusively (the OS locks of a local repository, FORMAT.md §13, and
+    /// the lock objects of an object store, §13.1).
     pub fn conflicts_with(self, other: LockMode) -> bool {
-        (self.excludes_writers() && other.excludes_writers())
-            || (self.involves_readers()
-                && other.involves_readers()
-                && (self.excludes_readers() || other.excludes_readers()))
+        let clash =
+            |a: Option<bool>, b: Option<bool>| matches!((a, b), (Some(x), Some(y)) if x || y);
+        clash(self.writers_lock(), other.writers_lock())
+            || clash(self.readers_lock(), other.readers_lock())
+            || (self.commit_lock() && other.commit_lock())
     }
 }
 

@@ -58,6 +58,8 @@ impl LockRecord {
         [
             LockMode::Read,
             LockMode::Backup,
+            LockMode::SharedBackup,
+            LockMode::Commit,
             LockMode::Exclusive,
             LockMode::ExcludeReaders,
         ]
@@ -89,6 +91,8 @@ fn mode_name(mode: LockMode) -> &'static str {
     match mode {
         LockMode::Read => "read",
         LockMode::Backup => "backup",
+        LockMode::SharedBackup => "shared-backup",
+        LockMode::Commit => "commit",
         LockMode::Exclusive => "exclusive",
         LockMode::ExcludeReaders => "exclude-readers",
     }

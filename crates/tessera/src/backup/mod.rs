@@ -22,7 +22,7 @@ use crate::fingerprint::{BatchHasher, Fingerprinter};
 use crate::format::compression::{Compression, CompressionStats, EncodeCounts};
 use crate::format::envelope;
 use crate::format::snapshot::{
-    BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds, TreeRef,
+    BackupId, BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds, TreeRef,
 };
 use crate::index::{table, Chunk, Decision, DedupIndex, Reorder};
 use crate::layout::container::{self, AlignedBuf, Builder, ContainerId};
@@ -551,8 +551,13 @@ fn backup_containers(
     let io_before = repo.io_stats();
     let config = repo.config().clone();
     let chunker = config.chunker.build()?;
+    // A shared backup's id is taken at its commit (FORMAT.md §13.3).
     let id = repo.next_backup_id()?;
-    let mut index = repo.open_index()?;
+    let (mut index, first_ids) = open_index_and_ids(repo)?;
+    let more_ids = || -> Result<std::ops::Range<ContainerId>> {
+        let _section = repo.commit_section()?;
+        repo.reserve_containers(CONTAINER_BLOCK)
+    };
     let history_key = rewrite_history_key(&options.source);
     let history = match repo.backend().read(&history_key) {
         Ok(bytes) => envelope::open(&history_key, HISTORY_KIND, HISTORY_VERSION, &bytes)
@@ -564,7 +569,7 @@ fn backup_containers(
     let mut filter = config
         .rewrite
         .build(u64::from(config.container_size), history.as_deref());
-    let next_container = repo.next_container_id()?;
+    let next_container = first_ids.start;
     let encoding = config.backup_encoding(options.compression)?;
     let backend = repo.shared_backend();
     let delta = DeltaStage::open(
@@ -634,6 +639,8 @@ fn backup_containers(
         );
         store.quarantine = crate::repo::quarantine::load(repo.backend().as_ref())?;
         store.whole_from = Some(&facts.whole_from);
+        store.ids_end = first_ids.end;
+        store.more_ids = Some(&more_ids);
         store.encoding = encoding;
         // Containers that are encoded or encrypted anyway are copied once,
         // when written, instead of when filled and again then.
@@ -713,20 +720,25 @@ fn backup_containers(
     // need only the containers, durable by now: they are written
     // concurrently (each durably), all before the snapshot.
     let backend = repo.backend();
+    // A shared backup commits its index entries and takes its id in the
+    // commit section, against the index as other backups left it.
+    let (section, id) = enter_commit(repo, index.as_mut(), &mut recipe, id)?;
+    let shared = section.is_some();
     std::thread::scope(|s| -> Result<()> {
-        let recipe_write = s.spawn(|| recipe.store(backend.as_ref()));
+        let recipe_write = (!shared).then(|| s.spawn(|| recipe.store(backend.as_ref())));
         let history_write = history
             .as_ref()
             .map(|h| s.spawn(|| backend.write(&history_key, h)));
         let delta_write = delta.map(|d| s.spawn(|| d.commit()));
         let here = index.commit(totals.next_container);
-        let recipe_written = join(recipe_write, "recipe writer");
+        let recipe_written = recipe_write.map_or(Ok(()), |r| join(r, "recipe writer"));
         let history_written = history_write.map_or(Ok(()), |h| join(h, "history writer"));
         let delta_written = delta_write.map_or(Ok(()), |d| join(d, "delta state writer"));
         here.and(recipe_written)
             .and(history_written)
             .and(delta_written)
     })?;
+    drop(section);
 
     let stored_bytes =
         (totals.unique.bytes + totals.rewritten.bytes).saturating_sub(delta_stats.bytes_saved);
@@ -776,6 +788,58 @@ fn backup_containers(
     snap.stats.record_io(&repo.io_stats().since(&io_before));
     repo.commit_snapshot(&snap)?;
     Ok(snap)
+}
+
+/// Opens the index and takes the first container ids: a shared backup
+/// does both in the commit section (FORMAT.md §13.3), so that no other
+/// writer writes index objects or takes those ids meanwhile, and gets a
+/// block of ids; a backup alone numbers its containers from the next id on.
+fn open_index_and_ids(
+    repo: &Repository,
+) -> Result<(Box<dyn DedupIndex>, std::ops::Range<ContainerId>)> {
+    let section = repo.commit_section()?;
+    let index = repo.open_index()?;
+    let ids = match section.is_some() {
+        true => repo.reserve_containers(CONTAINER_BLOCK)?,
+        false => repo.next_container_id()?..ContainerId::MAX,
+    };
+    Ok((index, ids))
+}
+
+/// Enters the commit of a backup whose id would be `id` alone: a shared
+/// backup takes the commit lock (returned, held until its index is
+/// committed), rebases its index on what other backups committed, and
+/// takes its id by storing its recipe (FORMAT.md §13.3).
+fn enter_commit(
+    repo: &Repository,
+    index: &mut dyn DedupIndex,
+    recipe: &mut RecipeWriter,
+    id: BackupId,
+) -> Result<(Option<crate::backend::LockGuard>, BackupId)> {
+    let Some(section) = repo.commit_section()? else {
+        return Ok((None, id));
+    };
+    index.rebase()?;
+    let id = store_recipe_at_free_id(repo, recipe)?;
+    Ok((Some(section), id))
+}
+
+/// Stores `recipe` under the lowest free backup id (FORMAT.md §13.3): the
+/// id after every one recorded, or the next while another writer created
+/// a recipe of that id meanwhile. Returns the id.
+fn store_recipe_at_free_id(repo: &Repository, recipe: &mut RecipeWriter) -> Result<BackupId> {
+    let mut id = repo.next_backup_id()?;
+    for _ in 0..ID_ATTEMPTS {
+        recipe.set_backup(id);
+        match recipe.store(repo.backend().as_ref()) {
+            Err(Error::ObjectExists(_)) => id = repo.next_backup_id()?.max(id + 1),
+            stored => return stored.map(|()| id),
+        }
+    }
+    Err(Error::Pipeline(format!(
+        "{}: no free backup id found after {ID_ATTEMPTS} attempts",
+        repo.backend().location()
+    )))
 }
 
 /// The data bytes of every container `recipe` names (read from their headers).
@@ -1342,8 +1406,23 @@ struct Store<'a> {
     /// ([`SegmentRead::Whole`]), set by the chunking stage: it and the
     /// chunks after it (a tree's catalog and index) are never stored as deltas.
     whole_from: Option<&'a AtomicU64>,
+    /// The end of the container ids reserved for this backup (a shared
+    /// backup's block; `ContainerId::MAX` otherwise), and how to reserve
+    /// the next block when they are used up (FORMAT.md §13.3).
+    ids_end: ContainerId,
+    more_ids: Option<&'a MoreIds<'a>>,
     totals: StoreTotals,
 }
+
+/// Reserves the next block of container ids of a shared backup.
+type MoreIds<'a> = dyn Fn() -> Result<std::ops::Range<ContainerId>> + 'a;
+
+/// Container ids a shared backup reserves at once (FORMAT.md §13.3).
+const CONTAINER_BLOCK: u64 = 256;
+
+/// Backup ids a shared backup tries at its commit before it gives up (each
+/// taken meanwhile by another writer).
+const ID_ATTEMPTS: usize = 1000;
 
 /// Counters and timings of a backup's stages.
 #[derive(Default)]
@@ -1393,6 +1472,8 @@ impl<'a> Store<'a> {
             refetch,
             quarantine: HashMap::new(),
             whole_from: None,
+            ids_end: ContainerId::MAX,
+            more_ids: None,
             totals: StoreTotals::default(),
         }
     }
@@ -1519,6 +1600,18 @@ impl<'a> Store<'a> {
                     b = b.with_encoding(setting);
                 }
                 self.next_container += 1;
+                if self.next_container >= self.ids_end {
+                    // This block is used up (its last id is the builder's):
+                    // the next container takes the next block's first.
+                    let more = self.more_ids.ok_or_else(|| {
+                        Error::Pipeline(
+                            "container ids used up without a way to reserve more".into(),
+                        )
+                    })?;
+                    let block = more()?;
+                    self.next_container = block.start;
+                    self.ids_end = block.end;
+                }
                 self.open.insert(b)
             }
         };

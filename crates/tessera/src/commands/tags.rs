@@ -95,6 +95,8 @@ pub fn retag(repo: &Repository, ids: &[BackupId], change: &TagChange) -> Result<
             "no change of tags given (--add, --remove or --set)".into(),
         ));
     }
+    // Two `tag` commands beside each other take turns (FORMAT.md §13.3).
+    let _section = repo.commit_section()?;
     let mut planned = Vec::with_capacity(ids.len());
     for &id in ids {
         let snap = repo.snapshot(id)?;

@@ -173,6 +173,12 @@ impl RecipeWriter {
         })
     }
 
+    /// Makes this the recipe of backup `backup` (a shared backup takes its
+    /// id when it commits, FORMAT.md §13.3).
+    pub fn set_backup(&mut self, backup: BackupId) {
+        self.backup = backup;
+    }
+
     /// Appends the next chunk reference.
     pub fn push(&mut self, c: &ChunkRef) -> Result<()> {
         let mut rec = [0u8; SPILLED_REF_LEN];

@@ -308,10 +308,16 @@ pub fn gc_with_progress(
 
     let t = Instant::now();
     let removed: BTreeSet<ContainerId> = selection.selected.iter().map(|s| s.id).collect();
-    if !removed.is_empty() {
-        // Nothing selected: the index names no removed container.
+    // Nothing selected: the index names no removed container; only the
+    // DDFS runs that shared backups left for each other are deleted
+    // (FORMAT.md §13.3), by a commit that writes its manifest again.
+    let leftovers = repo.config().shared_writers()
+        && repo.config().index == crate::repo::config::IndexKind::Ddfs;
+    if !removed.is_empty() || leftovers {
         let mut index = repo.open_index()?;
-        index.relocate(&removed, &moved)?;
+        if !removed.is_empty() {
+            index.relocate(&removed, &moved)?;
+        }
         index.commit(writer.next_id)?;
     }
     run.rewrite_recipes(&marked.retained, &removed, &moved)?;

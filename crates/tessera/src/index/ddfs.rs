@@ -66,7 +66,7 @@ use crate::format::envelope::{self, le4, le8};
 use crate::layout::container::{self, Container, ContainerId};
 use crate::util::spill::SpillMap;
 use fastbloom::BloomFilter;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Directory of the DDFS index objects.
@@ -522,6 +522,10 @@ pub(crate) struct Layout {
     /// Whether a missing or damaged table is rebuilt from the containers and
     /// containers newer than the table are added (otherwise it starts empty).
     pub from_containers: bool,
+    /// Whether other backups share the table (docs/FORMAT.md §13.3): the
+    /// objects of runs a new manifest no longer names are left in place
+    /// for them (deleted by the next write under the exclusive lock).
+    pub shared: bool,
 }
 
 impl Layout {
@@ -531,6 +535,7 @@ impl Layout {
             policy: "ddfs",
             bloom: true,
             from_containers: true,
+            shared: false,
         }
     }
 
@@ -555,6 +560,22 @@ impl Ddfs {
         params: DdfsParams,
     ) -> Result<Ddfs> {
         Ddfs::open_in(backend, containers, params, Layout::ddfs())
+    }
+
+    /// [`Ddfs::open`] for a backup that shares the repository with other
+    /// backups (docs/FORMAT.md §13.3), opened in its commit section: no
+    /// index object another backup may read is deleted, and its commit is
+    /// rebased on the table as it is then ([`DedupIndex::rebase`]).
+    pub fn open_shared(
+        backend: Arc<dyn Backend>,
+        containers: &[ContainerId],
+        params: DdfsParams,
+    ) -> Result<Ddfs> {
+        let layout = Layout {
+            shared: true,
+            ..Layout::ddfs()
+        };
+        Ddfs::open_in(backend, containers, params, layout)
     }
 
     /// [`Ddfs::open`] with the objects and behaviour of `layout`.
@@ -647,8 +668,13 @@ impl Ddfs {
         } else {
             &[]
         };
-        let (manifest, run) =
-            build_from_containers(backend.as_ref(), &layout.prefix, containers, params)?;
+        let (manifest, run) = build_from_containers(
+            backend.as_ref(),
+            &layout.prefix,
+            containers,
+            params,
+            !layout.shared,
+        )?;
         let runs = run.into_iter().collect();
         let mut index = Ddfs::with_state(backend, params, manifest, runs, containers, layout);
         index.stats.containers_scanned = containers.len() as u64;
@@ -842,11 +868,21 @@ impl Ddfs {
     /// A lookup met a damaged table: rebuild it from the containers that
     /// existed at open (this backup's own are in `pending`).
     fn rebuild_here(&mut self) -> Result<()> {
+        if self.layout.shared {
+            // Outside the commit section this backup may not write index
+            // objects (another backup may be writing the same generation).
+            return Err(Error::InvalidConfig(format!(
+                "{}: the index is damaged; `tessera repair` or `tessera index rebuild` \
+                 rebuilds it (backups beside other backups cannot)",
+                self.backend.location()
+            )));
+        }
         let (manifest, run) = build_from_containers(
             self.backend.as_ref(),
             &self.layout.prefix,
             &self.containers,
             self.params,
+            true,
         )?;
         self.next_container = manifest.next_container;
         self.referenced = manifest.referenced;
@@ -1021,6 +1057,7 @@ impl Ddfs {
             &self.layout.prefix,
             &manifest,
             &bytes,
+            !self.layout.shared,
         )
     }
 
@@ -1260,6 +1297,7 @@ fn build_from_containers(
     prefix: &str,
     containers: &[ContainerId],
     params: DdfsParams,
+    delete: bool,
 ) -> Result<(Manifest, Option<Run>)> {
     let mut entries = Vec::new();
     super::scan_containers(backend, containers, |id, metas| {
@@ -1274,7 +1312,7 @@ fn build_from_containers(
             runs: Vec::new(),
             referenced: Ranges::default(),
         };
-        persist_manifest(backend, prefix, &manifest, &manifest.encode())?;
+        persist_manifest(backend, prefix, &manifest, &manifest.encode(), delete)?;
         return Ok((manifest, None));
     }
     let generation = next_generation(backend, prefix)?;
@@ -1301,7 +1339,7 @@ fn build_from_containers(
         runs: vec![*table.meta()],
         referenced: Ranges::from_sorted(referenced),
     };
-    persist_manifest(backend, prefix, &manifest, &manifest.encode())?;
+    persist_manifest(backend, prefix, &manifest, &manifest.encode(), delete)?;
     let mut run = Run {
         table,
         bloom: Some(bloom),
@@ -1333,14 +1371,25 @@ fn object_generation(name: &str) -> Option<u64> {
 }
 
 /// Writes the manifest `encoded` (its runs' parts and Bloom filters are
-/// written already), then deletes the objects of runs it does not name.
+/// written already), then (with `delete`) deletes the objects of runs it
+/// does not name.
 fn persist_manifest(
     backend: &dyn Backend,
     prefix: &str,
     manifest: &Manifest,
     encoded: &[u8],
+    delete: bool,
 ) -> Result<()> {
     backend.write(&format!("{prefix}/manifest"), encoded)?;
+    match delete {
+        true => delete_unnamed(backend, prefix, manifest),
+        false => Ok(()),
+    }
+}
+
+/// Deletes the objects of the runs `manifest` does not name (merged runs,
+/// leftovers of interrupted writes, runs shared backups left).
+fn delete_unnamed(backend: &dyn Backend, prefix: &str, manifest: &Manifest) -> Result<()> {
     let current: BTreeSet<u64> = manifest.runs.iter().map(|r| r.generation).collect();
     for name in backend.list(prefix)? {
         if object_generation(&name).is_some_and(|g| !current.contains(&g)) {
@@ -1417,12 +1466,69 @@ impl DedupIndex for Ddfs {
         self.commit_with(next_container, None)
     }
 
+    fn rebase(&mut self) -> Result<()> {
+        self.rebase_on_persisted()
+    }
+
     fn stats(&self) -> IndexStats {
         self.stats.clone()
     }
 }
 
 impl Ddfs {
+    /// [`DedupIndex::rebase`]: takes the runs of the manifest as it is
+    /// persisted now as the base of the next commit (reusing the runs this
+    /// index holds already). A missing or damaged manifest, or a run that
+    /// cannot be opened, leaves this index as it is: its commit then writes
+    /// what it knows, as a single writer's would.
+    fn rebase_on_persisted(&mut self) -> Result<()> {
+        let key = self.layout.manifest_key();
+        // A listing first: a backend with a metadata cache then knows the
+        // version other writers left (FORMAT.md §13.2) and reads that one.
+        self.backend.list(&self.layout.prefix)?;
+        let Some(manifest) = read_cached(self.backend.as_ref(), &key, Manifest::decode)? else {
+            return Ok(());
+        };
+        let mut held: HashMap<u64, Run> = std::mem::take(&mut self.runs)
+            .into_iter()
+            .map(|r| (r.table.meta().generation, r))
+            .collect();
+        let total = manifest.runs.iter().map(|r| r.entries).sum();
+        let mut room = self.params.bloom_budget;
+        let mut runs = Vec::with_capacity(manifest.runs.len());
+        for meta in manifest.runs.iter().rev() {
+            let opened = match held.remove(&meta.generation) {
+                Some(run) => Ok(run),
+                None => open_run(
+                    self.backend.as_ref(),
+                    &self.layout.prefix,
+                    *meta,
+                    &self.params,
+                    total,
+                    &mut room,
+                ),
+            };
+            match opened {
+                Ok(run) => runs.push(run),
+                Err(e) if unusable(&e) => {
+                    // Keep what this index had: the runs it opened are still there.
+                    let mut mine: Vec<Run> = held.into_values().chain(runs).collect();
+                    mine.sort_by_key(|r| r.table.meta().generation);
+                    self.runs = mine;
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        runs.reverse();
+        self.runs = runs;
+        self.referenced = self.referenced.union(&manifest.referenced);
+        self.next_container = self.next_container.max(manifest.next_container);
+        self.stats.entries = manifest.runs.iter().map(|r| r.entries).sum();
+        self.dirty = true;
+        Ok(())
+    }
+
     /// [`DedupIndex::commit`]; when `keep` is set, `hook` receives the
     /// entries it leaves out before the new generation becomes current.
     pub(crate) fn commit_with(
@@ -1439,11 +1545,18 @@ impl Ddfs {
             self.placed = 0;
             self.relocations.clear();
             self.dirty = false;
-        } else if next_container > self.next_container {
-            self.next_container = next_container;
-            let bytes = self.manifest().encode();
-            self.stats.commit_write_bytes = bytes.len() as u64;
-            self.backend.write(&self.layout.manifest_key(), &bytes)?;
+        } else {
+            if next_container > self.next_container {
+                self.next_container = next_container;
+                let bytes = self.manifest().encode();
+                self.stats.commit_write_bytes = bytes.len() as u64;
+                self.backend.write(&self.layout.manifest_key(), &bytes)?;
+            }
+            // A writer alone also deletes what shared backups left: runs no
+            // manifest names any more (FORMAT.md §13.3).
+            if !self.layout.shared {
+                delete_unnamed(self.backend.as_ref(), &self.layout.prefix, &self.manifest())?;
+            }
         }
         self.note_memory();
         Ok(())

@@ -751,3 +751,63 @@ fn a_full_cache_keeps_its_map_through_evictions() {
     // Every fingerprint of the newest container is found.
     assert!((0..per).all(|k| cache.get(&fp(299 * per + k)) == Some(299)));
 }
+
+/// Two backups sharing the repository (FORMAT.md §13.3) open the table at
+/// once, each stores its own chunks and commits rebased on the table as
+/// the other left it: a later backup finds every chunk in the runs, and no
+/// run object the first may still read was deleted by the second. The
+/// exact index merges the same way.
+#[test]
+fn shared_backups_commit_rebased_on_each_other() {
+    let backend = mem();
+    let mut sim = Sim::new(backend.clone(), 8, CHUNK_LEN);
+    let fps = |r: std::ops::Range<u32>| r.map(fp).collect::<Vec<_>>();
+    sim.write(1, &fps(0..40));
+    let mut alone = Ddfs::open(backend.clone(), &[1], small_params()).unwrap();
+    alone.commit(2).unwrap();
+    let mut exact = Exact::open(backend.clone(), &[1]).unwrap();
+    exact.commit(2).unwrap();
+    let mut a = Ddfs::open_shared(backend.clone(), &[1], small_params()).unwrap();
+    let mut b = Ddfs::open_shared(backend.clone(), &[1], small_params()).unwrap();
+    let mut ea = Exact::open(backend.clone(), &[1]).unwrap();
+    let mut eb = Exact::open(backend.clone(), &[1]).unwrap();
+    let before: BTreeSet<String> = backend.list(DDFS_PREFIX).unwrap().into_iter().collect();
+    sim.write(10, &fps(100..140));
+    sim.write(20, &fps(200..240));
+    let placed = |r: std::ops::Range<u32>, c: ContainerId| -> Vec<(Fingerprint, ContainerId)> {
+        r.map(|i| (fp(i), c)).collect()
+    };
+    for (d, e, r, c) in [
+        (&mut a, &mut ea, 100..140, 10),
+        (&mut b, &mut eb, 200..240, 20),
+    ] {
+        d.placed(&placed(r.clone(), c)).unwrap();
+        e.placed(&placed(r, c)).unwrap();
+    }
+    for (d, e, next) in [(&mut a, &mut ea, 11), (&mut b, &mut eb, 21)] {
+        d.rebase().unwrap();
+        d.commit(next).unwrap();
+        e.rebase().unwrap();
+        e.commit(next).unwrap();
+    }
+    let after: BTreeSet<String> = backend.list(DDFS_PREFIX).unwrap().into_iter().collect();
+    assert!(before.is_subset(&after), "{before:?} {after:?}");
+    let existing = [1, 10, 20];
+    let mut later = Ddfs::open(backend.clone(), &existing, small_params()).unwrap();
+    let mut later_exact = Exact::open(backend.clone(), &existing).unwrap();
+    for index in [&mut later as &mut dyn DedupIndex, &mut later_exact] {
+        assert_eq!(index.stats().containers_scanned, 0);
+        assert!(!index.stats().rebuilt);
+        for (i, want) in (0..40)
+            .map(|i| (i, 1))
+            .chain((100..140).map(|i| (i, 10)))
+            .chain((200..240).map(|i| (i, 20)))
+        {
+            let mut out = Vec::new();
+            index
+                .submit(vec![chunk(u64::from(i), i)], &mut out)
+                .unwrap();
+            assert_eq!(out[0].1, Decision::Duplicate(want), "fingerprint {i}");
+        }
+    }
+}

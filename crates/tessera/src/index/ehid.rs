@@ -71,6 +71,7 @@ impl EhidParams {
             policy: if self.bloom { "ehid" } else { "hid" },
             bloom: self.bloom,
             from_containers: true,
+            shared: false,
         }
     }
 
@@ -80,6 +81,7 @@ impl EhidParams {
             policy: "ehid-cold",
             bloom: true,
             from_containers: false,
+            shared: false,
         }
     }
 

@@ -24,6 +24,9 @@ const PENDING: ContainerId = ContainerId::MAX;
 pub struct Exact {
     backend: Arc<dyn Backend>,
     map: FingerprintMap<ContainerId>,
+    /// The `next_container` of the persisted index this one was rebased
+    /// on ([`DedupIndex::rebase`]): the commit writes at least this.
+    floor: ContainerId,
     stats: IndexStats,
 }
 
@@ -62,6 +65,7 @@ impl Exact {
         Exact {
             backend,
             map,
+            floor: 0,
             stats: IndexStats {
                 policy: "exact".into(),
                 ..IndexStats::default()
@@ -212,7 +216,27 @@ impl DedupIndex for Exact {
 
     fn commit(&mut self, next_container: ContainerId) -> Result<()> {
         self.note_memory();
-        self.save(next_container)
+        self.save(next_container.max(self.floor))
+    }
+
+    /// Adds the entries of the persisted index as it is now (a fingerprint
+    /// this index holds keeps its container). A missing or damaged object
+    /// adds nothing: this index then overwrites it with what it knows.
+    fn rebase(&mut self) -> Result<()> {
+        // A listing first: a backend with a metadata cache then knows the
+        // version other writers left (FORMAT.md §13.2) and reads that one.
+        self.backend.list("index")?;
+        if let Some((next_container, map)) =
+            super::read_cached(self.backend.as_ref(), INDEX_KEY, decode)?
+        {
+            let before = self.map.allocation_size();
+            for (fp, c) in map.iter() {
+                self.map.entry(*fp).or_insert(*c);
+            }
+            self.floor = self.floor.max(next_container);
+            self.note_memory_since(before);
+        }
+        Ok(())
     }
 
     fn stats(&self) -> IndexStats {

@@ -234,6 +234,15 @@ pub trait DedupIndex: Send {
     fn relocate(&mut self, removed: &BTreeSet<ContainerId>, moved: &Relocations) -> Result<()>;
     /// Persists the index once every container below `next_container` is durable.
     fn commit(&mut self, next_container: ContainerId) -> Result<()>;
+    /// Makes the next [`DedupIndex::commit`] add this backup's entries to
+    /// the index as it is persisted *now*, which other backups may have
+    /// committed to since it was opened, and leave the objects they may
+    /// still read in place (a shared backup in its commit section,
+    /// docs/FORMAT.md §13.3). Indexes whose backups never share keep this
+    /// default, which does nothing.
+    fn rebase(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// The counters.
     fn stats(&self) -> IndexStats;
     /// PFC-delta's piggybacking: from now on, when the index loads the

@@ -20,13 +20,11 @@ pub const ENCRYPTED_FORMAT_VERSION: u32 = 2;
 pub const COMPRESSED_FORMAT_VERSION: u32 = 3;
 /// Repository format version of encrypted compressing repositories.
 pub const ENCRYPTED_COMPRESSED_FORMAT_VERSION: u32 = 4;
+/// Added to the format version of a *shared-writers* repository, in which
+/// backups run at once (docs/FORMAT.md §13.3): versions 5 to 8.
+pub const SHARED_WRITERS: u32 = 4;
 /// Every repository format version this build reads.
-const FORMAT_VERSIONS: [u32; 4] = [
-    FORMAT_VERSION,
-    ENCRYPTED_FORMAT_VERSION,
-    COMPRESSED_FORMAT_VERSION,
-    ENCRYPTED_COMPRESSED_FORMAT_VERSION,
-];
+const FORMAT_VERSIONS: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 
 /// The repository format version of a repository with `encryption` that
 /// compresses (`compressed`) or not: 1, plus 1 when encrypted, plus 2
@@ -34,6 +32,14 @@ const FORMAT_VERSIONS: [u32; 4] = [
 pub fn format_version(encryption: Encryption, compressed: bool) -> u32 {
     let encrypted = encryption != Encryption::None;
     FORMAT_VERSION + u32::from(encrypted) + 2 * u32::from(compressed)
+}
+
+/// Format `version` without the shared-writers part: 1 to 4.
+fn base_version(version: u32) -> u32 {
+    match version > SHARED_WRITERS {
+        true => version - SHARED_WRITERS,
+        false => version,
+    }
 }
 
 /// Whether format `version` is that of an encrypted repository.
@@ -330,7 +336,7 @@ impl Config {
     /// The default configuration with a fresh id.
     pub fn new(id: String) -> Self {
         Config {
-            version: FORMAT_VERSION,
+            version: FORMAT_VERSION + SHARED_WRITERS,
             id,
             chunker: ChunkerParams::default(),
             fingerprint: FingerprintAlgo::Blake3,
@@ -356,10 +362,45 @@ impl Config {
         }
     }
 
+    /// Whether this is a shared-writers repository (format version 5 to
+    /// 8): backups that can share run at once (docs/FORMAT.md §13.3).
+    pub fn shared_writers(&self) -> bool {
+        self.version > SHARED_WRITERS
+    }
+
+    /// Makes this configuration that of a single-writer repository (format
+    /// version 1 to 4, as written before shared writers existed).
+    pub fn set_single_writer(&mut self) {
+        self.version = base_version(self.version);
+    }
+
+    /// Whether backups into this repository run at once (a shared-writers
+    /// repository whose backups do not rewrite objects every backup
+    /// shares), or else why they run one at a time.
+    pub fn backups_share(&self) -> std::result::Result<(), &'static str> {
+        if !self.shared_writers() {
+            return Err("a repository of format version 1 to 4 takes one backup at a time");
+        }
+        if self.layout == Layout::Lifecycle {
+            return Err("the lifecycle layout takes one backup at a time");
+        }
+        if !matches!(self.index, IndexKind::Exact | IndexKind::Ddfs) {
+            return Err("its index (hid, ehid, lazy, eager) takes one backup at a time");
+        }
+        if self.delta.kind != crate::delta::DeltaKind::None {
+            return Err("delta compression takes one backup at a time");
+        }
+        Ok(())
+    }
+
     /// Sets the encryption and compression, and the format version that
     /// goes with them.
     pub fn set_protection(&mut self, encryption: Encryption, compression: Compression) {
-        self.version = format_version(encryption, compression.is_on());
+        let shared = match self.shared_writers() {
+            true => SHARED_WRITERS,
+            false => 0,
+        };
+        self.version = format_version(encryption, compression.is_on()) + shared;
         self.encryption = encryption;
         self.compression = compression;
     }
@@ -507,7 +548,7 @@ impl Config {
     /// The format version follows the encryption; encrypted fingerprints
     /// must be keyable (BLAKE3 or SHA-256, not a trace).
     fn validate_encryption(&self) -> Result<()> {
-        if self.version != format_version(self.encryption, self.compression.is_on()) {
+        if base_version(self.version) != format_version(self.encryption, self.compression.is_on()) {
             return Err(Error::InvalidConfig(format!(
                 "format version {} does not go with encryption {:?} and compression {}",
                 self.version, self.encryption, self.compression
@@ -615,12 +656,23 @@ mod tests {
     #[test]
     fn compression_sets_the_format_version() {
         let mut c = Config::new("abc".into());
-        assert_eq!((c.version, c.encoding()), (1, None));
+        assert_eq!((c.version, c.encoding()), (1 + SHARED_WRITERS, None));
+        assert!(c.shared_writers());
         c.set_protection(Encryption::None, Compression::Auto);
-        assert_eq!(c.version, COMPRESSED_FORMAT_VERSION);
+        assert_eq!(c.version, COMPRESSED_FORMAT_VERSION + SHARED_WRITERS);
         assert_eq!(Config::decode(&c.encode()).unwrap(), c);
         c.set_protection(Encryption::XChaCha20Poly1305, Compression::Level(19));
-        assert_eq!(c.version, ENCRYPTED_COMPRESSED_FORMAT_VERSION);
+        assert_eq!(
+            c.version,
+            ENCRYPTED_COMPRESSED_FORMAT_VERSION + SHARED_WRITERS
+        );
+        // A single-writer repository keeps its version without the shared part.
+        let mut old = c.clone();
+        old.set_single_writer();
+        assert_eq!(old.version, ENCRYPTED_COMPRESSED_FORMAT_VERSION);
+        assert!(!old.shared_writers() && old.validate().is_ok());
+        old.set_protection(Encryption::None, Compression::Off);
+        assert_eq!(old.version, FORMAT_VERSION);
         assert_eq!(c.encoding(), Some(Compression::Level(19)));
         assert_eq!(
             c.backup_encoding(None).unwrap(),
@@ -631,7 +683,7 @@ mod tests {
             Some(Compression::Off)
         );
         // A version that does not go with the compression is refused.
-        c.version = ENCRYPTED_FORMAT_VERSION;
+        c.version = ENCRYPTED_FORMAT_VERSION + SHARED_WRITERS;
         assert!(c.validate().is_err());
         // An uncompressing repository refuses a backup asking for compression.
         let plain = Config::new("p".into());
@@ -660,10 +712,10 @@ mod tests {
             Config::decode(&sealed),
             Err(Error::UnsupportedVersion { found: 99, .. })
         ));
-        let sealed = envelope::seal(KIND, 7, &json);
+        let sealed = envelope::seal(KIND, 9, &json);
         assert!(matches!(
             Config::decode(&sealed),
-            Err(Error::UnsupportedVersion { found: 7, .. })
+            Err(Error::UnsupportedVersion { found: 9, .. })
         ));
     }
 
@@ -684,7 +736,7 @@ mod tests {
         ] {
             o.remove(field);
         }
-        let sealed = envelope::seal(KIND, FORMAT_VERSION, &serde_json::to_vec(&v).unwrap());
+        let sealed = envelope::seal(KIND, c.version, &serde_json::to_vec(&v).unwrap());
         assert_eq!(Config::decode(&sealed).unwrap(), c);
         let mut d = c.clone();
         d.index = IndexKind::Ddfs;

@@ -129,6 +129,12 @@ pub struct Repository {
     counting: Arc<Counting>,
     config: Config,
     mode: LockMode,
+    /// Whether this handle's backups share the repository with other
+    /// backups (docs/FORMAT.md §13.3): its backups commit under the commit lock.
+    shared: bool,
+    /// How long this handle waits for a lock (the commit lock: at least
+    /// [`COMMIT_WAIT`]).
+    wait: Duration,
     /// The locks held: the one `mode` took, and the readers' lock a backup
     /// may add for maintenance ([`Repository::exclude_readers`]).
     locks: Mutex<Vec<LockGuard>>,
@@ -257,6 +263,8 @@ impl Repository {
             counting,
             config,
             mode,
+            shared: false,
+            wait: Duration::ZERO,
             locks: Mutex::new(locks),
             unlocked,
             fingerprinter,
@@ -375,14 +383,21 @@ impl Repository {
             };
         backend.cache_metadata(&config.id);
         let counting = Arc::new(Counting::new(backend));
-        let lock = lock_waiting(counting.as_ref(), mode, wait)?;
-        Ok(Repository::assemble(
-            counting,
-            config,
-            mode,
-            vec![lock],
-            unlocked,
-        ))
+        // A backup shares the repository with other backups when its kind
+        // can (FORMAT.md §13.3); otherwise it takes the writers' lock alone.
+        let (mode, shared, why) = match (mode, config.backups_share()) {
+            (LockMode::Backup | LockMode::SharedBackup, Ok(())) => (LockMode::Backup, true, None),
+            (LockMode::Backup | LockMode::SharedBackup, Err(why)) => {
+                (LockMode::Backup, false, Some(why))
+            }
+            (other, _) => (other, false, None),
+        };
+        let taken = if shared { LockMode::SharedBackup } else { mode };
+        let lock = lock_waiting(counting.as_ref(), taken, wait, why)?;
+        let mut repo = Repository::assemble(counting, config, mode, vec![lock], unlocked);
+        repo.shared = shared;
+        repo.wait = wait;
+        Ok(repo)
     }
 
     /// What this handle was opened for.
@@ -396,7 +411,9 @@ impl Repository {
     pub(crate) fn require(&self, needed: LockMode, operation: &str) -> Result<()> {
         let enough = match needed {
             LockMode::Read => true,
-            LockMode::Backup => self.mode.excludes_writers(),
+            LockMode::Backup | LockMode::SharedBackup | LockMode::Commit => {
+                self.mode.writers_lock().is_some()
+            }
             LockMode::Exclusive | LockMode::ExcludeReaders => self.mode == LockMode::Exclusive,
         };
         match enough {
@@ -419,7 +436,11 @@ impl Repository {
         })?;
         match self.mode {
             LockMode::Exclusive => Ok(true),
-            LockMode::Read | LockMode::ExcludeReaders => Ok(false),
+            LockMode::Read
+            | LockMode::ExcludeReaders
+            | LockMode::SharedBackup
+            | LockMode::Commit => Ok(false),
+            LockMode::Backup if self.shared => Ok(false),
             LockMode::Backup if locks.len() > 1 => Ok(true),
             LockMode::Backup => match self.backend.lock(LockMode::ExcludeReaders) {
                 Ok(guard) => {
@@ -430,6 +451,40 @@ impl Repository {
                 Err(e) => Err(e),
             },
         }
+    }
+
+    /// Whether this handle's backups share the repository with other
+    /// backups (a shared-writers repository, FORMAT.md §13.3).
+    pub fn shares_backups(&self) -> bool {
+        self.shared
+    }
+
+    /// Enters the commit section of a shared backup (FORMAT.md §13.3):
+    /// the commit lock, held until the guard drops, waited for as long as
+    /// this handle waits for locks but at least [`COMMIT_WAIT`]. `None`
+    /// for a handle whose backups do not share (its lock is exclusive
+    /// among writers already).
+    pub fn commit_section(&self) -> Result<Option<LockGuard>> {
+        if !self.shared {
+            return Ok(None);
+        }
+        let wait = self.wait.max(COMMIT_WAIT);
+        lock_waiting(self.backend.as_ref(), LockMode::Commit, wait, None).map(Some)
+    }
+
+    /// Reserves `count` consecutive container ids for a shared backup, in
+    /// its commit section (FORMAT.md §13.3): `state.next_container` rises
+    /// past them, so no other writer takes them.
+    pub fn reserve_containers(&self, count: u64) -> Result<std::ops::Range<ContainerId>> {
+        self.require(LockMode::Backup, "reserving container ids")?;
+        let first = self.next_container_id()?;
+        let end = first.saturating_add(count);
+        let state = self.state()?;
+        self.save_state(State {
+            next_container: end.max(state.next_container),
+            ..state
+        })?;
+        Ok(first..end)
     }
 
     /// The configuration.
@@ -727,6 +782,11 @@ impl Repository {
         let containers = self.containers()?;
         match self.config.index {
             IndexKind::Exact => Ok(Box::new(Exact::open(self.shared_backend(), &containers)?)),
+            IndexKind::Ddfs if self.shared => Ok(Box::new(Ddfs::open_shared(
+                self.shared_backend(),
+                &containers,
+                self.config.ddfs_params(),
+            )?)),
             IndexKind::Ddfs => Ok(Box::new(Ddfs::open(
                 self.shared_backend(),
                 &containers,
@@ -872,15 +932,74 @@ fn prepare(mut config: Config, key: Option<&NewKey>) -> Result<Config> {
 /// that depend on the process, so that processes racing for lock objects
 /// (which both back off when they meet, FORMAT.md §13.1) do not keep
 /// meeting.
-fn lock_waiting(backend: &dyn Backend, mode: LockMode, wait: Duration) -> Result<LockGuard> {
+fn lock_waiting(
+    backend: &dyn Backend,
+    mode: LockMode,
+    wait: Duration,
+    why: Option<&str>,
+) -> Result<LockGuard> {
     let retry = Duration::from_millis(100 + u64::from(std::process::id() % 50));
     let started = Instant::now();
+    let mut reported = Duration::ZERO;
     loop {
         match backend.lock(mode) {
-            Err(Error::Locked(_)) if started.elapsed() < wait => {
+            Err(Error::Locked(holder)) if started.elapsed() < wait => {
+                let waited = started.elapsed();
+                if waited >= reported + WAIT_REPORT_EVERY {
+                    reported = waited;
+                    report_wait(&format!(
+                        "waiting for the {} lock of {holder}{} ({}s of up to {}s)",
+                        lock_name(mode),
+                        why.map(|w| format!(": {w}")).unwrap_or_default(),
+                        waited.as_secs(),
+                        wait.as_secs()
+                    ));
+                }
                 std::thread::sleep(retry.min(wait.saturating_sub(started.elapsed())));
+            }
+            Err(Error::Locked(holder)) => {
+                return Err(Error::Locked(match why {
+                    Some(w) => format!("{holder} ({w})"),
+                    None => holder,
+                }))
             }
             taken => return taken,
         }
+    }
+}
+
+/// How long a shared backup waits for the commit lock at least: the other
+/// holders only commit, which is short.
+pub const COMMIT_WAIT: Duration = Duration::from_secs(3600);
+
+/// How often a process waiting for a lock says so.
+const WAIT_REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// What a lock of `mode` is called in messages.
+fn lock_name(mode: LockMode) -> &'static str {
+    match mode {
+        LockMode::Read => "readers'",
+        LockMode::Commit => "commit",
+        LockMode::Backup | LockMode::SharedBackup => "writers'",
+        LockMode::Exclusive | LockMode::ExcludeReaders => "exclusive",
+    }
+}
+
+/// Where messages about lock waits go ([`report_lock_waits`]).
+static WAIT_REPORTER: std::sync::OnceLock<WaitReporter> = std::sync::OnceLock::new();
+
+/// Receives the messages of lock waits.
+pub type WaitReporter = Box<dyn Fn(&str) + Send + Sync>;
+
+/// Has every wait for a repository lock of this process reported to
+/// `report`, every 10 seconds while it lasts (once per process; later
+/// calls are ignored). Without it waits are silent.
+pub fn report_lock_waits(report: WaitReporter) {
+    let _ = WAIT_REPORTER.set(report);
+}
+
+fn report_wait(message: &str) {
+    if let Some(report) = WAIT_REPORTER.get() {
+        report(message);
     }
 }

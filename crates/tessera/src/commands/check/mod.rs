@@ -119,6 +119,12 @@ pub struct CheckReport {
     pub unreferenced_containers: u64,
     /// Recipes without a snapshot (left by interrupted backups).
     pub uncommitted_recipes: u64,
+    /// Copies of chunks stored in more than one container beyond the
+    /// first (two backups storing one new chunk at once, FORMAT.md
+    /// §13.3, or a rewriting policy's copies): not damage.
+    pub duplicate_chunks: u64,
+    /// The stored bytes of those copies.
+    pub duplicate_bytes: u64,
     /// Problems found; the repository is healthy when empty.
     pub problems: Vec<Problem>,
     /// What is not damage but deserves attention (key files other users
@@ -278,6 +284,8 @@ fn scan_containers(
 ) -> Result<(Scan, SortedPairs)> {
     let mut scan = Scan::default();
     let mut stored = PairSorter::with_budget(options.sort_budget);
+    // Every stored copy by fingerprint, for counting duplicates.
+    let mut copies = crate::commands::stats::stored_copies();
     let phase = Phase::begin(
         progress,
         "containers",
@@ -297,6 +305,7 @@ fn scan_containers(
                 report.stored_chunks += metas.len() as u64;
                 for m in &metas {
                     stored.push((cid, m.fp))?;
+                    copies.push(crate::commands::stats::StoredCopy(m.fp, cid, m.len))?;
                 }
                 if !options.read_data {
                     scan.deltas.extend(
@@ -316,6 +325,7 @@ fn scan_containers(
         }
     }
     phase.end();
+    (report.duplicate_chunks, report.duplicate_bytes) = count_duplicates(copies)?;
     Ok((scan, stored.finish()?))
 }
 
@@ -541,6 +551,28 @@ fn report_damage(scan: Scan, walk: &mut Walk, report: &mut CheckReport) {
 /// Quarantines what the check found damaged (FORMAT.md §10.8): whole
 /// containers that are unreadable or missing, single damaged chunks, so
 /// that no later backup deduplicates against them.
+/// Copies of a fingerprint in more than one container, beyond the first:
+/// their number and stored bytes (a chunk listed twice in one container
+/// counts once).
+fn count_duplicates(
+    copies: crate::util::sorted_pairs::Sorter<crate::commands::stats::StoredCopy>,
+) -> Result<(u64, u64)> {
+    let copies = copies.finish()?;
+    let mut stream = copies.stream()?;
+    let (mut chunks, mut bytes) = (0, 0);
+    let mut last: Option<(Fingerprint, ContainerId)> = None;
+    while let Some(crate::commands::stats::StoredCopy(fp, cid, len)) = stream.next()? {
+        if let Some((lfp, lcid)) = last {
+            if lfp == fp && lcid != cid {
+                chunks += 1;
+                bytes += u64::from(len);
+            }
+        }
+        last = Some((fp, cid));
+    }
+    Ok((chunks, bytes))
+}
+
 fn quarantine_damage(
     repo: &Repository,
     bad_containers: &BTreeMap<ContainerId, String>,
