@@ -68,8 +68,9 @@ pub fn served_in(layout: Layout) -> Served {
             format!("{i}\n").as_bytes(),
         );
     }
-    let repo =
-        Repository::init(&dir.path().join("repo"), Config::new("serve-test".into())).unwrap();
+    let mut config = Config::new("serve-test".into());
+    config.layout = layout;
+    let repo = Repository::init(&dir.path().join("repo"), config).unwrap();
     let options = BackupOptions {
         source: "test".into(),
         host: "testhost".into(),
