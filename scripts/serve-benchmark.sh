@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Request latency of `tessera serve`'s API: `tree` on a directory of
 # TESSERA_BENCH_ENTRIES entries (default 100,000) and `backups` on
-# TESSERA_BENCH_BACKUPS backups (default 10,000), over loopback HTTP, in
+# TESSERA_BENCH_BACKUPS backups (default 2,000), over loopback HTTP, in
 # the profile given as $1 (default: release). Prints median and slowest.
 set -euo pipefail
 cd "$(dirname "$0")/.."

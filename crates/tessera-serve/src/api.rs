@@ -190,8 +190,9 @@ pub fn backup_record(s: &Snapshot) -> Value {
 
 #[derive(Deserialize)]
 struct BackupsQuery {
-    #[serde(flatten)]
-    paging: Paging,
+    // Not `#[serde(flatten)]`ed: flattened numbers fail to parse from a query.
+    offset: Option<u64>,
+    limit: Option<u64>,
     /// `desc`: newest first.
     order: Option<String>,
 }
@@ -202,7 +203,10 @@ async fn backups(
     Shared(state): Shared<Arc<State>>,
     Query(q): Query<BackupsQuery>,
 ) -> ApiResult<Json<Value>> {
-    let mut window = Window::new(&q.paging)?;
+    let mut window = Window::new(&Paging {
+        offset: q.offset,
+        limit: q.limit,
+    })?;
     let desc = match q.order.as_deref() {
         None | Some("asc") => false,
         Some("desc") => true,
@@ -282,8 +286,9 @@ pub fn entry_json(e: &Entry) -> Value {
 #[derive(Deserialize)]
 struct PathQuery {
     path: Option<String>,
-    #[serde(flatten)]
-    paging: Paging,
+    // Not `#[serde(flatten)]`ed: flattened numbers fail to parse from a query.
+    offset: Option<u64>,
+    limit: Option<u64>,
 }
 
 /// `GET /api/backups/{id}/tree?path=DIR`: a directory's entries (without
@@ -294,7 +299,10 @@ async fn tree(
     Query(q): Query<PathQuery>,
 ) -> ApiResult<Json<Value>> {
     let wanted = q.path.as_deref().map(checked_path).transpose()?;
-    let mut window = Window::new(&q.paging)?;
+    let mut window = Window::new(&Paging {
+        offset: q.offset,
+        limit: q.limit,
+    })?;
     blocking(&state, move |r| {
         let id = backup_id(r, &id)?;
         list_tree(r, id, wanted.as_deref(), false, |e| {
@@ -555,8 +563,9 @@ async fn space(
 struct DiffQuery {
     from: String,
     to: String,
-    #[serde(flatten)]
-    paging: Paging,
+    // Not `#[serde(flatten)]`ed: flattened numbers fail to parse from a query.
+    offset: Option<u64>,
+    limit: Option<u64>,
 }
 
 /// `GET /api/diff?from=A&to=B`: the entries that differ (one page of
@@ -565,7 +574,10 @@ async fn diff_view(
     Shared(state): Shared<Arc<State>>,
     Query(q): Query<DiffQuery>,
 ) -> ApiResult<Json<Value>> {
-    let mut window = Window::new(&q.paging)?;
+    let mut window = Window::new(&Paging {
+        offset: q.offset,
+        limit: q.limit,
+    })?;
     blocking(&state, move |r| {
         let (from, to) = (backup_id(r, &q.from)?, backup_id(r, &q.to)?);
         let stats = diff(r, from, to, |c| {

@@ -22,8 +22,7 @@ impl Client {
     /// GET `path` with the token (as a bearer token).
     async fn get(&self, path: &str, query: &[(&str, &str)]) -> reqwest::Response {
         self.http
-            .get(format!("{}{path}", self.s.base))
-            .query(query)
+            .get(reqwest::Url::parse_with_params(&format!("{}{path}", self.s.base), query).unwrap())
             .bearer_auth(&self.s.token)
             .send()
             .await
