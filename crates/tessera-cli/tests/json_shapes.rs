@@ -91,7 +91,7 @@ fn container_layout_outputs() {
     insta::assert_json_snapshot!("prune", json_shape(&["prune", r, "--dry-run", "--json"]));
     insta::assert_json_snapshot!("gc", json_shape(&["gc", r, "--json"]));
     let copy = tmp.path().join("copy");
-    init(&copy);
+    init_plain(&copy);
     insta::assert_json_snapshot!(
         "copy",
         json_shape(&["copy", r, copy.to_str().unwrap(), "--json"])
