@@ -59,7 +59,16 @@ fn populated(path: &Path, config: Config) -> Vec<Vec<u8>> {
     };
     let repo = Repository::init_encrypted(path, config, &new_key(PASSWORD)).unwrap();
     assert!(repo.is_encrypted());
-    assert_eq!(repo.config().version, 2);
+    // Encrypted, not compressed: version 2, or 6 where backups share the
+    // repository (FORMAT.md §13.3, §19).
+    let shared = match repo.config().shared_writers() {
+        true => tessera::repo::config::SHARED_WRITERS,
+        false => 0,
+    };
+    assert_eq!(
+        repo.config().version,
+        tessera::repo::config::ENCRYPTED_FORMAT_VERSION + shared
+    );
     assert_eq!(repo.config().encryption, cipher);
     drop(repo);
     let mut rng = Rng(42);
