@@ -318,14 +318,14 @@ fn four_clients_back_up_at_once_with_gc_in_between_and_lose_nothing() {
     let mut deleted = 0;
     for round in 0..rounds() {
         // Each client's source of this round: its own data, and for
-        // clients 0 and 1 one shared file (deduplicated across clients).
+        // clients 0 and 1 one shared file, the same bytes every round.
         let mut sources = Vec::new();
         for client in 0..CLIENTS {
             let dir = work.path().join(format!("r{round}/c{client}"));
             let seed = rand::Rng::random::<u64>(&mut rng) >> 8;
             make_tree(&dir, seed, 200_000 + seed % 300_000);
             if client < 2 {
-                write_random_file(&dir.join("shared.bin"), 42 + round, SHARED);
+                write_random_file(&dir.join("shared.bin"), 42, SHARED);
             }
             sources.push(dir);
         }
@@ -365,9 +365,13 @@ fn four_clients_back_up_at_once_with_gc_in_between_and_lose_nothing() {
                 }
             }
         }
-        // The shared file is stored once for the two clients.
+        // In the first round the shared file is new: two writers running at
+        // once may each store it (FORMAT.md §13.3 counts such duplicates,
+        // see the `check` below). From then on it is committed before the
+        // round starts and neither client stores it again.
+        let allowed = if round == 0 { 2 * SHARED } else { SHARED / 8 };
         assert!(
-            shared_written <= SHARED + own_bytes,
+            shared_written <= own_bytes + allowed,
             "round {round}: {shared_written} bytes written for {own_bytes} own bytes and {SHARED} shared"
         );
         // Nothing committed is lost, and everything restores identically.
