@@ -7,12 +7,14 @@
 //! The server is named by `TESSERA_TEST_S3` (`s3:http://HOST:PORT/BUCKET`,
 //! with `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` set): `.ci/run` starts
 //! one; locally `eval "$(scripts/s3-server.sh start)"`. Without it every
-//! test here but the stalled-server one (which needs no server) says it
-//! is skipped and passes.
+//! test here but the stalled-server one (which needs no server) is
+//! reported as ignored, its name saying SKIPPED and why (this file has its
+//! own `main`, libtest-mimic, so the verdict can depend on the server).
 
 mod common;
 
 use common::*;
+use libtest_mimic::{Arguments, Trial};
 use std::io::Write;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -150,7 +152,6 @@ fn scenario(repo: &str, init_args: &[&str], work: &Path) {
     assert_tree_restores(repo, second, &tree, &work.join("after-gc"));
 }
 
-#[test]
 fn encrypted_container_repository_on_s3() {
     let Some(repo) = s3_repo("encrypted") else {
         return;
@@ -162,7 +163,6 @@ fn encrypted_container_repository_on_s3() {
     assert!(ok(["key", "list", &repo]).contains('*'));
 }
 
-#[test]
 fn unencrypted_repositories_with_other_indexes_and_the_lifecycle_layout_on_s3() {
     let setups: [&[&str]; 3] = [
         &["--encryption", "none", "--index", "ddfs"],
@@ -214,7 +214,6 @@ fn wait_until_locked(repo: &str) -> String {
     }
 }
 
-#[test]
 fn lock_objects_exclude_and_a_dead_holders_lock_is_stale() {
     let Some(repo) = s3_repo("locks") else {
         return;
@@ -303,7 +302,6 @@ fn finish(child: Child, what: &str) -> String {
     String::from_utf8(out.stdout).expect("UTF-8")
 }
 
-#[test]
 fn four_clients_back_up_at_once_with_gc_in_between_and_lose_nothing() {
     const CLIENTS: u64 = 4;
     const SHARED: u64 = 2 << 20;
@@ -392,7 +390,6 @@ fn four_clients_back_up_at_once_with_gc_in_between_and_lose_nothing() {
 /// `tessera copy` from a local repository into an S3 one and from there
 /// into another S3 repository (unencrypted, other layout) and back to a
 /// local one: every copy restores identically, and a re-run copies nothing.
-#[test]
 fn copy_to_and_from_s3() {
     let Some(s3) = s3_repo("copy") else {
         return;
@@ -467,7 +464,6 @@ fn copy_to_and_from_s3() {
 /// A server that accepts connections and never answers: a command fails
 /// after its `--timeout` (and the retries) with an error that says so,
 /// instead of hanging. Needs no S3 server.
-#[test]
 fn a_stalled_server_times_out_instead_of_hanging() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -505,4 +501,45 @@ fn a_stalled_server_times_out_instead_of_hanging() {
         .output()
         .expect("running tessera");
     assert!(String::from_utf8_lossy(&out.stderr).contains("longer than 0s"));
+}
+
+/// `[(name, test)]` of the given test functions.
+macro_rules! named {
+    ($($test:ident),* $(,)?) => { [$((stringify!($test), $test as fn())),*] };
+}
+
+/// The tests of this file: those that need a server are ignored, their
+/// names saying SKIPPED, when `TESSERA_TEST_S3` is not set.
+fn main() -> std::process::ExitCode {
+    let server = std::env::var("TESSERA_TEST_S3").is_ok_and(|s| !s.is_empty());
+    let needs_server: [(&str, fn()); 5] = named![
+        encrypted_container_repository_on_s3,
+        unencrypted_repositories_with_other_indexes_and_the_lifecycle_layout_on_s3,
+        lock_objects_exclude_and_a_dead_holders_lock_is_stale,
+        four_clients_back_up_at_once_with_gc_in_between_and_lose_nothing,
+        copy_to_and_from_s3,
+    ];
+    let mut trials: Vec<Trial> = needs_server
+        .into_iter()
+        .map(|(name, test)| {
+            let name = if server {
+                name.to_string()
+            } else {
+                format!("{name} (SKIPPED: TESSERA_TEST_S3 not set)")
+            };
+            Trial::test(name, move || {
+                test();
+                Ok(())
+            })
+            .with_ignored_flag(!server)
+        })
+        .collect();
+    trials.push(Trial::test(
+        "a_stalled_server_times_out_instead_of_hanging",
+        || {
+            a_stalled_server_times_out_instead_of_hanging();
+            Ok(())
+        },
+    ));
+    libtest_mimic::run(&Arguments::from_args(), trials).exit_code()
 }
