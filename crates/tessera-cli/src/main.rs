@@ -8,7 +8,7 @@ use std::ffi::{OsStr, OsString};
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera::backend::{Location, S3Options};
-use tessera::util::units::parse_size;
+use tessera::parse_size;
 
 mod commands;
 mod hints;

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
-use tessera::progress::{ByteProgress, Progress, Unit};
 use tessera::tree::TreeBackupOptions;
+use tessera::{ByteProgress, Progress, Unit};
 
 /// How much the command says: `-q` (quiet), default, `-v`, `-vv`….
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

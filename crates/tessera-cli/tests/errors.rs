@@ -341,7 +341,7 @@ fn open_when_released(repo: &std::path::Path, mode: LockMode) -> tessera::Reposi
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         match tessera::Repository::open(repo, mode) {
-            Err(tessera::error::Error::Locked(_)) if std::time::Instant::now() < deadline => {
+            Err(tessera::Error::Locked(_)) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
             other => return other.unwrap(),

@@ -50,7 +50,7 @@ fn parse_total(text: &str) -> Result<u64, String> {
                 .ok_or_else(|| format!("size {text:?} is too large"));
         }
     }
-    tessera::util::units::parse_size(&t)
+    tessera::parse_size(&t)
 }
 
 fn mib(bytes: u64) -> f64 {

@@ -11,7 +11,7 @@ use crate::trace::{TraceError, TraceFile};
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use tessera::chunker::ChunkerParams;
-use tessera::fingerprint::{Fingerprint, FingerprintAlgo, FingerprintMap};
+use tessera::{Fingerprint, FingerprintAlgo, FingerprintMap};
 
 /// What the analysed files are.
 #[derive(Clone, Copy, Debug)]

@@ -5,7 +5,7 @@ use std::fs::File;
 use std::io;
 use std::path::Path;
 use tessera::chunker::{Blocks, Chunker};
-use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
+use tessera::{Fingerprint, FingerprintAlgo};
 
 /// Calls `each` with the fingerprint and length of every chunk of the file
 /// at `path`, in order (fingerprints are computed in parallel per block).

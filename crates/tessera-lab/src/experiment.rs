@@ -18,16 +18,16 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use tessera::backup::{run as run_backup, BackupOptions, Source};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::fingerprint::Fingerprint;
-use tessera::fingerprint::FingerprintAlgo;
 use tessera::gc::{forget_keep_last, gc, GcOptions};
 use tessera::layout::container::ContainerId;
+use tessera::parse_size;
 use tessera::repo::config::Layout;
 use tessera::repo::config::{Compression, Config};
 use tessera::restore::plan::CachePolicy;
 use tessera::restore::{restore, RestoreOptions, RestoreStats};
 use tessera::tree::{backup_tree, TreeBackupOptions};
-use tessera::util::units::parse_size;
+use tessera::Fingerprint;
+use tessera::FingerprintAlgo;
 use tessera::Repository;
 
 /// Errors of an experiment.
@@ -111,7 +111,7 @@ impl SystemSpec {
     /// The repository configuration this system describes.
     pub fn repo_config(&self) -> Result<Config, String> {
         let size = |what: &str, s: &str| -> Result<u32, String> {
-            tessera::util::units::parse_size_u32(s).map_err(|e| format!("{what}: {e}"))
+            tessera::parse_size_u32(s).map_err(|e| format!("{what}: {e}"))
         };
         let mut c = Config::new(format!("lab-{}", self.name));
         c.chunker = ChunkerParams {

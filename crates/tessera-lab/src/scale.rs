@@ -12,10 +12,10 @@ use std::error::Error;
 use std::path::Path;
 use std::time::Instant;
 use tessera::backup::{run, BackupOptions, Outcome, Source};
-use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
 use tessera::index::IndexStats;
 use tessera::repo::config::Config;
 use tessera::Repository;
+use tessera::{Fingerprint, FingerprintAlgo};
 
 /// What one version's backup measured.
 #[derive(Clone, Debug)]

@@ -94,7 +94,7 @@ impl<W: Write> DestorWriter<W> {
 pub fn write_data_trace<W: Write>(
     paths: &[std::path::PathBuf],
     params: tessera::chunker::ChunkerParams,
-    algo: tessera::fingerprint::FingerprintAlgo,
+    algo: tessera::FingerprintAlgo,
     out: W,
 ) -> Result<W, TraceError> {
     let chunker = params.build().map_err(|e| TraceError::Io {

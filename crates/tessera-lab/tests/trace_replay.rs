@@ -12,7 +12,6 @@ use std::fs::File;
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
 use tessera::backup::{run, BackupOptions, Source};
-use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
 use tessera::format::snapshot::{BackupStats, Snapshot};
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions, GcStats};
 use tessera::layout::container;
@@ -21,6 +20,7 @@ use tessera::restore::plan::CachePolicy;
 use tessera::restore::{restore, RestoreOptions, RestoreStats};
 use tessera::rewrite::RewriteKind;
 use tessera::Repository;
+use tessera::{Fingerprint, FingerprintAlgo};
 use tessera_lab::gen::{generate, GenOptions};
 use tessera_lab::trace::{write_data_trace, TraceFile};
 

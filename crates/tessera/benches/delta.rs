@@ -34,7 +34,7 @@ use std::time::Instant;
 use tessera::chunker::{cut_all, Chunker, ChunkerParams};
 use tessera::delta::features::{super_features, FeatureKind};
 use tessera::delta::{decode, encode, encode_with, Method};
-use tessera::fingerprint::FingerprintAlgo;
+use tessera::FingerprintAlgo;
 use util::{env_num, median, random_bytes};
 
 const CHUNK: usize = 8192;

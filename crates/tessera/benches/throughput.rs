@@ -37,11 +37,11 @@ use std::time::{Duration, Instant};
 use tessera::backend::{AlignedBuf, Local, ObjectStore};
 use tessera::backup::{backup, BackupOptions};
 use tessera::chunker::{cut_all, Chunker};
-use tessera::fingerprint::{Fingerprint, FingerprintAlgo};
 use tessera::format::snapshot::Snapshot;
 use tessera::repo::config::{Config, IndexKind};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::Repository;
+use tessera::{Fingerprint, FingerprintAlgo};
 use util::{cpu_seconds, median, random_bytes};
 
 /// Block size of the baseline's chunking thread: the backup pipeline's

@@ -117,7 +117,7 @@ proptest! {
                             rounds: rounds.map(u64::from),
                             sort_budget: budget,
                         };
-                        let s = lifecycle::arrange_with_options(repo, &options, &tessera::progress::Silent)
+                        let s = lifecycle::arrange_with_options(repo, &options, &tessera::Silent)
                             .unwrap();
                         stats.push(Some(counts(&s)));
                     }
@@ -138,7 +138,7 @@ proptest! {
             .zip(budgets)
             .map(|(repo, sort_budget)| {
                 let options = ArrangeOptions { rounds: None, sort_budget };
-                counts(&lifecycle::arrange_with_options(repo, &options, &tessera::progress::Silent).unwrap())
+                counts(&lifecycle::arrange_with_options(repo, &options, &tessera::Silent).unwrap())
             })
             .collect();
         prop_assert_eq!(&last[0], &last[1]);

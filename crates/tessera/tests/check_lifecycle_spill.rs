@@ -104,7 +104,7 @@ proptest! {
                 }
                 Step::Arrange { rounds } => {
                     let options = ArrangeOptions { rounds: rounds.map(u64::from), ..Default::default() };
-                    lifecycle::arrange_with_options(&repo, &options, &tessera::progress::Silent).unwrap();
+                    lifecycle::arrange_with_options(&repo, &options, &tessera::Silent).unwrap();
                 }
             }
         }

@@ -11,10 +11,10 @@ use tessera::backend::LockMode;
 use tessera::backup::{backup, BackupOptions};
 use tessera::commands::check::{check, CheckOptions};
 use tessera::crypto::{Credentials, KdfParams, NewKey};
-use tessera::fingerprint::FingerprintAlgo;
 use tessera::repo::config::{Config, Encryption, IndexKind, Layout};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::rewrite::RewriteKind;
+use tessera::FingerprintAlgo;
 use tessera::{Error, Repository};
 use zeroize::Zeroizing;
 

@@ -15,11 +15,11 @@ use tessera::backend::testing::{Gate, Gated, Mutation};
 use tessera::backend::LockMode;
 use tessera::chunker::Blocks;
 use tessera::commands::check::CheckOptions;
-use tessera::error::{Error, Result};
 use tessera::index::Chunk;
 use tessera::layout::lifecycle::{self, LifecycleBackupOptions, LifecycleRestoreOptions};
 use tessera::repo::config::{Arrange, Config};
 use tessera::Repository;
+use tessera::{Error, Result};
 
 fn config(arrange: Arrange, trace: bool) -> Config {
     let mut c = common::small_lifecycle_config("lifecycle-test", arrange);

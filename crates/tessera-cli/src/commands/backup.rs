@@ -9,9 +9,9 @@ use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::backup::{run as run_backup, BackupOptions, Outcome, Source};
 use tessera::delta::DeltaKind;
+use tessera::parse_size;
 use tessera::repo::config::Compression;
 use tessera::tree::{backup_tree, TreeBackupOptions};
-use tessera::util::units::parse_size;
 use tessera::Repository;
 
 use crate::output::{human, ratio_text, EXIT_INCOMPLETE};
@@ -322,7 +322,7 @@ fn stdin_len() -> Option<u64> {
 /// Replays the fingerprint trace at `path` into `r` as one backup.
 #[cfg(feature = "lab")]
 fn backup_trace(r: &Repository, path: &Path, options: &BackupOptions) -> Result<Outcome> {
-    use tessera::fingerprint::Fingerprint;
+    use tessera::Fingerprint;
     use tessera_lab::trace::TraceFile;
     let mut reader = TraceFile::open(path)?;
     let mut failure = None;

@@ -5,8 +5,8 @@ use clap::Args;
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::commands::check::{check_with_progress, CheckOptions, ProblemKind};
+use tessera::parse_size;
 use tessera::repo::config::Layout;
-use tessera::util::units::parse_size;
 
 use crate::progress::{quiet, Phases};
 use crate::repo_open::open;

@@ -8,11 +8,11 @@ use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::delta::features::FeatureKind;
 use tessera::delta::stage::{BasePrefetch, BaseScope};
 use tessera::delta::{DeltaKind, DeltaParams};
-use tessera::fingerprint::FingerprintAlgo;
 use tessera::repo::config::{Arrange, Compression, Config, Encryption, IndexKind, Layout};
 use tessera::rewrite::{RewriteKind, RewriteParams};
-use tessera::util::units::{parse_size, parse_size_u32};
+use tessera::FingerprintAlgo;
 use tessera::Repository;
+use tessera::{parse_size, parse_size_u32};
 
 use crate::progress::summary;
 use crate::secrets::{new_repo_key, tuned, Access, KdfArgs};

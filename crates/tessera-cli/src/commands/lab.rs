@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tessera::util::units::parse_size;
+use tessera::parse_size;
 use tessera_lab::analyze::{analyze_paths, Input, VersionRow};
 use tessera_lab::experiment::{self, ExperimentConfig};
 use tessera_lab::gen::{generate_with, GenOptions};

@@ -5,7 +5,7 @@ use clap::Args;
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::format::snapshot::BackupId;
-use tessera::util::units::parse_size;
+use tessera::parse_size;
 
 use crate::output::human;
 use crate::progress::{quiet, Phases};

@@ -22,7 +22,7 @@ use std::sync::{mpsc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tessera::backend::{Location, LockMode};
 use tessera::commands::mount::{Attr, MountedRepo, NodeKind};
-use tessera::util::units::parse_size;
+use tessera::parse_size;
 
 use crate::progress::summary_err;
 use crate::repo_open::open;

@@ -5,7 +5,7 @@ use clap::Args;
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::gc::Defrag;
-use tessera::util::units::parse_size;
+use tessera::parse_size;
 
 use super::gc::print_gc;
 use crate::output::human;

@@ -1,7 +1,7 @@
 use super::*;
 use std::collections::{HashMap, HashSet};
 use tessera::chunker::{cut_all, FastCdc};
-use tessera::fingerprint::FingerprintAlgo;
+use tessera::FingerprintAlgo;
 
 fn small(seed: u64) -> GenOptions {
     GenOptions {
