@@ -11,6 +11,9 @@ use crate::format::compression::{self, Compression, EncodeCounts};
 use crate::format::envelope::{le4, le8};
 use bytes::Bytes;
 
+pub(crate) mod restore;
+pub(crate) mod salvage;
+
 pub use crate::backend::AlignedBuf;
 
 /// Container identifier; ids grow monotonically.

@@ -32,6 +32,7 @@ mod manage;
 mod prev_table;
 mod repair;
 mod restore;
+mod salvage;
 mod table;
 mod uploads;
 
@@ -47,10 +48,12 @@ pub use manage::{
 pub(crate) use manage::{live_ids, require_layout};
 pub(crate) use repair::repair_lineage;
 pub(crate) use restore::locate;
+pub(crate) use restore::read_backup;
 pub use restore::{
     plan_restore, restore_selection_to_writer, restore_to_file, restore_to_writer,
     LifecycleRestoreOptions, LifecycleRestoreStats, DEFAULT_WINDOW_BYTES,
 };
+pub(crate) use salvage::salvage;
 
 use crate::backend::Backend;
 use crate::error::{Error, Result};

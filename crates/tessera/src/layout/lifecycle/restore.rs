@@ -12,10 +12,14 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, Fingerprinter};
 use crate::format::snapshot::{BackupId, Recipe};
 use crate::repo::Repository;
+use crate::restore::options::{
+    announce_total, finish_stats, report_done, RestoreOptions, RestoreStats,
+};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::fs::File;
 use std::io::Write;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
@@ -673,5 +677,44 @@ pub fn plan_restore(repo: &Repository, id: BackupId) -> Result<LifecycleRestoreS
         },
     )?;
     stats.finish(&plan, started);
+    Ok(stats)
+}
+
+/// Restores a backup of a lifecycle repository (see [`crate::layout::lifecycle`]).
+pub(crate) fn read_backup(
+    repo: &Repository,
+    id: BackupId,
+    select: Option<&[Range<usize>]>,
+    out: &mut dyn Write,
+    options: &RestoreOptions,
+) -> Result<RestoreStats> {
+    let started = Instant::now();
+    let l = if repo.config().trace {
+        plan_restore(repo, id)?
+    } else {
+        if options.progress.is_some() {
+            // Only for a caller that shows progress: the recipe read once more.
+            announce_total(options, &repo.recipe(id)?.selected(select)?);
+        }
+        let done = |n| report_done(options, n);
+        let opts = LifecycleRestoreOptions {
+            progress: options.progress.map(|_| &done as &(dyn Fn(u64) + Sync)),
+            ..LifecycleRestoreOptions::default()
+        };
+        restore_selection_to_writer(repo, id, select, out, &opts)?
+    };
+    let mut stats = RestoreStats {
+        id,
+        bytes_restored: l.bytes_restored,
+        chunks: l.chunks,
+        bytes_read: l.bytes_read,
+        containers_read: l.objects_read,
+        extents: l.extents,
+        policy: "lifecycle".into(),
+        plan_only: l.plan_only,
+        ..RestoreStats::default()
+    };
+    finish_stats(&mut stats, started);
+    stats.read_amplification = l.read_amplification;
     Ok(stats)
 }
