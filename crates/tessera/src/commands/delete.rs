@@ -2,14 +2,10 @@
 
 use crate::error::Result;
 use crate::format::snapshot::BackupId;
-use crate::repo::config::Layout;
 use crate::repo::Repository;
 
 /// Deletes backup `id`. In the container layout, space is reclaimed by
 /// garbage collection; the lifecycle layout frees it at once.
 pub fn delete_backup(repo: &Repository, id: BackupId) -> Result<()> {
-    match repo.config().layout {
-        Layout::Container => repo.remove_snapshot(id),
-        Layout::Lifecycle => crate::layout::lifecycle::delete_backups(repo, &[id]).map(|_| ()),
-    }
+    crate::layout::delete_backups(repo, &[id]).map(|_| ())
 }

@@ -15,7 +15,6 @@ use crate::commands::retention::{decide, Candidate, Decision, Policy};
 use crate::error::{Error, Result};
 use crate::format::snapshot::{BackupId, Snapshot};
 use crate::layout::lifecycle::DeleteStats;
-use crate::repo::config::Layout;
 use crate::repo::Repository;
 
 /// A snapshot property backups are grouped by.
@@ -238,16 +237,7 @@ pub fn forget(repo: &Repository, options: &ForgetOptions) -> Result<ForgetReport
     removed.sort_unstable();
     let mut freed = None;
     if !options.dry_run && !removed.is_empty() {
-        match repo.config().layout {
-            Layout::Lifecycle => {
-                freed = Some(crate::layout::lifecycle::delete_backups(repo, &removed)?)
-            }
-            Layout::Container => {
-                for &id in &removed {
-                    crate::commands::delete::delete_backup(repo, id)?;
-                }
-            }
-        }
+        freed = crate::layout::delete_backups(repo, &removed)?;
     }
     Ok(ForgetReport {
         group_by: options.group_by.clone(),

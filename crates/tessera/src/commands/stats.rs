@@ -15,36 +15,15 @@ use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
 use crate::format::snapshot::BackupId;
 use crate::layout::container::{self, ContainerId};
-use crate::repo::config::Layout;
 use crate::repo::{RepoTotals, Repository};
 use crate::util::sorted_pairs::{Record, Sorter};
 use crate::util::spill::DEFAULT_SORT_BUDGET;
 use std::io::Write;
 
-/// Totals over the whole repository.
+/// Totals over the whole repository (each layout counts its own, see
+/// [`crate::layout::totals`]).
 pub fn totals(repo: &Repository) -> Result<RepoTotals> {
-    if repo.config().layout == Layout::Lifecycle {
-        return crate::layout::lifecycle::totals(repo);
-    }
-    let backend = repo.backend().as_ref();
-    let snapshots = repo.snapshots()?;
-    let containers = repo.containers()?;
-    let mut physical_bytes = 0;
-    for &c in &containers {
-        physical_bytes += if repo.config().trace {
-            // Trace containers store no data: count the size they stand for.
-            let head = backend.read_range(&container::key(c), 0, container::HEADER_LEN as u64)?;
-            container::Header::parse(c, &head)?.total_len() as u64
-        } else {
-            backend.size(&container::key(c))?
-        };
-    }
-    let totals = RepoTotals::new(&snapshots, physical_bytes, containers.len() as u64);
-    if repo.config().encoding().is_none() {
-        return Ok(totals);
-    }
-    let ids: Vec<BackupId> = snapshots.iter().map(|s| s.id).collect();
-    Ok(totals.with_compression(container_compression(repo, &ids)?))
+    crate::layout::totals(repo)
 }
 
 pub use crate::repo::StoredBytes as Stored;
@@ -87,7 +66,7 @@ fn u32_at(b: &[u8]) -> u32 {
 /// backups `ids`, sorted in bounded memory, then each container's
 /// metadata for the stored lengths. A container whose metadata cannot be
 /// read is left out (`check` reports it).
-fn container_compression(repo: &Repository, ids: &[BackupId]) -> Result<Stored> {
+pub(crate) fn container_compression(repo: &Repository, ids: &[BackupId]) -> Result<Stored> {
     let mut refs = Sorter::<Reference>::with_budget(DEFAULT_SORT_BUDGET);
     for &id in ids {
         for c in &repo.recipe(id)?.chunks {

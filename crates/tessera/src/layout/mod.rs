@@ -10,10 +10,12 @@
 pub mod container;
 pub mod lifecycle;
 
+use crate::commands::check::report::{CheckOptions, CheckReport};
 use crate::error::Result;
 use crate::format::snapshot::{BackupId, ChunkRef};
+use crate::progress::Progress;
 use crate::repo::config::Layout;
-use crate::repo::Repository;
+use crate::repo::{RepoTotals, Repository};
 use crate::restore::options::{RestoreOptions, RestoreStats};
 use crate::restore::salvage::LostRange;
 use std::io::Write;
@@ -67,5 +69,43 @@ pub(crate) fn salvage_policy(repo: &Repository) -> &'static str {
     match repo.config().layout {
         Layout::Container => "salvage",
         Layout::Lifecycle => "lifecycle",
+    }
+}
+
+/// Totals over the whole repository (`tessera stats`).
+pub fn totals(repo: &Repository) -> Result<RepoTotals> {
+    match repo.config().layout {
+        Layout::Container => container::totals::totals(repo),
+        Layout::Lifecycle => lifecycle::totals(repo),
+    }
+}
+
+/// Deletes backups `ids`. The container layout drops their snapshots (`gc`
+/// reclaims their space later): `None`; the lifecycle layout frees the
+/// space at once and says how much.
+pub fn delete_backups(
+    repo: &Repository,
+    ids: &[BackupId],
+) -> Result<Option<lifecycle::DeleteStats>> {
+    match repo.config().layout {
+        Layout::Container => {
+            for &id in ids {
+                repo.remove_snapshot(id)?;
+            }
+            Ok(None)
+        }
+        Layout::Lifecycle => lifecycle::delete_backups(repo, ids).map(Some),
+    }
+}
+
+/// Verifies the layout's objects and every retained backup (`tessera check`).
+pub(crate) fn check(
+    repo: &Repository,
+    options: CheckOptions,
+    progress: &dyn Progress,
+) -> Result<CheckReport> {
+    match repo.config().layout {
+        Layout::Container => container::check::check_containers(repo, options, progress),
+        Layout::Lifecycle => lifecycle::check(repo, options, progress),
     }
 }

@@ -11,8 +11,10 @@ use crate::format::compression::{self, Compression, EncodeCounts};
 use crate::format::envelope::{le4, le8};
 use bytes::Bytes;
 
+pub(crate) mod check;
 pub(crate) mod restore;
 pub(crate) mod salvage;
+pub(crate) mod totals;
 
 pub use crate::backend::AlignedBuf;
 

@@ -26,6 +26,7 @@
 
 mod arrange;
 mod backup;
+mod check;
 pub mod format;
 pub mod lineage_state;
 mod manage;
@@ -42,6 +43,7 @@ pub use arrange::{
 };
 pub(crate) use backup::backup_stream;
 pub use backup::{backup, BackupOutcome, LifecycleBackupOptions};
+pub(crate) use check::check_with_progress as check;
 pub use manage::{
     delete_backups, forget_keep_last, reclaim, space, totals, trend, DeleteStats, VersionSpace,
 };

@@ -3,9 +3,8 @@
 //! chunk of every committed backup's recipe is in a category whose
 //! lifecycle covers that backup; with `read_data`, every chunk is re-hashed.
 
-use super::{
-    check_derived, check_records, derived_problem, CheckOptions, CheckReport, Problem, Retained,
-};
+use crate::commands::check::records::{check_derived, check_records, derived_problem, Retained};
+use crate::commands::check::report::{CheckOptions, CheckReport, Problem};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::format::recipe_reader::for_each_ref;
@@ -78,7 +77,7 @@ fn check_object(
 
 /// Checks `repo` (lifecycle layout), reporting progress to `progress`:
 /// the objects of each lineage, one phase a lineage.
-pub fn check_with_progress(
+pub(crate) fn check_with_progress(
     repo: &Repository,
     options: CheckOptions,
     progress: &dyn Progress,
