@@ -42,6 +42,7 @@ pub fn routes() -> Router<Arc<State>> {
         .route("/api/stats", get(stats))
         .route("/api/space", get(space))
         .route("/api/diff", get(diff_view))
+        .route("/api/health", get(health))
 }
 
 /// An error answer: a status and `{"error": message}`.
@@ -563,6 +564,38 @@ async fn space(
             None => Value::Null,
         };
         Ok(Json(json!({ "ids": ids, "freed_bytes": freed, "trend": trend })))
+    })
+    .await
+}
+
+/// `GET /api/health`: the quarantined chunks (those a check or a repair
+/// found damaged: no new backup uses them), per container or lineage.
+async fn health(Shared(state): Shared<Arc<State>>) -> ApiResult<Json<Value>> {
+    use tessera::repo::quarantine::{self, Quarantined};
+    let count = |q: &Quarantined| match q {
+        Quarantined::All => json!("all"),
+        Quarantined::Chunks(c) => json!(c.len()),
+    };
+    blocking(&state, move |r| {
+        let backend = r.backend();
+        let mut items = Vec::new();
+        let containers = quarantine::load(backend.as_ref())?;
+        let mut ids: Vec<_> = containers.keys().copied().collect();
+        ids.sort_unstable();
+        for c in ids {
+            let q = &containers[&c];
+            let object = tessera::layout::container::key(c);
+            items.push(json!({ "object": object, "chunks": count(q) }));
+        }
+        for name in backend.list(quarantine::QUARANTINE_DIR)? {
+            if tessera::layout::container::parse_key_name(&name).is_some() {
+                continue;
+            }
+            if let Some(q) = quarantine::load_lineage(backend.as_ref(), &name)? {
+                items.push(json!({ "lineage": name, "chunks": count(&q) }));
+            }
+        }
+        Ok(Json(json!({ "quarantine": items })))
     })
     .await
 }

@@ -268,6 +268,21 @@ async fn a_check_streams_its_phases_and_ends_with_the_report() {
         "{text}"
     );
     assert!(!last["report"]["problems"].as_array().unwrap().is_empty());
+    // The check quarantined the damaged chunk: the health view lists it.
+    let r = c
+        .http
+        .get(format!("{}/api/health", c.s.base))
+        .bearer_auth(&c.s.token)
+        .send()
+        .await
+        .unwrap();
+    let health: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    let q = health["quarantine"].as_array().unwrap();
+    assert_eq!(q.len(), 1, "{health}");
+    assert!(
+        q[0]["object"].as_str().unwrap().starts_with("containers/"),
+        "{health}"
+    );
 }
 
 fn walk_files(dir: &Path) -> Vec<PathBuf> {

@@ -295,6 +295,12 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
     click(&c, "#check-run").await;
     let verdict = until(&c, "document.getElementById('check-verdict') && document.getElementById('check-verdict').textContent").await;
     assert_eq!(verdict, json!("No problems found."));
+    let quarantine = until(
+        &c,
+        "document.getElementById('quarantine-summary').textContent",
+    )
+    .await;
+    assert_eq!(quarantine, json!("No quarantined chunks."));
     screenshot(&c, "health").await;
 
     // Forget backup 1 from the table: what it frees first, then confirmed.

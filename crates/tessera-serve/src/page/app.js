@@ -69,6 +69,7 @@ function show(view) {
   }
   showError(null);
   if (view === "stats") loadStats().catch(showError);
+  if (view === "health") loadHealth().catch(showError);
   if (view === "browse" && state.browse.id == null) openLatest().catch(showError);
 }
 
@@ -364,11 +365,23 @@ async function runCheck() {
     }
     bar.hidden = true;
     phase.textContent = "check finished";
+    loadHealth().catch(() => {});
   } catch (e) {
     result.replaceChildren(el("p", { class: "error" }, `Error: ${e.message}`));
   } finally {
     $("check-run").disabled = false;
   }
+}
+
+// The quarantined chunks: damage a check or repair found, kept out of new backups.
+async function loadHealth() {
+  const h = await api("health");
+  const q = h.quarantine;
+  $("quarantine-summary").textContent = q.length
+    ? `${q.length} object(s) hold quarantined chunks (found damaged by a check or repair; no new backup uses them; see \`tessera repair\`):`
+    : "No quarantined chunks.";
+  $("quarantine-list").replaceChildren(...q.map((o) => el("li", {},
+    `${o.object || `lineage ${o.lineage}`}: ${o.chunks === "all" ? "every chunk" : `${o.chunks} chunk(s)`}`)));
 }
 
 function showReport(r) {
