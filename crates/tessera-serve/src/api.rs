@@ -11,16 +11,18 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use bytes::Bytes;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::io::Write;
 use std::sync::Arc;
 use tessera::format::snapshot::{BackupId, Snapshot};
 use tessera::repo::config::Layout;
 use tessera::restore::{restore, RestoreOptions};
-use tessera::tree::catalog::{Entry, Kind};
+use tessera::tree::catalog::Kind;
 use tessera::tree::dump::normalize_path;
-use tessera::tree::{diff, dump, list_tree};
+use tessera::tree::{
+    diff, dump, list_tree, shown_path, write_zip, ChangeRecord, EntryRecord, TarScope,
+};
 use tessera::Repository;
 
 /// Items a page holds unless `limit` says otherwise.
@@ -40,6 +42,7 @@ pub fn routes() -> Router<Arc<State>> {
         .route("/api/stats", get(stats))
         .route("/api/space", get(space))
         .route("/api/diff", get(diff_view))
+        .route("/api/health", get(health))
 }
 
 /// An error answer: a status and `{"error": message}`.
@@ -50,14 +53,14 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             message: message.into(),
         }
     }
 
-    fn bad(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
 }
@@ -66,7 +69,9 @@ impl From<tessera::Error> for ApiError {
     fn from(e: tessera::Error) -> ApiError {
         use tessera::Error as E;
         let status = match &e {
-            E::NoSuchBackup(_) | E::NotInBackup { .. } | E::NotFound(_) => StatusCode::NOT_FOUND,
+            E::NoSuchBackup(_) | E::NotInBackup { .. } | E::NotFound(_) | E::NoMatch { .. } => {
+                StatusCode::NOT_FOUND
+            }
             E::NotATree(_) | E::InvalidOption(_) => StatusCode::BAD_REQUEST,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         };
@@ -80,21 +85,21 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult<T> = Result<T, ApiError>;
+pub(crate) type ApiResult<T> = Result<T, ApiError>;
 
-/// Runs `f` with the repository on the blocking pool.
-async fn blocking<T: Send + 'static>(
+/// Runs `f` with the repository (under a read guard) on the blocking pool.
+pub(crate) async fn blocking<T: Send + 'static>(
     state: &Arc<State>,
     f: impl FnOnce(&Repository) -> ApiResult<T> + Send + 'static,
 ) -> ApiResult<T> {
-    let repo = state.repo.clone();
+    let repo = state.repo.clone().read_owned().await;
     tokio::task::spawn_blocking(move || f(&repo))
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
 }
 
 /// A backup id as given in a URL (a number, or `latest` for the newest).
-fn backup_id(repo: &Repository, text: &str) -> ApiResult<BackupId> {
+pub(crate) fn backup_id(repo: &Repository, text: &str) -> ApiResult<BackupId> {
     if text == "latest" {
         return repo
             .backups()?
@@ -164,10 +169,19 @@ impl<T> Window<T> {
     }
 }
 
-impl Window<Value> {
-    fn json(self) -> Value {
-        json!({ "offset": self.offset, "limit": self.limit, "total": self.total, "items": self.items })
+impl<T: Serialize> Window<T> {
+    fn json(self) -> ApiResult<Value> {
+        Ok(json!({
+            "offset": self.offset, "limit": self.limit, "total": self.total,
+            "items": to_json(&self.items)?,
+        }))
     }
+}
+
+/// `v` as JSON (500 if it cannot be: never, for the engine's records).
+pub(crate) fn to_json(v: &impl Serialize) -> ApiResult<Value> {
+    serde_json::to_value(v)
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
 }
 
 /// A backup as listed: the `list --json` record, with its new data and
@@ -235,7 +249,7 @@ async fn backups(
                 Err(e) => json!({ "id": id, "damaged": e.to_string() }),
             });
         }
-        Ok(Json(page.json()))
+        Ok(Json(page.json()?))
     })
     .await
 }
@@ -247,40 +261,9 @@ async fn backup(
 ) -> ApiResult<Json<Value>> {
     blocking(&state, move |r| {
         let snap = r.snapshot(backup_id(r, &id)?)?;
-        serde_json::to_value(&snap)
-            .map(Json)
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+        to_json(&snap).map(Json)
     })
     .await
-}
-
-fn kind_name(k: Kind) -> &'static str {
-    match k {
-        Kind::Dir => "dir",
-        Kind::File => "file",
-        Kind::Symlink => "symlink",
-        Kind::Gap => "gap",
-        Kind::Hardlink => "hardlink",
-        Kind::Fifo => "fifo",
-        Kind::CharDevice => "chardev",
-        Kind::BlockDevice => "blockdev",
-    }
-}
-
-/// One catalog entry as `ls --json` shows it.
-pub fn entry_json(e: &Entry) -> Value {
-    let mut v = json!({
-        "path": format!("/{}", String::from_utf8_lossy(&e.path)),
-        "kind": kind_name(e.kind), "mode": e.mode, "uid": e.uid, "gid": e.gid,
-        "size": e.size, "mtime": e.mtime, "mtime_ns": e.mtime_ns,
-    });
-    if std::str::from_utf8(&e.path).is_err() {
-        v["path_hex"] = hex::encode(&e.path).into();
-    }
-    if matches!(e.kind, Kind::Symlink | Kind::Hardlink) {
-        v["target"] = String::from_utf8_lossy(&e.target).into_owned().into();
-    }
-    v
 }
 
 #[derive(Deserialize)]
@@ -306,16 +289,12 @@ async fn tree(
     blocking(&state, move |r| {
         let id = backup_id(r, &id)?;
         list_tree(r, id, wanted.as_deref(), false, |e| {
-            window.push(|| entry_json(e));
+            window.push(|| EntryRecord::of(e));
             Ok(())
         })?;
-        let mut v = window.json();
+        let mut v = window.json()?;
         v["backup"] = id.into();
-        v["path"] = format!(
-            "/{}",
-            String::from_utf8_lossy(wanted.as_deref().unwrap_or_default())
-        )
-        .into();
+        v["path"] = shown_path(wanted.as_deref().unwrap_or_default()).into();
         Ok(Json(v))
     })
     .await
@@ -364,7 +343,7 @@ fn target(r: &Repository, id: BackupId, path: &[u8]) -> ApiResult<Target> {
         ))),
         Some((kind, _, _)) => Err(ApiError::bad(format!(
             "{shown}: a {} has no bytes to download",
-            kind_name(kind)
+            kind.name()
         ))),
     }
 }
@@ -405,8 +384,8 @@ impl Write for ToBody {
 }
 
 /// A file name for `Content-Disposition`: the path's last component, in
-/// the characters every browser takes.
-fn download_name(path: &[u8], dir: bool) -> String {
+/// the characters every browser takes, then `ext` (`.tar`, `.zip` or none).
+fn download_name(path: &[u8], ext: &str) -> String {
     let last = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
     let mut name: String = String::from_utf8_lossy(last)
         .chars()
@@ -418,22 +397,32 @@ fn download_name(path: &[u8], dir: bool) -> String {
     if name.is_empty() || name.starts_with('.') {
         name.insert_str(0, "backup");
     }
-    if dir {
-        name.push_str(".tar");
-    }
+    name.push_str(ext);
     name
 }
 
+#[derive(Deserialize)]
+struct FileQuery {
+    path: Option<String>,
+    /// A directory's archive: `tar` (the default) or `zip`.
+    format: Option<String>,
+}
+
 /// `GET /api/backups/{id}/file?path=FILE`: the file's bytes, streamed as
-/// every chunk is read and verified (a directory: a tar stream of it). A
-/// failure midway aborts the stream (the download is incomplete, never
-/// wrong).
+/// every chunk is read and verified (a directory: a tar stream of it, or
+/// with `format=zip` a zip archive). A failure midway aborts the stream
+/// (the download is incomplete, never wrong).
 async fn file(
     Shared(state): Shared<Arc<State>>,
     Path(id): Path<String>,
-    Query(q): Query<PathQuery>,
+    Query(q): Query<FileQuery>,
 ) -> ApiResult<Response> {
     let wanted = checked_path(q.path.as_deref().unwrap_or("/"))?;
+    let zip = match q.format.as_deref() {
+        None | Some("tar") => false,
+        Some("zip") => true,
+        Some(f) => return Err(ApiError::bad(format!("format {f:?}: `tar` or `zip`"))),
+    };
     let (id, target) = {
         let wanted = wanted.clone();
         blocking(&state, move |r| {
@@ -454,11 +443,23 @@ async fn file(
         })
         .await?
     };
+    if zip && !target.dir {
+        return Err(ApiError::bad(
+            "format=zip applies to a directory (or a whole tree backup): a file comes as its bytes",
+        ));
+    }
     let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let repo = state.repo.clone();
+    let repo = state.repo.clone().read_owned().await;
     let name = match target.stream {
         true => format!("backup-{id}"),
-        false => download_name(&wanted, target.dir),
+        false => download_name(
+            &wanted,
+            match (target.dir, zip) {
+                (false, _) => "",
+                (true, false) => ".tar",
+                (true, true) => ".zip",
+            },
+        ),
     };
     let (dir, size) = (target.dir, target.size);
     tokio::task::spawn_blocking(move || {
@@ -467,9 +468,14 @@ async fn file(
             buf: Vec::with_capacity(STREAM_PIECE),
         };
         let options = RestoreOptions::default();
-        let result = match target.stream {
-            true => restore(&repo, id, &mut out, &options).map(drop),
-            false => dump(&repo, id, &wanted, &mut out, &options).map(drop),
+        let scope = TarScope {
+            under: (!wanted.is_empty()).then(|| wanted.clone()),
+            ..TarScope::default()
+        };
+        let result = match (target.stream, zip) {
+            (true, _) => restore(&repo, id, &mut out, &options).map(drop),
+            (false, true) => write_zip(&repo, id, &scope, &mut out, &options).map(drop),
+            (false, false) => dump(&repo, id, &wanted, &mut out, &options).map(drop),
         }
         .map_err(|e| e.to_string())
         .and_then(|()| out.flush().map_err(|e| e.to_string()));
@@ -482,9 +488,10 @@ async fn file(
     let mut response = Response::builder()
         .header(
             header::CONTENT_TYPE,
-            match dir {
-                true => "application/x-tar",
-                false => "application/octet-stream",
+            match (dir, zip) {
+                (true, false) => "application/x-tar",
+                (true, true) => "application/zip",
+                (false, _) => "application/octet-stream",
             },
         )
         .header(
@@ -501,7 +508,8 @@ async fn file(
 
 /// `GET /api/stats`: the repository's totals (as `stats --json`).
 async fn stats(Shared(state): Shared<Arc<State>>) -> ApiResult<Json<Value>> {
-    blocking(&state, |r| {
+    let read_only = state.read_only;
+    blocking(&state, move |r| {
         let t = tessera::commands::stats::totals(r)?;
         let mut v = serde_json::to_value(&t)
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
@@ -509,6 +517,7 @@ async fn stats(Shared(state): Shared<Arc<State>>) -> ApiResult<Json<Value>> {
             .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         v["encrypted"] = r.is_encrypted().into();
         v["location"] = r.backend().location().to_string().into();
+        v["read_only"] = read_only.into();
         Ok(Json(v))
     })
     .await
@@ -559,6 +568,38 @@ async fn space(
     .await
 }
 
+/// `GET /api/health`: the quarantined chunks (those a check or a repair
+/// found damaged: no new backup uses them), per container or lineage.
+async fn health(Shared(state): Shared<Arc<State>>) -> ApiResult<Json<Value>> {
+    use tessera::repo::quarantine::{self, Quarantined};
+    let count = |q: &Quarantined| match q {
+        Quarantined::All => json!("all"),
+        Quarantined::Chunks(c) => json!(c.len()),
+    };
+    blocking(&state, move |r| {
+        let backend = r.backend();
+        let mut items = Vec::new();
+        let containers = quarantine::load(backend.as_ref())?;
+        let mut ids: Vec<_> = containers.keys().copied().collect();
+        ids.sort_unstable();
+        for c in ids {
+            let q = &containers[&c];
+            let object = tessera::layout::container::key(c);
+            items.push(json!({ "object": object, "chunks": count(q) }));
+        }
+        for name in backend.list(quarantine::QUARANTINE_DIR)? {
+            if tessera::layout::container::parse_key_name(&name).is_some() {
+                continue;
+            }
+            if let Some(q) = quarantine::load_lineage(backend.as_ref(), &name)? {
+                items.push(json!({ "lineage": name, "chunks": count(&q) }));
+            }
+        }
+        Ok(Json(json!({ "quarantine": items })))
+    })
+    .await
+}
+
 #[derive(Deserialize)]
 struct DiffQuery {
     from: String,
@@ -581,18 +622,10 @@ async fn diff_view(
     blocking(&state, move |r| {
         let (from, to) = (backup_id(r, &q.from)?, backup_id(r, &q.to)?);
         let stats = diff(r, from, to, |c| {
-            window.push(|| {
-                let side = |e: &Option<Entry>| e.as_ref().map_or(Value::Null, entry_json);
-                json!({
-                    "change": c.kind,
-                    "path": format!("/{}", String::from_utf8_lossy(c.path())),
-                    "old": side(&c.old),
-                    "new": side(&c.new),
-                })
-            });
+            window.push(|| ChangeRecord::of(c));
             Ok(())
         })?;
-        let mut v = window.json();
+        let mut v = window.json()?;
         v["from"] = from.into();
         v["to"] = to.into();
         v["stats"] = serde_json::to_value(&stats)
@@ -637,9 +670,10 @@ mod tests {
 
     #[test]
     fn download_names_are_plain() {
-        assert_eq!(download_name(b"home/ann/a b.txt", false), "a_b.txt");
-        assert_eq!(download_name(b"home/ann", true), "ann.tar");
-        assert_eq!(download_name(b"", true), "backup.tar");
-        assert_eq!(download_name(b"x/.bashrc", false), "backup.bashrc");
+        assert_eq!(download_name(b"home/ann/a b.txt", ""), "a_b.txt");
+        assert_eq!(download_name(b"home/ann", ".tar"), "ann.tar");
+        assert_eq!(download_name(b"home/ann", ".zip"), "ann.zip");
+        assert_eq!(download_name(b"", ".tar"), "backup.tar");
+        assert_eq!(download_name(b"x/.bashrc", ""), "backup.bashrc");
     }
 }

@@ -6,7 +6,9 @@
 //!
 //! The repository is opened once by the caller (with a shared read lock,
 //! held while the server runs); the engine's calls block, so each request
-//! runs them on tokio's blocking pool.
+//! runs them on tokio's blocking pool. Requests share the handle under a
+//! read guard; deleting backups (`POST /api/forget`) takes it alone,
+//! relocked for exclusive access for the time of the deletion.
 
 use axum::routing::get;
 use axum::Router;
@@ -14,6 +16,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::sync::Arc;
 use tessera::Repository;
 
+pub mod act;
 pub mod api;
 pub mod auth;
 pub mod page;
@@ -46,7 +49,7 @@ pub enum Error {
 pub struct Options {
     /// Where to listen (port 0: a free port).
     pub listen: SocketAddr,
-    /// Refuse the write endpoints (restore, check) even if present.
+    /// Refuse the endpoints that act (restore, check, forget).
     pub read_only: bool,
     /// Allow a non-loopback `listen`.
     pub insecure: bool,
@@ -64,8 +67,9 @@ impl Default for Options {
 
 /// What every handler shares: the open repository and the token.
 pub struct State {
-    /// The repository, opened for reading.
-    pub repo: Arc<Repository>,
+    /// The repository, opened for reading: each request holds a read
+    /// guard while it uses it; a deletion holds the write guard.
+    pub repo: Arc<tokio::sync::RwLock<Repository>>,
     /// The access token (hex).
     pub token: String,
     /// Whether write endpoints are refused.
@@ -99,7 +103,7 @@ impl Server {
             .set_nonblocking(true)
             .map_err(io("a non-blocking socket"))?;
         let state = Arc::new(State {
-            repo: Arc::new(repo),
+            repo: Arc::new(tokio::sync::RwLock::new(repo)),
             token: auth::new_token().map_err(|e| Error::Random(e.to_string()))?,
             read_only: options.read_only,
         });
@@ -128,6 +132,16 @@ impl Server {
     /// Serves until the process ends (or the runtime fails), on a tokio
     /// runtime of its own.
     pub fn run(self) -> Result<(), Error> {
+        self.run_until(std::future::pending())
+    }
+
+    /// Serves until `stop` completes, then stops taking connections, lets
+    /// the requests under way finish and returns; the repository (and its
+    /// lock) is released when the last request lets go of it.
+    pub fn run_until(
+        self,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), Error> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -142,6 +156,7 @@ impl Server {
                     source,
                 })?;
             axum::serve(listener, router(self.state))
+                .with_graceful_shutdown(stop)
                 .await
                 .map_err(|source| Error::Io {
                     what: "serving".into(),
@@ -158,6 +173,7 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/app.js", get(page::script))
         .route("/style.css", get(page::style))
         .merge(api::routes())
+        .merge(act::routes())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
@@ -166,8 +182,28 @@ pub fn router(state: Arc<State>) -> Router {
         .with_state(state)
 }
 
+/// Completes on the first SIGINT (Ctrl-C) or SIGTERM.
+pub async fn interrupted() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut int), Ok(mut term)) => {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        }
+        // No signal handling: serve until killed.
+        _ => std::future::pending().await,
+    }
+}
+
 /// `tessera serve`: binds, prints the URL as the first line of standard
-/// output, then serves until the process ends.
+/// output, then serves until interrupted (Ctrl-C, SIGTERM), when it lets
+/// the requests under way finish, releases the repository and says so on
+/// standard error.
 pub fn serve(repo: Repository, options: &Options) -> Result<(), Error> {
     use std::io::Write;
     let server = Server::bind(repo, options)?;
@@ -179,5 +215,11 @@ pub fn serve(repo: Repository, options: &Options) -> Result<(), Error> {
             source,
         })?;
     drop(out);
-    server.run()
+    let addr = server.addr();
+    server.run_until(async move {
+        interrupted().await;
+        eprintln!("tessera: serve: stopping (interrupted): finishing the requests under way");
+    })?;
+    eprintln!("tessera: serve: stopped listening on {addr}; repository released");
+    Ok(())
 }

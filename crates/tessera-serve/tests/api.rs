@@ -269,6 +269,65 @@ async fn files_come_back_byte_for_byte_and_directories_as_tar() {
 }
 
 #[tokio::test]
+async fn directories_come_as_zip_too() {
+    use std::io::Read;
+    let c = Client::new();
+    let docs = c.s.path("docs");
+    let r = c
+        .get("/api/backups/1/file", &[("path", &docs), ("format", "zip")])
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()["content-type"], "application/zip");
+    assert!(r.headers()["content-disposition"]
+        .to_str()
+        .unwrap()
+        .contains("docs.zip"));
+    let bytes = r.bytes().await.unwrap();
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(&bytes[..])).unwrap();
+    let mut names: Vec<String> = zip.file_names().map(|n| n.unwrap().into_owned()).collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "docs/",
+            "docs/big.bin",
+            "docs/deep/",
+            "docs/deep/x/",
+            "docs/deep/x/y/",
+            "docs/deep/x/y/z.txt"
+        ]
+    );
+    let mut big = Vec::new();
+    zip.by_name("docs/big.bin")
+        .unwrap()
+        .read_to_end(&mut big)
+        .unwrap();
+    assert!(big == noise(3 << 20, 7), "zipped bytes differ");
+    let mut z = String::new();
+    zip.by_name("docs/deep/x/y/z.txt")
+        .unwrap()
+        .read_to_string(&mut z)
+        .unwrap();
+    assert_eq!(z, "deep\n");
+    // The whole backup, named by full paths.
+    let r = c.get("/api/backups/2/file", &[("format", "zip")]).await;
+    let bytes = r.bytes().await.unwrap();
+    let zip = zip::ZipArchive::new(std::io::Cursor::new(&bytes[..])).unwrap();
+    let names: Vec<String> = zip.file_names().map(|n| n.unwrap().into_owned()).collect();
+    let new = c.s.path("new.txt");
+    assert!(names.iter().any(|n| format!("/{n}") == new));
+    assert_eq!(names.iter().filter(|n| n.contains("/many/f")).count(), MANY);
+    // A file is its bytes; an unknown format is refused.
+    let a = c.s.path("a.txt");
+    for (path, format) in [(&a, "zip"), (&docs, "rar")] {
+        let r = c
+            .get("/api/backups/1/file", &[("path", path), ("format", format)])
+            .await;
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{path} {format}");
+    }
+}
+
+#[tokio::test]
 async fn diff_stats_and_space() {
     let c = Client::new();
     let d = c

@@ -6,7 +6,7 @@
 mod common;
 
 use base64::Engine;
-use common::{noise, served};
+use common::{noise, served_writable};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 use std::net::TcpListener;
@@ -94,12 +94,12 @@ async fn click(c: &Client, css: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn browser_shows_backups_browses_downloads_diffs_and_stats() {
+async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forgets() {
     let Some(chromedriver) = find_in_path("chromedriver") else {
         println!("SKIPPED: chromedriver not found (apt-get install chromium chromium-driver)");
         return;
     };
-    let s = served();
+    let s = served_writable(tessera::repo::config::Layout::Container);
     let driver = start_driver(&chromedriver);
     let caps = json!({ "goog:chromeOptions": { "args": [
         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -198,6 +198,52 @@ async fn browser_shows_backups_browses_downloads_diffs_and_stats() {
     )
     .await;
 
+    // Restore z.txt, selected in the browser, into a directory of the server.
+    c.execute(
+        "document.querySelector('#browse-table input.pick').click()",
+        vec![],
+    )
+    .await
+    .unwrap();
+    let picked = s.dir.path().join("picked");
+    c.find(Locator::Css("#restore-target"))
+        .await
+        .unwrap()
+        .send_keys(picked.to_str().unwrap())
+        .await
+        .unwrap();
+    click(&c, "#restore-selected").await;
+    let said = until(&c, "document.querySelector('#restore-result p') && document.querySelector('#restore-result p').textContent").await;
+    assert!(said.as_str().unwrap().starts_with("Restored"), "{said}");
+    let z = picked.join(s.path("docs/deep/x/y/z.txt").trim_start_matches('/'));
+    assert_eq!(std::fs::read(&z).unwrap(), b"deep\n");
+    assert!(!picked
+        .join(s.path("a.txt").trim_start_matches('/'))
+        .exists());
+    // The whole backup into a directory where a symbolic link stands in
+    // the way of `docs`: never followed, reported on the page.
+    let whole = s.dir.path().join("whole");
+    let outside = s.dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    let docs = whole.join(s.path("docs").trim_start_matches('/'));
+    std::fs::create_dir_all(docs.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&outside, &docs).unwrap();
+    let target = c.find(Locator::Css("#restore-target")).await.unwrap();
+    target.clear().await.unwrap();
+    target.send_keys(whole.to_str().unwrap()).await.unwrap();
+    click(&c, "#restore-all").await;
+    let failed = until(&c, "document.querySelector('#restore-failed') && document.querySelector('#restore-failed').textContent").await;
+    assert!(
+        failed.as_str().unwrap().contains(&s.path("docs")),
+        "{failed}"
+    );
+    assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    assert_eq!(
+        std::fs::read(whole.join(s.path("a.txt").trim_start_matches('/'))).unwrap(),
+        b"hello, tessera\n"
+    );
+    screenshot(&c, "restore").await;
+
     // Diff of the two backups.
     click(&c, "#nav-diff").await;
     click(&c, "#diff-run").await;
@@ -243,6 +289,45 @@ async fn browser_shows_backups_browses_downloads_diffs_and_stats() {
     let answer = until(&c, "document.getElementById('space-result').textContent.length > 1 && document.getElementById('space-result').textContent").await;
     assert!(answer.as_str().unwrap().contains("lifecycle"), "{answer}");
     screenshot(&c, "stats").await;
+
+    // Health: a check, its progress streamed, then its verdict.
+    click(&c, "#nav-health").await;
+    click(&c, "#check-run").await;
+    let verdict = until(&c, "document.getElementById('check-verdict') && document.getElementById('check-verdict').textContent").await;
+    assert_eq!(verdict, json!("No problems found."));
+    let quarantine = until(
+        &c,
+        "document.getElementById('quarantine-summary').textContent",
+    )
+    .await;
+    assert_eq!(quarantine, json!("No quarantined chunks."));
+    screenshot(&c, "health").await;
+
+    // Forget backup 1 from the table: what it frees first, then confirmed.
+    click(&c, "#nav-backups").await;
+    click(
+        &c,
+        "#backups-table tbody tr:nth-child(2) input[type=checkbox]",
+    )
+    .await;
+    click(&c, "#forget-selected").await;
+    let asked = until(&c, "!document.getElementById('forget-confirm').hidden && document.getElementById('forget-text').textContent").await;
+    assert!(asked.as_str().unwrap().contains("gc"), "{asked}");
+    screenshot(&c, "forget").await;
+    click(&c, "#forget-yes").await;
+    until(
+        &c,
+        "document.querySelectorAll('#backups-table tbody tr').length === 1",
+    )
+    .await;
+    let result = c
+        .find(Locator::Css("#forget-result"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(result.starts_with("Deleted backup 1"), "{result}");
 
     // A phone-sized window: the backups still fit.
     c.set_window_size(390, 800).await.unwrap();

@@ -99,6 +99,31 @@ fn a_handle_does_only_what_it_was_opened_for() {
 }
 
 #[test]
+fn a_reader_relocks_to_delete_only_when_no_one_else_reads() {
+    use std::time::Duration;
+    let dir = new_repo(Layout::Container);
+    let mut server = Repository::open(dir.path(), LockMode::Read).unwrap();
+    let other = Repository::open(dir.path(), LockMode::Read).unwrap();
+    // Another reader: refused, and the handle still reads (and its lock still holds off maintenance).
+    assert!(matches!(
+        server.relock(LockMode::Exclusive, Duration::ZERO),
+        Err(Error::Locked(_))
+    ));
+    assert_eq!(server.mode(), LockMode::Read);
+    assert_eq!(server.backups().unwrap(), vec![1]);
+    drop(other);
+    assert_locked(Repository::open(dir.path(), LockMode::Exclusive));
+    server.relock(LockMode::Exclusive, Duration::ZERO).unwrap();
+    assert_locked(Repository::open(dir.path(), LockMode::Read));
+    tessera::commands::delete::delete_backup(&server, 1).unwrap();
+    server.relock(LockMode::Read, Duration::ZERO).unwrap();
+    // Readers share again; maintenance waits.
+    drop(Repository::open(dir.path(), LockMode::Read).unwrap());
+    assert_locked(Repository::open(dir.path(), LockMode::Exclusive));
+    assert!(server.relock(LockMode::Backup, Duration::ZERO).is_err());
+}
+
+#[test]
 fn a_lifecycle_backup_defers_arranging_while_others_read() {
     let dir = new_repo(Layout::Lifecycle);
     let reader = Repository::open(dir.path(), LockMode::Read).unwrap();

@@ -1,7 +1,6 @@
 //! Printing of the browsing commands: `list`, `find`, `diff`, `dump`,
 //! `restore --tar` and `tag` (the work is done by the library).
 
-use super::ls::{entry_json, kind_name};
 use crate::output::{data_stdout, human, EXIT_INCOMPLETE};
 use crate::progress::{quiet, summary, summary_err};
 use crate::repo_open::{backup_id, open};
@@ -18,8 +17,10 @@ use tessera::commands::tags::{retag, TagChange};
 use tessera::format::snapshot::{BackupId, Snapshot};
 use tessera::restore::output::write_to_path;
 use tessera::restore::{ExistingFile, RestoreOptions};
-use tessera::tree::catalog::Entry;
-use tessera::tree::{diff, dump, find, write_tar, ChangeKind, Dumped, TarScope, TreeRestoreStats};
+use tessera::tree::{
+    diff, dump, find, write_tar, ChangeKind, ChangeRecord, Dumped, EntryRecord, TarScope,
+    TreeRestoreStats,
+};
 use tessera::Repository;
 
 /// Which backups a command takes.
@@ -158,34 +159,21 @@ pub fn list(repo: &Location, json: bool, filter: FilterArgs, access: &Access) ->
     Ok(())
 }
 
-/// The mode column of `ls -l`: the kind's letter `kind`, then read, write
-/// and execute for the owner, the group and others, with setuid and setgid
-/// as `s` in the owner's and the group's execute place (`S` without
-/// execute) and the sticky bit as `t` in others' (`T`).
-pub fn mode_text(kind: char, mode: u32) -> String {
-    let mut text = String::with_capacity(10);
-    text.push(kind);
-    // (shift of the class's bits, its special bit, the special's letter)
-    for (shift, special, letter) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
-        let bits = (mode >> shift) & 7;
-        text.push(if bits & 4 != 0 { 'r' } else { '-' });
-        text.push(if bits & 2 != 0 { 'w' } else { '-' });
-        text.push(match (mode & special != 0, bits & 1 != 0) {
-            (true, true) => letter,
-            (true, false) => letter.to_ascii_uppercase(),
-            (false, true) => 'x',
-            (false, false) => '-',
-        });
-    }
-    text
+/// An entry `find --json` found: its record, and the backup it is in.
+#[derive(serde::Serialize)]
+struct Found {
+    #[serde(flatten)]
+    entry: EntryRecord,
+    backup: BackupId,
+    backup_time: String,
 }
 
-/// A device number (`st_rdev`, Linux's encoding, as backed up) as `ls -l`
-/// shows it: `major, minor`.
-pub fn device_text(rdev: u64) -> String {
-    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & 0xffff_f000);
-    let minor = (rdev & 0xff) | ((rdev >> 12) & 0xffff_ff00);
-    format!("{major}, {minor}")
+/// A record as one line of JSON (an engine output error on failure).
+fn record_json(v: &impl serde::Serialize) -> tessera::Result<String> {
+    serde_json::to_string(v).map_err(|e| tessera::Error::Output {
+        what: "stdout".into(),
+        source: io::Error::other(e),
+    })
 }
 
 /// Writes `text` to the buffered stdout, as an engine output error on failure.
@@ -214,16 +202,18 @@ pub fn find_cmd(
     }
     let stats = find(&r, pattern, &filter.filter(), |snap, e| {
         let text = if json {
-            let mut v = entry_json(e);
-            v["backup"] = snap.id.into();
-            v["backup_time"] = snapshot_time(snap, true).into();
-            format!("{}{v}", if first { "" } else { "," })
+            let found = Found {
+                entry: EntryRecord::of(e),
+                backup: snap.id,
+                backup_time: snapshot_time(snap, true),
+            };
+            format!("{}{}", if first { "" } else { "," }, record_json(&found)?)
         } else {
             format!(
                 "{:>6}  {}  {:<7} {:>12}  /{}\n",
                 snap.id,
                 snapshot_time(snap, false),
-                kind_name(e.kind),
+                e.kind.name(),
                 e.size,
                 String::from_utf8_lossy(&e.path)
             )
@@ -272,14 +262,8 @@ pub fn diff_cmd(r: &Repository, from: BackupId, to: BackupId, json: bool) -> Res
     let mut first = true;
     let stats = diff(r, from, to, |c| {
         let text = if json {
-            let mut v = json!({
-                "change": c.kind,
-                "path": format!("/{}", String::from_utf8_lossy(c.path())),
-            });
-            let side = |e: &Option<Entry>| e.as_ref().map_or(Value::Null, entry_json);
-            v["old"] = side(&c.old);
-            v["new"] = side(&c.new);
-            format!("{}{v}", if first { "" } else { "," })
+            let record = record_json(&ChangeRecord::of(c))?;
+            format!("{}{record}", if first { "" } else { "," })
         } else {
             format!(
                 "{}    /{}\n",
@@ -537,45 +521,4 @@ pub fn run_tag(args: TagArgs, access: &Access) -> Result<ExitCode> {
     };
     tag_cmd(&r, &ids, &change, json)?;
     Ok(ExitCode::SUCCESS)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn modes_show_the_special_bits_as_ls_does() {
-        for (kind, mode, text) in [
-            ('-', 0o644, "-rw-r--r--"),
-            ('-', 0o4755, "-rwsr-xr-x"),
-            ('-', 0o4644, "-rwSr--r--"),
-            ('-', 0o2755, "-rwxr-sr-x"),
-            ('-', 0o2745, "-rwxr-Sr-x"),
-            ('d', 0o1777, "drwxrwxrwt"),
-            ('d', 0o1770, "drwxrwx--T"),
-            ('-', 0o7777, "-rwsrwsrwt"),
-            ('-', 0o7000, "---S--S--T"),
-            ('c', 0o620, "crw--w----"),
-        ] {
-            assert_eq!(mode_text(kind, mode), text, "{mode:o}");
-        }
-    }
-
-    #[test]
-    fn device_numbers_are_major_and_minor() {
-        // /dev/null (1, 3), /dev/sda1 (8, 1), /dev/tty5 (4, 5).
-        assert_eq!(device_text(0x103), "1, 3");
-        assert_eq!(device_text(0x801), "8, 1");
-        assert_eq!(device_text(0x405), "4, 5");
-        // Large numbers use the high bits (glibc's makedev).
-        let makedev = |major: u64, minor: u64| {
-            ((major & 0xfff) << 8)
-                | ((major & !0xfff) << 32)
-                | (minor & 0xff)
-                | ((minor & !0xff) << 12)
-        };
-        assert_eq!(device_text(makedev(259, 65536)), "259, 65536");
-        assert_eq!(device_text(makedev(4097, 300)), "4097, 300");
-        assert_eq!(device_text(0), "0, 0");
-    }
 }

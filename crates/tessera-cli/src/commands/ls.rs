@@ -9,10 +9,9 @@ use std::time::Duration;
 use tessera::backend::{Location, LockMode};
 use tessera::format::snapshot::BackupId;
 use tessera::tree::catalog::{Entry, Kind};
-use tessera::tree::list_tree;
+use tessera::tree::{list_tree, EntryRecord};
 use tessera::Repository;
 
-use super::browse;
 use crate::repo_open::{backup_id, open};
 use crate::secrets::Access;
 
@@ -72,7 +71,13 @@ fn ls_cmd(
     list_tree(r, id, wanted, recursive, |e| {
         let line = if json {
             let sep = if first { "" } else { "," };
-            format!("{sep}{}", entry_json(e))
+            let record = serde_json::to_string(&EntryRecord::of(e)).map_err(|err| {
+                tessera::Error::Output {
+                    what: "stdout".into(),
+                    source: io::Error::other(err),
+                }
+            })?;
+            format!("{sep}{record}")
         } else if long {
             format!("{}\n", entry_long(e))
         } else {
@@ -93,44 +98,34 @@ fn ls_cmd(
     Ok(())
 }
 
-/// The name of an entry's kind in `ls --json` and `find`.
-pub fn kind_name(k: Kind) -> &'static str {
-    match k {
-        Kind::Dir => "dir",
-        Kind::File => "file",
-        Kind::Symlink => "symlink",
-        Kind::Gap => "gap",
-        Kind::Hardlink => "hardlink",
-        Kind::Fifo => "fifo",
-        Kind::CharDevice => "chardev",
-        Kind::BlockDevice => "blockdev",
+/// The mode column of `ls -l`: the kind's letter `kind`, then read, write
+/// and execute for the owner, the group and others, with setuid and setgid
+/// as `s` in the owner's and the group's execute place (`S` without
+/// execute) and the sticky bit as `t` in others' (`T`).
+fn mode_text(kind: char, mode: u32) -> String {
+    let mut text = String::with_capacity(10);
+    text.push(kind);
+    // (shift of the class's bits, its special bit, the special's letter)
+    for (shift, special, letter) in [(6, 0o4000, 's'), (3, 0o2000, 's'), (0, 0o1000, 't')] {
+        let bits = (mode >> shift) & 7;
+        text.push(if bits & 4 != 0 { 'r' } else { '-' });
+        text.push(if bits & 2 != 0 { 'w' } else { '-' });
+        text.push(match (mode & special != 0, bits & 1 != 0) {
+            (true, true) => letter,
+            (true, false) => letter.to_ascii_uppercase(),
+            (false, true) => 'x',
+            (false, false) => '-',
+        });
     }
+    text
 }
 
-/// One entry as a JSON object (a path that is not UTF-8 also as hex).
-pub fn entry_json(e: &Entry) -> serde_json::Value {
-    let mut v = serde_json::json!({
-        "path": format!("/{}", String::from_utf8_lossy(&e.path)),
-        "kind": kind_name(e.kind),
-        "mode": e.mode,
-        "uid": e.uid,
-        "gid": e.gid,
-        "size": e.size,
-        "mtime": e.mtime,
-        "mtime_ns": e.mtime_ns,
-    });
-    if std::str::from_utf8(&e.path).is_err() {
-        v["path_hex"] = e
-            .path
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-            .into();
-    }
-    if matches!(e.kind, Kind::Symlink | Kind::Hardlink) {
-        v["target"] = String::from_utf8_lossy(&e.target).into_owned().into();
-    }
-    v
+/// A device number (`st_rdev`, Linux's encoding, as backed up) as `ls -l`
+/// shows it: `major, minor`.
+fn device_text(rdev: u64) -> String {
+    let major = ((rdev >> 8) & 0xfff) | ((rdev >> 32) & 0xffff_f000);
+    let minor = (rdev & 0xff) | ((rdev >> 12) & 0xffff_ff00);
+    format!("{major}, {minor}")
 }
 
 /// One entry as `ls -l` shows it.
@@ -143,10 +138,10 @@ fn entry_long(e: &Entry) -> String {
         Kind::BlockDevice => 'b',
         Kind::File | Kind::Gap | Kind::Hardlink => '-',
     };
-    let mode = browse::mode_text(kind, e.mode);
+    let mode = mode_text(kind, e.mode);
     // A device's size column holds its major and minor numbers, as in `ls -l`.
     let size = match e.kind {
-        Kind::CharDevice | Kind::BlockDevice => browse::device_text(e.rdev),
+        Kind::CharDevice | Kind::BlockDevice => device_text(e.rdev),
         _ => e.size.to_string(),
     };
     let time = u64::try_from(e.mtime)
@@ -170,4 +165,45 @@ fn entry_long(e: &Entry) -> String {
         line.push_str(&String::from_utf8_lossy(&e.target));
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_show_the_special_bits_as_ls_does() {
+        for (kind, mode, text) in [
+            ('-', 0o644, "-rw-r--r--"),
+            ('-', 0o4755, "-rwsr-xr-x"),
+            ('-', 0o4644, "-rwSr--r--"),
+            ('-', 0o2755, "-rwxr-sr-x"),
+            ('-', 0o2745, "-rwxr-Sr-x"),
+            ('d', 0o1777, "drwxrwxrwt"),
+            ('d', 0o1770, "drwxrwx--T"),
+            ('-', 0o7777, "-rwsrwsrwt"),
+            ('-', 0o7000, "---S--S--T"),
+            ('c', 0o620, "crw--w----"),
+        ] {
+            assert_eq!(mode_text(kind, mode), text, "{mode:o}");
+        }
+    }
+
+    #[test]
+    fn device_numbers_are_major_and_minor() {
+        // /dev/null (1, 3), /dev/sda1 (8, 1), /dev/tty5 (4, 5).
+        assert_eq!(device_text(0x103), "1, 3");
+        assert_eq!(device_text(0x801), "8, 1");
+        assert_eq!(device_text(0x405), "4, 5");
+        // Large numbers use the high bits (glibc's makedev).
+        let makedev = |major: u64, minor: u64| {
+            ((major & 0xfff) << 8)
+                | ((major & !0xfff) << 32)
+                | (minor & 0xff)
+                | ((minor & !0xff) << 12)
+        };
+        assert_eq!(device_text(makedev(259, 65536)), "259, 65536");
+        assert_eq!(device_text(makedev(4097, 300)), "4097, 300");
+        assert_eq!(device_text(0), "0, 0");
+    }
 }

@@ -7,7 +7,7 @@ const TOKEN = new URLSearchParams(location.search).get("token") || "";
 const PAGE = 100;         // backups per page
 const TREE_PAGE = 1000;   // directory entries per page
 const $ = (id) => document.getElementById(id);
-const state = { backupsOffset: 0, backupsTotal: 0, selected: new Set(), browse: { id: null, path: "/", offset: 0 }, diffOffset: 0 };
+const state = { backupsOffset: 0, backupsTotal: 0, selected: new Set(), browse: { id: null, path: "/", offset: 0 }, picked: new Set(), diffOffset: 0, readOnly: true };
 
 async function api(path, params) {
   const q = new URLSearchParams(params || {});
@@ -17,8 +17,21 @@ async function api(path, params) {
   return body;
 }
 
-function fileUrl(id, path) {
-  return `/api/backups/${id}/file?` + new URLSearchParams({ path, token: TOKEN });
+// POST `body` (JSON) to the API; the answer's JSON.
+async function post(path, body, params) {
+  const q = new URLSearchParams(params || {});
+  const res = await fetch(`/api/${path}${q.toString() ? "?" + q : ""}`, {
+    method: "POST", headers: { Authorization: `Bearer ${TOKEN}`, "Content-Type": "application/json" }, body: JSON.stringify(body || {}),
+  });
+  const answer = await res.json().catch(() => ({ error: `${res.status} ${res.statusText}` }));
+  if (!res.ok) { const e = new Error(answer.error || res.statusText); e.status = res.status; throw e; }
+  return answer;
+}
+
+function fileUrl(id, path, format) {
+  const q = { path, token: TOKEN };
+  if (format) q.format = format;
+  return `/api/backups/${id}/file?` + new URLSearchParams(q);
 }
 
 function human(n) {
@@ -56,6 +69,7 @@ function show(view) {
   }
   showError(null);
   if (view === "stats") loadStats().catch(showError);
+  if (view === "health") loadHealth().catch(showError);
   if (view === "browse" && state.browse.id == null) openLatest().catch(showError);
 }
 
@@ -87,14 +101,19 @@ function backupRow(b) {
     if (box.checked) state.selected.add(b.id); else state.selected.delete(b.id);
     row.className = box.checked ? "selected" : "";
     $("space-selected").disabled = state.selected.size === 0;
+    $("forget-selected").disabled = state.selected.size === 0;
+    $("forget-confirm").hidden = true;
   });
   const where = b.paths ? b.paths.join(", ") : `(${b.source})`;
-  const size = b.file_bytes ?? b.logical_bytes;
+  // The measure of the chart, of New data and of Dedup: the backup's bytes
+  // (a tree backup's files and its catalog); the files' alone in the title.
+  const size = b.logical_bytes;
+  const sizeTitle = b.file_bytes != null ? `files ${human(b.file_bytes)} + catalog ${human(b.logical_bytes - b.file_bytes)}` : "the stream's bytes";
   const browse = b.paths
     ? el("button", { type: "button", class: "browse", onclick: () => openBackup(b.id, "/") }, "Browse")
     : el("a", { href: fileUrl(b.id, "/"), download: "" }, "Download");
   row.append(el("td", {}, box), el("td", {}, b.id), el("td", {}, when(b.time)), el("td", {}, b.host || "–"),
-    el("td", { class: "paths" }, where), el("td", { class: "num" }, human(size)),
+    el("td", { class: "paths" }, where), el("td", { class: "num", title: sizeTitle }, human(size)),
     el("td", { class: "num" }, human(b.new_bytes)), el("td", { class: "num" }, ratio(b.dedup_ratio)), el("td", {}, browse));
   return row;
 }
@@ -105,14 +124,16 @@ function drawChart(items) {
   const NS = "http://www.w3.org/2000/svg";
   const W = svg.clientWidth || 800, H = svg.clientHeight || 180, pad = 18;
   svg.setAttribute("viewBox", `0 0 ${W} ${H}`);
-  const max = Math.max(1, ...items.map((b) => b.logical_bytes));
+  // The table's measure: the backup's bytes (files and catalog).
+  const size = (b) => b.logical_bytes;
+  const max = Math.max(1, ...items.map(size));
   const step = items.length ? (W - 2 * pad) / items.length : 0;
   const bw = Math.max(1, step * 0.8);
   const shapes = [];
   const y = (v) => H - pad - (v / max) * (H - 2 * pad);
   items.forEach((b, i) => {
     const x = pad + i * step;
-    for (const [cls, v] of [["size", b.logical_bytes], ["new", b.new_bytes]]) {
+    for (const [cls, v] of [["size", size(b)], ["new", b.new_bytes]]) {
       const r = document.createElementNS(NS, "rect");
       r.setAttribute("class", cls);
       r.setAttribute("x", x.toFixed(1)); r.setAttribute("width", bw.toFixed(1));
@@ -128,6 +149,40 @@ function drawChart(items) {
   label.textContent = `max ${human(max)}`;
   shapes.push(label);
   svg.replaceChildren(...shapes);
+}
+
+// Deleting the selected backups: what it frees first, then a confirmation.
+async function askForget() {
+  const ids = [...state.selected].sort((a, b) => a - b);
+  $("forget-result").textContent = "";
+  try {
+    const r = await post("forget", { ids, dry_run: true });
+    const frees = r.bytes_freed == null
+      ? "In this repository's container layout the space is freed by a later `tessera gc` (what it frees depends on what the kept backups share)."
+      : `This frees ${human(r.bytes_freed)} at once.`;
+    $("forget-text").textContent = `Delete backup${ids.length > 1 ? "s" : ""} ${ids.join(", ")}? ${frees} This cannot be undone.`;
+    $("forget-confirm").hidden = false;
+    $("forget-yes").focus();
+  } catch (e) {
+    $("forget-result").textContent = `Error: ${e.message}`;
+  }
+}
+
+async function doForget() {
+  const ids = [...state.selected].sort((a, b) => a - b);
+  $("forget-confirm").hidden = true;
+  $("forget-result").textContent = "deleting…";
+  try {
+    const r = await post("forget", { ids });
+    const freed = r.bytes_freed == null ? (r.note || "") : `freed ${human(r.bytes_freed)}`;
+    $("forget-result").textContent = `Deleted backup${r.deleted.length > 1 ? "s" : ""} ${r.deleted.join(", ")}; ${freed}`;
+    state.selected.clear();
+    $("space-selected").disabled = true;
+    $("forget-selected").disabled = true;
+    await loadBackups();
+  } catch (e) {
+    $("forget-result").textContent = `Error: ${e.message}`;
+  }
 }
 
 async function estimate(ids, out) {
@@ -150,12 +205,15 @@ async function openLatest() {
 }
 
 async function openBackup(id, path, offset = 0) {
+  if (state.browse.id !== id) state.picked.clear();
   state.browse = { id, path, offset };
+  pickedChanged();
   show("browse");
   $("browse-id").textContent = id;
   $("browse-backup").value = id;
   $("path-input").value = path;
   $("tar-link").href = fileUrl(id, path);
+  $("zip-link").href = fileUrl(id, path, "zip");
   drawCrumbs(id, path);
   const params = { limit: TREE_PAGE, offset };
   if (path !== "/") params.path = path;
@@ -180,10 +238,43 @@ function entryRow(id, e) {
     : el("span", {}, shown);
   let down = "";
   if (e.kind === "file" || e.kind === "hardlink") down = el("a", { href: fileUrl(id, e.path), download: name, class: "download" }, "Download");
-  else if (e.kind === "dir") down = el("a", { href: fileUrl(id, e.path), download: `${name}.tar` }, "tar");
+  else if (e.kind === "dir") down = el("span", {}, el("a", { href: fileUrl(id, e.path), download: `${name}.tar` }, "tar"), " ",
+    el("a", { href: fileUrl(id, e.path, "zip"), download: `${name}.zip`, class: "zip" }, "zip"));
   else if (e.target) down = el("span", { class: "muted" }, `→ ${e.target}`);
-  return el("tr", {}, el("td", {}, nameCell), el("td", {}, e.kind), el("td", { class: "num" }, e.kind === "dir" ? "" : human(e.size)),
+  const box = el("input", { type: "checkbox", class: "pick", "aria-label": `select ${e.path} for restore` });
+  box.checked = state.picked.has(e.path);
+  box.addEventListener("change", () => {
+    if (box.checked) state.picked.add(e.path); else state.picked.delete(e.path);
+    pickedChanged();
+  });
+  return el("tr", {}, el("td", {}, box), el("td", {}, nameCell), el("td", {}, e.kind), el("td", { class: "num" }, e.kind === "dir" ? "" : human(e.size)),
     el("td", {}, when(e.mtime)), el("td", {}, down));
+}
+
+function pickedChanged() {
+  const n = state.picked.size;
+  $("restore-selected").disabled = n === 0;
+  $("restore-selected").textContent = n ? `Restore the selected (${n})` : "Restore the selected";
+}
+
+// Restores `paths` of the backup being browsed (none: all of it) into the
+// directory typed, on the server's machine; shows what could not be restored.
+async function runRestore(paths) {
+  const out = $("restore-result");
+  const target = $("restore-target").value.trim();
+  if (!target) { out.textContent = "Type the directory to restore into (an absolute path on the server's machine)."; return; }
+  out.textContent = "restoring…";
+  try {
+    const r = await post("restore", { backup: Number(state.browse.id), target, paths, overwrite: $("restore-overwrite").value });
+    const head = el("p", { class: r.complete ? "ok" : "error" }, r.complete
+      ? `Restored backup ${r.id} into ${r.target}: ${r.files} files (${human(r.bytes_restored)}), ${r.dirs} directories, ${r.symlinks} symbolic links${r.kept ? `, ${r.kept} kept as they were` : ""}.`
+      : `Restore of backup ${r.id} into ${r.target} is incomplete: ${(r.failed || []).length} entries could not be restored, ${(r.lost_files || []).length} files were lost; everything else was restored.`);
+    const items = [...(r.failed || []).map((f) => el("li", {}, `${f.path}: ${f.reason}${f.below ? ` (${f.below} entries below it not restored)` : ""}`)),
+      ...(r.lost_files || []).map((l) => el("li", {}, `lost: ${l.path} (${l.reason})`))];
+    out.replaceChildren(head, ...(items.length ? [el("ul", { id: "restore-failed" }, ...items)] : []));
+  } catch (e) {
+    out.replaceChildren(el("p", { class: "error" }, `Error: ${e.message}`));
+  }
 }
 
 function drawCrumbs(id, path) {
@@ -231,6 +322,78 @@ async function loadStats() {
   $("stats-list").replaceChildren(...cards.map(([k, v]) => el("div", {}, el("dt", {}, k), el("dd", {}, v ?? "–"))));
 }
 
+// ---- Health --------------------------------------------------------------
+
+// Runs a check and shows its progress as the server streams it (one JSON
+// object a line), then its report.
+async function runCheck() {
+  const phase = $("check-phase"), bar = $("check-progress"), result = $("check-result");
+  $("check-run").disabled = true;
+  result.replaceChildren();
+  $("check-problems").replaceChildren();
+  phase.textContent = "starting…";
+  try {
+    const q = new URLSearchParams({ read_data: $("check-read-data").checked });
+    const res = await fetch(`/api/check?${q}`, { method: "POST", headers: { Authorization: `Bearer ${TOKEN}` } });
+    if (!res.ok) { const b = await res.json().catch(() => ({})); throw new Error(b.error || res.statusText); }
+    const reader = res.body.getReader();
+    const dec = new TextDecoder();
+    let buf = "", current = "", total = null;
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buf += dec.decode(value, { stream: true });
+      let nl;
+      while ((nl = buf.indexOf("\n")) >= 0) {
+        const line = buf.slice(0, nl); buf = buf.slice(nl + 1);
+        if (!line) continue;
+        const ev = JSON.parse(line);
+        if (ev.event === "phase") {
+          current = `${ev.phase} (${ev.unit})`; total = ev.total;
+          bar.hidden = false;
+          if (total == null) bar.removeAttribute("value"); else { bar.max = Math.max(1, total); bar.value = 0; }
+          phase.textContent = current;
+        } else if (ev.event === "progress" || ev.event === "end") {
+          if (total != null) bar.value = ev.done;
+          phase.textContent = `${current}: ${ev.done}${total != null ? ` of ${total}` : ""}`;
+        } else if (ev.event === "report") {
+          showReport(ev.report);
+        } else if (ev.event === "error") {
+          result.replaceChildren(el("p", { class: "error" }, `The check failed: ${ev.error}`));
+        }
+      }
+    }
+    bar.hidden = true;
+    phase.textContent = "check finished";
+    loadHealth().catch(() => {});
+  } catch (e) {
+    result.replaceChildren(el("p", { class: "error" }, `Error: ${e.message}`));
+  } finally {
+    $("check-run").disabled = false;
+  }
+}
+
+// The quarantined chunks: damage a check or repair found, kept out of new backups.
+async function loadHealth() {
+  const h = await api("health");
+  const q = h.quarantine;
+  $("quarantine-summary").textContent = q.length
+    ? `${q.length} object(s) hold quarantined chunks (found damaged by a check or repair; no new backup uses them; see \`tessera repair\`):`
+    : "No quarantined chunks.";
+  $("quarantine-list").replaceChildren(...q.map((o) => el("li", {},
+    `${o.object || `lineage ${o.lineage}`}: ${o.chunks === "all" ? "every chunk" : `${o.chunks} chunk(s)`}`)));
+}
+
+function showReport(r) {
+  const ok = r.problems.length === 0;
+  $("check-result").replaceChildren(
+    el("p", { class: ok ? "ok" : "error", id: "check-verdict" }, ok ? "No problems found." : `${r.problems.length} problem(s) found.`),
+    el("p", { class: "muted" }, `Checked ${r.containers} containers (${r.stored_chunks} chunks${r.chunks_verified ? `, ${r.chunks_verified} re-hashed` : ""}) and ${r.backups} backups (${r.references} references); ${r.unreferenced_containers} unreferenced containers and ${r.uncommitted_recipes} uncommitted recipes left by interrupted backups.`),
+    ...r.warnings.map((w) => el("p", { class: "muted" }, `warning: ${w}`)));
+  $("check-problems").replaceChildren(...r.problems.map((p) => el("li", {},
+    `${p.object}: ${p.detail} (${p.kind}; affects backups: ${p.affected_backups.length ? p.affected_backups.join(", ") : "none"})`)));
+}
+
 // ---- Wiring --------------------------------------------------------------
 
 function init() {
@@ -238,6 +401,12 @@ function init() {
   $("backups-prev").addEventListener("click", () => { state.backupsOffset = Math.max(0, state.backupsOffset - PAGE); loadBackups().catch(showError); });
   $("backups-next").addEventListener("click", () => { state.backupsOffset += PAGE; loadBackups().catch(showError); });
   $("space-selected").addEventListener("click", () => estimate([...state.selected].sort((a, b) => a - b), $("space-answer")));
+  $("forget-selected").addEventListener("click", askForget);
+  $("forget-yes").addEventListener("click", doForget);
+  $("forget-no").addEventListener("click", () => { $("forget-confirm").hidden = true; });
+  $("restore-form").addEventListener("submit", (ev) => { ev.preventDefault(); runRestore([...state.picked].sort()); });
+  $("restore-all").addEventListener("click", () => runRestore([]));
+  $("check-form").addEventListener("submit", (ev) => { ev.preventDefault(); runCheck(); });
   $("tree-prev").addEventListener("click", () => openBackup(state.browse.id, state.browse.path, Math.max(0, state.browse.offset - TREE_PAGE)));
   $("tree-next").addEventListener("click", () => openBackup(state.browse.id, state.browse.path, state.browse.offset + TREE_PAGE));
   $("path-form").addEventListener("submit", (ev) => {
@@ -255,7 +424,12 @@ function init() {
   });
   show("backups");
   loadBackups().catch(showError);
-  api("stats").then((s) => { $("location").textContent = s.location; }).catch(() => {});
+  api("stats").then((s) => {
+    $("location").textContent = s.location;
+    state.readOnly = !!s.read_only;
+    document.body.classList.toggle("read-only", state.readOnly);
+    if (state.readOnly) $("check-phase").textContent = "The server runs with --read-only: checks, restores and deletions are refused.";
+  }).catch(() => {});
 }
 
 document.addEventListener("DOMContentLoaded", init);

@@ -57,6 +57,21 @@ pub fn served() -> Served {
 
 /// [`served`], in a repository of `layout`.
 pub fn served_in(layout: Layout) -> Served {
+    served_with(layout, &Options::default())
+}
+
+/// [`served`], in a repository of `layout`, with write access (not
+/// `--read-only`).
+pub fn served_writable(layout: Layout) -> Served {
+    let options = Options {
+        read_only: false,
+        ..Options::default()
+    };
+    served_with(layout, &options)
+}
+
+/// [`served`], in a repository of `layout`, the server run with `options`.
+pub fn served_with(layout: Layout, server: &Options) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
     write(&src.join("a.txt"), b"hello, tessera\n");
@@ -84,7 +99,7 @@ pub fn served_in(layout: Layout) -> Served {
     drop(repo);
     let repo =
         Repository::open(&dir.path().join("repo"), tessera::backend::LockMode::Read).unwrap();
-    let server = Server::bind(repo, &Options::default()).unwrap();
+    let server = Server::bind(repo, server).unwrap();
     let (addr, token, url) = (server.addr(), server.token().to_string(), server.url());
     std::thread::spawn(move || server.run());
     Served {

@@ -453,6 +453,42 @@ impl Repository {
         }
     }
 
+    /// Changes what a long-lived handle is opened for, between
+    /// [`LockMode::Read`] and [`LockMode::Exclusive`] (`tessera serve`
+    /// deleting backups on request): releases its lock, then takes
+    /// `mode`'s, waiting up to `wait`. When that fails it takes its former
+    /// lock back (waiting as long) and returns the error; the handle is as
+    /// it was unless that fails too. Not atomic: between the two, another
+    /// process may take the repository.
+    pub fn relock(&mut self, mode: LockMode, wait: Duration) -> Result<()> {
+        let allowed = |m| matches!(m, LockMode::Read | LockMode::Exclusive);
+        if !allowed(mode) || !allowed(self.mode) || self.shared {
+            return Err(Error::InvalidOption(format!(
+                "a handle opened for {:?} cannot be relocked for {mode:?}",
+                self.mode
+            )));
+        }
+        if mode == self.mode {
+            return Ok(());
+        }
+        let locks = self.locks.get_mut().map_err(|_| {
+            Error::Pipeline("the repository's lock list was poisoned by a panic".into())
+        })?;
+        locks.clear();
+        let backend = self.counting.as_ref();
+        match lock_waiting(backend, mode, wait, None) {
+            Ok(guard) => {
+                locks.push(guard);
+                self.mode = mode;
+                Ok(())
+            }
+            Err(e) => {
+                locks.push(lock_waiting(backend, self.mode, wait, None)?);
+                Err(e)
+            }
+        }
+    }
+
     /// Whether this handle's backups share the repository with other
     /// backups (a shared-writers repository, FORMAT.md §13.3).
     pub fn shares_backups(&self) -> bool {

@@ -16,22 +16,26 @@ pub mod find;
 pub mod index;
 pub mod list;
 mod meta;
+pub mod record;
 pub mod restore;
 pub mod scan;
 pub mod select;
 pub mod stream;
 pub mod tar;
 mod walk;
+pub mod zipfile;
 
 pub use backup::{backup_tree, default_source, host_name, TreeBackupOptions, TreeOutcome};
 pub use diff::{diff, Change, ChangeKind, DiffStats};
 pub use dump::{dump, Dumped};
 pub use find::{find, FindStats};
 pub use list::list_tree;
+pub use record::{shown_path, ChangeRecord, EntryRecord};
 pub use restore::{
     restore_tree, FailedEntry, LostFile, Overwrite, TreeRestoreOptions, TreeRestoreStats,
 };
 pub use tar::{write_tar, TarScope};
+pub use zipfile::write_zip;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;

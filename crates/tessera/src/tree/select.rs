@@ -66,6 +66,30 @@ impl Selection {
         })
     }
 
+    /// A selection of exactly `paths` (as `ls` shows them, `/home/ann/a.txt`)
+    /// and what is below each: no pattern syntax (`*`, `?`, `[` are plain
+    /// characters), every path anchored at the root. What a caller that
+    /// picked entries (the web interface) restores.
+    pub fn of_paths(paths: &[String]) -> Result<Self> {
+        let inc: Vec<(usize, String, bool)> = paths
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (i, escape(p.trim_matches('/')), true))
+            .collect();
+        let literal = match inc.as_slice() {
+            [(_, g, true)] => literal_path(g),
+            _ => None,
+        };
+        Ok(Selection {
+            include: set(&inc)?,
+            exclude: None,
+            literal,
+            patterns: paths.to_vec(),
+            include_of: (0..inc.len()).collect(),
+            roots: None,
+        })
+    }
+
     /// The catalog path below which every selected path lies, when the
     /// selection is one include pattern naming a path without wildcards
     /// (`home/ann/a.txt`: it and what is below it).
@@ -208,6 +232,24 @@ pub fn read_paths(file: &Path) -> Result<Vec<PathBuf>> {
         .collect())
 }
 
+/// `path` as a glob that matches it alone: each glob character in a class
+/// of its own, a backslash escaped.
+fn escape(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for c in path.chars() {
+        match c {
+            '?' | '*' | '[' | ']' | '{' | '}' => {
+                out.push('[');
+                out.push(c);
+                out.push(']');
+            }
+            '\\' => out.push_str("\\\\"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
 /// The catalog path glob `g` (anchored) matches exactly, if it is one:
 /// no glob syntax, and no empty, `.` or `..` component.
 fn literal_path(g: &str) -> Option<Vec<u8>> {
@@ -286,6 +328,21 @@ mod tests {
         // Under a backup of `/`, relative and absolute patterns agree.
         let slash = Selection::for_backup(&["etc/hostname".into()], &[], &["/".into()]).unwrap();
         assert_eq!(slash.literal(), Some(b"etc/hostname".to_vec()));
+    }
+
+    #[test]
+    fn exact_paths_are_not_patterns() {
+        let s =
+            Selection::of_paths(&["/a/b*[1].txt".into(), "/top".into(), "/c\\d".into()]).unwrap();
+        assert!(s.matches(b"a/b*[1].txt"));
+        assert!(!s.matches(b"a/bx1.txt"));
+        assert!(s.matches(b"top/x"));
+        assert!(!s.matches(b"a/top"), "a name without / is still anchored");
+        assert!(s.matches(b"c\\d"));
+        assert!(!s.matches(b"cd"));
+        let one = Selection::of_paths(&["/home/ann/".into()]).unwrap();
+        assert_eq!(one.literal(), Some(b"home/ann".to_vec()));
+        assert!(!Selection::of_paths(&[]).unwrap().has_include());
     }
 
     #[test]

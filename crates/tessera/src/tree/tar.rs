@@ -46,7 +46,7 @@ impl TarScope {
     }
 
     /// The name of the entry at `path` in the tar stream.
-    fn name(&self, path: &[u8], dir: bool) -> PathBuf {
+    pub(super) fn name(&self, path: &[u8], dir: bool) -> PathBuf {
         let strip = match self.under.as_deref() {
             Some(u) => u.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1),
             None => 0,
@@ -70,6 +70,40 @@ pub(super) fn within(under: &[u8], path: &[u8]) -> bool {
             .is_some_and(|rest| rest.is_empty() || rest[0] == b'/')
 }
 
+/// What an archive of a tree backup's entries is written as, one entry
+/// at a time in catalog order (tar, or zip: [`super::zip`]).
+pub(super) trait Sink {
+    /// Writes entry `e` (taken by `scope`); a regular file's bytes are the
+    /// next `e.size` bytes of `bytes` (read them with [`Exact`]).
+    fn append(
+        &mut self,
+        scope: &TarScope,
+        e: &Entry,
+        bytes: &mut PipeReader,
+        stats: &mut TreeRestoreStats,
+    ) -> Result<()>;
+    /// Ends the archive.
+    fn finish(&mut self, stats: &mut TreeRestoreStats) -> Result<()>;
+}
+
+struct TarSink<'a>(Builder<&'a mut dyn Write>);
+
+impl Sink for TarSink<'_> {
+    fn append(
+        &mut self,
+        scope: &TarScope,
+        e: &Entry,
+        bytes: &mut PipeReader,
+        stats: &mut TreeRestoreStats,
+    ) -> Result<()> {
+        append(&mut self.0, scope, e, bytes, stats)
+    }
+
+    fn finish(&mut self, _: &mut TreeRestoreStats) -> Result<()> {
+        self.0.finish().map_err(tar_err)
+    }
+}
+
 /// Writes the entries of tree backup `id` that `scope` takes to `out` as a
 /// tar stream (ended by the two zero blocks), every chunk verified before a
 /// byte of it is written. Returns the counts, with the catalog's reads.
@@ -78,6 +112,17 @@ pub fn write_tar(
     id: BackupId,
     scope: &TarScope,
     out: &mut dyn Write,
+    options: &RestoreOptions,
+) -> Result<TreeRestoreStats> {
+    write_archive(repo, id, scope, &mut TarSink(Builder::new(out)), options)
+}
+
+/// Writes the entries of tree backup `id` that `scope` takes to `sink`.
+pub(super) fn write_archive(
+    repo: &Repository,
+    id: BackupId,
+    scope: &TarScope,
+    sink: &mut dyn Sink,
     options: &RestoreOptions,
 ) -> Result<TreeRestoreStats> {
     let started = Instant::now();
@@ -121,12 +166,11 @@ pub fn write_tar(
             pipe.finish();
             Ok(restored)
         });
-        let mut builder = Builder::new(out);
         let written = (|| -> Result<()> {
             for e in erx.iter() {
-                append(&mut builder, scope, &e, &mut bytes, &mut stats)?;
+                sink.append(scope, &e, &mut bytes, &mut stats)?;
             }
-            builder.finish().map_err(tar_err)
+            sink.finish(&mut stats)
         })();
         // Stops the other threads if writing ended early.
         drop(bytes);
@@ -154,13 +198,19 @@ pub fn write_tar(
 }
 
 fn tar_err(e: io::Error) -> Error {
+    archive_err(e, "tar stream")
+}
+
+/// An error writing archive `what`: the catalog's, when a file's bytes
+/// ended early ([`Exact`]), else the output's.
+pub(super) fn archive_err(e: io::Error, what: &str) -> Error {
     match e
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<ShortData>())
     {
         Some(short) => Error::corrupt("catalog", short.to_string()),
         None => Error::Output {
-            what: "tar stream".into(),
+            what: what.into(),
             source: e,
         },
     }
@@ -253,10 +303,10 @@ fn append(
 
 /// The next `left` bytes of the restore: fewer is an error, as a tar
 /// header promising more than follows would make the stream unreadable.
-struct Exact<'a> {
-    inner: &'a mut PipeReader,
-    left: u64,
-    path: &'a [u8],
+pub(super) struct Exact<'a> {
+    pub(super) inner: &'a mut PipeReader,
+    pub(super) left: u64,
+    pub(super) path: &'a [u8],
 }
 
 /// A file's bytes ended early: the catalog lists more than the stream holds
