@@ -23,11 +23,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera::backend::LockMode;
 use tessera::commands::check::{check_with_progress, CheckOptions};
-use tessera::progress::{Progress, Unit};
 use tessera::repo::config::Layout;
 use tessera::restore::{restore_to_path, ExistingFile, RestoreOptions};
 use tessera::tree::select::Selection;
 use tessera::tree::{restore_tree, Overwrite, TreeRestoreOptions};
+use tessera::{Progress, Unit};
 
 /// How long a deletion waits for the requests under way (downloads,
 /// checks) to let go of the repository.

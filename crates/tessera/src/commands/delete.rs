@@ -27,22 +27,9 @@ pub fn delete_backups(repo: &Repository, ids: &[BackupId]) -> Result<Deleted> {
     for &id in ids {
         repo.snapshot(id)?;
     }
-    match repo.config().layout {
-        Layout::Container => {
-            for &id in ids {
-                repo.remove_snapshot(id)?;
-            }
-            Ok(Deleted {
-                deleted: ids.to_vec(),
-                bytes_freed: None,
-            })
-        }
-        Layout::Lifecycle => {
-            let stats = crate::layout::lifecycle::delete_backups(repo, ids)?;
-            Ok(Deleted {
-                deleted: stats.deleted,
-                bytes_freed: Some(stats.bytes_freed),
-            })
-        }
-    }
+    let freed = crate::layout::delete_backups(repo, ids)?;
+    Ok(Deleted {
+        deleted: ids.to_vec(),
+        bytes_freed: freed.map(|f| f.bytes_freed),
+    })
 }
