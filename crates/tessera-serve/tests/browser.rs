@@ -1,6 +1,7 @@
 //! The page in a real browser: headless Chromium driven over WebDriver
-//! (chromedriver). Skipped, saying SKIPPED, where chromedriver is not
-//! installed (`.ci/run` installs it). Saves a screenshot of each view at
+//! (chromedriver). Where chromedriver is not installed (`.ci/run` installs
+//! it) the test is reported as ignored, its name saying SKIPPED and why
+//! (this file has its own `main`, libtest-mimic). Saves a screenshot of each view at
 //! 1280×800 in docs/screenshots/.
 
 mod common;
@@ -93,14 +94,43 @@ async fn click(c: &Client, css: &str) {
         .unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forgets() {
-    let Some(chromedriver) = find_in_path("chromedriver") else {
-        println!("SKIPPED: chromedriver not found (apt-get install chromium chromium-driver)");
-        return;
+/// The one test of this file, ignored (its name saying SKIPPED) without
+/// chromedriver.
+fn main() -> std::process::ExitCode {
+    const NAME: &str = "browser_shows_backups_browses_downloads_restores_diffs_checks_and_forgets";
+    let driver = find_in_path("chromedriver");
+    let name = match driver {
+        Some(_) => NAME.to_string(),
+        None => format!(
+            "{NAME} (SKIPPED: chromedriver not found; apt-get install chromium chromium-driver)"
+        ),
     };
+    let skipped = driver.is_none();
+    let trial = libtest_mimic::Trial::test(name, move || {
+        let Some(chromedriver) = driver else {
+            return Ok(());
+        };
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?
+            .block_on(
+                browser_shows_backups_browses_downloads_restores_diffs_checks_and_forgets(
+                    &chromedriver,
+                ),
+            );
+        Ok(())
+    })
+    .with_ignored_flag(skipped);
+    libtest_mimic::run(&libtest_mimic::Arguments::from_args(), vec![trial]).exit_code()
+}
+
+async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forgets(
+    chromedriver: &Path,
+) {
     let s = served_writable(tessera::repo::config::Layout::Container);
-    let driver = start_driver(&chromedriver);
+    let driver = start_driver(chromedriver);
     let caps = json!({ "goog:chromeOptions": { "args": [
         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
         "--window-size=1280,800", "--hide-scrollbars", "--lang=en-US",
