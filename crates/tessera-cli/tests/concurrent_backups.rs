@@ -348,3 +348,103 @@ fn killed_writers_never_lose_a_committed_backup() {
         committed.len()
     );
 }
+
+/// Backup `A` of `shared` + `own` and backup `B` of `shared` overlap so
+/// that neither can see the other's chunks (FORMAT.md §13.3): `A` starts
+/// and opens its index (it has reserved its container ids once `state`
+/// changed), `B` runs whole, then `A` reads its input. Both store the
+/// shared chunks: duplicates by construction, not by timing luck. Returns
+/// (A's id, B's id).
+fn overlapping_backups(repo: &str, tmp: &Path, shared: &[u8], own: &[u8]) -> (u64, u64) {
+    let state = Path::new(repo).join("state");
+    let before = std::fs::read(&state).unwrap_or_default();
+    let mut a = cmd(["backup", "--json", repo, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting backup A");
+    let started = std::time::Instant::now();
+    while std::fs::read(&state).unwrap_or_default() == before {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "backup A never reserved its container ids"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let input = tmp.join("input-b");
+    std::fs::write(&input, shared).unwrap();
+    let b = ok_with_input(["backup", "--json", repo, "-"], &input);
+    let b: serde_json::Value = serde_json::from_str(b.trim()).unwrap();
+    let mut stdin = a.stdin.take().unwrap();
+    stdin.write_all(shared).unwrap();
+    stdin.write_all(own).unwrap();
+    drop(stdin);
+    let a = finish(a, "backup A");
+    assert!(
+        a["unique"]["bytes"].as_u64().unwrap() >= shared.len() as u64 / 2,
+        "A did not store the shared bytes again: {a}"
+    );
+    (num(&a, "id"), num(&b, "id"))
+}
+
+/// Restores backup `id` of `repo` to standard output and compares it with `expected`.
+fn assert_stream_restores(repo: &str, id: u64, expected: &[u8]) {
+    let o = cmd(["restore", repo, &id.to_string(), "-"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert!(o.stdout == expected, "backup {id} differs");
+}
+
+/// Two writers that both stored the same new chunks leave duplicate copies
+/// (`check` counts them); `gc` — or `prune` — folds them to one copy:
+/// `check` then counts none, the stored size falls by at least the
+/// duplicates' bytes, and both backups restore byte for byte.
+#[test]
+fn duplicates_of_overlapping_backups_are_folded_by_gc_and_prune() {
+    for (index, maintenance) in [("exact", "gc"), ("ddfs", "gc"), ("exact", "prune")] {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo").display().to_string();
+        ok(["init", &repo, "--index", index]);
+        let shared = random_bytes(5, 900_000);
+        let own = random_bytes(6, 300_000);
+        let (a, b) = overlapping_backups(&repo, tmp.path(), &shared, &own);
+        let check = json_ok(["check", "--json", &repo]);
+        let (dup_chunks, dup_bytes) = (
+            num(&check, "duplicate_chunks"),
+            num(&check, "duplicate_bytes"),
+        );
+        assert!(
+            dup_chunks > 0 && dup_bytes >= shared.len() as u64 / 2,
+            "{check}"
+        );
+        let stored = |r: &str| num(&json_ok(["stats", "--json", r]), "physical_bytes");
+        let before = stored(&repo);
+        let args: Vec<&str> = match maintenance {
+            "gc" => vec!["gc", "--json", &repo],
+            _ => vec!["prune", "--json", &repo],
+        };
+        let out: serde_json::Value = serde_json::from_str(ok(&args).trim()).unwrap();
+        let check = json_ok(["check", "--read-data", "--json", &repo]);
+        assert_eq!(
+            num(&check, "duplicate_chunks"),
+            0,
+            "{index} {maintenance}: {check} {out}"
+        );
+        assert_eq!(num(&check, "duplicate_bytes"), 0, "{check}");
+        let after = stored(&repo);
+        assert!(
+            after + dup_bytes <= before,
+            "{index} {maintenance}: stored {before} -> {after}, duplicates {dup_bytes}: {out}"
+        );
+        assert_stream_restores(&repo, a, &[shared.clone(), own].concat());
+        assert_stream_restores(&repo, b, &shared);
+        // A later backup of the shared bytes deduplicates them all.
+        let input = tmp.path().join("input-c");
+        std::fs::write(&input, &shared).unwrap();
+        let c = backup_json(Path::new(&repo), &input);
+        assert_eq!(c["unique"]["chunks"], 0, "{c}");
+    }
+}
