@@ -448,3 +448,157 @@ fn duplicates_of_overlapping_backups_are_folded_by_gc_and_prune() {
         assert_eq!(c["unique"]["chunks"], 0, "{c}");
     }
 }
+
+/// A repository made before backups could share one (format version 1
+/// to 4, FORMAT.md §13.3) keeps one writer at a time: a second backup
+/// that may not wait fails with one line that names the running backup,
+/// the reason and what to do (a new repository and `tessera copy`); the
+/// first commits, and with `--wait` the second queues and commits after it.
+#[test]
+fn a_second_writer_of_an_old_repository_is_told_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo_path = tmp.path().join("repo");
+    init_plain(&repo_path);
+    let config_path = repo_path.join("config");
+    let mut config =
+        tessera::repo::config::Config::decode(&std::fs::read(&config_path).unwrap()).unwrap();
+    config.set_single_writer();
+    std::fs::write(&config_path, config.encode()).unwrap();
+    let repo = repo_path.display().to_string();
+    let mut first = cmd(["backup", "--json", &repo, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the first backup");
+    let data = random_bytes(11, 300_000);
+    first
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(&data[..1000])
+        .unwrap();
+    // The first backup holds the writers' lock until it ends: a second
+    // one given no time to wait fails at once (until the first has the
+    // lock, the second may take it; then the roles are swapped).
+    let input = tmp.path().join("second");
+    std::fs::write(&input, random_bytes(12, 100_000)).unwrap();
+    let args: Vec<String> = ["--wait", "0s", "backup", "--json", &repo, "-"]
+        .map(String::from)
+        .to_vec();
+    let started = std::time::Instant::now();
+    let refused = loop {
+        let o = run_with_input(&args, &input);
+        if !o.status.success() {
+            break o;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(120));
+    };
+    let line = assert_one_line_error(&args, &refused);
+    for want in [
+        "locked",
+        "format version 1 to 4",
+        "tessera init",
+        "tessera copy",
+    ] {
+        assert!(line.contains(want), "{want}: {line}");
+    }
+    let mut stdin = first.stdin.take().unwrap();
+    stdin.write_all(&data[1000..]).unwrap();
+    drop(stdin);
+    let first_id = num(&finish(first, "the first backup"), "id");
+    assert_stream_restores(&repo, first_id, &data);
+    let second = ok_with_input(["backup", "--json", &repo, "-"], &input);
+    let second: serde_json::Value = serde_json::from_str(second.trim()).unwrap();
+    assert!(num(&second, "id") > first_id);
+}
+
+/// Waits up to `limit` for `child` to exit; kills it and fails with `what` if it does not.
+fn wait_or_fail(mut child: Child, limit: std::time::Duration, what: &str) -> std::process::Output {
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!("{what}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A maintenance command waiting for running backups is not starved by
+/// backups that keep starting (FORMAT.md §13.3, the queue lock): once a
+/// `gc` waits, a backup given no time to wait fails naming it, and one
+/// that waits is held off until the `gc` has run — shown by a backup that
+/// would hold the writers' lock for ever (its input stays open until the
+/// `gc` ends): if it had started, the `gc` could not finish.
+#[test]
+fn a_waiting_gc_is_not_starved_by_backups_that_keep_starting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo").display().to_string();
+    ok(["init", &repo]);
+    let piped_backup = || {
+        cmd(["backup", "--json", &repo, "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting a backup")
+    };
+    let mut running = piped_backup();
+    let first = random_bytes(21, 200_000);
+    running.stdin.as_mut().unwrap().write_all(&first).unwrap();
+    // Wait until the running backup holds the writers' lock: a gc that may
+    // not wait fails then.
+    let started = std::time::Instant::now();
+    while run(["--wait", "0s", "gc", &repo]).status.success() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(120));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let gc = cmd(["gc", "--json", &repo])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting gc");
+    // Until the gc is queued, short backups still run beside the running
+    // one; then a backup that may not wait fails, naming the queue.
+    let input = tmp.path().join("short");
+    std::fs::write(&input, random_bytes(22, 50_000)).unwrap();
+    let args: Vec<String> = ["--wait", "0s", "backup", "--json", &repo, "-"]
+        .map(String::from)
+        .to_vec();
+    let started = std::time::Instant::now();
+    let refused = loop {
+        let o = run_with_input(&args, &input);
+        if !o.status.success() {
+            break o;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(120));
+    };
+    let line = assert_one_line_error(&args, &refused);
+    assert!(line.contains("maintenance is queued"), "{line}");
+    // A backup that waits (the default) and would never end by itself.
+    // (Its input is written after the gc: until it has its lock it reads
+    // nothing, and a full pipe would block this test.)
+    let mut late = piped_backup();
+    let late_data = random_bytes(23, 100_000);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(running.stdin.take());
+    let first_id = num(&finish(running, "the running backup"), "id");
+    let gc = wait_or_fail(
+        gc,
+        std::time::Duration::from_secs(300),
+        "the gc was starved by a backup that started after it",
+    );
+    assert!(gc.status.success(), "{gc:?}");
+    let mut stdin = late.stdin.take().unwrap();
+    stdin.write_all(&late_data).unwrap();
+    drop(stdin);
+    let late_id = num(&finish(late, "the late backup"), "id");
+    assert!(late_id > first_id);
+    assert_stream_restores(&repo, first_id, &first);
+    assert_stream_restores(&repo, late_id, &late_data);
+    ok(["check", "--read-data", &repo]);
+}
