@@ -254,11 +254,15 @@ fn campaign_input(round: u64, client: u64, len: usize) -> Vec<u8> {
     .concat()
 }
 
+/// Backups `forget --keep-last` keeps.
+const KEEP_LAST: usize = 4;
+
 /// A bounded seeded kill campaign (issue 40): rounds of 2 to 5 concurrent
-/// backups with a `gc` beside them, random processes killed with SIGKILL
-/// at random moments. Every backup that reported its commit must stay
-/// listed and restore byte for byte, and `check --read-data` must be
-/// clean after the survivors' next gc. `TESSERA_KILL_ROUNDS` sets the
+/// backups with a `gc`, `prune` or `forget --keep-last 4` beside them,
+/// random processes killed with SIGKILL at random moments. Every backup
+/// that reported its commit must stay listed — unless a `forget` ran and at
+/// least 4 newer backups are listed — and restore byte for byte, and
+/// `check --read-data` must be clean after the survivors' next gc. `TESSERA_KILL_ROUNDS` sets the
 /// number of rounds (default 6).
 #[test]
 fn killed_writers_never_lose_a_committed_backup() {
@@ -272,7 +276,8 @@ fn killed_writers_never_lose_a_committed_backup() {
     ok(["init", &repo]);
     let mut rng = rng(40);
     let mut committed: Vec<(u64, Vec<u8>)> = Vec::new();
-    let (mut kills, mut started, mut verified) = (0, 0, 0);
+    let (mut kills, mut started, mut commits, mut forgotten) = (0, 0, 0, 0);
+    let mut verified = BTreeSet::new();
     for round in 0..rounds {
         let n = rng.random_range(2..=5u64);
         let mut children = Vec::new();
@@ -289,13 +294,20 @@ fn killed_writers_never_lose_a_committed_backup() {
                 .unwrap();
             children.push((Some(data), child));
         }
-        let gc = cmd(["gc", "--json", &repo])
+        let keep = KEEP_LAST.to_string();
+        let maintenance: Vec<&str> = match rng.random_range(0..3) {
+            0 => vec!["gc", "--json", &repo],
+            1 => vec!["prune", "--json", &repo],
+            _ => vec!["forget", "--json", "--keep-last", &keep, &repo],
+        };
+        let forgets = maintenance[0] == "forget";
+        let m = cmd(&maintenance)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        children.push((None, gc));
+        children.push((None, m));
         started += children.len();
         std::thread::sleep(std::time::Duration::from_millis(rng.random_range(0..400)));
         for (_, child) in children.iter_mut() {
@@ -308,10 +320,19 @@ fn killed_writers_never_lose_a_committed_backup() {
         }
         for (data, child) in children {
             let out = child.wait_with_output().unwrap();
-            let Some(data) = data else { continue };
+            let Some(data) = data else {
+                // Maintenance is killed or succeeds, never fails on its own.
+                assert!(
+                    out.status.success() || out.status.code().is_none(),
+                    "round {round}: {maintenance:?} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                continue;
+            };
             if out.status.success() {
                 let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
                 committed.push((num(&v, "id"), data));
+                commits += 1;
             } else {
                 // Killed (no exit code), never failed on its own.
                 assert!(
@@ -324,10 +345,20 @@ fn killed_writers_never_lose_a_committed_backup() {
         // Every committed backup stays listed; those of this round (and,
         // every 10th round and at the end, all) restore byte for byte.
         let listed: BTreeSet<u64> = ids(&repo).into_iter().collect();
+        // A forget keeps the newest KEEP_LAST backups (one group: every
+        // backup here has the same host, paths and source); those stay
+        // listed, as nothing else deletes backups.
+        committed.retain(|(id, _)| {
+            let forgotten = forgets
+                && !listed.contains(id)
+                && listed.iter().filter(|&&l| l > *id).count() >= KEEP_LAST;
+            !forgotten
+        });
+        forgotten = commits - committed.len();
         let verify_all = round % 10 == 9 || round + 1 == rounds;
-        for (k, (id, data)) in committed.iter().enumerate() {
+        for (id, data) in &committed {
             assert!(listed.contains(id), "round {round}: backup {id} lost");
-            if !verify_all && k < verified {
+            if !verify_all && verified.contains(id) {
                 continue;
             }
             let out = cmd(["restore", &repo, &id.to_string(), "-"])
@@ -339,12 +370,13 @@ fn killed_writers_never_lose_a_committed_backup() {
                 "round {round}: backup {id} differs"
             );
         }
-        verified = committed.len();
+        verified.extend(committed.iter().map(|(id, _)| *id));
     }
     ok(["gc", &repo]);
     ok(["check", "--read-data", &repo]);
     eprintln!(
-        "campaign: {rounds} rounds, {started} processes, {kills} killed, {} backups committed and verified",
+        "campaign: {rounds} rounds, {started} processes, {kills} killed, {commits} backups \
+         committed, {forgotten} of them forgotten, {} verified at the end",
         committed.len()
     );
 }
