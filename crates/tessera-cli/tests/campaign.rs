@@ -327,13 +327,14 @@ fn build_template(
 }
 
 /// Every object of the repository at `root` (relative `/` keys), without
-/// temporary files.
+/// temporary files and without the lock files of `locks/` (the queue
+/// lock's file, FORMAT.md §13.3: an empty file only locked, never read).
 fn files(root: &Path) -> BTreeSet<String> {
     fn walk(root: &Path, dir: &Path, out: &mut BTreeSet<String>) {
         for e in fs::read_dir(dir).unwrap() {
             let e = e.unwrap();
             let p = e.path();
-            if e.file_name().to_string_lossy().starts_with('.') {
+            if e.file_name().to_string_lossy().starts_with('.') || p == root.join("locks") {
                 continue;
             }
             if e.file_type().unwrap().is_dir() {
