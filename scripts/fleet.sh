@@ -83,14 +83,27 @@ for c in $(seq 0 $((CLIENTS - 1))); do
     "$BIN" restore -q "$REPO" "$id" - | cmp - "$WORK/client$c"
 done
 "$BIN" check -q --read-data "$REPO"
+# Clients that stored the same new chunk at once each stored a copy; gc
+# folds them (FORMAT.md §16.2 step 1b). Every backup must still restore.
+duplicates=$("$BIN" check --json "$REPO" | python3 -c 'import json,sys; print(json.load(sys.stdin)["duplicate_bytes"])')
+"$BIN" gc -q "$REPO" >/dev/null
+folded=$(stored "$REPO")
+left=$("$BIN" check --json --read-data "$REPO" | python3 -c 'import json,sys; print(json.load(sys.stdin)["duplicate_chunks"])')
+for c in $(seq 0 $((CLIENTS - 1))); do
+    id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$WORK/out$c")
+    "$BIN" restore -q "$REPO" "$id" - | cmp - "$WORK/client$c"
+done
 
-python3 - "$CLIENTS" "$MB" "$SHARED" "$together" "$separate" "$aggregate" "$one" <<'EOF'
+python3 - "$CLIENTS" "$MB" "$SHARED" "$together" "$separate" "$aggregate" "$one" "$duplicates" "$folded" "$left" <<'EOF'
 import sys
-n, mb, sh, together, separate, aggregate, one = sys.argv[1:]
+n, mb, sh, together, separate, aggregate, one, duplicates, folded, left = sys.argv[1:]
 together, separate, aggregate, one = int(together), int(separate), float(aggregate), float(one)
+duplicates, folded = int(duplicates), int(folded)
 print(f"fleet: {n} clients x {mb} MB, {sh} % shared")
 print(f"stored in one repository: {together/1e6:.1f} MB; sum of {n} separate repositories: "
       f"{separate/1e6:.1f} MB; ratio {together/separate:.3f} (goal <= 0.5)")
+print(f"after gc (folds {duplicates/1e6:.1f} MB of copies clients stored at once; {left} left): "
+      f"{folded/1e6:.1f} MB; ratio {folded/separate:.3f} (goal <= 0.5)")
 print(f"aggregate throughput of {n} concurrent clients: {aggregate:.1f} MB/s; one client alone: "
       f"{one:.1f} MB/s; ratio {aggregate/one:.2f} (goal >= 0.9)")
 print(f"verified: {n} backups restored byte for byte, check --read-data clean")

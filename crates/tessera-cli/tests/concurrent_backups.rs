@@ -254,11 +254,15 @@ fn campaign_input(round: u64, client: u64, len: usize) -> Vec<u8> {
     .concat()
 }
 
+/// Backups `forget --keep-last` keeps.
+const KEEP_LAST: usize = 4;
+
 /// A bounded seeded kill campaign (issue 40): rounds of 2 to 5 concurrent
-/// backups with a `gc` beside them, random processes killed with SIGKILL
-/// at random moments. Every backup that reported its commit must stay
-/// listed and restore byte for byte, and `check --read-data` must be
-/// clean after the survivors' next gc. `TESSERA_KILL_ROUNDS` sets the
+/// backups with a `gc`, `prune` or `forget --keep-last 4` beside them,
+/// random processes killed with SIGKILL at random moments. Every backup
+/// that reported its commit must stay listed — unless a `forget` ran and at
+/// least 4 newer backups are listed — and restore byte for byte, and
+/// `check --read-data` must be clean after the survivors' next gc. `TESSERA_KILL_ROUNDS` sets the
 /// number of rounds (default 6).
 #[test]
 fn killed_writers_never_lose_a_committed_backup() {
@@ -272,7 +276,8 @@ fn killed_writers_never_lose_a_committed_backup() {
     ok(["init", &repo]);
     let mut rng = rng(40);
     let mut committed: Vec<(u64, Vec<u8>)> = Vec::new();
-    let (mut kills, mut started, mut verified) = (0, 0, 0);
+    let (mut kills, mut started, mut commits, mut forgotten) = (0, 0, 0, 0);
+    let mut verified = BTreeSet::new();
     for round in 0..rounds {
         let n = rng.random_range(2..=5u64);
         let mut children = Vec::new();
@@ -289,13 +294,20 @@ fn killed_writers_never_lose_a_committed_backup() {
                 .unwrap();
             children.push((Some(data), child));
         }
-        let gc = cmd(["gc", "--json", &repo])
+        let keep = KEEP_LAST.to_string();
+        let maintenance: Vec<&str> = match rng.random_range(0..3) {
+            0 => vec!["gc", "--json", &repo],
+            1 => vec!["prune", "--json", &repo],
+            _ => vec!["forget", "--json", "--keep-last", &keep, &repo],
+        };
+        let forgets = maintenance[0] == "forget";
+        let m = cmd(&maintenance)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        children.push((None, gc));
+        children.push((None, m));
         started += children.len();
         std::thread::sleep(std::time::Duration::from_millis(rng.random_range(0..400)));
         for (_, child) in children.iter_mut() {
@@ -308,10 +320,19 @@ fn killed_writers_never_lose_a_committed_backup() {
         }
         for (data, child) in children {
             let out = child.wait_with_output().unwrap();
-            let Some(data) = data else { continue };
+            let Some(data) = data else {
+                // Maintenance is killed or succeeds, never fails on its own.
+                assert!(
+                    out.status.success() || out.status.code().is_none(),
+                    "round {round}: {maintenance:?} failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                continue;
+            };
             if out.status.success() {
                 let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
                 committed.push((num(&v, "id"), data));
+                commits += 1;
             } else {
                 // Killed (no exit code), never failed on its own.
                 assert!(
@@ -324,10 +345,20 @@ fn killed_writers_never_lose_a_committed_backup() {
         // Every committed backup stays listed; those of this round (and,
         // every 10th round and at the end, all) restore byte for byte.
         let listed: BTreeSet<u64> = ids(&repo).into_iter().collect();
+        // A forget keeps the newest KEEP_LAST backups (one group: every
+        // backup here has the same host, paths and source); those stay
+        // listed, as nothing else deletes backups.
+        committed.retain(|(id, _)| {
+            let forgotten = forgets
+                && !listed.contains(id)
+                && listed.iter().filter(|&&l| l > *id).count() >= KEEP_LAST;
+            !forgotten
+        });
+        forgotten = commits - committed.len();
         let verify_all = round % 10 == 9 || round + 1 == rounds;
-        for (k, (id, data)) in committed.iter().enumerate() {
+        for (id, data) in &committed {
             assert!(listed.contains(id), "round {round}: backup {id} lost");
-            if !verify_all && k < verified {
+            if !verify_all && verified.contains(id) {
                 continue;
             }
             let out = cmd(["restore", &repo, &id.to_string(), "-"])
@@ -339,12 +370,267 @@ fn killed_writers_never_lose_a_committed_backup() {
                 "round {round}: backup {id} differs"
             );
         }
-        verified = committed.len();
+        verified.extend(committed.iter().map(|(id, _)| *id));
     }
     ok(["gc", &repo]);
     ok(["check", "--read-data", &repo]);
     eprintln!(
-        "campaign: {rounds} rounds, {started} processes, {kills} killed, {} backups committed and verified",
+        "campaign: {rounds} rounds, {started} processes, {kills} killed, {commits} backups \
+         committed, {forgotten} of them forgotten, {} verified at the end",
         committed.len()
     );
+}
+
+/// Backup `A` of `shared` + `own` and backup `B` of `shared` overlap so
+/// that neither can see the other's chunks (FORMAT.md §13.3): `A` starts
+/// and opens its index (it has reserved its container ids once `state`
+/// changed), `B` runs whole, then `A` reads its input. Both store the
+/// shared chunks: duplicates by construction, not by timing luck. Returns
+/// (A's id, B's id).
+fn overlapping_backups(repo: &str, tmp: &Path, shared: &[u8], own: &[u8]) -> (u64, u64) {
+    let state = Path::new(repo).join("state");
+    let before = std::fs::read(&state).unwrap_or_default();
+    let mut a = cmd(["backup", "--json", repo, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting backup A");
+    let started = std::time::Instant::now();
+    while std::fs::read(&state).unwrap_or_default() == before {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(120),
+            "backup A never reserved its container ids"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let input = tmp.join("input-b");
+    std::fs::write(&input, shared).unwrap();
+    let b = ok_with_input(["backup", "--json", repo, "-"], &input);
+    let b: serde_json::Value = serde_json::from_str(b.trim()).unwrap();
+    let mut stdin = a.stdin.take().unwrap();
+    stdin.write_all(shared).unwrap();
+    stdin.write_all(own).unwrap();
+    drop(stdin);
+    let a = finish(a, "backup A");
+    assert!(
+        a["unique"]["bytes"].as_u64().unwrap() >= shared.len() as u64 / 2,
+        "A did not store the shared bytes again: {a}"
+    );
+    (num(&a, "id"), num(&b, "id"))
+}
+
+/// Restores backup `id` of `repo` to standard output and compares it with `expected`.
+fn assert_stream_restores(repo: &str, id: u64, expected: &[u8]) {
+    let o = cmd(["restore", repo, &id.to_string(), "-"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    assert!(o.stdout == expected, "backup {id} differs");
+}
+
+/// Two writers that both stored the same new chunks leave duplicate copies
+/// (`check` counts them); `gc` — or `prune` — folds them to one copy:
+/// `check` then counts none, the stored size falls by at least the
+/// duplicates' bytes, and both backups restore byte for byte.
+#[test]
+fn duplicates_of_overlapping_backups_are_folded_by_gc_and_prune() {
+    for (index, maintenance) in [("exact", "gc"), ("ddfs", "gc"), ("exact", "prune")] {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo").display().to_string();
+        ok(["init", &repo, "--index", index]);
+        let shared = random_bytes(5, 900_000);
+        let own = random_bytes(6, 300_000);
+        let (a, b) = overlapping_backups(&repo, tmp.path(), &shared, &own);
+        let check = json_ok(["check", "--json", &repo]);
+        let (dup_chunks, dup_bytes) = (
+            num(&check, "duplicate_chunks"),
+            num(&check, "duplicate_bytes"),
+        );
+        assert!(
+            dup_chunks > 0 && dup_bytes >= shared.len() as u64 / 2,
+            "{check}"
+        );
+        let stored = |r: &str| num(&json_ok(["stats", "--json", r]), "physical_bytes");
+        let before = stored(&repo);
+        let args: Vec<&str> = match maintenance {
+            "gc" => vec!["gc", "--json", &repo],
+            _ => vec!["prune", "--json", &repo],
+        };
+        let out: serde_json::Value = serde_json::from_str(ok(&args).trim()).unwrap();
+        let check = json_ok(["check", "--read-data", "--json", &repo]);
+        assert_eq!(
+            num(&check, "duplicate_chunks"),
+            0,
+            "{index} {maintenance}: {check} {out}"
+        );
+        assert_eq!(num(&check, "duplicate_bytes"), 0, "{check}");
+        let after = stored(&repo);
+        assert!(
+            after + dup_bytes <= before,
+            "{index} {maintenance}: stored {before} -> {after}, duplicates {dup_bytes}: {out}"
+        );
+        assert_stream_restores(&repo, a, &[shared.clone(), own].concat());
+        assert_stream_restores(&repo, b, &shared);
+        // A later backup of the shared bytes deduplicates them all.
+        let input = tmp.path().join("input-c");
+        std::fs::write(&input, &shared).unwrap();
+        let c = backup_json(Path::new(&repo), &input);
+        assert_eq!(c["unique"]["chunks"], 0, "{c}");
+    }
+}
+
+/// A repository made before backups could share one (format version 1
+/// to 4, FORMAT.md §13.3) keeps one writer at a time: a second backup
+/// that may not wait fails with one line that names the running backup,
+/// the reason and what to do (a new repository and `tessera copy`); the
+/// first commits, and with `--wait` the second queues and commits after it.
+#[test]
+fn a_second_writer_of_an_old_repository_is_told_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo_path = tmp.path().join("repo");
+    init_plain(&repo_path);
+    let config_path = repo_path.join("config");
+    let mut config =
+        tessera::repo::config::Config::decode(&std::fs::read(&config_path).unwrap()).unwrap();
+    config.set_single_writer();
+    std::fs::write(&config_path, config.encode()).unwrap();
+    let repo = repo_path.display().to_string();
+    let mut first = cmd(["backup", "--json", &repo, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the first backup");
+    let data = random_bytes(11, 300_000);
+    first
+        .stdin
+        .as_mut()
+        .unwrap()
+        .write_all(&data[..1000])
+        .unwrap();
+    // The first backup holds the writers' lock until it ends: a second
+    // one given no time to wait fails at once (until the first has the
+    // lock, the second may take it; then the roles are swapped).
+    let input = tmp.path().join("second");
+    std::fs::write(&input, random_bytes(12, 100_000)).unwrap();
+    let args: Vec<String> = ["--wait", "0s", "backup", "--json", &repo, "-"]
+        .map(String::from)
+        .to_vec();
+    let started = std::time::Instant::now();
+    let refused = loop {
+        let o = run_with_input(&args, &input);
+        if !o.status.success() {
+            break o;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(120));
+    };
+    let line = assert_one_line_error(&args, &refused);
+    for want in [
+        "locked",
+        "format version 1 to 4",
+        "tessera init",
+        "tessera copy",
+    ] {
+        assert!(line.contains(want), "{want}: {line}");
+    }
+    let mut stdin = first.stdin.take().unwrap();
+    stdin.write_all(&data[1000..]).unwrap();
+    drop(stdin);
+    let first_id = num(&finish(first, "the first backup"), "id");
+    assert_stream_restores(&repo, first_id, &data);
+    let second = ok_with_input(["backup", "--json", &repo, "-"], &input);
+    let second: serde_json::Value = serde_json::from_str(second.trim()).unwrap();
+    assert!(num(&second, "id") > first_id);
+}
+
+/// Waits up to `limit` for `child` to exit; kills it and fails with `what` if it does not.
+fn wait_or_fail(mut child: Child, limit: std::time::Duration, what: &str) -> std::process::Output {
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!("{what}: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A maintenance command waiting for running backups is not starved by
+/// backups that keep starting (FORMAT.md §13.3, the queue lock): once a
+/// `gc` waits, a backup given no time to wait fails naming it, and one
+/// that waits is held off until the `gc` has run — shown by a backup that
+/// would hold the writers' lock for ever (its input stays open until the
+/// `gc` ends): if it had started, the `gc` could not finish.
+#[test]
+fn a_waiting_gc_is_not_starved_by_backups_that_keep_starting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo").display().to_string();
+    ok(["init", &repo]);
+    let piped_backup = || {
+        cmd(["backup", "--json", &repo, "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting a backup")
+    };
+    let mut running = piped_backup();
+    let first = random_bytes(21, 200_000);
+    running.stdin.as_mut().unwrap().write_all(&first).unwrap();
+    // Wait until the running backup holds the writers' lock: a gc that may
+    // not wait fails then.
+    let started = std::time::Instant::now();
+    while run(["--wait", "0s", "gc", &repo]).status.success() {
+        assert!(started.elapsed() < std::time::Duration::from_secs(120));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let gc = cmd(["gc", "--json", &repo])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting gc");
+    // Until the gc is queued, short backups still run beside the running
+    // one; then a backup that may not wait fails, naming the queue.
+    let input = tmp.path().join("short");
+    std::fs::write(&input, random_bytes(22, 50_000)).unwrap();
+    let args: Vec<String> = ["--wait", "0s", "backup", "--json", &repo, "-"]
+        .map(String::from)
+        .to_vec();
+    let started = std::time::Instant::now();
+    let refused = loop {
+        let o = run_with_input(&args, &input);
+        if !o.status.success() {
+            break o;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(120));
+    };
+    let line = assert_one_line_error(&args, &refused);
+    assert!(line.contains("maintenance is queued"), "{line}");
+    // A backup that waits (the default) and would never end by itself.
+    // (Its input is written after the gc: until it has its lock it reads
+    // nothing, and a full pipe would block this test.)
+    let mut late = piped_backup();
+    let late_data = random_bytes(23, 100_000);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    drop(running.stdin.take());
+    let first_id = num(&finish(running, "the running backup"), "id");
+    let gc = wait_or_fail(
+        gc,
+        std::time::Duration::from_secs(300),
+        "the gc was starved by a backup that started after it",
+    );
+    assert!(gc.status.success(), "{gc:?}");
+    let mut stdin = late.stdin.take().unwrap();
+    stdin.write_all(&late_data).unwrap();
+    drop(stdin);
+    let late_id = num(&finish(late, "the late backup"), "id");
+    assert!(late_id > first_id);
+    assert_stream_restores(&repo, first_id, &first);
+    assert_stream_restores(&repo, late_id, &late_data);
+    ok(["check", "--read-data", &repo]);
 }

@@ -298,6 +298,15 @@ fn backup_cmd(
             done
         }
     };
+    if outcome.snapshot.stats.index.damaged_left {
+        // Once per backup: the backup itself is complete and committed.
+        eprintln!(
+            "tessera: note: {}: the deduplication index on disk is damaged; this backup, \
+             sharing the repository with others, looked chunks up in a copy rebuilt in memory \
+             and left the index as it is: `tessera repair` (or `tessera index rebuild`) rebuilds it",
+            r.backend().location()
+        );
+    }
     print_backup(&r, &outcome, &warnings, json)?;
     if warnings.is_empty() {
         Ok(ExitCode::SUCCESS)

@@ -357,6 +357,8 @@ impl Hints for Local {
 
 /// The directory whose OS lock is the commit lock of shared backups.
 const COMMIT_LOCK_DIR: &str = "locks";
+/// The file of the queue lock (FORMAT.md §13.3), in [`COMMIT_LOCK_DIR`].
+const QUEUE_LOCK_FILE: &str = "queue";
 
 impl Locks for Local {
     fn remove_temporaries(&self) -> Result<u64> {
@@ -383,6 +385,24 @@ impl Locks for Local {
             private::create_dirs(&dir)
                 .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
             files.push(self.flock(&dir, true, true)?);
+        }
+        if let Some(exclusive) = mode.queue_lock() {
+            let dir = self.root.join(COMMIT_LOCK_DIR);
+            private::create_dirs(&dir)
+                .map_err(|e| Error::io(format!("creating {}", dir.display()), e))?;
+            let path = dir.join(QUEUE_LOCK_FILE);
+            // Created once (mode 0600), never removed or replaced.
+            if !path.exists() {
+                use std::os::unix::fs::OpenOptionsExt;
+                OpenOptions::new()
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .mode(0o600)
+                    .open(&path)
+                    .map_err(|e| Error::io(format!("creating {}", path.display()), e))?;
+            }
+            files.push(self.flock(&path, exclusive, false)?);
         }
         Ok(LockGuard::from_files(files))
     }
@@ -573,6 +593,42 @@ mod tests {
         drop(_r);
         let _m = b.lock(LockMode::ExcludeReaders).unwrap();
         assert!(matches!(b.lock(LockMode::Read), Err(Error::Locked(_))));
+    }
+
+    /// The queue lock (FORMAT.md §13.3): maintenance holds it exclusively,
+    /// backups check it shared; it is independent of the other locks.
+    #[test]
+    fn queued_maintenance_holds_off_backups_that_check_the_queue() {
+        let (dir, b) = with_config();
+        let _backup = b.lock(LockMode::SharedBackup).unwrap();
+        let check = b.lock(LockMode::QueueCheck).unwrap();
+        let _check2 = b.lock(LockMode::QueueCheck).unwrap();
+        assert!(matches!(b.lock(LockMode::Queue), Err(Error::Locked(_))));
+        drop((check, _check2));
+        let queued = b.lock(LockMode::Queue).unwrap();
+        assert!(matches!(
+            b.lock(LockMode::QueueCheck),
+            Err(Error::Locked(_))
+        ));
+        assert!(matches!(b.lock(LockMode::Queue), Err(Error::Locked(_))));
+        // Queued, it still waits for the running backup; readers read.
+        assert!(matches!(b.lock(LockMode::Exclusive), Err(Error::Locked(_))));
+        let _r = b.lock(LockMode::Read).unwrap();
+        let mode = std::fs::metadata(dir.path().join("locks/queue")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o777,
+            0o600
+        );
+        drop(queued);
+        let _c = b.lock(LockMode::QueueCheck).unwrap();
+        for (a, c) in [
+            (LockMode::Queue, LockMode::QueueCheck),
+            (LockMode::Queue, LockMode::Queue),
+        ] {
+            assert!(a.conflicts_with(c) && c.conflicts_with(a));
+        }
+        assert!(!LockMode::QueueCheck.conflicts_with(LockMode::QueueCheck));
+        assert!(!LockMode::Queue.conflicts_with(LockMode::Exclusive));
     }
 
     #[test]

@@ -369,6 +369,14 @@ pub enum LockMode {
     /// `Backup` lock by a backup that goes on to maintenance (a lifecycle
     /// backup arranging), making the two together `Exclusive`.
     ExcludeReaders,
+    /// The queue lock, held exclusively by a maintenance command from
+    /// before it waits for the exclusive lock until it ends
+    /// (docs/FORMAT.md §13.3): new backups wait while it is held, so a
+    /// stream of overlapping backups cannot starve maintenance.
+    Queue,
+    /// The queue lock taken shared and let go at once by a backup before
+    /// it takes the writers' lock: it waits while maintenance is queued.
+    QueueCheck,
 }
 
 impl LockMode {
@@ -387,6 +395,15 @@ impl LockMode {
         match self {
             LockMode::Read => Some(false),
             LockMode::Exclusive | LockMode::ExcludeReaders => Some(true),
+            _ => None,
+        }
+    }
+
+    /// How this mode holds the queue lock (as [`LockMode::writers_lock`]).
+    pub fn queue_lock(self) -> Option<bool> {
+        match self {
+            LockMode::Queue => Some(true),
+            LockMode::QueueCheck => Some(false),
             _ => None,
         }
     }
@@ -412,7 +429,7 @@ impl LockMode {
     }
 
     /// Whether a holder in this mode and one in `other` exclude each other:
-    /// they hold one of the three locks and one of them holds it
+    /// they hold one of the four locks and one of them holds it
     /// exclusively (the OS locks of a local repository, FORMAT.md §13, and
     /// the lock objects of an object store, §13.1).
     pub fn conflicts_with(self, other: LockMode) -> bool {
@@ -421,6 +438,7 @@ impl LockMode {
         clash(self.writers_lock(), other.writers_lock())
             || clash(self.readers_lock(), other.readers_lock())
             || (self.commit_lock() && other.commit_lock())
+            || clash(self.queue_lock(), other.queue_lock())
     }
 }
 

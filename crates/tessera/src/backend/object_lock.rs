@@ -62,6 +62,8 @@ impl LockRecord {
             LockMode::Commit,
             LockMode::Exclusive,
             LockMode::ExcludeReaders,
+            LockMode::Queue,
+            LockMode::QueueCheck,
         ]
         .into_iter()
         .find(|m| mode_name(*m) == self.mode)
@@ -95,6 +97,8 @@ fn mode_name(mode: LockMode) -> &'static str {
         LockMode::Commit => "commit",
         LockMode::Exclusive => "exclusive",
         LockMode::ExcludeReaders => "exclude-readers",
+        LockMode::Queue => "queue",
+        LockMode::QueueCheck => "queue-check",
     }
 }
 

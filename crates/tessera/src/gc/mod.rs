@@ -34,6 +34,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 
+mod fold;
 mod gccdf;
 
 type LiveSet = hashbrown::HashSet<(ContainerId, Fingerprint), FingerprintHashBuilder>;
@@ -180,7 +181,9 @@ pub struct GcStats {
     /// Bytes of live chunks copied forward.
     pub bytes_moved: u64,
     /// Live chunks not copied because this GC had already copied their
-    /// fingerprint from another container: both places now name one copy.
+    /// fingerprint from another container, or folded away because another
+    /// container keeps their fingerprint (FORMAT.md §16.2): both places now
+    /// name one copy.
     pub copies_merged: u64,
     /// Bytes read from the backend.
     pub bytes_read: u64,
@@ -273,12 +276,14 @@ pub fn gc_with_progress(
     };
 
     let t = Instant::now();
-    let marked = mark(
+    let mut marked = mark(
         repo,
         options.defrag == Defrag::Gccdf,
         options.sort_budget,
         progress,
     )?;
+    let (live, folds) = fold::fold(repo, &run.quarantined, marked.live, options.sort_budget)?;
+    marked.live = live;
     let containers = repo.containers()?;
     run.stats.stage_seconds.mark = t.elapsed().as_secs_f64();
 
@@ -308,6 +313,7 @@ pub fn gc_with_progress(
 
     let t = Instant::now();
     let removed: BTreeSet<ContainerId> = selection.selected.iter().map(|s| s.id).collect();
+    run.stats.copies_merged += fold::relocate(&folds, &removed, &mut moved)?;
     // Nothing selected: the index names no removed container; only the
     // DDFS runs that shared backups left for each other are deleted
     // (FORMAT.md §13.3), by a commit that writes its manifest again.
@@ -773,6 +779,9 @@ pub fn survey_with_progress(
     }
     let Marked { live, .. } = mark(repo, false, DEFAULT_SORT_BUDGET, progress)?;
     let backend = repo.backend().as_ref();
+    // Copies GC folds away are unused space too.
+    let quarantined = crate::repo::quarantine::load(backend)?;
+    let (live, _) = fold::fold(repo, &quarantined, live, DEFAULT_SORT_BUDGET)?;
     let mut out = Vec::new();
     let containers = repo.containers()?;
     let phase = Phase::begin(

@@ -492,6 +492,12 @@ pub struct Ddfs {
     containers: Vec<ContainerId>,
     /// Whether a lookup already had to rebuild the table (a second damage is an error).
     rebuilt_here: bool,
+    /// A backup sharing the repository (FORMAT.md §13.3) that met a damaged
+    /// table: the table rebuilt in memory from the containers that existed
+    /// at open (and this backup's committed entries), which answers its
+    /// lookups instead of the runs. The runs on disk stay as they are, for
+    /// `repair` or the next maintenance.
+    memory: Option<FingerprintMap<ContainerId>>,
     dirty: bool,
     stats: IndexStats,
     /// Where the objects live and how the index behaves (plain DDFS or a
@@ -713,6 +719,7 @@ impl Ddfs {
             relocations: Vec::new(),
             containers: containers.to_vec(),
             rebuilt_here: false,
+            memory: None,
             dirty: false,
             stats,
             layout,
@@ -745,6 +752,12 @@ impl Ddfs {
         screen: bool,
         screened: &mut bool,
     ) -> Result<Option<ContainerId>> {
+        if let Some(memory) = &self.memory {
+            return match memory.get(fp) {
+                Some(&c) => self.relocated(fp, c),
+                None => Ok(None),
+            };
+        }
         let h = bloom_hash(fp);
         for i in (0..self.runs.len()).rev() {
             let run = &self.runs[i];
@@ -866,16 +879,12 @@ impl Ddfs {
     }
 
     /// A lookup met a damaged table: rebuild it from the containers that
-    /// existed at open (this backup's own are in `pending`).
+    /// existed at open (this backup's own are in `pending`). A backup
+    /// sharing the repository rebuilds it in memory only
+    /// ([`Ddfs::rebuild_in_memory`]).
     fn rebuild_here(&mut self) -> Result<()> {
         if self.layout.shared {
-            // Outside the commit section this backup may not write index
-            // objects (another backup may be writing the same generation).
-            return Err(Error::InvalidConfig(format!(
-                "{}: the index is damaged; `tessera repair` or `tessera index rebuild` \
-                 rebuilds it (backups beside other backups cannot)",
-                self.backend.location()
-            )));
+            return self.rebuild_in_memory();
         }
         let (manifest, run) = build_from_containers(
             self.backend.as_ref(),
@@ -890,6 +899,33 @@ impl Ddfs {
         self.rebuilt_here = true;
         self.stats.rebuilt = true;
         self.stats.containers_scanned += self.containers.len() as u64;
+        Ok(())
+    }
+
+    /// [`Ddfs::rebuild_here`] for a backup sharing the repository: outside
+    /// its commit section it may not write index objects (another backup
+    /// may be writing the same generation), and inside it repairing the
+    /// table is maintenance's work. So the table is rebuilt in memory from
+    /// the containers' metadata (the first container holding a
+    /// fingerprint wins, as in [`build_from_containers`]) and answers this
+    /// backup's lookups; its commit still adds its entries as a new run but
+    /// merges no runs (a merge would read the damaged one).
+    fn rebuild_in_memory(&mut self) -> Result<()> {
+        let mut memory = FingerprintMap::default();
+        super::scan_containers(self.backend.as_ref(), &self.containers, |id, metas| {
+            for m in metas {
+                memory
+                    .entry(m.fp)
+                    .and_modify(|c: &mut ContainerId| *c = (*c).min(id))
+                    .or_insert(id);
+            }
+        })?;
+        self.memory = Some(memory);
+        self.rebuilt_here = true;
+        self.stats.rebuilt = true;
+        self.stats.damaged_left = true;
+        self.stats.containers_scanned += self.containers.len() as u64;
+        self.note_memory();
         Ok(())
     }
 
@@ -1021,13 +1057,25 @@ impl Ddfs {
             self.runs.push(run);
         }
         loop {
+            // A damaged run a shared backup met stays until maintenance
+            // rebuilds the table: merging would read it.
+            if self.stats.damaged_left {
+                return Ok(());
+            }
             let sizes: Vec<u64> = self.runs.iter().map(|r| r.table.meta().entries).collect();
             let Some(start) = self.params.compaction.plan(&sizes) else {
                 return Ok(());
             };
-            let run = self
-                .write_run(generation, false, start..self.runs.len(), false)?
-                .run;
+            let run = match self.write_run(generation, false, start..self.runs.len(), false) {
+                Ok(written) => written.run,
+                // The runs stay as they were; the objects the merge wrote
+                // are leftovers for the next write under the exclusive lock.
+                Err(e) if unusable(&e) && self.layout.shared => {
+                    self.stats.damaged_left = true;
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            };
             generation += 1;
             self.runs.truncate(start);
             self.runs.push(run);
@@ -1041,7 +1089,8 @@ impl Ddfs {
         let mut hook = hook;
         match self.write_runs(hook.as_mut().map(|h| &mut **h as EvictHook)) {
             Ok(()) => {}
-            Err(e) if unusable(&e) && !self.rebuilt_here => {
+            // (A shared backup's new run was written already: no second one.)
+            Err(e) if unusable(&e) && !self.rebuilt_here && !self.layout.shared => {
                 self.rebuild_here()?;
                 self.write_runs(hook)?;
             }
@@ -1141,7 +1190,11 @@ impl Ddfs {
     fn note_memory(&mut self) {
         self.cache.note();
         let bloom: u64 = self.runs.iter().map(Run::bloom_bytes).sum();
-        let now = bloom + self.cache.memory() + self.pending.memory();
+        let rebuilt = self
+            .memory
+            .as_ref()
+            .map_or(0, |m| m.allocation_size() as u64);
+        let now = bloom + self.cache.memory() + self.pending.memory() + rebuilt;
         self.stats.memory_bytes = self.stats.memory_bytes.max(now);
         self.stats.bloom_bytes = bloom;
         self.stats.cache_peak_bytes = self.cache.peak;
@@ -1540,8 +1593,15 @@ impl Ddfs {
         let next_container = next_container.max(self.next_container);
         if self.dirty || self.keep.is_some() {
             self.persist_runs(next_container, hook)?;
-            self.pending
-                .retain_map(|_, c| (c == PENDING).then_some(c))?;
+            // A table rebuilt in memory keeps this backup's committed
+            // entries: lookups after the commit do not read the runs.
+            let memory = &mut self.memory;
+            self.pending.retain_map(|fp, c| {
+                if let (Some(m), true) = (memory.as_mut(), c != PENDING) {
+                    m.insert(*fp, c);
+                }
+                (c == PENDING).then_some(c)
+            })?;
             self.placed = 0;
             self.relocations.clear();
             self.dirty = false;

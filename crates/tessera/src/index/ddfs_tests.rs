@@ -811,3 +811,94 @@ fn shared_backups_commit_rebased_on_each_other() {
         }
     }
 }
+
+/// A backup sharing the repository (FORMAT.md §13.3) that meets a damaged
+/// table rebuilds it in memory and goes on: its decisions are those of an
+/// intact index, its lookups write no index object, and its commits add its
+/// entries as new runs without merging (the damaged run stays for
+/// `repair`); a lookup after a commit still finds what it committed.
+#[test]
+fn a_shared_backup_meeting_a_damaged_table_rebuilds_it_in_memory() {
+    let backend = mem();
+    let mut sim = Sim::new(backend.clone(), 10, CHUNK_LEN);
+    let params = DdfsParams {
+        cache_bytes: 0,
+        ..small_params()
+    };
+    let mut idx = Ddfs::open(backend.clone(), &[], params).unwrap();
+    sim.backup(&mut [&mut idx], &(0..100).collect::<Vec<_>>(), 10);
+    let ids = sim.ids();
+    damage(backend.as_ref(), 't');
+    let objects = |b: &dyn Backend| -> std::collections::BTreeMap<String, Vec<u8>> {
+        b.list(DDFS_PREFIX)
+            .unwrap()
+            .into_iter()
+            .map(|n| {
+                let key = format!("{DDFS_PREFIX}/{n}");
+                let bytes = b.read(&key).unwrap();
+                (key, bytes)
+            })
+            .collect()
+    };
+    let before = objects(backend.as_ref());
+    let mut shared = Ddfs::open_shared(backend.clone(), &ids, params).unwrap();
+    assert!(!shared.stats().damaged_left);
+    let mut out = Vec::new();
+    shared
+        .submit((0..120).map(|i| chunk(u64::from(i), i)).collect(), &mut out)
+        .unwrap();
+    let stats = shared.stats();
+    assert!(stats.damaged_left && stats.rebuilt, "{stats:?}");
+    assert_eq!(
+        objects(backend.as_ref()),
+        before,
+        "a lookup wrote index objects"
+    );
+    for (i, (_, d)) in out.iter().enumerate() {
+        match i < 100 {
+            true => assert!(
+                matches!(d, Decision::Duplicate(c) if ids.contains(c)),
+                "{i}: {d:?}"
+            ),
+            false => assert_eq!(*d, Decision::Unique, "{i}"),
+        }
+    }
+    let new_id = ids.last().unwrap() + 1;
+    let placed: Vec<_> = (100..120).map(|i| (fp(i), new_id)).collect();
+    let written: Vec<_> = (100..120).chain(1000..1040).map(fp).collect();
+    sim.write(new_id, &written);
+    shared.placed(&placed).unwrap();
+    let runs_before = shared.runs();
+    for round in 0..4u32 {
+        shared.rebase().unwrap();
+        shared.commit(new_id + 1).unwrap();
+        // Each commit of new entries adds one run; nothing is merged.
+        let more: Vec<_> = (0..10)
+            .map(|k| (fp(1000 + round * 10 + k), new_id))
+            .collect();
+        shared.placed(&more).unwrap();
+        assert_eq!(shared.runs(), runs_before + round as usize + 1);
+    }
+    // Every run object that was there is still there, unchanged.
+    let after = objects(backend.as_ref());
+    for (key, bytes) in &before {
+        if key != &format!("{DDFS_PREFIX}/manifest") {
+            assert_eq!(after.get(key), Some(bytes), "{key}");
+        }
+    }
+    let mut out = Vec::new();
+    shared
+        .submit(vec![chunk(0, 105), chunk(1, 1003)], &mut out)
+        .unwrap();
+    assert_eq!(out[0].1, Decision::Duplicate(new_id));
+    assert_eq!(out[1].1, Decision::Duplicate(new_id));
+    // A writer alone (repair's way) rebuilds the table on disk.
+    let all: Vec<_> = ids.iter().copied().chain([new_id]).collect();
+    let mut alone = Ddfs::open(backend.clone(), &all, params).unwrap();
+    let mut out = Vec::new();
+    alone
+        .submit((0..100).map(|i| chunk(u64::from(i), i)).collect(), &mut out)
+        .unwrap();
+    assert!(alone.stats().rebuilt && !alone.stats().damaged_left);
+    assert!(out.iter().all(|(_, d)| matches!(d, Decision::Duplicate(_))));
+}

@@ -89,6 +89,12 @@ pub struct IndexStats {
     pub disk_lookups: u64,
     /// Whether the persisted index was missing or damaged and was rebuilt from the containers.
     pub rebuilt: bool,
+    /// Whether a backup sharing the repository (FORMAT.md §13.3) met a
+    /// damaged on-disk table and left it as it was: it looked chunks up in
+    /// a table rebuilt in memory (DDFS), and `repair`, `index rebuild` or
+    /// the next `gc` rebuilds the table on disk.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub damaged_left: bool,
     /// Containers added to the persisted index by scanning them (newer than the index).
     pub containers_scanned: u64,
     /// Lookups answered by the cache of container metadata (DDFS).

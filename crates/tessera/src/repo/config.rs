@@ -379,7 +379,12 @@ impl Config {
     /// shares), or else why they run one at a time.
     pub fn backups_share(&self) -> std::result::Result<(), &'static str> {
         if !self.shared_writers() {
-            return Err("a repository of format version 1 to 4 takes one backup at a time");
+            return Err(
+                "a repository of format version 1 to 4 (made before backups could share one) \
+                 takes one backup at a time; to back up from several processes or machines at \
+                 once, create a repository with `tessera init` and move the backups into it with \
+                 `tessera copy`",
+            );
         }
         if self.layout == Layout::Lifecycle {
             return Err("the lifecycle layout takes one backup at a time");
@@ -671,6 +676,12 @@ mod tests {
         old.set_single_writer();
         assert_eq!(old.version, ENCRYPTED_COMPRESSED_FORMAT_VERSION);
         assert!(!old.shared_writers() && old.validate().is_ok());
+        // A second writer is told what to do.
+        let why = old.backups_share().unwrap_err();
+        assert!(
+            why.contains("tessera init") && why.contains("tessera copy"),
+            "{why}"
+        );
         old.set_protection(Encryption::None, Compression::Off);
         assert_eq!(old.version, FORMAT_VERSION);
         assert_eq!(c.encoding(), Some(Compression::Level(19)));

@@ -393,8 +393,10 @@ impl Repository {
             (other, _) => (other, false, None),
         };
         let taken = if shared { LockMode::SharedBackup } else { mode };
+        let queued = queue(counting.as_ref(), taken, wait)?;
         let lock = lock_waiting(counting.as_ref(), taken, wait, why)?;
-        let mut repo = Repository::assemble(counting, config, mode, vec![lock], unlocked);
+        let locks = queued.into_iter().chain([lock]).collect();
+        let mut repo = Repository::assemble(counting, config, mode, locks, unlocked);
         repo.shared = shared;
         repo.wait = wait;
         Ok(repo)
@@ -415,6 +417,7 @@ impl Repository {
                 self.mode.writers_lock().is_some()
             }
             LockMode::Exclusive | LockMode::ExcludeReaders => self.mode == LockMode::Exclusive,
+            LockMode::Queue | LockMode::QueueCheck => false,
         };
         match enough {
             true => Ok(()),
@@ -439,7 +442,9 @@ impl Repository {
             LockMode::Read
             | LockMode::ExcludeReaders
             | LockMode::SharedBackup
-            | LockMode::Commit => Ok(false),
+            | LockMode::Commit
+            | LockMode::Queue
+            | LockMode::QueueCheck => Ok(false),
             LockMode::Backup if self.shared => Ok(false),
             LockMode::Backup if locks.len() > 1 => Ok(true),
             LockMode::Backup => match self.backend.lock(LockMode::ExcludeReaders) {
@@ -1004,6 +1009,22 @@ fn lock_waiting(
     }
 }
 
+/// The queue lock (FORMAT.md §13.3) before the lock of `mode`: maintenance
+/// (`Exclusive`) takes it and holds it until it ends (returned), so that
+/// backups starting meanwhile wait for it; a backup waits while it is held
+/// and lets it go at once. Up to `wait` each.
+fn queue(backend: &dyn Backend, mode: LockMode, wait: Duration) -> Result<Option<LockGuard>> {
+    match mode {
+        LockMode::Exclusive => lock_waiting(backend, LockMode::Queue, wait, None).map(Some),
+        LockMode::Backup | LockMode::SharedBackup => {
+            let why = "maintenance is queued: backups starting now wait for it";
+            lock_waiting(backend, LockMode::QueueCheck, wait, Some(why))?;
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
+}
+
 /// How long a shared backup waits for the commit lock at least: the other
 /// holders only commit, which is short.
 pub const COMMIT_WAIT: Duration = Duration::from_secs(3600);
@@ -1018,6 +1039,7 @@ fn lock_name(mode: LockMode) -> &'static str {
         LockMode::Commit => "commit",
         LockMode::Backup | LockMode::SharedBackup => "writers'",
         LockMode::Exclusive | LockMode::ExcludeReaders => "exclusive",
+        LockMode::Queue | LockMode::QueueCheck => "queue",
     }
 }
 
