@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::fingerprint::{BatchHasher, Fingerprinter};
 use crate::format::compression::{Compression, CompressionStats, EncodeCounts};
+use crate::format::dictionary::{self, Dictionary};
 use crate::format::envelope;
 use crate::format::snapshot::{
     BackupId, BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds, TreeRef,
@@ -37,7 +38,7 @@ use crossbeam_channel::{bounded, Receiver, Select, Sender};
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod fused;
@@ -558,6 +559,7 @@ fn backup_containers(
         let _section = repo.commit_section()?;
         repo.reserve_containers(CONTAINER_BLOCK)
     };
+    let train = |samples: &[&[u8]]| repo.train_dictionary(samples);
     let history_key = rewrite_history_key(&options.source);
     let history = match repo.backend().read(&history_key) {
         Ok(bytes) => envelope::open(&history_key, HISTORY_KIND, HISTORY_VERSION, &bytes)
@@ -642,6 +644,10 @@ fn backup_containers(
         store.ids_end = first_ids.end;
         store.more_ids = Some(&more_ids);
         store.encoding = encoding;
+        store.dictionary = repo.dictionary();
+        if repo.wants_dictionary(encoding) && !config.trace {
+            store.train = Some(&train);
+        }
         // Containers that are encoded or encrypted anyway are copied once,
         // when written, instead of when filled and again then.
         store.hold = encoding.is_some() || repo.backend().transforms_objects();
@@ -1411,8 +1417,16 @@ struct Store<'a> {
     /// the next block when they are used up (FORMAT.md §13.3).
     ids_end: ContainerId,
     more_ids: Option<&'a MoreIds<'a>>,
+    /// The compression dictionary entries are compressed with (FORMAT.md §7.8).
+    dictionary: Option<Arc<Dictionary>>,
+    /// Trains and stores a dictionary from the entries of the first
+    /// container sealed, when the repository wants one.
+    train: Option<&'a TrainDictionary<'a>>,
     totals: StoreTotals,
 }
+
+/// Trains and stores a compression dictionary from samples.
+type TrainDictionary<'a> = dyn Fn(&[&[u8]]) -> Result<Option<Arc<Dictionary>>> + 'a;
 
 /// Reserves the next block of container ids of a shared backup.
 type MoreIds<'a> = dyn Fn() -> Result<std::ops::Range<ContainerId>> + 'a;
@@ -1474,6 +1488,8 @@ impl<'a> Store<'a> {
             whole_from: None,
             ids_end: ContainerId::MAX,
             more_ids: None,
+            dictionary: None,
+            train: None,
             totals: StoreTotals::default(),
         }
     }
@@ -1597,7 +1613,7 @@ impl<'a> Store<'a> {
                     b = b.with_deltas();
                 }
                 if let Some(setting) = self.encoding {
-                    b = b.with_encoding(setting);
+                    b = b.with_encoding(setting).with_dictionary(self.dictionary.clone());
                 }
                 self.next_container += 1;
                 if self.next_container >= self.ids_end {
@@ -1639,12 +1655,31 @@ impl<'a> Store<'a> {
             if let Some(d) = &mut self.delta {
                 d.seal(&mut b);
             }
+            self.train_dictionary(&mut b)?;
             // The writers serialise it, off this thread.
             self.tx
                 .send(b)
                 .map_err(|_| Error::Pipeline("container writer stopped".into()))?;
             self.totals.containers_written += 1;
         }
+        Ok(())
+    }
+
+    /// Trains the repository's compression dictionary from the entries of
+    /// `b` (FORMAT.md §7.8) if this backup should and `b` holds enough of
+    /// them; `b` and the containers after it then compress with it.
+    fn train_dictionary(&mut self, b: &mut Builder) -> Result<()> {
+        let Some(train) = self.train else {
+            return Ok(());
+        };
+        let samples = b.whole_entries();
+        let bytes: usize = samples.iter().map(|s| s.len()).sum();
+        if samples.len() < dictionary::MIN_SAMPLES || bytes < dictionary::MIN_SAMPLE_BYTES {
+            return Ok(());
+        }
+        self.train = None;
+        self.dictionary = train(&samples)?;
+        b.set_dictionary(self.dictionary.clone());
         Ok(())
     }
 
