@@ -72,7 +72,8 @@ pub struct InitArgs {
     /// files alike compress better), or compresses each chunk alone (off:
     /// the format older versions of Tessera read). Ignored without
     /// compression.
-    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off)]
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off,
+          action = clap::ArgAction::Set)]
     compression_dictionary: bool,
     /// Print JSON: the repository's location, id, encryption, compression,
     /// layout and index.

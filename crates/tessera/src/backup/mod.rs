@@ -20,7 +20,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::fingerprint::{BatchHasher, Fingerprinter};
 use crate::format::compression::{Compression, CompressionStats, EncodeCounts};
-use crate::format::dictionary::{self, Dictionary};
+use crate::format::dictionary::Dictionary;
 use crate::format::envelope;
 use crate::format::snapshot::{
     BackupId, BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds, TreeRef,
@@ -1422,8 +1422,15 @@ struct Store<'a> {
     /// Trains and stores a dictionary from the entries of the first
     /// container sealed, when the repository wants one.
     train: Option<&'a TrainDictionary<'a>>,
+    /// Containers sealed while the dictionary is still to be trained
+    /// (at most [`TRAIN_CONTAINERS`]): written once it is.
+    pending: Vec<Builder>,
     totals: StoreTotals,
 }
+
+/// Containers a backup that trains a dictionary fills before training it
+/// from their entries (FORMAT.md §7.8).
+const TRAIN_CONTAINERS: usize = 4;
 
 /// Trains and stores a compression dictionary from samples.
 type TrainDictionary<'a> = dyn Fn(&[&[u8]]) -> Result<Option<Arc<Dictionary>>> + 'a;
@@ -1490,6 +1497,7 @@ impl<'a> Store<'a> {
             more_ids: None,
             dictionary: None,
             train: None,
+            pending: Vec::new(),
             totals: StoreTotals::default(),
         }
     }
@@ -1613,7 +1621,9 @@ impl<'a> Store<'a> {
                     b = b.with_deltas();
                 }
                 if let Some(setting) = self.encoding {
-                    b = b.with_encoding(setting).with_dictionary(self.dictionary.clone());
+                    b = b
+                        .with_encoding(setting)
+                        .with_dictionary(self.dictionary.clone());
                 }
                 self.next_container += 1;
                 if self.next_container >= self.ids_end {
@@ -1655,37 +1665,52 @@ impl<'a> Store<'a> {
             if let Some(d) = &mut self.delta {
                 d.seal(&mut b);
             }
-            self.train_dictionary(&mut b)?;
-            // The writers serialise it, off this thread.
-            self.tx
-                .send(b)
-                .map_err(|_| Error::Pipeline("container writer stopped".into()))?;
             self.totals.containers_written += 1;
+            if self.train.is_some() && !self.trace {
+                self.pending.push(b);
+                if self.pending.len() >= TRAIN_CONTAINERS {
+                    self.train_dictionary()?;
+                }
+                return Ok(());
+            }
+            self.send(b)?;
         }
         Ok(())
     }
 
-    /// Trains the repository's compression dictionary from the entries of
-    /// `b` (FORMAT.md §7.8) if this backup should and `b` holds enough of
-    /// them; `b` and the containers after it then compress with it.
-    fn train_dictionary(&mut self, b: &mut Builder) -> Result<()> {
-        let Some(train) = self.train else {
+    /// Hands a sealed container to the writers, which serialise it off
+    /// this thread.
+    fn send(&self, b: Builder) -> Result<()> {
+        self.tx
+            .send(b)
+            .map_err(|_| Error::Pipeline("container writer stopped".into()))
+    }
+
+    /// Trains the repository's compression dictionary (FORMAT.md §7.8)
+    /// from the entries of the containers held back for it, sets it on
+    /// them (and on the open one) and hands them to the writers.
+    fn train_dictionary(&mut self) -> Result<()> {
+        let Some(train) = self.train.take() else {
             return Ok(());
         };
-        let samples = b.whole_entries();
-        let bytes: usize = samples.iter().map(|s| s.len()).sum();
-        if samples.len() < dictionary::MIN_SAMPLES || bytes < dictionary::MIN_SAMPLE_BYTES {
-            return Ok(());
-        }
-        self.train = None;
+        let pending = std::mem::take(&mut self.pending);
+        let samples: Vec<&[u8]> = pending.iter().flat_map(Builder::whole_entries).collect();
         self.dictionary = train(&samples)?;
-        b.set_dictionary(self.dictionary.clone());
+        drop(samples);
+        if let Some(open) = &mut self.open {
+            open.set_dictionary(self.dictionary.clone());
+        }
+        for mut b in pending {
+            b.set_dictionary(self.dictionary.clone());
+            self.send(b)?;
+        }
         Ok(())
     }
 
     /// Seals the last container and closes the queue to the writer.
     fn finish(mut self) -> Result<StoreTotals> {
         self.seal()?;
+        self.train_dictionary()?;
         self.totals.next_container = self.next_container;
         self.totals.delta = self.delta;
         Ok(self.totals)

@@ -257,7 +257,11 @@ fn try_zstd(level: i32, dict: Option<&Dictionary>, bytes: &[u8], out: &mut Vec<u
         return false;
     }
     let start = out.len();
-    out.push(if dict.is_some() { TAG_ZSTD_DICT } else { TAG_ZSTD });
+    out.push(if dict.is_some() {
+        TAG_ZSTD_DICT
+    } else {
+        TAG_ZSTD
+    });
     out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
     if let Some(d) = dict {
         out.extend_from_slice(&d.id.to_le_bytes());
@@ -406,7 +410,10 @@ fn decode_zstd_dict(rest: &[u8]) -> Result<Vec<u8>, DecodeError> {
         )));
     }
     let dict = dictionary::lookup(id).map_err(|why| {
-        DecodeError(format!("its dictionary {} cannot be used: {why}", dictionary::key(id)))
+        DecodeError(format!(
+            "its dictionary {} cannot be used: {why}",
+            dictionary::key(id)
+        ))
     })?;
     let mut out = Vec::with_capacity(len);
     let n = DICT_DCTX.with(|cell| {
@@ -582,6 +589,56 @@ mod tests {
     }
 
     #[test]
+    fn dictionary_entries_round_trip_and_name_a_missing_dictionary() {
+        // Small texts alike: each compresses better with a dictionary.
+        let files: Vec<Vec<u8>> = (0..300)
+            .map(|i| {
+                let mut t =
+                    b"# Copyright the authors. Licensed under the MIT licence.\nimport os\n"
+                        .to_vec();
+                t.extend_from_slice(&text(600 + i));
+                t
+            })
+            .collect();
+        let samples: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        let bytes = dictionary::train(&samples).expect("trained");
+        let d = Dictionary::new(0x5eed_0001, 1, 300, bytes).unwrap();
+        let d = dictionary::register(std::sync::Arc::new(d)).unwrap();
+        let (mut with, mut without) = (0usize, 0usize);
+        for f in &files {
+            for (dict, total) in [(Some(&*d), &mut with), (None, &mut without)] {
+                let mut out = Vec::new();
+                let mut counts = EncodeCounts::default();
+                encode(Compression::Auto, dict, f, &mut out, &mut counts);
+                assert_eq!(decode(&out).unwrap().as_ref(), f.as_slice());
+                assert_eq!(dictionary_of(&out), dict.map(|d| d.id));
+                *total += out.len();
+            }
+        }
+        assert!(with < without, "with {with} bytes, without {without}");
+        // An entry naming a dictionary nobody registered fails, naming it.
+        let mut out = Vec::new();
+        encode(
+            Compression::Auto,
+            Some(&d),
+            &files[0],
+            &mut out,
+            &mut EncodeCounts::default(),
+        );
+        out[5..9].copy_from_slice(&0x5eed_0002u32.to_le_bytes());
+        let e = decode(&out).unwrap_err();
+        assert!(e.0.contains("dictionaries/5eed0002"), "{e}");
+        // Damage to the header or frame is an error or other bytes, never a panic.
+        out[5..9].copy_from_slice(&d.id.to_le_bytes());
+        for i in 0..out.len() {
+            let mut bad = out.clone();
+            bad[i] ^= 0x40;
+            let _ = decode(&bad);
+        }
+        assert!(decode(&out[..7]).is_err());
+    }
+
+    #[test]
     fn damaged_entries_are_errors() {
         let (stored, _) = round_trip(Compression::Auto, &text(8192));
         assert!(decode(&[]).is_err());
@@ -616,7 +673,7 @@ mod tests {
             for setting in [Compression::Off, Compression::Auto, Compression::Level(level)] {
                 let mut out = Vec::new();
                 let mut counts = EncodeCounts::default();
-                encode(setting, &data, &mut out, &mut counts);
+                encode(setting, None, &data, &mut out, &mut counts);
                 prop_assert!(out.len() <= data.len() + MAX_OVERHEAD);
                 let decoded = decode(&out).unwrap();
                 prop_assert_eq!(decoded.as_ref(), data.as_slice());

@@ -696,7 +696,10 @@ mod tests {
     fn dictionaries_add_eight_to_compressing_versions() {
         let mut c = Config::new("abc".into());
         c.set_dictionaries(true);
-        assert!(!c.dictionaries(), "a repository that does not compress has none");
+        assert!(
+            !c.dictionaries(),
+            "a repository that does not compress has none"
+        );
         c.set_protection(Encryption::XChaCha20Poly1305, Compression::Auto);
         c.set_dictionaries(true);
         assert_eq!(c.version, 16);
