@@ -27,6 +27,8 @@
 #   DROP_CACHES  1: `sync; echo 3 > /proc/sys/vm/drop_caches` before every
 #                timed command (cold cache; needs root; slows everyone on the
 #                machine). Default 0 (warm cache).
+#   NODICT       1 (default): also a `--compression-dictionary off`
+#                repository, and a table of dictionary vs no dictionary
 #   WORK         scratch directory (default a new one under /tmp; removed at
 #                the end unless given)
 set -euo pipefail
@@ -131,6 +133,11 @@ rm -rf "$WORK/m"
 mkdir -p "$WORK/m"
 run_config plain --encryption none --compression off
 run_config defaults
+# Defaults without the compression dictionary (FORMAT.md §7.8): what the
+# dictionary saves, and what it costs in backup and restore time.
+if [ "${NODICT:-1}" = 1 ]; then
+    run_config nodict --compression-dictionary off
+fi
 
 # stat FILE COLUMN: "median min max" of column COLUMN (1 seconds, 2 KiB,
 # 3 CPU seconds).
@@ -182,5 +189,19 @@ row "CPU s, all backups" "$(awk '{ s += $3 } END { print s }' "$WORK/m/plain.bac
 for name in backup rebackup restore onefile list ls; do
     row "peak RSS MiB, $name" "$(peak "$WORK/m/plain.$name")" "$(peak "$WORK/m/defaults.$name")"
 done
+if [ -f "$WORK/m/nodict.stored" ]; then
+    echo
+    echo "compression dictionary: defaults (dictionary) vs --compression-dictionary off, same run"
+    printf '%-26s %12s %-15s %12s %-15s %7s\n' "" "no dict" "" "dict" "" "d/n"
+    row "stored MiB" "$(awk '{ printf "%.2f", $1 / 1048576 }' "$WORK/m/nodict.stored")" \
+        "$(awk '{ printf "%.2f", $1 / 1048576 }' "$WORK/m/defaults.stored")"
+    row "first backup s" "$(first "$WORK/m/nodict.backup")" "$(first "$WORK/m/defaults.backup")"
+    row "all $VERSIONS backups s" "$(total "$WORK/m/nodict.backup")" "$(total "$WORK/m/defaults.backup")"
+    for name in rebackup restore onefile; do
+        n=$(stat "$WORK/m/nodict.$name" 1)
+        d=$(stat "$WORK/m/defaults.$name" 1)
+        row "$name s" "$(med "$n")" "$(med "$d")" "$(spread "$n")" "$(spread "$d")"
+    done
+fi
 echo "one-file restore, defaults - plain: $(awk -v d="$(med "$(stat "$WORK/m/defaults.onefile" 1)")" \
     -v p="$(med "$(stat "$WORK/m/plain.onefile" 1)")" 'BEGIN { printf "%+.3f s", d - p }')"

@@ -67,6 +67,14 @@ pub struct InitArgs {
     /// ones (lab and benchmark repositories keep the uncompressed format).
     #[arg(long, value_name = "SETTING")]
     compression: Option<Compression>,
+    /// Whether a compressing repository trains a zstd dictionary from the
+    /// chunks of its first backup and compresses chunks with it (on; small
+    /// files alike compress better), or compresses each chunk alone (off:
+    /// the format older versions of Tessera read). Ignored without
+    /// compression.
+    #[arg(long, value_name = "on|off", default_value = "on", value_parser = parse_on_off,
+          action = clap::ArgAction::Set)]
+    compression_dictionary: bool,
     /// Print JSON: the repository's location, id, encryption, compression,
     /// layout and index.
     #[arg(long)]
@@ -264,6 +272,7 @@ pub fn run(a: InitArgs, access: &Access) -> Result<ExitCode> {
         _ => Compression::Off,
     });
     config.set_protection(Encryption::None, compression);
+    config.set_dictionaries(a.compression_dictionary);
     match encryption {
         Encryption::None => {
             Repository::init_at(&tuned(&a.repo, access), config.clone(), None)?;
@@ -300,6 +309,15 @@ pub fn run(a: InitArgs, access: &Access) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `on` or `off`.
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        other => Err(format!("expected on or off, not {other:?}")),
+    }
 }
 
 /// A repository id unlikely to repeat: a hash of the location, time and process.

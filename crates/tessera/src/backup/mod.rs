@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprint;
 use crate::fingerprint::{BatchHasher, Fingerprinter};
 use crate::format::compression::{Compression, CompressionStats, EncodeCounts};
+use crate::format::dictionary::Dictionary;
 use crate::format::envelope;
 use crate::format::snapshot::{
     BackupId, BackupStats, ChunkRef, ClassCount, RecipeWriter, Snapshot, StageSeconds, TreeRef,
@@ -37,7 +38,7 @@ use crossbeam_channel::{bounded, Receiver, Select, Sender};
 use std::collections::{HashMap, VecDeque};
 use std::io::{ErrorKind, Read};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 mod fused;
@@ -558,6 +559,7 @@ fn backup_containers(
         let _section = repo.commit_section()?;
         repo.reserve_containers(CONTAINER_BLOCK)
     };
+    let train = |samples: &[&[u8]]| repo.train_dictionary(samples);
     let history_key = rewrite_history_key(&options.source);
     let history = match repo.backend().read(&history_key) {
         Ok(bytes) => envelope::open(&history_key, HISTORY_KIND, HISTORY_VERSION, &bytes)
@@ -642,6 +644,10 @@ fn backup_containers(
         store.ids_end = first_ids.end;
         store.more_ids = Some(&more_ids);
         store.encoding = encoding;
+        store.dictionary = repo.dictionary();
+        if repo.wants_dictionary(encoding) && !config.trace {
+            store.train = Some(&train);
+        }
         // Containers that are encoded or encrypted anyway are copied once,
         // when written, instead of when filled and again then.
         store.hold = encoding.is_some() || repo.backend().transforms_objects();
@@ -1411,8 +1417,23 @@ struct Store<'a> {
     /// the next block when they are used up (FORMAT.md §13.3).
     ids_end: ContainerId,
     more_ids: Option<&'a MoreIds<'a>>,
+    /// The compression dictionary entries are compressed with (FORMAT.md §7.8).
+    dictionary: Option<Arc<Dictionary>>,
+    /// Trains and stores a dictionary from the entries of the first
+    /// container sealed, when the repository wants one.
+    train: Option<&'a TrainDictionary<'a>>,
+    /// Containers sealed while the dictionary is still to be trained
+    /// (at most [`TRAIN_CONTAINERS`]): written once it is.
+    pending: Vec<Builder>,
     totals: StoreTotals,
 }
+
+/// Containers a backup that trains a dictionary fills before training it
+/// from their entries (FORMAT.md §7.8).
+const TRAIN_CONTAINERS: usize = 4;
+
+/// Trains and stores a compression dictionary from samples.
+type TrainDictionary<'a> = dyn Fn(&[&[u8]]) -> Result<Option<Arc<Dictionary>>> + 'a;
 
 /// Reserves the next block of container ids of a shared backup.
 type MoreIds<'a> = dyn Fn() -> Result<std::ops::Range<ContainerId>> + 'a;
@@ -1474,6 +1495,9 @@ impl<'a> Store<'a> {
             whole_from: None,
             ids_end: ContainerId::MAX,
             more_ids: None,
+            dictionary: None,
+            train: None,
+            pending: Vec::new(),
             totals: StoreTotals::default(),
         }
     }
@@ -1597,7 +1621,9 @@ impl<'a> Store<'a> {
                     b = b.with_deltas();
                 }
                 if let Some(setting) = self.encoding {
-                    b = b.with_encoding(setting);
+                    b = b
+                        .with_encoding(setting)
+                        .with_dictionary(self.dictionary.clone());
                 }
                 self.next_container += 1;
                 if self.next_container >= self.ids_end {
@@ -1639,11 +1665,44 @@ impl<'a> Store<'a> {
             if let Some(d) = &mut self.delta {
                 d.seal(&mut b);
             }
-            // The writers serialise it, off this thread.
-            self.tx
-                .send(b)
-                .map_err(|_| Error::Pipeline("container writer stopped".into()))?;
             self.totals.containers_written += 1;
+            if self.train.is_some() && !self.trace {
+                self.pending.push(b);
+                if self.pending.len() >= TRAIN_CONTAINERS {
+                    self.train_dictionary()?;
+                }
+                return Ok(());
+            }
+            self.send(b)?;
+        }
+        Ok(())
+    }
+
+    /// Hands a sealed container to the writers, which serialise it off
+    /// this thread.
+    fn send(&self, b: Builder) -> Result<()> {
+        self.tx
+            .send(b)
+            .map_err(|_| Error::Pipeline("container writer stopped".into()))
+    }
+
+    /// Trains the repository's compression dictionary (FORMAT.md §7.8)
+    /// from the entries of the containers held back for it, sets it on
+    /// them (and on the open one) and hands them to the writers.
+    fn train_dictionary(&mut self) -> Result<()> {
+        let Some(train) = self.train.take() else {
+            return Ok(());
+        };
+        let pending = std::mem::take(&mut self.pending);
+        let samples: Vec<&[u8]> = pending.iter().flat_map(Builder::whole_entries).collect();
+        self.dictionary = train(&samples)?;
+        drop(samples);
+        if let Some(open) = &mut self.open {
+            open.set_dictionary(self.dictionary.clone());
+        }
+        for mut b in pending {
+            b.set_dictionary(self.dictionary.clone());
+            self.send(b)?;
         }
         Ok(())
     }
@@ -1651,6 +1710,7 @@ impl<'a> Store<'a> {
     /// Seals the last container and closes the queue to the writer.
     fn finish(mut self) -> Result<StoreTotals> {
         self.seal()?;
+        self.train_dictionary()?;
         self.totals.next_container = self.next_container;
         self.totals.delta = self.delta;
         Ok(self.totals)

@@ -4,8 +4,10 @@
 //! themselves (`raw`) or by its length and one zstd frame (`zstd`). The
 //! encoding is applied after deduplication (and after delta encoding) and
 //! before encryption; whether a chunk is worth compressing is decided per
-//! chunk, so incompressible chunks cost one byte.
+//! chunk, so incompressible chunks cost one byte. With a compression
+//! dictionary (§7.8) a compressed entry is tagged `zstd-dict` and names it.
 
+use crate::format::dictionary::{self, Dictionary};
 use std::borrow::Cow;
 use std::cell::RefCell;
 
@@ -13,8 +15,14 @@ use std::cell::RefCell;
 pub const TAG_RAW: u8 = 0;
 /// Tag of an entry stored as its length and one zstd frame.
 pub const TAG_ZSTD: u8 = 1;
+/// Tag of an entry stored as its length, a dictionary id and one zstd
+/// frame compressed with that dictionary (docs/FORMAT.md §7.8).
+pub const TAG_ZSTD_DICT: u8 = 2;
 /// Bytes of the header of a `zstd` entry: tag and u32 LE length.
 pub const ZSTD_HEADER_LEN: usize = 5;
+/// Bytes of the header of a `zstd-dict` entry: tag, u32 LE length and
+/// u32 LE dictionary id.
+pub const ZSTD_DICT_HEADER_LEN: usize = 9;
 /// Most bytes an entry decodes to: the largest chunk (docs/FORMAT.md §5).
 pub const MAX_DECODED_LEN: usize = 16 * 1024 * 1024;
 /// Most bytes the encoding adds to an entry (the tag of a `raw` entry).
@@ -173,14 +181,25 @@ thread_local! {
     /// One decompression context per thread, reused.
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> =
         const { RefCell::new(None) };
+    /// Contexts of entries with a dictionary, reused likewise.
+    static DICT_CCTX: RefCell<Option<zstd::zstd_safe::CCtx<'static>>> = const { RefCell::new(None) };
+    static DICT_DCTX: RefCell<Option<zstd::zstd_safe::DCtx<'static>>> = const { RefCell::new(None) };
 }
 
 /// Appends the stored encoding of `bytes` to `out` under `setting`:
 /// `zstd` when it is on, the chunk passes the cheap test and the frame
-/// saves at least 1/16 of the chunk; `raw` otherwise. Counts it in `counts`.
-pub fn encode(setting: Compression, bytes: &[u8], out: &mut Vec<u8>, counts: &mut EncodeCounts) {
+/// saves at least 1/16 of the chunk; `raw` otherwise; compressed with
+/// `dict` when given (a `zstd-dict` entry). Counts it in `counts`.
+pub fn encode(
+    setting: Compression,
+    dict: Option<&Dictionary>,
+    bytes: &[u8],
+    out: &mut Vec<u8>,
+    counts: &mut EncodeCounts,
+) {
     let start = out.len();
-    let compressed = zstd_level(setting, bytes).is_some_and(|level| try_zstd(level, bytes, out));
+    let compressed =
+        zstd_level(setting, bytes).is_some_and(|level| try_zstd(level, dict, bytes, out));
     if !compressed {
         out.truncate(start);
         out.reserve(1 + bytes.len());
@@ -196,13 +215,14 @@ pub fn encode(setting: Compression, bytes: &[u8], out: &mut Vec<u8>, counts: &mu
 /// nothing). Counts it in `counts`.
 pub fn encode_pieces<'a>(
     setting: Compression,
+    dict: Option<&Dictionary>,
     bytes: &'a [u8],
     scratch: &'a mut Vec<u8>,
     counts: &mut EncodeCounts,
 ) -> [&'a [u8]; 2] {
     scratch.clear();
     let compressed =
-        zstd_level(setting, bytes).is_some_and(|level| try_zstd(level, bytes, scratch));
+        zstd_level(setting, bytes).is_some_and(|level| try_zstd(level, dict, bytes, scratch));
     match compressed {
         true => {
             counts.record(true, bytes.len(), scratch.len());
@@ -227,25 +247,31 @@ fn zstd_level(setting: Compression, bytes: &[u8]) -> Option<i32> {
 /// Appends a `zstd` entry of `bytes` at `level` to `out` if it saves at
 /// least 1/16 of them; returns whether it did (`out` may then hold a
 /// partial entry, which the caller truncates).
-fn try_zstd(level: i32, bytes: &[u8], out: &mut Vec<u8>) -> bool {
+fn try_zstd(level: i32, dict: Option<&Dictionary>, bytes: &[u8], out: &mut Vec<u8>) -> bool {
     let budget = bytes.len() - bytes.len() / 16;
-    if bytes.len() > MAX_DECODED_LEN || budget <= ZSTD_HEADER_LEN {
+    let header = match dict {
+        Some(_) => ZSTD_DICT_HEADER_LEN,
+        None => ZSTD_HEADER_LEN,
+    };
+    if bytes.len() > MAX_DECODED_LEN || budget <= header {
         return false;
     }
     let start = out.len();
-    out.push(TAG_ZSTD);
-    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-    let frame_start = out.len();
-    out.resize(frame_start + budget - ZSTD_HEADER_LEN, 0);
-    let written = COMPRESSOR.with(|cell| {
-        let mut cell = cell.borrow_mut();
-        if cell.as_ref().is_none_or(|(l, _)| *l != level) {
-            *cell = zstd::bulk::Compressor::new(level).ok().map(|c| (level, c));
-        }
-        let (_, c) = cell.as_mut()?;
-        // A frame that does not fit the budget fails: the chunk is not worth it.
-        c.compress_to_buffer(bytes, &mut out[frame_start..]).ok()
+    out.push(if dict.is_some() {
+        TAG_ZSTD_DICT
+    } else {
+        TAG_ZSTD
     });
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    if let Some(d) = dict {
+        out.extend_from_slice(&d.id.to_le_bytes());
+    }
+    let frame_start = out.len();
+    out.resize(frame_start + budget - header, 0);
+    let written = match dict {
+        Some(d) => compress_with(d, level, bytes, &mut out[frame_start..]),
+        None => compress_plain(level, bytes, &mut out[frame_start..]),
+    };
     match written {
         Some(n) => {
             out.truncate(frame_start + n);
@@ -256,6 +282,34 @@ fn try_zstd(level: i32, bytes: &[u8], out: &mut Vec<u8>) -> bool {
             false
         }
     }
+}
+
+/// Compresses `bytes` at `level` into `dst` as one frame with `dict`;
+/// `None` if it does not fit (or zstd fails).
+fn compress_with(dict: &Dictionary, level: i32, bytes: &[u8], dst: &mut [u8]) -> Option<usize> {
+    let cdict = dict.encoder(level)?;
+    DICT_CCTX.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = zstd::zstd_safe::CCtx::try_create();
+        }
+        let cctx = cell.as_mut()?;
+        cctx.compress_using_cdict(dst, bytes, cdict.as_cdict()).ok()
+    })
+}
+
+/// Compresses `bytes` at `level` into `dst` as one frame; `None` if it
+/// does not fit (or zstd fails).
+fn compress_plain(level: i32, bytes: &[u8], dst: &mut [u8]) -> Option<usize> {
+    COMPRESSOR.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.as_ref().is_none_or(|(l, _)| *l != level) {
+            *cell = zstd::bulk::Compressor::new(level).ok().map(|c| (level, c));
+        }
+        let (_, c) = cell.as_mut()?;
+        // A frame that does not fit the budget fails: the chunk is not worth it.
+        c.compress_to_buffer(bytes, dst).ok()
+    })
 }
 
 /// Whether `bytes` look incompressible: the byte entropy of a sample of up
@@ -320,6 +374,7 @@ pub fn decode(stored: &[u8]) -> Result<Cow<'_, [u8]>, DecodeError> {
         None => Err(DecodeError("empty stored entry (no encoding tag)".into())),
         Some((&TAG_RAW, rest)) => Ok(Cow::Borrowed(rest)),
         Some((&TAG_ZSTD, rest)) => decode_zstd(rest).map(Cow::Owned),
+        Some((&TAG_ZSTD_DICT, rest)) => decode_zstd_dict(rest).map(Cow::Owned),
         Some((tag, _)) => Err(DecodeError(format!("unknown encoding tag {tag}"))),
     }
 }
@@ -330,6 +385,60 @@ pub fn raw_part(stored: &[u8]) -> Option<&[u8]> {
         Some((&TAG_RAW, rest)) => Some(rest),
         _ => None,
     }
+}
+
+/// The dictionary id a `zstd-dict` entry names, if it is one.
+pub fn dictionary_of(stored: &[u8]) -> Option<u32> {
+    match stored {
+        [TAG_ZSTD_DICT, _, _, _, _, a, b, c, d, ..] => Some(u32::from_le_bytes([*a, *b, *c, *d])),
+        _ => None,
+    }
+}
+
+fn decode_zstd_dict(rest: &[u8]) -> Result<Vec<u8>, DecodeError> {
+    let (len, id, frame) = match rest.split_first_chunk::<8>() {
+        Some((h, frame)) => (
+            u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize,
+            u32::from_le_bytes([h[4], h[5], h[6], h[7]]),
+            frame,
+        ),
+        None => return Err(DecodeError("truncated zstd-dict entry header".into())),
+    };
+    if len > MAX_DECODED_LEN {
+        return Err(DecodeError(format!(
+            "zstd-dict entry announces {len} bytes, above the {MAX_DECODED_LEN}-byte limit"
+        )));
+    }
+    let dict = dictionary::lookup(id).map_err(|why| {
+        DecodeError(format!(
+            "its dictionary {} cannot be used: {why}",
+            dictionary::key(id)
+        ))
+    })?;
+    let mut out = Vec::with_capacity(len);
+    let n = DICT_DCTX.with(|cell| {
+        let mut cell = cell.borrow_mut();
+        if cell.is_none() {
+            *cell = zstd::zstd_safe::DCtx::try_create();
+        }
+        let dctx = cell
+            .as_mut()
+            .ok_or_else(|| DecodeError("no zstd context".into()))?;
+        dctx.decompress_using_ddict(&mut out, frame, dict.ddict())
+            .map_err(|e| {
+                DecodeError(format!(
+                    "zstd frame does not decode with {}: {}",
+                    dictionary::key(id),
+                    zstd::zstd_safe::get_error_name(e)
+                ))
+            })
+    })?;
+    if n != len {
+        return Err(DecodeError(format!(
+            "zstd frame decodes to {n} bytes, its header announces {len}"
+        )));
+    }
+    Ok(out)
 }
 
 fn decode_zstd(rest: &[u8]) -> Result<Vec<u8>, DecodeError> {
@@ -378,9 +487,9 @@ mod tests {
             for bytes in [&text[..], &random[..], b"ab"] {
                 let (mut whole, mut a, mut b) =
                     (Vec::new(), EncodeCounts::default(), EncodeCounts::default());
-                encode(setting, bytes, &mut whole, &mut a);
+                encode(setting, None, bytes, &mut whole, &mut a);
                 let mut scratch = Vec::new();
-                let pieces = encode_pieces(setting, bytes, &mut scratch, &mut b);
+                let pieces = encode_pieces(setting, None, bytes, &mut scratch, &mut b);
                 assert_eq!(pieces.concat(), whole, "{setting}");
                 assert_eq!(a, b);
                 assert_eq!(decode(&whole).unwrap().as_ref(), bytes);
@@ -417,7 +526,7 @@ mod tests {
     fn round_trip(setting: Compression, bytes: &[u8]) -> (Vec<u8>, EncodeCounts) {
         let mut out = vec![9, 9];
         let mut counts = EncodeCounts::default();
-        encode(setting, bytes, &mut out, &mut counts);
+        encode(setting, None, bytes, &mut out, &mut counts);
         assert_eq!(&out[..2], &[9, 9], "encode appends");
         let stored = out[2..].to_vec();
         assert_eq!(decode(&stored).unwrap().as_ref(), bytes);
@@ -480,6 +589,56 @@ mod tests {
     }
 
     #[test]
+    fn dictionary_entries_round_trip_and_name_a_missing_dictionary() {
+        // Small texts alike: each compresses better with a dictionary.
+        let files: Vec<Vec<u8>> = (0..300)
+            .map(|i| {
+                let mut t =
+                    b"# Copyright the authors. Licensed under the MIT licence.\nimport os\n"
+                        .to_vec();
+                t.extend_from_slice(&text(600 + i));
+                t
+            })
+            .collect();
+        let samples: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        let bytes = dictionary::train(&samples).expect("trained");
+        let d = Dictionary::new(0x5eed_0001, 1, 300, bytes).unwrap();
+        let d = dictionary::register(std::sync::Arc::new(d)).unwrap();
+        let (mut with, mut without) = (0usize, 0usize);
+        for f in &files {
+            for (dict, total) in [(Some(&*d), &mut with), (None, &mut without)] {
+                let mut out = Vec::new();
+                let mut counts = EncodeCounts::default();
+                encode(Compression::Auto, dict, f, &mut out, &mut counts);
+                assert_eq!(decode(&out).unwrap().as_ref(), f.as_slice());
+                assert_eq!(dictionary_of(&out), dict.map(|d| d.id));
+                *total += out.len();
+            }
+        }
+        assert!(with < without, "with {with} bytes, without {without}");
+        // An entry naming a dictionary nobody registered fails, naming it.
+        let mut out = Vec::new();
+        encode(
+            Compression::Auto,
+            Some(&d),
+            &files[0],
+            &mut out,
+            &mut EncodeCounts::default(),
+        );
+        out[5..9].copy_from_slice(&0x5eed_0002u32.to_le_bytes());
+        let e = decode(&out).unwrap_err();
+        assert!(e.0.contains("dictionaries/5eed0002"), "{e}");
+        // Damage to the header or frame is an error or other bytes, never a panic.
+        out[5..9].copy_from_slice(&d.id.to_le_bytes());
+        for i in 0..out.len() {
+            let mut bad = out.clone();
+            bad[i] ^= 0x40;
+            let _ = decode(&bad);
+        }
+        assert!(decode(&out[..7]).is_err());
+    }
+
+    #[test]
     fn damaged_entries_are_errors() {
         let (stored, _) = round_trip(Compression::Auto, &text(8192));
         assert!(decode(&[]).is_err());
@@ -514,7 +673,7 @@ mod tests {
             for setting in [Compression::Off, Compression::Auto, Compression::Level(level)] {
                 let mut out = Vec::new();
                 let mut counts = EncodeCounts::default();
-                encode(setting, &data, &mut out, &mut counts);
+                encode(setting, None, &data, &mut out, &mut counts);
                 prop_assert!(out.len() <= data.len() + MAX_OVERHEAD);
                 let decoded = decode(&out).unwrap();
                 prop_assert_eq!(decoded.as_ref(), data.as_slice());

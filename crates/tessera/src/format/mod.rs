@@ -3,6 +3,7 @@
 //! the snapshots and recipes of backups.
 
 pub mod compression;
+pub mod dictionary;
 pub mod envelope;
 pub(crate) mod recipe_reader;
 pub mod snapshot;

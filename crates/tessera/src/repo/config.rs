@@ -23,8 +23,11 @@ pub const ENCRYPTED_COMPRESSED_FORMAT_VERSION: u32 = 4;
 /// Added to the format version of a *shared-writers* repository, in which
 /// backups run at once (docs/FORMAT.md §13.3): versions 5 to 8.
 pub const SHARED_WRITERS: u32 = 4;
+/// Added to the format version of a compressing repository that may hold
+/// compression dictionaries (docs/FORMAT.md §7.8): versions 11, 12, 15, 16.
+pub const DICTIONARIES: u32 = 8;
 /// Every repository format version this build reads.
-const FORMAT_VERSIONS: [u32; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
+const FORMAT_VERSIONS: [u32; 12] = [1, 2, 3, 4, 5, 6, 7, 8, 11, 12, 15, 16];
 
 /// The repository format version of a repository with `encryption` that
 /// compresses (`compressed`) or not: 1, plus 1 when encrypted, plus 2
@@ -34,8 +37,17 @@ pub fn format_version(encryption: Encryption, compressed: bool) -> u32 {
     FORMAT_VERSION + u32::from(encrypted) + 2 * u32::from(compressed)
 }
 
-/// Format `version` without the shared-writers part: 1 to 4.
+/// Format `version` without the dictionaries part: 1 to 8.
+fn without_dictionaries(version: u32) -> u32 {
+    match version > DICTIONARIES {
+        true => version - DICTIONARIES,
+        false => version,
+    }
+}
+
+/// Format `version` without the shared-writers and dictionaries parts: 1 to 4.
 fn base_version(version: u32) -> u32 {
+    let version = without_dictionaries(version);
     match version > SHARED_WRITERS {
         true => version - SHARED_WRITERS,
         false => version,
@@ -365,13 +377,32 @@ impl Config {
     /// Whether this is a shared-writers repository (format version 5 to
     /// 8): backups that can share run at once (docs/FORMAT.md §13.3).
     pub fn shared_writers(&self) -> bool {
-        self.version > SHARED_WRITERS
+        without_dictionaries(self.version) > SHARED_WRITERS
+    }
+
+    /// Whether this repository may hold compression dictionaries (format
+    /// version 11, 12, 15 or 16; docs/FORMAT.md §7.8).
+    pub fn dictionaries(&self) -> bool {
+        self.version > DICTIONARIES
+    }
+
+    /// Makes a compressing repository one that may hold compression
+    /// dictionaries (`on`), or not; a repository that does not compress
+    /// never does.
+    pub fn set_dictionaries(&mut self, on: bool) {
+        let base = without_dictionaries(self.version);
+        self.version = match on && self.compression.is_on() && !self.trace {
+            true => base + DICTIONARIES,
+            false => base,
+        };
     }
 
     /// Makes this configuration that of a single-writer repository (format
     /// version 1 to 4, as written before shared writers existed).
     pub fn set_single_writer(&mut self) {
+        let dictionaries = self.dictionaries();
         self.version = base_version(self.version);
+        self.set_dictionaries(dictionaries);
     }
 
     /// Whether backups into this repository run at once (a shared-writers
@@ -405,9 +436,11 @@ impl Config {
             true => SHARED_WRITERS,
             false => 0,
         };
+        let dictionaries = self.dictionaries();
         self.version = format_version(encryption, compression.is_on()) + shared;
         self.encryption = encryption;
         self.compression = compression;
+        self.set_dictionaries(dictionaries);
     }
 
     /// The compression a backup stores its chunks with: the repository's
@@ -559,6 +592,12 @@ impl Config {
                 self.version, self.encryption, self.compression
             )));
         }
+        if self.dictionaries() && (!self.compression.is_on() || self.trace) {
+            return Err(Error::InvalidConfig(format!(
+                "format version {} (compression dictionaries) needs a repository that compresses",
+                self.version
+            )));
+        }
         if self.trace && self.compression.is_on() {
             return Err(Error::InvalidConfig(
                 "a trace repository stores no chunk bytes to compress: use --compression off"
@@ -657,6 +696,33 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dictionaries_add_eight_to_compressing_versions() {
+        let mut c = Config::new("abc".into());
+        c.set_dictionaries(true);
+        assert!(
+            !c.dictionaries(),
+            "a repository that does not compress has none"
+        );
+        c.set_protection(Encryption::XChaCha20Poly1305, Compression::Auto);
+        c.set_dictionaries(true);
+        assert_eq!(c.version, 16);
+        assert!(c.dictionaries() && c.shared_writers());
+        assert_eq!(Config::decode(&c.encode()).unwrap(), c);
+        let mut single = c.clone();
+        single.set_single_writer();
+        assert_eq!(single.version, 12);
+        assert!(single.dictionaries() && !single.shared_writers());
+        c.set_protection(Encryption::None, Compression::Level(3));
+        assert_eq!(c.version, 15);
+        c.set_protection(Encryption::None, Compression::Off);
+        assert_eq!(c.version, 5);
+        // A version with dictionaries but no compression is refused.
+        let mut bad = Config::new("abc".into());
+        bad.version = 13;
+        assert!(bad.validate().is_err());
+    }
 
     #[test]
     fn compression_sets_the_format_version() {

@@ -9,6 +9,7 @@ use crate::backend::{Backend, Counting, IoStats, Local, Location, LockGuard, Loc
 use crate::crypto::{self, Credentials, Encrypting, NewKey, Unlocked};
 use crate::error::{Error, Result};
 use crate::fingerprint::Fingerprinter;
+use crate::format::dictionary::{self, Dictionary};
 use crate::format::envelope;
 use crate::format::snapshot::{self, BackupId, Recipe, Snapshot, RECIPE_DIR, SNAPSHOT_DIR};
 use crate::index::{Ddfs, DedupIndex, Ehid, Exact, IndexStats, Lazy, LazyMode, LazyParams};
@@ -142,6 +143,9 @@ pub struct Repository {
     unlocked: Option<Unlocked>,
     /// Computes the repository's (keyed, if encrypted) fingerprints.
     fingerprinter: Fingerprinter,
+    /// The compression dictionary writers use (docs/FORMAT.md §7.8): the
+    /// newest the repository holds, or the one this handle trained.
+    dictionary: Mutex<Option<Arc<Dictionary>>>,
 }
 
 /// How an opener gets the credentials of an encrypted repository: called
@@ -268,7 +272,56 @@ impl Repository {
             locks: Mutex::new(locks),
             unlocked,
             fingerprinter,
+            dictionary: Mutex::new(None),
         }
+    }
+
+    /// Reads and registers the repository's compression dictionaries
+    /// (docs/FORMAT.md §7.8), so that every entry naming one decodes; a
+    /// damaged one fails only the entries naming it (`check` reports it).
+    fn load_dictionaries(&self) -> Result<()> {
+        if !self.config.dictionaries() {
+            return Ok(());
+        }
+        let loaded = dictionary::load_all(self.backend.as_ref())?;
+        if let Ok(mut d) = self.dictionary.lock() {
+            *d = loaded.newest;
+        }
+        Ok(())
+    }
+
+    /// The compression dictionary a backup compresses with, if the
+    /// repository holds one.
+    pub fn dictionary(&self) -> Option<Arc<Dictionary>> {
+        self.dictionary.lock().ok().and_then(|d| d.clone())
+    }
+
+    /// Whether a backup compressing under `encoding` should train a
+    /// dictionary: the repository may hold them and holds none yet.
+    pub fn wants_dictionary(&self, encoding: Option<crate::repo::config::Compression>) -> bool {
+        self.config.dictionaries()
+            && encoding.is_some_and(|c| c.is_on())
+            && self.dictionary().is_none()
+    }
+
+    /// Trains a compression dictionary from `samples` and stores it
+    /// (docs/FORMAT.md §7.8), unless the repository holds one by now
+    /// (another writer's, which is then used): the dictionary to compress
+    /// with, `None` when the samples teach nothing.
+    pub fn train_dictionary(&self, samples: &[&[u8]]) -> Result<Option<Arc<Dictionary>>> {
+        self.require(LockMode::Backup, "adding a compression dictionary")?;
+        if !self.config.dictionaries() {
+            return Ok(None);
+        }
+        let found = dictionary::load_all(self.backend.as_ref())?.newest;
+        let dict = match found {
+            Some(d) => Some(d),
+            None => dictionary::create(self.backend.as_ref(), samples)?,
+        };
+        if let Ok(mut d) = self.dictionary.lock() {
+            d.clone_from(&dict);
+        }
+        Ok(dict)
     }
 
     /// Opens the unencrypted repository in the local directory `path` for
@@ -399,6 +452,7 @@ impl Repository {
         let mut repo = Repository::assemble(counting, config, mode, locks, unlocked);
         repo.shared = shared;
         repo.wait = wait;
+        repo.load_dictionaries()?;
         Ok(repo)
     }
 

@@ -28,6 +28,20 @@ pub fn check_with_progress(
     report
         .warnings
         .extend(exposed_key_files(repo.backend().as_ref())?);
+    if repo.config().dictionaries() {
+        // Compression dictionaries (FORMAT.md §7.8): every entry naming a
+        // damaged one is unreadable (the chunk checks name it too).
+        let loaded = crate::format::dictionary::load_all(repo.backend().as_ref())?;
+        for e in loaded.damaged {
+            let object = match &e {
+                Error::Corrupt { object, .. } => object.clone(),
+                other => other.to_string(),
+            };
+            report
+                .problems
+                .push(Problem::damaged(object, &e, Vec::new()));
+        }
+    }
     Ok(report)
 }
 

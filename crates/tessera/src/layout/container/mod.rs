@@ -8,8 +8,10 @@ use crate::backend::{Backend, ObjectImage};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap, FINGERPRINT_LEN};
 use crate::format::compression::{self, Compression, EncodeCounts};
+use crate::format::dictionary::Dictionary;
 use crate::format::envelope::{le4, le8};
 use bytes::Bytes;
+use std::sync::Arc;
 
 pub(crate) mod check;
 pub(crate) mod restore;
@@ -357,6 +359,8 @@ pub struct Builder {
     /// How entries are encoded when sealed ([`FLAG_ENCODED`]); `None`:
     /// stored as they are.
     encoding: Option<Compression>,
+    /// The dictionary entries are compressed with (docs/FORMAT.md §7.8).
+    dictionary: Option<Arc<Dictionary>>,
     /// Per entry (with `encoding`): whether its bytes were appended
     /// already encoded (copied from another encoded container).
     pre_encoded: Vec<bool>,
@@ -403,6 +407,7 @@ impl Builder {
             deltas: false,
             aligned: capacity >= ALIGN_MIN_CAPACITY,
             encoding: None,
+            dictionary: None,
             pre_encoded: Vec::new(),
             held: None,
         }
@@ -426,6 +431,45 @@ impl Builder {
         Builder {
             encoding: self.with_data.then_some(setting),
             ..self
+        }
+    }
+
+    /// The same container compressing its entries with `dictionary`
+    /// (docs/FORMAT.md §7.8), when it encodes them.
+    pub fn with_dictionary(self, dictionary: Option<Arc<Dictionary>>) -> Self {
+        Builder { dictionary, ..self }
+    }
+
+    /// Sets the dictionary entries are compressed with ([`Builder::with_dictionary`]).
+    pub fn set_dictionary(&mut self, dictionary: Option<Arc<Dictionary>>) {
+        self.dictionary = dictionary;
+    }
+
+    /// The bytes of the whole chunks appended as they are (not deltas,
+    /// not entries copied encoded): samples to train a dictionary from.
+    pub fn whole_entries(&self) -> Vec<&[u8]> {
+        let whole = |i: usize, m: &ChunkMeta| {
+            m.base.is_none() && !self.pre_encoded.get(i).copied().unwrap_or(false)
+        };
+        match &self.held {
+            Some(held) => self
+                .metas
+                .iter()
+                .zip(held)
+                .enumerate()
+                .filter(|(i, (m, _))| whole(*i, m))
+                .map(|(_, (_, b))| b.as_ref())
+                .collect(),
+            None => self
+                .metas
+                .iter()
+                .enumerate()
+                .filter(|(i, m)| whole(*i, m))
+                .filter_map(|(_, m)| {
+                    let start = m.offset as usize;
+                    self.data.as_slice().get(start..start + m.len as usize)
+                })
+                .collect(),
         }
     }
 
@@ -652,7 +696,13 @@ impl Builder {
             match self.pre_encoded.get(i) {
                 Some(true) => out.extend_from_slice(bytes),
                 // Appending to the buffer's vector keeps its aligned start.
-                _ => compression::encode(setting, bytes, out.vec_mut(), &mut counts),
+                _ => compression::encode(
+                    setting,
+                    self.dictionary.as_deref(),
+                    bytes,
+                    out.vec_mut(),
+                    &mut counts,
+                ),
             }
             let stored = &out.as_slice()[at..];
             m.offset = at as u32;
@@ -755,7 +805,13 @@ impl Builder {
         for (i, (m, bytes)) in self.metas.iter_mut().zip(&entries).enumerate() {
             let pieces = match self.encoding {
                 Some(setting) if !self.pre_encoded.get(i).copied().unwrap_or(false) => {
-                    compression::encode_pieces(setting, bytes, &mut scratch, &mut counts)
+                    compression::encode_pieces(
+                        setting,
+                        self.dictionary.as_deref(),
+                        bytes,
+                        &mut scratch,
+                        &mut counts,
+                    )
                 }
                 _ => [bytes.as_ref(), &[]],
             };

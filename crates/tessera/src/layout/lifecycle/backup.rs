@@ -134,7 +134,13 @@ pub(crate) fn backup_stream(
         |p, _| cat_key(&name, v, v, p),
     );
     if let Some(setting) = encoding {
-        new_cat = new_cat.encoding(setting);
+        new_cat = new_cat.encoding(setting).with_dictionary(repo.dictionary());
+    }
+    // Without a dictionary yet, this backup's first chunks train one for
+    // the backups after it (FORMAT.md §7.8).
+    let train = repo.wants_dictionary(encoding) && has_data;
+    if train {
+        new_cat = new_cat.sampling();
     }
     // On an object store the parts upload while the next ones fill, as
     // many at once as it takes requests (each holds a part in memory).
@@ -223,7 +229,12 @@ pub(crate) fn backup_stream(
             ..EncodeCounts::default()
         },
     };
+    let samples = new_cat.take_samples();
     let parts = new_cat.finish()?;
+    if train {
+        let samples: Vec<&[u8]> = samples.iter().map(Vec::as_slice).collect();
+        repo.train_dictionary(&samples)?;
+    }
     delete_stale_parts(backend, &lineage, v, parts)?;
     write_time += t.elapsed();
     let commit_started = Instant::now();

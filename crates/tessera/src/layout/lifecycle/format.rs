@@ -8,6 +8,7 @@ use crate::backend::{Backend, WriteMode};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FINGERPRINT_LEN};
 use crate::format::compression::{self, Compression, EncodeCounts};
+use crate::format::dictionary::Dictionary;
 use crate::format::envelope::{self, le4, le8};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -470,6 +471,11 @@ pub struct PartWriter<'a> {
     /// Pushed chunks are encoded under this setting (`None`: they are
     /// pushed as they are stored, encoded already when `encoded`).
     encode: Option<Compression>,
+    /// The dictionary chunks are compressed with (docs/FORMAT.md §7.8).
+    dictionary: Option<Arc<Dictionary>>,
+    /// Copies of the first pushed chunks (up to a bound), kept to train
+    /// a dictionary from when the repository has none.
+    samples: Option<(Vec<Vec<u8>>, usize)>,
     /// Scratch buffer of one encoded chunk.
     scratch: Vec<u8>,
     counts: EncodeCounts,
@@ -497,6 +503,8 @@ impl<'a> PartWriter<'a> {
             has_data,
             encoded: false,
             encode: None,
+            dictionary: None,
+            samples: None,
             scratch: Vec::new(),
             counts: EncodeCounts::default(),
             part_bytes: part_bytes.max(1),
@@ -527,6 +535,26 @@ impl<'a> PartWriter<'a> {
         }
     }
 
+    /// The same writer compressing with `dictionary` (when it encodes).
+    pub fn with_dictionary(self, dictionary: Option<Arc<Dictionary>>) -> Self {
+        PartWriter { dictionary, ..self }
+    }
+
+    /// The same writer keeping copies of the first chunks pushed (about
+    /// [`crate::format::dictionary::MAX_SAMPLE_BYTES`]), to train a
+    /// dictionary from ([`PartWriter::take_samples`]).
+    pub fn sampling(self) -> Self {
+        PartWriter {
+            samples: Some((Vec::new(), 0)),
+            ..self
+        }
+    }
+
+    /// The chunks kept by [`PartWriter::sampling`].
+    pub fn take_samples(&mut self) -> Vec<Vec<u8>> {
+        self.samples.take().map(|(s, _)| s).unwrap_or_default()
+    }
+
     /// The same writer for chunks pushed as they are stored: encoded
     /// entries when `encoded` (arranging copies them as they are).
     pub fn copying(self, encoded: bool) -> Self {
@@ -555,10 +583,22 @@ impl<'a> PartWriter<'a> {
         if self.cats.last().is_none_or(|c| c.start != start) {
             self.cats.push(CategoryBuilder::new(start));
         }
+        if let (Some((samples, total)), Some(b)) = (&mut self.samples, bytes) {
+            if *total + b.len() <= crate::format::dictionary::MAX_SAMPLE_BYTES {
+                *total += b.len();
+                samples.push(b.to_vec());
+            }
+        }
         let (len, bytes) = match (self.encode, bytes) {
             (Some(setting), Some(b)) => {
                 self.scratch.clear();
-                compression::encode(setting, b, &mut self.scratch, &mut self.counts);
+                compression::encode(
+                    setting,
+                    self.dictionary.as_deref(),
+                    b,
+                    &mut self.scratch,
+                    &mut self.counts,
+                );
                 (self.scratch.len() as u32, Some(&self.scratch[..]))
             }
             _ => (len, bytes),

@@ -1,0 +1,415 @@
+//! Compression dictionaries (docs/FORMAT.md §7.8): zstd dictionaries
+//! trained from a repository's own chunks, stored as `dictionaries/<id>`
+//! objects and named by the `0x02` entries compressed with them.
+//!
+//! A process keeps every dictionary it loads in one registry, by id, so
+//! that decoding an entry (anywhere: restore, check, mount, serve, copy)
+//! needs no handle on the repository: [`load_all`] registers a
+//! repository's dictionaries when it is opened.
+
+use crate::backend::Backend;
+use crate::error::{Error, Result};
+use crate::format::envelope;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use zstd::dict::{DecoderDictionary, EncoderDictionary};
+
+/// Directory of the dictionary objects.
+pub const DICT_DIR: &str = "dictionaries";
+/// Envelope kind of a dictionary object.
+const KIND: &[u8; 4] = b"DICT";
+/// Version of the dictionary object.
+const VERSION: u32 = 1;
+/// Bytes of the payload before the dictionary itself.
+const PAYLOAD_HEADER: usize = 20;
+/// Largest dictionary Tessera trains.
+pub const MAX_TRAINED_BYTES: usize = 112 * 1024;
+/// Smallest and largest dictionary a reader accepts.
+const DICT_BYTES: std::ops::RangeInclusive<usize> = 256..=1024 * 1024;
+/// Fewest entries, and bytes of them, a dictionary is trained from.
+pub const MIN_SAMPLES: usize = 64;
+/// See [`MIN_SAMPLES`].
+pub const MIN_SAMPLE_BYTES: usize = 128 * 1024;
+/// Most bytes of samples collected for training (bounds the memory).
+pub const MAX_SAMPLE_BYTES: usize = 16 * 1024 * 1024;
+/// Bytes of samples given to training: an evenly spread selection of the
+/// collected ones (bounds its time: ~0.3 s on the development machine).
+pub const TRAIN_SAMPLE_BYTES: usize = 2 * 1024 * 1024;
+/// The magic number that opens a zstd dictionary (RFC 8878 §5).
+const ZSTD_DICT_MAGIC: [u8; 4] = [0x37, 0xA4, 0x30, 0xEC];
+
+/// The key of dictionary `id`.
+pub fn key(id: u32) -> String {
+    format!("{DICT_DIR}/{id:08x}")
+}
+
+/// One compression dictionary, loaded: its bytes and zstd's tables for
+/// decoding, and for encoding at each level used so far.
+pub struct Dictionary {
+    /// Its id (the name of its object).
+    pub id: u32,
+    /// Unix time in seconds when it was trained.
+    pub created: u64,
+    /// Entries it was trained from.
+    pub samples: u32,
+    bytes: Vec<u8>,
+    decoder: DecoderDictionary<'static>,
+    encoders: Mutex<Vec<(i32, Arc<EncoderDictionary<'static>>)>>,
+}
+
+impl std::fmt::Debug for Dictionary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dictionary")
+            .field("id", &self.id)
+            .field("created", &self.created)
+            .field("samples", &self.samples)
+            .field("bytes", &self.bytes.len())
+            .finish()
+    }
+}
+
+impl Dictionary {
+    /// The dictionary `bytes` (a zstd dictionary) as dictionary `id`, or
+    /// why zstd cannot use them.
+    pub fn new(
+        id: u32,
+        created: u64,
+        samples: u32,
+        bytes: Vec<u8>,
+    ) -> std::result::Result<Self, String> {
+        if id == 0 {
+            return Err("dictionary id 0".into());
+        }
+        if !DICT_BYTES.contains(&bytes.len()) {
+            return Err(format!(
+                "{} bytes of dictionary, outside {}..={}",
+                bytes.len(),
+                DICT_BYTES.start(),
+                DICT_BYTES.end()
+            ));
+        }
+        if bytes[..4] != ZSTD_DICT_MAGIC {
+            return Err("not a zstd dictionary (no magic number)".into());
+        }
+        let decoder = DecoderDictionary::try_copy(&bytes)
+            .map_err(|e| format!("zstd refuses the dictionary: {e}"))?;
+        // Building the encoding tables checks the entropy tables too.
+        let encoder = EncoderDictionary::try_copy(&bytes, super::compression::LEVEL_DEFAULT)
+            .map_err(|e| format!("zstd refuses the dictionary: {e}"))?;
+        Ok(Dictionary {
+            id,
+            created,
+            samples,
+            bytes,
+            decoder,
+            encoders: Mutex::new(vec![(super::compression::LEVEL_DEFAULT, Arc::new(encoder))]),
+        })
+    }
+
+    /// The dictionary's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// zstd's decoding tables.
+    pub(crate) fn ddict(&self) -> &zstd::zstd_safe::DDict<'static> {
+        self.decoder.as_ddict()
+    }
+
+    /// zstd's encoding tables at `level` (built on first use).
+    pub(crate) fn encoder(&self, level: i32) -> Option<Arc<EncoderDictionary<'static>>> {
+        let mut encoders = self.encoders.lock().ok()?;
+        if let Some((_, e)) = encoders.iter().find(|(l, _)| *l == level) {
+            return Some(e.clone());
+        }
+        let e = Arc::new(EncoderDictionary::try_copy(&self.bytes, level).ok()?);
+        encoders.push((level, e.clone()));
+        Some(e)
+    }
+
+    /// The dictionary as its enveloped object.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut payload = Vec::with_capacity(PAYLOAD_HEADER + self.bytes.len());
+        payload.extend_from_slice(&self.id.to_le_bytes());
+        payload.extend_from_slice(&self.created.to_le_bytes());
+        payload.extend_from_slice(&self.samples.to_le_bytes());
+        payload.extend_from_slice(&(self.bytes.len() as u32).to_le_bytes());
+        payload.extend_from_slice(&self.bytes);
+        envelope::seal(KIND, VERSION, &payload)
+    }
+
+    /// Parses the object `name` (`dictionaries/<id>`): a damaged one is
+    /// [`Error::Corrupt`] naming it.
+    pub fn decode(name: &str, object: &[u8]) -> Result<Dictionary> {
+        let payload = envelope::open(name, KIND, VERSION, object)?;
+        let bad = |why: String| Error::corrupt(name, why);
+        let field = |at: usize| -> Option<[u8; 4]> { payload.get(at..at + 4)?.try_into().ok() };
+        let (Some(id), Some(samples), Some(len), Some(created)) = (
+            field(0),
+            field(12),
+            field(16),
+            payload.get(4..12).and_then(|b| <[u8; 8]>::try_from(b).ok()),
+        ) else {
+            return Err(bad(format!(
+                "payload of {} bytes is truncated",
+                payload.len()
+            )));
+        };
+        let (id, len) = (u32::from_le_bytes(id), u32::from_le_bytes(len) as usize);
+        if key(id) != name {
+            return Err(bad(format!(
+                "holds dictionary {id:08x}, not the one it is named for"
+            )));
+        }
+        if payload.len() != PAYLOAD_HEADER + len {
+            return Err(bad(format!(
+                "announces {len} bytes of dictionary, holds {}",
+                payload.len().saturating_sub(PAYLOAD_HEADER)
+            )));
+        }
+        let bytes = payload[PAYLOAD_HEADER..].to_vec();
+        Dictionary::new(
+            id,
+            u64::from_le_bytes(created),
+            u32::from_le_bytes(samples),
+            bytes,
+        )
+        .map_err(bad)
+    }
+}
+
+/// A registered dictionary, or why its object could not be used.
+#[derive(Clone)]
+enum Registered {
+    Loaded(Arc<Dictionary>),
+    Damaged(String),
+}
+
+fn registry() -> &'static RwLock<HashMap<u32, Registered>> {
+    static REGISTRY: OnceLock<RwLock<HashMap<u32, Registered>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+/// Makes `dict` available to every decoder of this process. A dictionary
+/// of the same id and other bytes already there (one of another
+/// repository: ids are random 32-bit numbers) is an error, never a
+/// replacement.
+pub fn register(dict: Arc<Dictionary>) -> Result<Arc<Dictionary>> {
+    let mut map = registry()
+        .write()
+        .map_err(|_| Error::Pipeline("the dictionary registry was poisoned".into()))?;
+    match map.get(&dict.id) {
+        Some(Registered::Loaded(d)) if d.bytes == dict.bytes => return Ok(d.clone()),
+        Some(Registered::Loaded(_)) => {
+            return Err(Error::corrupt(
+                key(dict.id),
+                "another repository open in this process has a different dictionary of the \
+                 same id; open the repositories in separate processes",
+            ))
+        }
+        _ => {}
+    }
+    map.insert(dict.id, Registered::Loaded(dict.clone()));
+    Ok(dict)
+}
+
+/// Records that dictionary `id` cannot be used, and why (an entry naming
+/// it then fails to decode with that reason), unless a good one is known.
+fn register_damaged(id: u32, why: String) {
+    if let Ok(mut map) = registry().write() {
+        if !matches!(map.get(&id), Some(Registered::Loaded(_))) {
+            map.insert(id, Registered::Damaged(why));
+        }
+    }
+}
+
+/// The registered dictionary `id`, or why there is none usable.
+pub(crate) fn lookup(id: u32) -> std::result::Result<Arc<Dictionary>, String> {
+    let map = registry()
+        .read()
+        .map_err(|_| "the dictionary registry was poisoned".to_string())?;
+    match map.get(&id) {
+        Some(Registered::Loaded(d)) => Ok(d.clone()),
+        Some(Registered::Damaged(why)) => Err(why.clone()),
+        None => Err(format!("{}: no such dictionary in the repository", key(id))),
+    }
+}
+
+/// What [`load_all`] found.
+#[derive(Debug, Default)]
+pub struct Loaded {
+    /// The dictionary writers use: the newest good one.
+    pub newest: Option<Arc<Dictionary>>,
+    /// Every good one.
+    pub good: Vec<Arc<Dictionary>>,
+    /// The damaged ones (corrupt, unreadable, or of another id).
+    pub damaged: Vec<Error>,
+}
+
+/// Reads and registers every dictionary of the repository on `backend`.
+/// A damaged object is reported in [`Loaded::damaged`] (and registered as
+/// damaged, so entries naming it fail with its error); only a failure to
+/// list the objects, or a conflict in the registry, is an error.
+pub fn load_all(backend: &dyn Backend) -> Result<Loaded> {
+    let mut loaded = Loaded::default();
+    for name in backend.list(DICT_DIR)? {
+        let Some(id) = parse_name(&name) else {
+            continue;
+        };
+        let object_key = key(id);
+        let dict = backend
+            .read(&object_key)
+            .and_then(|bytes| Dictionary::decode(&object_key, &bytes));
+        match dict {
+            Ok(d) => {
+                let d = register(Arc::new(d))?;
+                let newer = loaded
+                    .newest
+                    .as_ref()
+                    .is_none_or(|n| (d.created, d.id) > (n.created, n.id));
+                if newer {
+                    loaded.newest = Some(d.clone());
+                }
+                loaded.good.push(d);
+            }
+            Err(e) => {
+                register_damaged(id, e.to_string());
+                loaded.damaged.push(e);
+            }
+        }
+    }
+    Ok(loaded)
+}
+
+/// The id in an object name of `dictionaries/` (8 lower-case hex digits, not 0).
+fn parse_name(name: &str) -> Option<u32> {
+    let ok = name.len() == 8 && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    ok.then(|| u32::from_str_radix(name, 16).ok())
+        .flatten()
+        .filter(|&id| id != 0)
+}
+
+/// Trains a dictionary from `samples` (entries' bytes; every k-th of
+/// them, so that about [`TRAIN_SAMPLE_BYTES`] spread over all are
+/// used), or `None` when they are too few (below
+/// [`MIN_SAMPLES`] or [`MIN_SAMPLE_BYTES`]) or zstd finds nothing to learn.
+/// The zstd dictionary's own id field is set to 0 (entries name it).
+pub fn train(samples: &[&[u8]]) -> Option<Vec<u8>> {
+    let all: usize = samples.iter().map(|s| s.len()).sum();
+    let step = all.div_ceil(TRAIN_SAMPLE_BYTES).max(1);
+    let taken: Vec<&[u8]> = samples
+        .iter()
+        .copied()
+        .filter(|s| !s.is_empty())
+        .step_by(step)
+        .collect();
+    let bytes: usize = taken.iter().map(|s| s.len()).sum();
+    if taken.len() < MIN_SAMPLES || bytes < MIN_SAMPLE_BYTES {
+        return None;
+    }
+    // zstd wants about 10 to 100 times the dictionary in samples.
+    let size = MAX_TRAINED_BYTES.min(bytes / 10).max(*DICT_BYTES.start());
+    let mut dict = zstd::dict::from_samples(&taken, size).ok()?;
+    if dict.len() < *DICT_BYTES.start() || dict[..4] != ZSTD_DICT_MAGIC {
+        return None;
+    }
+    dict[4..8].copy_from_slice(&0u32.to_le_bytes());
+    Some(dict)
+}
+
+/// Trains a dictionary from `samples` and stores it in the repository on
+/// `backend` under a fresh random id (created, never replacing one), and
+/// registers it. `None` when the samples teach nothing.
+pub fn create(backend: &dyn Backend, samples: &[&[u8]]) -> Result<Option<Arc<Dictionary>>> {
+    let Some(bytes) = train(samples) else {
+        return Ok(None);
+    };
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let count = u32::try_from(samples.len()).unwrap_or(u32::MAX);
+    for _ in 0..8 {
+        let mut raw = [0u8; 4];
+        crate::crypto::random_bytes(&mut raw)?;
+        let id = u32::from_le_bytes(raw);
+        if id == 0 {
+            continue;
+        }
+        let dict = Dictionary::new(id, created, count, bytes.clone())
+            .map_err(|e| Error::Pipeline(format!("a trained dictionary is unusable: {e}")))?;
+        match backend.write_new(&key(id), &[&dict.encode()]) {
+            Ok(()) => return register(Arc::new(dict)).map(Some),
+            Err(Error::ObjectExists(_)) => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(Error::Pipeline("no free dictionary id found".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::{Local, ObjectStore};
+
+    /// Small source files alike: what dictionaries are for.
+    pub(crate) fn similar_files(n: usize) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "# Copyright (c) the project authors. Licensed under the MIT licence.\n\
+                     import os\nimport sys\nfrom typing import Optional\n\n\
+                     def handler_{i}(request, context: Optional[dict] = None):\n    \
+                     \"\"\"Handles request number {i}.\"\"\"\n    \
+                     if context is None:\n        context = {{}}\n    \
+                     value = request.get('field_{}', {})\n    \
+                     return os.path.join(sys.prefix, str(value))\n",
+                    i % 13,
+                    i * 7
+                )
+                .into_bytes()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn objects_round_trip_and_damage_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Local::new(dir.path());
+        let files = similar_files(400);
+        let samples: Vec<&[u8]> = files.iter().map(Vec::as_slice).collect();
+        let d = create(&backend, &samples).unwrap().expect("trained");
+        let loaded = load_all(&backend).unwrap();
+        assert_eq!(loaded.newest.as_ref().map(|n| n.id), Some(d.id));
+        assert!(loaded.damaged.is_empty());
+        let name = key(d.id);
+        let object = backend.read(&name).unwrap();
+        assert_eq!(
+            Dictionary::decode(&name, &object).unwrap().bytes(),
+            d.bytes()
+        );
+        // Any flipped byte is a corrupt object naming it, never a panic.
+        for i in (0..object.len()).step_by(97) {
+            let mut bad = object.clone();
+            bad[i] ^= 0x10;
+            match Dictionary::decode(&name, &bad) {
+                Err(Error::Corrupt { object, .. }) => assert_eq!(object, name),
+                other => panic!("byte {i}: {other:?}"),
+            }
+        }
+        // Under another name it is corrupt too.
+        let other = key(d.id ^ 1);
+        assert!(matches!(
+            Dictionary::decode(&other, &object),
+            Err(Error::Corrupt { .. })
+        ));
+        assert!(train(&samples[..10]).is_none(), "too few samples");
+    }
+
+    #[test]
+    fn names_parse() {
+        assert_eq!(parse_name("0000abcd"), Some(0xabcd));
+        for bad in ["00000000", "0000ABCD", "abc", "0000abcdef", ".tmp.x"] {
+            assert_eq!(parse_name(bad), None, "{bad}");
+        }
+    }
+}
