@@ -101,7 +101,9 @@ fn objects(root: &Path) -> Vec<(String, PathBuf)> {
                     .unwrap()
                     .to_string_lossy()
                     .into_owned();
-                if key != "config" && !key.starts_with("keys/") {
+                // Lock files (`locks/`) hold no data: empty, or a holder's
+                // plain description (FORMAT.md §13).
+                if key != "config" && !key.starts_with("keys/") && !key.starts_with("locks/") {
                     out.push((key, path));
                 }
             }

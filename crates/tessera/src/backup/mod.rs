@@ -561,40 +561,14 @@ fn backup_containers(
     };
     let train = |samples: &[&[u8]]| repo.train_dictionary(samples);
     let history_key = rewrite_history_key(&options.source);
-    let history = match repo.backend().read(&history_key) {
-        Ok(bytes) => envelope::open(&history_key, HISTORY_KIND, HISTORY_VERSION, &bytes)
-            .ok()
-            .map(<[u8]>::to_vec),
-        Err(Error::NotFound(_)) => None,
-        Err(e) => return Err(e),
-    };
+    let history = read_history(repo, &history_key)?;
     let mut filter = config
         .rewrite
         .build(u64::from(config.container_size), history.as_deref());
     let next_container = first_ids.start;
     let encoding = config.backup_encoding(options.compression)?;
     let backend = repo.shared_backend();
-    let delta = DeltaStage::open(
-        backend.clone(),
-        config.delta,
-        repo.fingerprinter().clone(),
-        if config.rewrite.kind == crate::rewrite::RewriteKind::Har {
-            2
-        } else {
-            1
-        },
-        &options.source,
-    )?;
-    // Containers the index will read whole for PFC-delta.
-    let mut readahead = Vec::new();
-    if let Some(d) = &delta {
-        let prefetch = d.prefetch_set();
-        let mut keys: Vec<String> = prefetch.iter().map(|&c| container::key(c)).collect();
-        if index.piggyback(prefetch) {
-            keys.sort_unstable();
-            readahead = keys;
-        }
-    }
+    let (delta, readahead) = open_delta_stage(repo, &config, options, index.as_mut())?;
 
     let pool = BufferPool::new(BlockLayout::new(chunker.max_size()));
     let stop = AtomicBool::new(false);
@@ -664,20 +638,10 @@ fn backup_containers(
         let totals = store.finish();
         // Join every writer, then report the first error or, as the writers
         // run in parallel, the busiest one's time.
-        let written: Vec<_> = writers
-            .into_iter()
-            .map(|w| join(w, "container writer"))
-            .collect();
-        let mut encoded = EncodeCounts::default();
-        let write_time = written.into_iter().try_fold(Duration::ZERO, |acc, r| {
-            r.map(|(t, counts)| {
-                encoded.add(&counts);
-                acc.max(t)
-            })
-        });
+        let written = join_writers(writers);
         // Report the earliest stage's error: a failing input explains the rest.
         let (read_time, hash_time) = join_front_end(front)?;
-        let write_time = write_time?;
+        let (write_time, encoded) = written?;
         stored?;
         let mut totals = totals?;
         totals.read_time = read_time;
@@ -690,15 +654,113 @@ fn backup_containers(
     let commit_started = Instant::now();
     index.finish(&mut Vec::new())?;
     let logical_bytes = recipe.logical_bytes();
-    let tree = match facts.tree.into_inner() {
-        Some(mut t) => {
-            t.locate(recipe.refs()?)?;
-            Some(t)
+    let tree = located(facts.tree.into_inner(), &mut recipe)?;
+    let history = learn_history(repo, filter.as_mut(), &mut recipe)?;
+    let delta = totals.delta.take();
+    let delta_stats = delta.as_ref().map_or_else(no_delta, DeltaStage::stats);
+    // A shared backup commits its index entries and takes its id in the
+    // commit section, against the index as other backups left it.
+    let (section, id) = enter_commit(repo, index.as_mut(), &mut recipe, id)?;
+    let history = history.map(|h| (history_key.as_str(), h));
+    let own_recipe = section.is_none();
+    write_commit(
+        repo,
+        index.as_mut(),
+        &mut recipe,
+        own_recipe,
+        history,
+        delta,
+        totals.next_container,
+    )?;
+    drop(section);
+
+    let stats = container_stats(
+        &totals,
+        logical_bytes,
+        recipe.chunks(),
+        index.as_ref(),
+        delta_stats,
+        encoding,
+    );
+    let mut snap = new_snapshot(id, options, logical_bytes, stats, tree);
+    snap.stats.stage_seconds.commit = commit_started.elapsed().as_secs_f64();
+    snap.stats.seconds = started.elapsed().as_secs_f64();
+    snap.stats.throughput_mb_s = logical_bytes as f64 / 1e6 / snap.stats.seconds.max(1e-9);
+    snap.stats.record_io(&repo.io_stats().since(&io_before));
+    repo.commit_snapshot(&snap)?;
+    Ok(snap)
+}
+
+/// The rewriting policy's history of earlier backups of the source, if any.
+fn read_history(repo: &Repository, key: &str) -> Result<Option<Vec<u8>>> {
+    match repo.backend().read(key) {
+        Ok(bytes) => Ok(envelope::open(key, HISTORY_KIND, HISTORY_VERSION, &bytes)
+            .ok()
+            .map(<[u8]>::to_vec)),
+        Err(Error::NotFound(_)) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The delta stage of the configuration (if any) and the keys of the
+/// containers the index will read whole for PFC-delta, to be read ahead.
+fn open_delta_stage(
+    repo: &Repository,
+    config: &crate::repo::config::Config,
+    options: &BackupOptions,
+    index: &mut dyn DedupIndex,
+) -> Result<(Option<DeltaStage>, Vec<String>)> {
+    let delta = DeltaStage::open(
+        repo.shared_backend(),
+        config.delta,
+        repo.fingerprinter().clone(),
+        if config.rewrite.kind == crate::rewrite::RewriteKind::Har {
+            2
+        } else {
+            1
+        },
+        &options.source,
+    )?;
+    let mut readahead = Vec::new();
+    if let Some(d) = &delta {
+        let prefetch = d.prefetch_set();
+        let mut keys: Vec<String> = prefetch.iter().map(|&c| container::key(c)).collect();
+        if index.piggyback(prefetch) {
+            keys.sort_unstable();
+            readahead = keys;
         }
-        None => None,
-    };
+    }
+    Ok((delta, readahead))
+}
+
+/// Joins every container writer: the first error or, as the writers run
+/// in parallel, the busiest one's time, and what they encoded.
+fn join_writers(
+    writers: Vec<std::thread::ScopedJoinHandle<'_, Result<(Duration, EncodeCounts)>>>,
+) -> Result<(Duration, EncodeCounts)> {
+    let written: Vec<_> = writers
+        .into_iter()
+        .map(|w| join(w, "container writer"))
+        .collect();
+    let mut encoded = EncodeCounts::default();
+    let time = written.into_iter().try_fold(Duration::ZERO, |acc, r| {
+        r.map(|(t, counts)| {
+            encoded.add(&counts);
+            acc.max(t)
+        })
+    })?;
+    Ok((time, encoded))
+}
+
+/// Has the rewriting policy learn from the backup's recipe: its new
+/// history, sealed, if it keeps one.
+fn learn_history(
+    repo: &Repository,
+    filter: &mut dyn RewriteFilter,
+    recipe: &mut RecipeWriter,
+) -> Result<Option<Vec<u8>>> {
     let container_bytes = if filter.needs_container_sizes() {
-        container_sizes(repo.backend().as_ref(), &mut recipe)?
+        container_sizes(repo.backend().as_ref(), recipe)?
     } else {
         HashMap::new()
     };
@@ -711,47 +773,77 @@ fn backup_containers(
             &container_bytes,
         )
         .map(|state| envelope::seal(HISTORY_KIND, HISTORY_VERSION, &state));
-    if let Some(e) = failed {
-        return Err(e);
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(history),
     }
-    let delta = totals.delta.take();
-    let delta_stats = match &delta {
-        Some(d) => d.stats(),
-        None => DeltaStats {
-            policy: DeltaKind::None.name().into(),
-            ..DeltaStats::default()
-        },
-    };
-    // The index, the recipe, the rewrite history and the delta state each
-    // need only the containers, durable by now: they are written
-    // concurrently (each durably), all before the snapshot.
+}
+
+/// The tree a segmented source held, with its catalog located in the recipe.
+fn located(tree: Option<TreeRef>, recipe: &mut RecipeWriter) -> Result<Option<TreeRef>> {
+    match tree {
+        Some(mut t) => {
+            t.locate(recipe.refs()?)?;
+            Ok(Some(t))
+        }
+        None => Ok(None),
+    }
+}
+
+/// The delta statistics of a backup without delta compression.
+fn no_delta() -> DeltaStats {
+    DeltaStats {
+        policy: DeltaKind::None.name().into(),
+        ..DeltaStats::default()
+    }
+}
+
+/// Writes what a backup's snapshot needs besides its containers: the
+/// index, the recipe (`own_recipe`: unless the commit section stored it),
+/// the rewrite history and the delta state. Each needs only the containers,
+/// durable by now: they are written concurrently (each durably), all
+/// before the snapshot.
+fn write_commit(
+    repo: &Repository,
+    index: &mut dyn DedupIndex,
+    recipe: &mut RecipeWriter,
+    own_recipe: bool,
+    history: Option<(&str, Vec<u8>)>,
+    delta: Option<DeltaStage>,
+    next_container: ContainerId,
+) -> Result<()> {
     let backend = repo.backend();
-    // A shared backup commits its index entries and takes its id in the
-    // commit section, against the index as other backups left it.
-    let (section, id) = enter_commit(repo, index.as_mut(), &mut recipe, id)?;
-    let shared = section.is_some();
     std::thread::scope(|s| -> Result<()> {
-        let recipe_write = (!shared).then(|| s.spawn(|| recipe.store(backend.as_ref())));
+        let recipe_write = own_recipe.then(|| s.spawn(|| recipe.store(backend.as_ref())));
         let history_write = history
             .as_ref()
-            .map(|h| s.spawn(|| backend.write(&history_key, h)));
+            .map(|(key, h)| s.spawn(|| backend.write(key, h)));
         let delta_write = delta.map(|d| s.spawn(|| d.commit()));
-        let here = index.commit(totals.next_container);
+        let here = index.commit(next_container);
         let recipe_written = recipe_write.map_or(Ok(()), |r| join(r, "recipe writer"));
         let history_written = history_write.map_or(Ok(()), |h| join(h, "history writer"));
         let delta_written = delta_write.map_or(Ok(()), |d| join(d, "delta state writer"));
         here.and(recipe_written)
             .and(history_written)
             .and(delta_written)
-    })?;
-    drop(section);
+    })
+}
 
+/// The statistics of a container-layout backup from what its store counted.
+fn container_stats(
+    totals: &StoreTotals,
+    logical_bytes: u64,
+    chunks: u64,
+    index: &dyn DedupIndex,
+    delta_stats: DeltaStats,
+    encoding: Option<Compression>,
+) -> BackupStats {
     let stored_bytes =
         (totals.unique.bytes + totals.rewritten.bytes).saturating_sub(delta_stats.bytes_saved);
-    let stats = BackupStats {
+    BackupStats {
         logical_bytes,
         stored_bytes,
-        chunks: recipe.chunks(),
+        chunks,
         unique_chunks: totals.unique.chunks,
         unique: totals.unique,
         internal_duplicates: totals.internal,
@@ -769,15 +861,25 @@ fn backup_containers(
         },
         index: index.stats(),
         delta: delta_stats,
-        compression: CompressionStats::new(encoding, &plain_counts(&totals, encoding)),
+        compression: CompressionStats::new(encoding, &plain_counts(totals, encoding)),
         ..BackupStats::default()
-    };
+    }
+}
+
+/// The snapshot of backup `id` of `options`' source, before its timings.
+fn new_snapshot(
+    id: BackupId,
+    options: &BackupOptions,
+    logical_bytes: u64,
+    stats: BackupStats,
+    tree: Option<TreeRef>,
+) -> Snapshot {
     let snap_time = options.time.unwrap_or_else(|| {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs())
     });
-    let mut snap = Snapshot {
+    Snapshot {
         id,
         time: snap_time,
         label: options.label.clone(),
@@ -787,13 +889,7 @@ fn backup_containers(
         logical_bytes,
         stats,
         tree,
-    };
-    snap.stats.stage_seconds.commit = commit_started.elapsed().as_secs_f64();
-    snap.stats.seconds = started.elapsed().as_secs_f64();
-    snap.stats.throughput_mb_s = logical_bytes as f64 / 1e6 / snap.stats.seconds.max(1e-9);
-    snap.stats.record_io(&repo.io_stats().since(&io_before));
-    repo.commit_snapshot(&snap)?;
-    Ok(snap)
+    }
 }
 
 /// Opens the index and takes the first container ids: a shared backup
