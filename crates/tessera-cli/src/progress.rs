@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
-use tessera::tree::TreeBackupOptions;
+use tessera::backup::TreeBackupOptions;
 use tessera::{ByteProgress, Progress, Unit};
 
 /// How much the command says: `-q` (quiet), default, `-v`, `-vv`….

@@ -16,7 +16,7 @@ use std::fs::{self, File};
 use std::io::{self, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use tessera::backup::{run as run_backup, BackupOptions, Source};
+use tessera::backup::{backup, BackupOptions, Input, TreeBackupOptions};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
 use tessera::gc::{forget_keep_last, gc, GcOptions};
 use tessera::layout::container::ContainerId;
@@ -25,7 +25,6 @@ use tessera::repo::config::Layout;
 use tessera::repo::config::{Compression, Config};
 use tessera::restore::plan::CachePolicy;
 use tessera::restore::{restore, RestoreOptions, RestoreStats};
-use tessera::tree::{backup_tree, TreeBackupOptions};
 use tessera::Fingerprint;
 use tessera::FingerprintAlgo;
 use tessera::Repository;
@@ -716,7 +715,14 @@ impl<'a> SystemRun<'a> {
         };
         let outcome = if v.tree {
             let paths = [v.path.clone()];
-            backup_tree(repo, &paths, &TreeBackupOptions::default(), &options).map(|t| t.outcome)
+            backup(
+                repo,
+                Input::Tree {
+                    paths: &paths,
+                    options: &TreeBackupOptions::default(),
+                },
+                &options,
+            )
         } else if self.trace {
             let mut reader =
                 TraceFile::open(&v.path).map_err(|e| ExperimentError::Trace(e.to_string()))?;
@@ -725,13 +731,13 @@ impl<'a> SystemRun<'a> {
                 Ok(None) => None,
                 Err(e) => Some(Err(tessera::Error::InvalidConfig(e.to_string()))),
             });
-            run_backup(repo, Source::Trace(&mut chunks), &options)
+            backup(repo, Input::Trace(&mut chunks), &options)
         } else {
             let mut input = File::open(&v.path).map_err(io_err(&v.path))?;
             let name = v.path.display().to_string();
-            run_backup(
+            backup(
                 repo,
-                Source::Data {
+                Input::Stream {
                     input: &mut input,
                     name: &name,
                 },

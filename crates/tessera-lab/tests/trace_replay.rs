@@ -11,7 +11,7 @@
 use std::fs::File;
 use std::io::{self, BufWriter};
 use std::path::{Path, PathBuf};
-use tessera::backup::{run, BackupOptions, Source};
+use tessera::backup::{backup, BackupOptions, Input};
 use tessera::format::snapshot::{BackupStats, Snapshot};
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions, GcStats};
 use tessera::layout::container;
@@ -206,7 +206,7 @@ fn replay(repo: &Repository, trace: &Path, label: &str) -> Snapshot {
         progress: None,
         ..Default::default()
     };
-    run(repo, Source::Trace(&mut chunks), &options)
+    backup(repo, Input::Trace(&mut chunks), &options)
         .unwrap()
         .snapshot
 }
@@ -220,9 +220,9 @@ fn backup_data(repo: &Repository, version: &Path, label: &str) -> Snapshot {
         progress: None,
         ..Default::default()
     };
-    run(
+    backup(
         repo,
-        Source::Data {
+        Input::Stream {
             input: &mut input,
             name: &name,
         },

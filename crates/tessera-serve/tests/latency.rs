@@ -5,9 +5,9 @@
 
 use std::io::Cursor;
 use std::time::{Duration, Instant};
-use tessera::backup::{run, BackupOptions, Source};
+use tessera::backup::TreeBackupOptions;
+use tessera::backup::{backup, BackupOptions, Input};
 use tessera::repo::config::Config;
-use tessera::tree::{backup_tree, TreeBackupOptions};
 use tessera::Repository;
 use tessera_serve::{Options, Server};
 
@@ -62,10 +62,12 @@ async fn latency_of_tree_and_backups() {
         source: "tree".into(),
         ..BackupOptions::default()
     };
-    backup_tree(
+    backup(
         &repo,
-        std::slice::from_ref(&src),
-        &TreeBackupOptions::default(),
+        Input::Tree {
+            paths: std::slice::from_ref(&src),
+            options: &TreeBackupOptions::default(),
+        },
         &options,
     )
     .unwrap();
@@ -77,9 +79,9 @@ async fn latency_of_tree_and_backups() {
             ..BackupOptions::default()
         };
         let mut input = Cursor::new(format!("backup {i}\n").into_bytes());
-        run(
+        backup(
             &repo,
-            Source::Data {
+            Input::Stream {
                 input: &mut input,
                 name: "bench",
             },

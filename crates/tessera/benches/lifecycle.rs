@@ -36,7 +36,7 @@ use std::fs::File;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
-use tessera::backup::{run as run_backup, BackupOptions, Outcome, Source};
+use tessera::backup::{backup as run_backup, BackupOptions, Input, Outcome};
 use tessera::commands::check::CheckOptions;
 use tessera::layout::lifecycle::{self, LifecycleRestoreOptions, LifecycleRestoreStats};
 use tessera::repo::config::{Config, Layout};
@@ -70,7 +70,7 @@ fn backup(repo: &Repository, source: &str, data: &[u8]) -> Outcome {
     let mut input = data;
     run_backup(
         repo,
-        Source::Data {
+        Input::Stream {
             input: &mut input,
             name: "bench",
         },

@@ -316,15 +316,35 @@ fn one_run(o: &Options, data: &[u8], run: usize, cold: &mut bool) -> Run {
     let options = BackupOptions::default();
     let (w1, _, cw1) = base_w();
     let (_, b1, c1) = base();
-    let (first, t, cpu_fresh) =
-        timed(|| backup(&repo, &mut Cursor::new(data), "input", &options).expect("backup"));
+    let (first, t, cpu_fresh) = timed(|| {
+        backup(
+            &repo,
+            tessera::backup::Input::Stream {
+                input: &mut Cursor::new(data),
+                name: "input",
+            },
+            &options,
+        )
+        .map(|o| o.snapshot)
+        .expect("backup")
+    });
     let fresh = mb_s(logical, t);
     assert_eq!(first.logical_bytes, logical);
 
     let (_, b2, c2) = base();
     let (w2, _, cw2) = base_w();
-    let (second, t, cpu_dup) =
-        timed(|| backup(&repo, &mut Cursor::new(data), "input", &options).expect("backup"));
+    let (second, t, cpu_dup) = timed(|| {
+        backup(
+            &repo,
+            tessera::backup::Input::Stream {
+                input: &mut Cursor::new(data),
+                name: "input",
+            },
+            &options,
+        )
+        .map(|o| o.snapshot)
+        .expect("backup")
+    });
     let dup = mb_s(logical, t);
     assert_eq!(
         second.stats.unique.bytes, 0,

@@ -216,7 +216,16 @@ mod tests {
                 source: "s".into(),
                 ..BackupOptions::default()
             };
-            backup(&repo, &mut &data[..], "in", &options).unwrap();
+            backup(
+                &repo,
+                crate::backup::Input::Stream {
+                    input: &mut &data[..],
+                    name: "in",
+                },
+                &options,
+            )
+            .map(|o| o.snapshot)
+            .unwrap();
         }
         repo
     }

@@ -96,11 +96,11 @@ proptest! {
                             sort_budget: Some(budget),
                             ..Default::default()
                         };
-                        let source = tessera::backup::Source::Data {
+                        let source = tessera::backup::Input::Stream {
                             input: &mut &data[..],
                             name: "data",
                         };
-                        let o = tessera::backup::run(repo, source, &options).unwrap();
+                        let o = tessera::backup::backup(repo, source, &options).unwrap();
                         stats.push(o.arrange.as_ref().map(counts));
                         if budget == 0 {
                             originals.insert(o.snapshot.id, data.clone());

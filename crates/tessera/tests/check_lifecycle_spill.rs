@@ -93,8 +93,8 @@ proptest! {
                         source: format!("src{k}"),
                         ..Default::default()
                     };
-                    let input = tessera::backup::Source::Data { input: &mut &current[k][..], name: "data" };
-                    tessera::backup::run(&repo, input, &options).unwrap();
+                    let input = tessera::backup::Input::Stream { input: &mut &current[k][..], name: "data" };
+                    tessera::backup::backup(&repo, input, &options).unwrap();
                 }
                 Step::Delete { pick } => {
                     let ids = repo.backups().unwrap();

@@ -61,7 +61,7 @@ proptest! {
         let mut current = Rng(seed | 1).bytes(60_000);
         for (edits, seed) in versions {
             current = edit(&current, u32::from(edits), 3000, seed);
-            backup(&repo, &mut &current[..], "mem", &BackupOptions::default()).unwrap();
+            backup(&repo, tessera::backup::Input::Stream { input: &mut &current[..], name: "mem" }, &BackupOptions::default()).map(|o| o.snapshot).unwrap();
         }
         let containers = repo.containers().unwrap();
         let backups = repo.backups().unwrap();

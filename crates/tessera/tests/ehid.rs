@@ -58,7 +58,16 @@ fn repo(index: IndexKind, consult_cold: bool) -> (tempfile::TempDir, Repository)
 }
 
 fn run(repo: &Repository, data: &[u8]) -> Snapshot {
-    backup(repo, &mut &data[..], "input", &BackupOptions::default()).unwrap()
+    backup(
+        repo,
+        tessera::backup::Input::Stream {
+            input: &mut &data[..],
+            name: "input",
+        },
+        &BackupOptions::default(),
+    )
+    .map(|o| o.snapshot)
+    .unwrap()
 }
 
 fn restored(repo: &Repository, id: u64) -> Vec<u8> {

@@ -82,7 +82,16 @@ fn populated(path: &Path, config: Config) -> Vec<Vec<u8>> {
             source: if i == 1 { "other" } else { "default" }.into(),
             ..BackupOptions::default()
         };
-        backup(&repo, &mut &v[..], "input", &options).unwrap();
+        backup(
+            &repo,
+            tessera::backup::Input::Stream {
+                input: &mut &v[..],
+                name: "input",
+            },
+            &options,
+        )
+        .map(|o| o.snapshot)
+        .unwrap();
     }
     versions
 }

@@ -101,7 +101,16 @@ fn prepare(root: &Path) {
     let (first, second, _) = inputs();
     let repo = Repository::init(root, config()).unwrap();
     for (i, input) in [first, second].iter().enumerate() {
-        let snap = backup(&repo, &mut &input[..], "input", &BackupOptions::default()).unwrap();
+        let snap = backup(
+            &repo,
+            tessera::backup::Input::Stream {
+                input: &mut &input[..],
+                name: "input",
+            },
+            &BackupOptions::default(),
+        )
+        .map(|o| o.snapshot)
+        .unwrap();
         assert_eq!(snap.id, i as u64 + 1);
     }
 }
@@ -118,7 +127,16 @@ fn backup_with_budget(root: &Path, budget: u64) -> (Result<u64>, Vec<(String, us
     let (_, _, third) = inputs();
     let (disk, writes) = FullDisk::new(root, budget);
     let repo = Repository::open_with_backend(Box::new(disk), LockMode::Exclusive).unwrap();
-    let result = backup(&repo, &mut &third[..], "third", &BackupOptions::default()).map(|s| s.id);
+    let result = backup(
+        &repo,
+        tessera::backup::Input::Stream {
+            input: &mut &third[..],
+            name: "third",
+        },
+        &BackupOptions::default(),
+    )
+    .map(|o| o.snapshot)
+    .map(|s| s.id);
     let writes = writes.lock().unwrap().clone();
     (result, writes)
 }
@@ -158,7 +176,16 @@ fn assert_consistent(root: &Path) {
     assert_eq!(repo.backups().unwrap(), vec![1, 2]);
     assert_eq!(restored(&repo, 1), first);
     assert_eq!(restored(&repo, 2), second);
-    let snap = backup(&repo, &mut &third[..], "third", &BackupOptions::default()).unwrap();
+    let snap = backup(
+        &repo,
+        tessera::backup::Input::Stream {
+            input: &mut &third[..],
+            name: "third",
+        },
+        &BackupOptions::default(),
+    )
+    .map(|o| o.snapshot)
+    .unwrap();
     assert_eq!(restored(&repo, snap.id), third);
     let report = check(
         &repo,
@@ -283,6 +310,15 @@ fn full_disk_during_init() {
     drop(repo);
     let repo = Repository::open(dir.path(), LockMode::Exclusive).unwrap();
     let input = data(9, 100_000);
-    let snap = backup(&repo, &mut &input[..], "input", &BackupOptions::default()).unwrap();
+    let snap = backup(
+        &repo,
+        tessera::backup::Input::Stream {
+            input: &mut &input[..],
+            name: "input",
+        },
+        &BackupOptions::default(),
+    )
+    .map(|o| o.snapshot)
+    .unwrap();
     assert_eq!(restored(&repo, snap.id), input);
 }

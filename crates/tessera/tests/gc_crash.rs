@@ -98,7 +98,16 @@ fn interrupted_gc_loses_nothing(delta: DeltaKind) {
             let i = (v as usize * 7919 + k * 7001) % data.len();
             data[i] ^= 0x5a;
         }
-        let snap = backup(&repo, &mut &data[..], "mem", &BackupOptions::default()).unwrap();
+        let snap = backup(
+            &repo,
+            tessera::backup::Input::Stream {
+                input: &mut &data[..],
+                name: "mem",
+            },
+            &BackupOptions::default(),
+        )
+        .map(|o| o.snapshot)
+        .unwrap();
         deltas += snap.stats.delta.delta_chunks;
         versions.push((snap.id, data.clone()));
     }

@@ -151,7 +151,7 @@ proptest! {
             match s {
                 Step::Backup { edits, seed } => {
                     current = edit(&current, u32::from(edits), 3000, seed);
-                    let snap = backup(&repo, &mut &current[..], "mem", &BackupOptions::default()).unwrap();
+                    let snap = backup(&repo, tessera::backup::Input::Stream { input: &mut &current[..], name: "mem" }, &BackupOptions::default()).map(|o| o.snapshot).unwrap();
                     live.insert(snap.id, current.clone());
                 }
                 Step::Forget { keep } => {
@@ -206,7 +206,16 @@ fn two_live_copies_of_a_chunk_are_copied_forward_once() {
         let mut merged = 0;
         for v in 0..24u64 {
             current = edit(&current, 6, 3000, v);
-            let snap = backup(&repo, &mut &current[..], "mem", &BackupOptions::default()).unwrap();
+            let snap = backup(
+                &repo,
+                tessera::backup::Input::Stream {
+                    input: &mut &current[..],
+                    name: "mem",
+                },
+                &BackupOptions::default(),
+            )
+            .map(|o| o.snapshot)
+            .unwrap();
             live.insert(snap.id, current.clone());
             for id in forget_keep_last(&repo, 6, false).unwrap() {
                 live.remove(&id);
@@ -244,7 +253,7 @@ proptest! {
         let mut live: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
         for (edits, seed) in versions {
             current = edit(&current, u32::from(edits), 3000, seed);
-            let snap = backup(&repo, &mut &current[..], "mem", &BackupOptions::default()).unwrap();
+            let snap = backup(&repo, tessera::backup::Input::Stream { input: &mut &current[..], name: "mem" }, &BackupOptions::default()).map(|o| o.snapshot).unwrap();
             live.insert(snap.id, current.clone());
             for id in forget_keep_last(&repo, keep, false).unwrap() {
                 live.remove(&id);
@@ -283,7 +292,16 @@ fn gccdf_fill_merges_the_partial_containers_of_backups() {
     let mut refilled = 0;
     for v in 0..8u64 {
         current = edit(&current, 3, 3000, v);
-        let snap = backup(&repo, &mut &current[..], "mem", &BackupOptions::default()).unwrap();
+        let snap = backup(
+            &repo,
+            tessera::backup::Input::Stream {
+                input: &mut &current[..],
+                name: "mem",
+            },
+            &BackupOptions::default(),
+        )
+        .map(|o| o.snapshot)
+        .unwrap();
         live.insert(snap.id, current.clone());
         for id in forget_keep_last(&repo, 3, false).unwrap() {
             live.remove(&id);

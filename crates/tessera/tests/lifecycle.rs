@@ -13,10 +13,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use tessera::backend::testing::{Gate, Gated, Mutation};
 use tessera::backend::LockMode;
-use tessera::chunker::Blocks;
+use tessera::backup::{BackupOptions, Input, Outcome};
 use tessera::commands::check::CheckOptions;
-use tessera::index::Chunk;
-use tessera::layout::lifecycle::{self, LifecycleBackupOptions, LifecycleRestoreOptions};
+use tessera::layout::lifecycle::{self, LifecycleRestoreOptions};
 use tessera::repo::config::{Arrange, Config};
 use tessera::Repository;
 use tessera::{Error, Result};
@@ -27,47 +26,16 @@ fn config(arrange: Arrange, trace: bool) -> Config {
     c
 }
 
-/// Chunks `data` with the repository's chunker and fingerprints them, in
-/// batches as the shared front end produces them.
-fn batches(repo: &Repository, data: &[u8]) -> Vec<Result<Vec<Chunk>>> {
-    let chunker = repo.config().chunker.build().unwrap();
-    let algo = repo.config().fingerprint;
-    let trace = repo.config().trace;
-    let mut input = data;
-    let mut blocks = Blocks::new(&mut input, chunker.as_ref(), 64 * 1024);
-    let mut out = Vec::new();
-    let mut seq = 0;
-    while let Some((block, lengths)) = blocks.next_block().unwrap() {
-        let mut off = 0;
-        let mut batch = Vec::new();
-        for len in lengths {
-            let bytes = block.slice(off..off + len as usize);
-            batch.push(Chunk {
-                seq,
-                fp: algo.hash(&bytes),
-                len,
-                data: (!trace).then_some(bytes),
-            });
-            seq += 1;
-            off += len as usize;
-        }
-        out.push(Ok(batch));
-    }
-    out
-}
-
-fn backup(
-    repo: &Repository,
-    source: &str,
-    data: &[u8],
-) -> tessera::layout::lifecycle::BackupOutcome {
-    let options = LifecycleBackupOptions {
-        label: String::new(),
+fn backup(repo: &Repository, source: &str, data: &[u8]) -> Outcome {
+    let options = BackupOptions {
         source: source.into(),
-        progress: None,
         ..Default::default()
     };
-    lifecycle::backup(repo, batches(repo, data).into_iter(), &options).unwrap()
+    let input = Input::Stream {
+        input: &mut &data[..],
+        name: "data",
+    };
+    tessera::backup::backup(repo, input, &options).unwrap()
 }
 
 /// Restores every live backup to a file and to a writer (small windows) and
@@ -377,11 +345,15 @@ fn crash_during_backup_and_deletion_loses_nothing() {
             );
             let repo =
                 Repository::open_with_backend(Box::new(backend), LockMode::Exclusive).unwrap();
-            let options = LifecycleBackupOptions {
+            let options = BackupOptions {
                 source: "db".into(),
-                ..LifecycleBackupOptions::default()
+                ..BackupOptions::default()
             };
-            let r = lifecycle::backup(&repo, batches(&repo, &next).into_iter(), &options);
+            let input = Input::Stream {
+                input: &mut &next[..],
+                name: "data",
+            };
+            let r = tessera::backup::backup(&repo, input, &options);
             let id = repo.next_backup_id().unwrap() - 1;
             (r.is_ok(), id)
         };

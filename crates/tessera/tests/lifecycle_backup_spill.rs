@@ -107,8 +107,8 @@ proptest! {
                             ..Default::default()
                         };
                         let data = &current[*source as usize];
-                        let input = tessera::backup::Source::Data { input: &mut &data[..], name: "data" };
-                        let o = tessera::backup::run(repo, input, &options).unwrap();
+                        let input = tessera::backup::Input::Stream { input: &mut &data[..], name: "data" };
+                        let o = tessera::backup::backup(repo, input, &options).unwrap();
                         stats.push(classes(&o.snapshot.stats));
                         last = Some(o.snapshot.id);
                     }

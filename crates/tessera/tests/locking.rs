@@ -23,7 +23,16 @@ fn new_repo(layout: Layout) -> tempfile::TempDir {
     config.layout = layout;
     let repo = Repository::init(dir.path(), config).unwrap();
     let input = vec![7u8; 100_000];
-    backup(&repo, &mut &input[..], "input", &BackupOptions::default()).unwrap();
+    backup(
+        &repo,
+        tessera::backup::Input::Stream {
+            input: &mut &input[..],
+            name: "input",
+        },
+        &BackupOptions::default(),
+    )
+    .map(|o| o.snapshot)
+    .unwrap();
     dir
 }
 
@@ -47,7 +56,16 @@ fn maintenance_excludes_everybody() {
     }
     // The holder is unaffected and can still back up.
     let input = vec![9u8; 50_000];
-    let snap = backup(&holder, &mut &input[..], "input", &BackupOptions::default()).unwrap();
+    let snap = backup(
+        &holder,
+        tessera::backup::Input::Stream {
+            input: &mut &input[..],
+            name: "input",
+        },
+        &BackupOptions::default(),
+    )
+    .map(|o| o.snapshot)
+    .unwrap();
     assert_eq!(snap.id, 2);
     drop(holder);
     // Released with the repository.
@@ -63,7 +81,16 @@ fn a_backup_excludes_writers_but_readers_read_committed_state() {
     assert_locked(Repository::open(dir.path(), LockMode::Exclusive));
     let reader = Repository::open(dir.path(), LockMode::Read).unwrap();
     let input = vec![9u8; 50_000];
-    backup(&writer, &mut &input[..], "input", &BackupOptions::default()).unwrap();
+    backup(
+        &writer,
+        tessera::backup::Input::Stream {
+            input: &mut &input[..],
+            name: "input",
+        },
+        &BackupOptions::default(),
+    )
+    .map(|o| o.snapshot)
+    .unwrap();
     assert_eq!(reader.backups().unwrap(), vec![1, 2]);
     let mut out = Vec::new();
     restore(&reader, 2, &mut out, &RestoreOptions::default()).unwrap();
@@ -89,7 +116,16 @@ fn a_handle_does_only_what_it_was_opened_for() {
     let dir = new_repo(Layout::Container);
     let reader = Repository::open(dir.path(), LockMode::Read).unwrap();
     let input = vec![1u8; 10_000];
-    let err = backup(&reader, &mut &input[..], "input", &BackupOptions::default()).unwrap_err();
+    let err = backup(
+        &reader,
+        tessera::backup::Input::Stream {
+            input: &mut &input[..],
+            name: "input",
+        },
+        &BackupOptions::default(),
+    )
+    .map(|o| o.snapshot)
+    .unwrap_err();
     assert!(matches!(err, Error::NotOpenFor { .. }), "{err:?}");
     drop(reader);
     let writer = Repository::open(dir.path(), LockMode::Backup).unwrap();
@@ -130,11 +166,11 @@ fn a_lifecycle_backup_defers_arranging_while_others_read() {
     let writer = Repository::open(dir.path(), LockMode::Backup).unwrap();
     let mut rng = Rng(5);
     let input = rng.bytes(200_000);
-    let source = tessera::backup::Source::Data {
+    let source = tessera::backup::Input::Stream {
         input: &mut &input[..],
         name: "input",
     };
-    let outcome = tessera::backup::run(&writer, source, &BackupOptions::default()).unwrap();
+    let outcome = tessera::backup::backup(&writer, source, &BackupOptions::default()).unwrap();
     assert!(outcome.arrange_deferred && outcome.arrange.is_none());
     let mut out = Vec::new();
     restore(
@@ -147,11 +183,11 @@ fn a_lifecycle_backup_defers_arranging_while_others_read() {
     assert_eq!(out, input);
     drop(reader);
     // With no reader left, the next backup arranges, catching up.
-    let source = tessera::backup::Source::Data {
+    let source = tessera::backup::Input::Stream {
         input: &mut &input[..],
         name: "input",
     };
-    let outcome = tessera::backup::run(&writer, source, &BackupOptions::default()).unwrap();
+    let outcome = tessera::backup::backup(&writer, source, &BackupOptions::default()).unwrap();
     let arranged = outcome.arrange.expect("arranging ran");
     assert!(!outcome.arrange_deferred);
     assert_eq!(arranged.pending_rounds, 0);
@@ -186,8 +222,26 @@ fn shared_backups_share_and_take_turns_committing() {
     drop(section);
     drop(b.commit_section().unwrap());
     let input = vec![3u8; 80_000];
-    let one = backup(&a, &mut &input[..], "a", &BackupOptions::default()).unwrap();
-    let two = backup(&b, &mut &input[..], "b", &BackupOptions::default()).unwrap();
+    let one = backup(
+        &a,
+        tessera::backup::Input::Stream {
+            input: &mut &input[..],
+            name: "a",
+        },
+        &BackupOptions::default(),
+    )
+    .map(|o| o.snapshot)
+    .unwrap();
+    let two = backup(
+        &b,
+        tessera::backup::Input::Stream {
+            input: &mut &input[..],
+            name: "b",
+        },
+        &BackupOptions::default(),
+    )
+    .map(|o| o.snapshot)
+    .unwrap();
     assert_eq!((one.id, two.id), (1, 2));
     drop((a, b));
 
@@ -334,5 +388,14 @@ fn race_one(root: &Path, input: &[u8], source: &str) -> tessera::Result<u64> {
         source: source.into(),
         ..BackupOptions::default()
     };
-    backup(&repo, &mut &input[..], "input", &options).map(|s| s.id)
+    backup(
+        &repo,
+        tessera::backup::Input::Stream {
+            input: &mut &input[..],
+            name: "input",
+        },
+        &options,
+    )
+    .map(|o| o.snapshot)
+    .map(|s| s.id)
 }

@@ -7,11 +7,10 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
-use tessera::backup::{run as run_backup, BackupOptions, Outcome, Source};
+use tessera::backup::{backup, BackupOptions, Input, Outcome, TreeBackupOptions};
 use tessera::delta::DeltaKind;
 use tessera::parse_size;
 use tessera::repo::config::Compression;
-use tessera::tree::{backup_tree, TreeBackupOptions};
 use tessera::Repository;
 
 use crate::output::{human, ratio_text, EXIT_INCOMPLETE};
@@ -233,7 +232,7 @@ fn backup_cmd(
         sort_memory,
     } = naming;
     let tags = tessera::commands::tags::normalize(&tags)?;
-    let host = host.unwrap_or_else(tessera::tree::host_name);
+    let host = host.unwrap_or_else(tessera::backup::host_name);
     let t = tree_options;
     if input != BackupInput::Tree
         && (!t.excludes.is_empty()
@@ -252,7 +251,7 @@ fn backup_cmd(
         Some(s) => s,
         None if input == BackupInput::Tree => match &t.stdin_name {
             Some(name) => format!("stdin:{name}"),
-            None => tessera::tree::default_source(&host, paths)?,
+            None => tessera::backup::default_source(&host, paths)?,
         },
         None => "default".into(),
     };
@@ -269,35 +268,38 @@ fn backup_cmd(
         compression,
         sort_budget: sort_memory,
     };
-    let mut warnings = Vec::new();
     let outcome = match input {
         BackupInput::Trace(path) => backup_trace(&r, &path, &options_for(None))?,
         BackupInput::Tree => {
             let bar = progress::Bar::tree_backup(paths, tree_options);
             let on_progress = |n: u64| bar.set_position(n);
-            let done = backup_tree(&r, paths, tree_options, &options_for(Some(&on_progress)))?;
+            let tree = Input::Tree {
+                paths,
+                options: tree_options,
+            };
+            let done = backup(&r, tree, &options_for(Some(&on_progress)))?;
             bar.finish_and_clear();
-            for note in &done.notes {
-                eprintln!("tessera: note: {note}");
-            }
-            for warning in &done.warnings {
-                eprintln!("tessera: warning: {warning}");
-            }
-            warnings = done.warnings;
-            done.outcome
+            done
         }
         BackupInput::Stdin => {
             let bar = progress_bar(stdin_len());
             let on_progress = |n: u64| bar.set_position(n);
-            let source = Source::Data {
+            let stream = Input::Stream {
                 input: &mut io::stdin(),
                 name: "stdin",
             };
-            let done = run_backup(&r, source, &options_for(Some(&on_progress)))?;
+            let done = backup(&r, stream, &options_for(Some(&on_progress)))?;
             bar.finish_and_clear();
             done
         }
     };
+    for note in &outcome.notes {
+        eprintln!("tessera: note: {note}");
+    }
+    for warning in &outcome.warnings {
+        eprintln!("tessera: warning: {warning}");
+    }
+    let warnings = &outcome.warnings;
     if outcome.snapshot.stats.index.damaged_left {
         // Once per backup: the backup itself is complete and committed.
         eprintln!(
@@ -307,7 +309,7 @@ fn backup_cmd(
             r.backend().location()
         );
     }
-    print_backup(&r, &outcome, &warnings, json)?;
+    print_backup(&r, &outcome, warnings, json)?;
     if warnings.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
@@ -345,7 +347,7 @@ fn backup_trace(r: &Repository, path: &Path, options: &BackupOptions) -> Result<
                 Some(Err(tessera::Error::InvalidConfig(msg)))
             }
         });
-        run_backup(r, Source::Trace(&mut chunks), options)
+        backup(r, Input::Trace(&mut chunks), options)
     };
     // A malformed trace is reported as such, with its line or offset.
     match (done, failure) {

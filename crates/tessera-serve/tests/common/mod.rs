@@ -5,8 +5,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use tessera::backup::BackupOptions;
+use tessera::backup::{backup, Input, TreeBackupOptions};
 use tessera::repo::config::{Config, Layout};
-use tessera::tree::{backup_tree, TreeBackupOptions};
 use tessera::Repository;
 use tessera_serve::{Options, Server};
 
@@ -92,10 +92,26 @@ pub fn served_with(layout: Layout, server: &Options) -> Served {
         ..BackupOptions::default()
     };
     let paths = std::slice::from_ref(&src);
-    backup_tree(&repo, paths, &TreeBackupOptions::default(), &options).unwrap();
+    backup(
+        &repo,
+        Input::Tree {
+            paths,
+            options: &TreeBackupOptions::default(),
+        },
+        &options,
+    )
+    .unwrap();
     write(&src.join("a.txt"), b"hello again, tessera\n");
     write(&src.join("new.txt"), b"new\n");
-    backup_tree(&repo, paths, &TreeBackupOptions::default(), &options).unwrap();
+    backup(
+        &repo,
+        Input::Tree {
+            paths,
+            options: &TreeBackupOptions::default(),
+        },
+        &options,
+    )
+    .unwrap();
     drop(repo);
     let repo =
         Repository::open(&dir.path().join("repo"), tessera::backend::LockMode::Read).unwrap();

@@ -321,7 +321,16 @@ mod tests {
             ..BackupOptions::default()
         };
         for _ in 0..2 {
-            backup::backup(&src, &mut &data[..], "in", &options).unwrap();
+            backup::backup(
+                &src,
+                crate::backup::Input::Stream {
+                    input: &mut &data[..],
+                    name: "in",
+                },
+                &options,
+            )
+            .map(|o| o.snapshot)
+            .unwrap();
         }
         let dst = repo(&dir.path().join("dst"));
         for round in 0..2 {

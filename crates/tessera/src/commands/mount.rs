@@ -507,9 +507,10 @@ pub fn escape_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backup::tree::backup_tree;
+    use crate::backup::TreeBackupOptions;
     use crate::backup::{backup, BackupOptions};
     use crate::repo::config::Config;
-    use crate::tree::{backup_tree, TreeBackupOptions};
     use std::fs;
 
     fn walk(m: &MountedRepo, ino: u64, path: &str, out: &mut Vec<(String, Vec<u8>)>) {
@@ -564,12 +565,21 @@ mod tests {
             &opts,
         )
         .unwrap();
-        let s = backup(&repo, &mut &b"stream"[..], "in", &BackupOptions::default()).unwrap();
+        let s = backup(
+            &repo,
+            crate::backup::Input::Stream {
+                input: &mut &b"stream"[..],
+                name: "in",
+            },
+            &BackupOptions::default(),
+        )
+        .map(|o| o.snapshot)
+        .unwrap();
         let m = MountedRepo::new(repo, 1 << 20).unwrap();
         let mut seen = Vec::new();
         walk(&m, ROOT_INO, "", &mut seen);
         let get = |p: &str| seen.iter().find(|(n, _)| n == p).map(|x| x.1.clone());
-        let inside = format!("/ids/{}{}", t.outcome.snapshot.id, src.display());
+        let inside = format!("/ids/{}{}", t.snapshot.id, src.display());
         assert_eq!(get(&format!("{inside}/a/b/one")), Some(vec![7u8; 100_000]));
         assert_eq!(get(&format!("{inside}/a/empty")), Some(Vec::new()));
         assert_eq!(get(&format!("{inside}/a/link")), Some(b"b/one".to_vec()));
@@ -578,9 +588,9 @@ mod tests {
         assert_eq!(get(&format!("{inside}/a/fifo")), Some(b"Fifo".to_vec()));
         assert_eq!(get(&format!("/ids/{}", s.id)), Some(b"stream".to_vec()));
         assert_eq!(get("/latest"), Some(format!("ids/{}", s.id).into_bytes()));
-        let link = format!("../../ids/{}", t.outcome.snapshot.id).into_bytes();
+        let link = format!("../../ids/{}", t.snapshot.id).into_bytes();
         assert_eq!(get("/sources/host:%2Fx/latest"), Some(link.clone()));
-        let id = t.outcome.snapshot.id;
+        let id = t.snapshot.id;
         assert_eq!(get("/tags/daily/latest"), Some(link.clone()));
         assert_eq!(get(&format!("/tags/a%2Fb/{id}")), Some(link));
         // The untagged stream backup is in no tag's directory.

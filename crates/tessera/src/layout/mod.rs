@@ -9,7 +9,9 @@
 
 pub mod container;
 pub mod lifecycle;
+pub(crate) mod stream;
 
+use crate::backup::options::{BackupOptions, Outcome};
 use crate::commands::check::report::{CheckOptions, CheckReport};
 use crate::error::Result;
 use crate::format::snapshot::{BackupId, ChunkRef};
@@ -20,6 +22,20 @@ use crate::restore::options::{RestoreOptions, RestoreStats};
 use crate::restore::salvage::LostRange;
 use std::io::Write;
 use std::ops::Range;
+
+/// The back end of a backup: takes the chunk stream the front end
+/// ([`crate::backup`]) produces, deduplicates and stores it in the
+/// repository's layout, and commits the backup.
+pub(crate) fn store_backup(
+    repo: &Repository,
+    stream: stream::ChunkStream,
+    options: &BackupOptions,
+) -> Result<Outcome> {
+    match repo.config().layout {
+        Layout::Container => container::backup::backup(repo, stream, options).map(Outcome::of),
+        Layout::Lifecycle => lifecycle::backup(repo, stream, options),
+    }
+}
 
 /// Restores the chunks `select` picks (all without) of backup `id` into
 /// `out` along the strict path: any missing or damaged chunk fails it.

@@ -279,7 +279,16 @@ mod tests {
             .collect();
         data.extend_from_within(..2 << 20);
         let mut input = std::io::Cursor::new(data.clone());
-        let snap = backup(&repo, &mut input, "input", &BackupOptions::default()).unwrap();
+        let snap = backup(
+            &repo,
+            crate::backup::Input::Stream {
+                input: &mut input,
+                name: "input",
+            },
+            &BackupOptions::default(),
+        )
+        .map(|o| o.snapshot)
+        .unwrap();
         assert!(repo.containers().unwrap().len() >= 3);
         (dir, repo, snap.id, data)
     }

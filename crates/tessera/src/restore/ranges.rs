@@ -198,7 +198,16 @@ mod tests {
         let mut rng = rand::rngs::StdRng::seed_from_u64(7);
         let mut data = vec![0u8; 3 << 20];
         rng.fill(&mut data[..]);
-        let snap = backup(&repo, &mut &data[..], "input", &BackupOptions::default()).unwrap();
+        let snap = backup(
+            &repo,
+            crate::backup::Input::Stream {
+                input: &mut &data[..],
+                name: "input",
+            },
+            &BackupOptions::default(),
+        )
+        .map(|o| o.snapshot)
+        .unwrap();
         let map = StreamMap::load(&repo, snap.id).unwrap();
         assert_eq!(map.len(), data.len() as u64);
         let mut cache = ChunkCache::new(1 << 20);

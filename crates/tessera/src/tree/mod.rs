@@ -5,7 +5,6 @@
 //! handles it like any other backup (docs/FORMAT.md §24). The snapshot's
 //! [`crate::format::snapshot::TreeRef`] says where the catalog starts.
 
-pub mod backup;
 mod beneath;
 pub mod catalog;
 mod catalog_read;
@@ -15,17 +14,16 @@ pub mod dump;
 pub mod find;
 pub mod index;
 pub mod list;
-mod meta;
+pub(crate) mod meta;
 pub mod record;
 pub mod restore;
 pub mod scan;
 pub mod select;
 pub mod stream;
 pub mod tar;
-mod walk;
+pub(crate) mod walk;
 pub mod zipfile;
 
-pub use backup::{backup_tree, default_source, host_name, TreeBackupOptions, TreeOutcome};
 pub use diff::{diff, Change, ChangeKind, DiffStats};
 pub use dump::{dump, Dumped};
 pub use find::{find, FindStats};

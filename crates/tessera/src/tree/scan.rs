@@ -9,8 +9,9 @@
 //! `--exclude-larger-than`, a file of several links once. Objects it
 //! cannot read are skipped: the backup reports them.
 
-use super::backup::{roots, TreeBackupOptions};
 use super::walk::{Excludes, Walk, Walked};
+use crate::backup::tree::roots;
+use crate::backup::TreeBackupOptions;
 use crate::error::Result;
 use rustix::fs::FileType;
 use std::collections::HashSet;

@@ -34,7 +34,7 @@ const STEP_BATCH: usize = 256;
 
 /// What the exclude options leave out.
 #[derive(Clone)]
-pub(super) struct Excludes {
+pub(crate) struct Excludes {
     exact: Gitignore,
     nocase: Gitignore,
     if_present: Vec<String>,
@@ -46,7 +46,7 @@ impl Excludes {
     /// regardless of case; a leading `/` anchors at the file-system root),
     /// of directories holding a file named one of `if_present`, and (with
     /// `caches`) of cache directories.
-    pub(super) fn new(
+    pub(crate) fn new(
         patterns: &[String],
         ipatterns: &[String],
         if_present: &[String],
@@ -61,7 +61,7 @@ impl Excludes {
     }
 
     /// Whether the object at `path` (a directory if `is_dir`) is left out.
-    pub(super) fn excluded(&self, path: &Path, is_dir: bool) -> bool {
+    pub(crate) fn excluded(&self, path: &Path, is_dir: bool) -> bool {
         let by = |g: &Gitignore| g.matched_path_or_any_parents(path, is_dir).is_ignore();
         if by(&self.exact) || by(&self.nocase) {
             return true;
@@ -100,7 +100,7 @@ fn is_cache_dir(dir: &Path) -> bool {
 /// The status of an object (`statx`): what its catalog entry records and
 /// what change detection compares.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct Status {
+pub(crate) struct Status {
     /// Type and permission bits.
     pub mode: u32,
     pub uid: u32,
@@ -149,21 +149,21 @@ impl Status {
 /// Where an object is: a name in an open directory, or (a root and its
 /// ancestors) an absolute path.
 #[derive(Clone)]
-pub(super) struct At {
+pub(crate) struct At {
     dir: Option<Arc<File>>,
     name: CString,
 }
 
 impl At {
     /// The object at the absolute `path`.
-    pub(super) fn path(path: &Path) -> io::Result<At> {
+    pub(crate) fn path(path: &Path) -> io::Result<At> {
         let name = CString::new(path.as_os_str().as_bytes())
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path holds a NUL byte"))?;
         Ok(At { dir: None, name })
     }
 
     /// Its status: of what it points to when `follow` (a dangling link's own).
-    pub(super) fn status(&self, follow: bool) -> io::Result<Status> {
+    pub(crate) fn status(&self, follow: bool) -> io::Result<Status> {
         let stat = |flags| {
             let x = match &self.dir {
                 Some(dir) => rustix::fs::statx(&**dir, &self.name, flags, StatxFlags::BASIC_STATS),
@@ -197,12 +197,12 @@ impl At {
     }
 
     /// Opens the regular file for reading (a symbolic link only when `follow`).
-    pub(super) fn open_file(&self, follow: bool) -> io::Result<File> {
+    pub(crate) fn open_file(&self, follow: bool) -> io::Result<File> {
         self.open(OFlags::RDONLY, follow)
     }
 
     /// The target of the symbolic link.
-    pub(super) fn read_link(&self) -> io::Result<Vec<u8>> {
+    pub(crate) fn read_link(&self) -> io::Result<Vec<u8>> {
         let target = match &self.dir {
             Some(dir) => rustix::fs::readlinkat(&**dir, &self.name, Vec::new()),
             None => rustix::fs::readlinkat(CWD, &self.name, Vec::new()),
@@ -212,7 +212,7 @@ impl At {
 }
 
 /// An object found by the walk.
-pub(super) struct Found {
+pub(crate) struct Found {
     pub path: PathBuf,
     pub at: At,
     pub status: Status,
@@ -222,10 +222,10 @@ pub(super) struct Found {
 
 /// What the walk yields: an object, or one it could not examine or read
 /// (a directory whose entries cannot be read comes first as an object).
-pub(super) type Walked = std::result::Result<Found, (PathBuf, io::Error)>;
+pub(crate) type Walked = std::result::Result<Found, (PathBuf, io::Error)>;
 
 /// What [`Walk::send_all`] sends, in walk order.
-pub(super) enum Step {
+pub(crate) enum Step {
     /// A root is walked next: its object and everything below it follow.
     Root(PathBuf),
     /// An object of the root being walked (or one it could not examine).
@@ -241,11 +241,11 @@ pub(super) enum Step {
 
 /// A batch of steps on its way to the backup, in walk order: ready, or
 /// being examined by a stat thread.
-pub(super) type StepBatch = crossbeam_channel::Receiver<Vec<Step>>;
+pub(crate) type StepBatch = crossbeam_channel::Receiver<Vec<Step>>;
 
 /// The receiving end of [`Walk::send_all`]: its steps one by one, in walk
 /// order.
-pub(super) struct Steps {
+pub(crate) struct Steps {
     /// Batches from the walk thread (none once the walk ended)...
     rx: Option<crossbeam_channel::Receiver<StepBatch>>,
     /// ...and the rest of the last one.
@@ -254,7 +254,7 @@ pub(super) struct Steps {
 
 impl Steps {
     /// The steps arriving on `rx`.
-    pub(super) fn new(rx: crossbeam_channel::Receiver<StepBatch>) -> Steps {
+    pub(crate) fn new(rx: crossbeam_channel::Receiver<StepBatch>) -> Steps {
         Steps {
             rx: Some(rx),
             batch: Vec::new().into_iter(),
@@ -264,7 +264,7 @@ impl Steps {
     /// The next step, `None` after [`Step::End`] (or once stopped). Steps
     /// that end without it mean that the walk thread or a stat thread died:
     /// an error, so that no backup commits a tree cut short.
-    pub(super) fn next(&mut self) -> Result<Option<Step>, CutShort> {
+    pub(crate) fn next(&mut self) -> Result<Option<Step>, CutShort> {
         loop {
             if let Some(step) = self.batch.next() {
                 if matches!(step, Step::End) {
@@ -285,7 +285,7 @@ impl Steps {
     }
 
     /// Stops receiving: the walk thread ends when it next sends.
-    pub(super) fn stop(&mut self) {
+    pub(crate) fn stop(&mut self) {
         self.rx = None;
         self.batch = Vec::new().into_iter();
     }
@@ -293,7 +293,7 @@ impl Steps {
 
 /// The walk's steps ended before [`Step::End`]: its named part stopped.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) struct CutShort(pub &'static str);
+pub(crate) struct CutShort(pub &'static str);
 
 impl std::fmt::Display for CutShort {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -306,7 +306,7 @@ impl std::fmt::Display for CutShort {
 }
 
 /// A batch of steps for a stat thread, and where to send it once examined.
-pub(super) type ToExamine = (Vec<Step>, Sender<Vec<Step>>);
+pub(crate) type ToExamine = (Vec<Step>, Sender<Vec<Step>>);
 
 /// A stat thread of a backup: turns the [`Step::Unexamined`] objects of
 /// each batch it receives into [`Step::Object`]s (one `statx` each,
@@ -314,7 +314,7 @@ pub(super) type ToExamine = (Vec<Step>, Sender<Vec<Step>>);
 /// queue closes. Several run at once, so that the `statx` calls of the
 /// files spread over the cores while the walk reads directories; each
 /// batch keeps its order and the batches are used in the walk's order.
-pub(super) fn examine_batches(queue: crossbeam_channel::Receiver<ToExamine>, follow: bool) {
+pub(crate) fn examine_batches(queue: crossbeam_channel::Receiver<ToExamine>, follow: bool) {
     for (mut batch, done) in queue {
         for step in &mut batch {
             if let Step::Unexamined(..) = step {
@@ -352,7 +352,7 @@ struct Frame {
 }
 
 /// A depth-first walk of one root after another.
-pub(super) struct Walk {
+pub(crate) struct Walk {
     excludes: Excludes,
     follow: bool,
     one_file_system: bool,
@@ -368,7 +368,7 @@ pub(super) struct Walk {
 impl Walk {
     /// A walk leaving out `excludes`, following symbolic links if `follow`,
     /// staying on each root's file system if `one_file_system`.
-    pub(super) fn new(excludes: Excludes, follow: bool, one_file_system: bool) -> Walk {
+    pub(crate) fn new(excludes: Excludes, follow: bool, one_file_system: bool) -> Walk {
         Walk {
             excludes,
             follow,
@@ -383,7 +383,7 @@ impl Walk {
 
     /// Starts walking the absolute path `root` (never excluded; a symbolic
     /// link is walked into only when following links): its own object.
-    pub(super) fn start(&mut self, root: &Path) -> Walked {
+    pub(crate) fn start(&mut self, root: &Path) -> Walked {
         self.stack.clear();
         let fail = |e| (root.to_path_buf(), e);
         let at = At::path(root).map_err(fail)?;
@@ -409,7 +409,7 @@ impl Walk {
     /// `examine` ([`examine_batches`]; a batch goes through them when it
     /// holds such an object). Stops when every root is done or `tx`'s
     /// receiver is gone.
-    pub(super) fn send_all(
+    pub(crate) fn send_all(
         mut self,
         roots: Vec<PathBuf>,
         tx: Sender<StepBatch>,
@@ -446,7 +446,7 @@ impl Walk {
 
     /// The next object of the root started, `None` when it is done (each
     /// examined on this thread: the walk of a scan, [`super::scan`]).
-    pub(super) fn next(&mut self) -> Option<Walked> {
+    pub(crate) fn next(&mut self) -> Option<Walked> {
         match self.next_step(false)? {
             Step::Object(walked) => Some(walked),
             _ => Some(Err((PathBuf::new(), io::Error::other("not examined")))),

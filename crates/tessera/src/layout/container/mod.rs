@@ -13,6 +13,7 @@ use crate::format::envelope::{le4, le8};
 use bytes::Bytes;
 use std::sync::Arc;
 
+pub(crate) mod backup;
 pub(crate) mod check;
 pub(crate) mod restore;
 pub(crate) mod salvage;

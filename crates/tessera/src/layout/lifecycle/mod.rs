@@ -41,8 +41,8 @@ pub use arrange::{
     arrange, arrange_rounds, arrange_with_options, arrange_with_progress, ArrangeOptions,
     ArrangeStats,
 };
-pub(crate) use backup::backup_stream;
-pub use backup::{backup, BackupOutcome, LifecycleBackupOptions};
+pub(crate) use backup::backup;
+
 pub(crate) use check::check_with_progress as check;
 pub use manage::{
     delete_backups, forget_keep_last, reclaim, space, totals, trend, DeleteStats, VersionSpace,

@@ -381,10 +381,9 @@ pub(super) fn cut_and_hash(
 
 #[cfg(test)]
 mod tests {
-    use super::super::{
-        read_blocks, read_segments, BlockLayout, SegmentRead, Segments, QUEUE_DEPTH,
-    };
+    use super::super::{read_blocks, read_segments, BlockLayout, QUEUE_DEPTH};
     use super::*;
+    use crate::backup::{SegmentRead, Segments};
     use crate::chunker::{cut_all, pseudo_random, ChunkerKind, ChunkerParams};
     use crate::fingerprint::FingerprintAlgo;
     use crate::format::snapshot::TreeRef;
