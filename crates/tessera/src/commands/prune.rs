@@ -17,7 +17,6 @@ use crate::error::{Error, Result};
 use crate::gc::{gc_with_progress, survey_with_progress, ContainerUse, Defrag, GcOptions, GcStats};
 use crate::layout::lifecycle::DeleteStats;
 use crate::progress::{Progress, Silent};
-use crate::repo::config::Layout;
 use crate::repo::Repository;
 
 /// How much unused space may stay in partly dead containers.
@@ -199,7 +198,7 @@ pub fn prune_with_progress(
     options: &PruneOptions,
     progress: &dyn Progress,
 ) -> Result<PruneReport> {
-    if repo.config().layout == Layout::Lifecycle {
+    if !crate::layout::needs_gc(repo) {
         let lifecycle = if options.dry_run {
             None
         } else {

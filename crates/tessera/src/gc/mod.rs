@@ -217,13 +217,8 @@ pub struct GcStats {
 /// lifecycle layout frees their space at once; the container layout at the next GC.)
 pub fn forget_keep_last(repo: &Repository, keep: usize, dry_run: bool) -> Result<Vec<BackupId>> {
     let ids = crate::format::snapshot::forget_candidates(&repo.snapshots()?, keep);
-    if !dry_run && repo.config().layout == crate::repo::config::Layout::Lifecycle {
-        return crate::layout::lifecycle::forget_keep_last(repo, keep).map(|d| d.deleted);
-    }
     if !dry_run {
-        for &id in &ids {
-            crate::commands::delete::delete_backup(repo, id)?;
-        }
+        crate::layout::delete_backups(repo, &ids)?;
     }
     Ok(ids)
 }
@@ -251,12 +246,7 @@ pub fn gc_with_progress(
     progress: &dyn Progress,
 ) -> Result<GcStats> {
     repo.require(LockMode::Exclusive, "garbage collection")?;
-    if repo.config().layout == crate::repo::config::Layout::Lifecycle {
-        return Err(Error::InvalidConfig(format!(
-            "{}: the lifecycle layout frees space when backups are deleted and needs no GC",
-            repo.backend().location()
-        )));
-    }
+    crate::layout::require_gc(repo)?;
     options.validate()?;
     let started = Instant::now();
     let io_before = repo.io_stats();
@@ -771,12 +761,7 @@ pub fn survey_with_progress(
     repo: &Repository,
     progress: &dyn Progress,
 ) -> Result<Vec<ContainerUse>> {
-    if repo.config().layout == crate::repo::config::Layout::Lifecycle {
-        return Err(Error::InvalidConfig(format!(
-            "{}: the lifecycle layout frees space when backups are deleted and needs no GC",
-            repo.backend().location()
-        )));
-    }
+    crate::layout::require_gc(repo)?;
     let Marked { live, .. } = mark(repo, false, DEFAULT_SORT_BUDGET, progress)?;
     let backend = repo.backend().as_ref();
     // Copies GC folds away are unused space too.

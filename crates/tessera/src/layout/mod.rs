@@ -13,10 +13,12 @@ pub(crate) mod stream;
 
 use crate::backup::options::{BackupOptions, Outcome};
 use crate::commands::check::report::{CheckOptions, CheckReport};
-use crate::error::Result;
+use crate::commands::repair::report::RepairReport;
+use crate::error::{Error, Result};
 use crate::format::snapshot::{BackupId, ChunkRef};
 use crate::progress::Progress;
 use crate::repo::config::Layout;
+use crate::repo::quarantine::Quarantined;
 use crate::repo::{RepoTotals, Repository};
 use crate::restore::options::{RestoreOptions, RestoreStats};
 use crate::restore::salvage::LostRange;
@@ -35,6 +37,89 @@ pub(crate) fn store_backup(
         Layout::Container => container::backup::backup(repo, stream, options).map(Outcome::of),
         Layout::Lifecycle => lifecycle::backup(repo, stream, options),
     }
+}
+
+/// The layout's own steps of `tessera repair`, after the snapshots are
+/// recovered: re-pointing recipes and rebuilding a damaged index
+/// (container layout), rewriting damaged parts of every lineage
+/// (lifecycle layout; a trace repository stores no chunk bytes to verify).
+pub(crate) fn repair(
+    repo: &Repository,
+    dry: bool,
+    report: &mut RepairReport,
+    progress: &dyn Progress,
+) -> Result<()> {
+    match repo.config().layout {
+        Layout::Container => container::repair::repair(repo, dry, report, progress),
+        Layout::Lifecycle if repo.config().trace => Ok(()),
+        Layout::Lifecycle => lifecycle::repair_lineages(repo, dry, report),
+    }
+}
+
+/// Whether the layout frees space by garbage collection (`gc`, `prune`):
+/// the container layout does; the lifecycle layout frees it when backups
+/// are deleted.
+pub fn needs_gc(repo: &Repository) -> bool {
+    repo.config().layout == Layout::Container
+}
+
+/// Refuses garbage collection where the layout needs none.
+pub(crate) fn require_gc(repo: &Repository) -> Result<()> {
+    match needs_gc(repo) {
+        true => Ok(()),
+        false => Err(Error::InvalidConfig(format!(
+            "{}: the lifecycle layout frees space when backups are deleted and needs no GC",
+            repo.backend().location()
+        ))),
+    }
+}
+
+/// The index object a repository whose layout keeps a deduplication index
+/// always has once a committed backup stored chunks (`None` in the
+/// lifecycle layout, whose NDF tables are checked per lineage, or before
+/// any chunk was stored).
+pub(crate) fn expected_index(repo: &Repository) -> Result<Option<&'static str>> {
+    match repo.config().layout {
+        Layout::Container => container::check::expected_index(repo),
+        Layout::Lifecycle => Ok(None),
+    }
+}
+
+/// Reads `chunks` of backup `id` (a tree's catalog chunks) into `out` by
+/// ranged reads of the containers' data sections, which an object store's
+/// cache keeps (container layout); `None`, having written nothing, where
+/// the layout has no such path (the caller then restores them).
+pub(crate) fn read_chunks_ranged(
+    repo: &Repository,
+    id: BackupId,
+    chunks: &[ChunkRef],
+    out: &mut dyn Write,
+) -> Result<Option<RestoreStats>> {
+    match repo.config().layout == Layout::Container && !repo.config().trace {
+        true => container::ranged::read_catalog_chunks(repo, id, chunks, out).map(Some),
+        false => Ok(None),
+    }
+}
+
+/// Where a new backup of `source` may point at chunks it reuses without
+/// reading them (an unchanged file's, from its parent).
+pub(crate) enum Reusable {
+    /// Container layout: the containers that exist.
+    Containers(std::collections::HashSet<container::ContainerId>),
+    /// Lifecycle layout: the lineage's chunks known damaged or missing.
+    Lineage(Quarantined),
+}
+
+/// What a new backup of `source` may reuse ([`Reusable`]).
+pub(crate) fn reusable(repo: &Repository, source: &str) -> Result<Reusable> {
+    let backend = repo.backend().as_ref();
+    Ok(match repo.config().layout {
+        Layout::Container => Reusable::Containers(repo.containers()?.into_iter().collect()),
+        Layout::Lifecycle => {
+            let l = lifecycle::Lineage::load_or_new(backend, source)?;
+            Reusable::Lineage(l.unusable(backend)?)
+        }
+    })
 }
 
 /// Restores the chunks `select` picks (all without) of backup `id` into

@@ -22,7 +22,7 @@ pub mod salvage;
 use crate::error::{Error, Result};
 use crate::format::snapshot::BackupId;
 use crate::repo::Repository;
-use crate::restore::options::{announce_total, finish_stats, report_done};
+use crate::restore::options::{finish_stats, report_done, selected_chunks};
 pub use crate::restore::options::{RestoreOptions, RestoreStats, DEFAULT_CACHE_CONTAINERS};
 pub use crate::restore::output::ExistingFile;
 use std::io::Write;
@@ -200,10 +200,7 @@ fn salvage(
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
     let started = Instant::now();
-    repo.snapshot(id)?;
-    let recipe = repo.recipe(id)?;
-    let chunks = recipe.selected(select)?;
-    announce_total(options, &chunks);
+    let chunks = selected_chunks(repo, id, select, options)?;
     let io_before = repo.io_stats();
     let done = |n| report_done(options, n);
     let progress = options.progress.map(|_| &done as &(dyn Fn(u64) + Sync));

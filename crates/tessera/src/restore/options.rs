@@ -72,6 +72,21 @@ pub struct RestoreStats {
     pub lost: Vec<crate::restore::salvage::LostRange>,
 }
 
+/// The chunks `select` picks of backup `id` (all without), read after its
+/// snapshot (so that a backup that does not exist is named as such), their
+/// total announced to the caller's progress.
+pub(crate) fn selected_chunks(
+    repo: &crate::repo::Repository,
+    id: crate::format::snapshot::BackupId,
+    select: Option<&[std::ops::Range<usize>]>,
+    options: &RestoreOptions,
+) -> crate::error::Result<Vec<ChunkRef>> {
+    repo.snapshot(id)?;
+    let chunks = repo.recipe(id)?.selected(select)?;
+    announce_total(options, &chunks);
+    Ok(chunks)
+}
+
 /// Tells the progress of `options` the bytes of `chunks`: what the restore will write.
 pub(crate) fn announce_total(options: &RestoreOptions, chunks: &[ChunkRef]) {
     if let Some(p) = options.progress {

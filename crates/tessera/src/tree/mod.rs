@@ -7,7 +7,6 @@
 
 mod beneath;
 pub mod catalog;
-mod catalog_read;
 mod cursor;
 pub mod diff;
 pub mod dump;

@@ -4,10 +4,8 @@
 
 use super::catalog::{check_version, is_ancestor, read_index, CatalogReader, Entry, Region};
 use super::catalog_order;
-use super::catalog_read::read_catalog_chunks;
 use crate::error::{Error, Result};
 use crate::format::snapshot::{self, BackupId, ChunkRef, TreeRef};
-use crate::repo::config::Layout;
 use crate::repo::Repository;
 use crate::restore::{restore_selection, RestoreOptions, RestoreStats};
 use crate::util::pipe::pipe;
@@ -79,13 +77,11 @@ fn read_chunks(
     range: Range<usize>,
     out: &mut dyn Write,
 ) -> Result<RestoreStats> {
-    match repo.config().layout == Layout::Container && !repo.config().trace {
-        true => read_catalog_chunks(repo, id, &chunks[range], out),
-        false => {
-            let ranges = std::slice::from_ref(&range);
-            restore_selection(repo, id, ranges, out, &RestoreOptions::default())
-        }
+    if let Some(stats) = crate::layout::read_chunks_ranged(repo, id, &chunks[range.clone()], out)? {
+        return Ok(stats);
     }
+    let ranges = std::slice::from_ref(&range);
+    restore_selection(repo, id, ranges, out, &RestoreOptions::default())
 }
 
 /// The recipe's chunks `range` (a segment's, starting at its byte 0)

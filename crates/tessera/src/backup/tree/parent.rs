@@ -3,6 +3,7 @@
 //! again when a back end must store a reused chunk after all.
 
 use super::*;
+use crate::layout::Reusable;
 
 /// The chunks of the parent backup's unchanged files, and their bytes when
 /// a back end must store them after all: restored from the repository
@@ -158,14 +159,9 @@ pub(super) struct Usable {
 impl Usable {
     pub(super) fn of(repo: &Repository, source: &str) -> Result<Usable> {
         let backend = repo.backend().as_ref();
-        let (containers, lineage) = match repo.config().layout {
-            crate::repo::config::Layout::Container => {
-                (Some(repo.containers()?.into_iter().collect()), None)
-            }
-            crate::repo::config::Layout::Lifecycle => {
-                let l = crate::layout::lifecycle::Lineage::load_or_new(backend, source)?;
-                (None, Some(l.unusable(backend)?))
-            }
+        let (containers, lineage) = match crate::layout::reusable(repo, source)? {
+            Reusable::Containers(c) => (Some(c), None),
+            Reusable::Lineage(q) => (None, Some(q)),
         };
         Ok(Usable {
             quarantine: crate::repo::quarantine::load(backend)?,

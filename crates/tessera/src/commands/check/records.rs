@@ -224,7 +224,7 @@ fn is_index(key: &str) -> bool {
 pub(crate) fn index_problems(repo: &Repository) -> Result<Vec<Problem>> {
     let backend = repo.backend().as_ref();
     let mut out = Vec::new();
-    if let Some(key) = expected_index(repo)? {
+    if let Some(key) = crate::layout::expected_index(repo)? {
         if let Err(e @ Error::NotFound(_)) = backend.size(key) {
             out.push(derived_problem(key, &e, INDEX_REBUILT));
         }
@@ -237,26 +237,6 @@ pub(crate) fn index_problems(repo: &Repository) -> Result<Vec<Problem>> {
         out.push(derived_problem(&key, &e, INDEX_REBUILT));
     }
     Ok(out)
-}
-
-/// The object the configured index of a container-layout repository
-/// always has once a committed backup stored chunks (every backup, and
-/// `gc`, commits the index before its snapshot; HID/EHID's cold table is
-/// written only when entries turn cold, so only the hot one counts).
-fn expected_index(repo: &Repository) -> Result<Option<&'static str>> {
-    use crate::repo::config::IndexKind;
-    if repo.config().layout != crate::repo::config::Layout::Container
-        || repo.containers()?.is_empty()
-        || (repo.backups()?.is_empty() && repo.commit_marks()?.is_empty())
-    {
-        return Ok(None);
-    }
-    Ok(Some(match repo.config().index {
-        IndexKind::Exact => "index/exact",
-        IndexKind::Ddfs => "index/ddfs/manifest",
-        IndexKind::Hid | IndexKind::Ehid => "index/ehid-hot/manifest",
-        IndexKind::Eager | IndexKind::Lazy => "index/lazy/manifest",
-    }))
 }
 
 /// The damaged objects of derived kind `d`.

@@ -521,3 +521,22 @@ fn check_deltas(
     }
     Ok(())
 }
+
+/// The object the configured index of a repository
+/// always has once a committed backup stored chunks (every backup, and
+/// `gc`, commits the index before its snapshot; HID/EHID's cold table is
+/// written only when entries turn cold, so only the hot one counts).
+pub(crate) fn expected_index(repo: &Repository) -> Result<Option<&'static str>> {
+    use crate::repo::config::IndexKind;
+    if repo.containers()?.is_empty()
+        || (repo.backups()?.is_empty() && repo.commit_marks()?.is_empty())
+    {
+        return Ok(None);
+    }
+    Ok(Some(match repo.config().index {
+        IndexKind::Exact => "index/exact",
+        IndexKind::Ddfs => "index/ddfs/manifest",
+        IndexKind::Hid | IndexKind::Ehid => "index/ehid-hot/manifest",
+        IndexKind::Eager | IndexKind::Lazy => "index/lazy/manifest",
+    }))
+}

@@ -15,6 +15,8 @@ use std::sync::Arc;
 
 pub(crate) mod backup;
 pub(crate) mod check;
+pub(crate) mod ranged;
+pub(crate) mod repair;
 pub(crate) mod restore;
 pub(crate) mod salvage;
 pub(crate) mod totals;

@@ -11,7 +11,7 @@ use crate::format::snapshot::{BackupId, ChunkRef};
 use crate::layout::container::{self, Container, ContainerId};
 use crate::repo::Repository;
 use crate::restore::options::{
-    announce_total, finish_stats, report_done, RestoreOptions, RestoreStats,
+    finish_stats, report_done, selected_chunks, RestoreOptions, RestoreStats,
 };
 use crate::restore::plan::{self, Plan, Step};
 use crossbeam_channel::{bounded, Receiver, Sender};
@@ -33,10 +33,7 @@ pub(crate) fn read(
     options: &RestoreOptions,
 ) -> Result<RestoreStats> {
     let started = Instant::now();
-    repo.snapshot(id)?;
-    let recipe = repo.recipe(id)?;
-    let chunks = recipe.selected(select)?;
-    announce_total(options, &chunks);
+    let chunks = selected_chunks(repo, id, select, options)?;
     // Bytes read count container reads only, not the recipe.
     let io_before = repo.io_stats();
     let capacity = options.cache_containers;

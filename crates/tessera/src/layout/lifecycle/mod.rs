@@ -48,7 +48,7 @@ pub use manage::{
     delete_backups, forget_keep_last, reclaim, space, totals, trend, DeleteStats, VersionSpace,
 };
 pub(crate) use manage::{live_ids, require_layout};
-pub(crate) use repair::repair_lineage;
+pub(crate) use repair::{repair_lineage, repair_lineage_state, repair_lineages};
 pub(crate) use restore::locate;
 pub(crate) use restore::read_backup;
 pub use restore::{

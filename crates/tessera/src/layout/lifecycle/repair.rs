@@ -17,6 +17,8 @@
 
 use super::format::{self, CategoryBuilder, VolumeHeader};
 use super::{cat_key, vol_key, Lineage};
+use crate::backend::Backend;
+use crate::commands::repair::report::{RepairReport, Unrepaired};
 use crate::error::{Error, Result};
 use crate::fingerprint::{Fingerprint, FingerprintMap};
 use crate::format::snapshot::BackupId;
@@ -276,4 +278,75 @@ pub(crate) fn repair_lineage(
         out.quarantine = Some((key, still_lost.len()));
     }
     Ok(out)
+}
+
+/// Rewrites both copies of lineage `name`'s state when exactly one is
+/// intact (both damaged: nothing to rewrite from).
+pub(crate) fn repair_lineage_state(backend: &dyn Backend, name: &str, dry: bool) -> Result<bool> {
+    use crate::layout::lifecycle::{read_state_copy, state_copy_key, state_key, Lineage};
+    let primary = read_state_copy(backend, &state_key(name));
+    let copy = read_state_copy(backend, &state_copy_key(name));
+    let one_bad = |r: &Result<Option<_>>| match r {
+        Ok(None) => Ok(true),
+        Ok(Some(_)) => Ok(false),
+        Err(e) if e.is_damage() || matches!(e, Error::UnsupportedVersion { .. }) => Ok(true),
+        Err(e) => Err(Error::Pipeline(e.to_string())),
+    };
+    let bad = (one_bad(&primary)?, one_bad(&copy)?);
+    if bad.0 == bad.1 {
+        return Ok(false);
+    }
+    if !dry {
+        if let Some(lineage) = Lineage::load(backend, name)? {
+            lineage.save(backend)?;
+        }
+    }
+    Ok(true)
+}
+
+/// Lifecycle layout: rewrites every damaged or missing category and
+/// volume part with its intact chunks and intact copies of the chunks its
+/// readers lost ([`crate::layout::lifecycle::repair_lineage`]); lists the backups
+/// left with holes.
+pub(crate) fn repair_lineages(
+    repo: &Repository,
+    dry: bool,
+    report: &mut RepairReport,
+) -> Result<()> {
+    let backend = repo.backend().as_ref();
+    let live = repo.retained_backups()?;
+    let already: BTreeSet<BackupId> = report.unrepaired.iter().map(|u| u.backup).collect();
+    for name in crate::layout::lifecycle::lineage_names(backend)? {
+        // A lineage without a readable state is reported by check; nothing to rewrite from.
+        let Ok(Some(l)) = crate::layout::lifecycle::Lineage::load(backend, &name) else {
+            continue;
+        };
+        let done = crate::layout::lifecycle::repair_lineage(repo, &l, &live, dry)?;
+        for (key, detail, backups) in done.rewritten {
+            report.act("part_rewritten", key, detail, backups);
+        }
+        if let Some((key, left)) = done.quarantine {
+            report.act(
+                "chunks_quarantined",
+                key,
+                format!("quarantine record of the lineage replaced: {left} chunk(s) still without an intact copy"),
+                vec![],
+            );
+        }
+        for (backup, lost_chunks, lost_bytes) in done.lost {
+            if already.contains(&backup) {
+                continue;
+            }
+            report.unrepaired.push(Unrepaired {
+                backup,
+                reason: format!(
+                    "{lost_chunks} distinct chunk(s) are damaged or missing and no intact copy exists in the lineage: restore with --skip-damaged"
+                ),
+                lost_chunks,
+                lost_bytes,
+                forgotten: false,
+            });
+        }
+    }
+    Ok(())
 }

@@ -15,7 +15,7 @@ use crate::format::compression;
 use crate::format::snapshot::{BackupId, ChunkRef};
 use crate::layout::container::{self, ChunkMeta, ContainerId, Header};
 use crate::repo::Repository;
-use crate::restore::RestoreStats;
+use crate::restore::options::RestoreStats;
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -145,7 +145,7 @@ impl Containers<'_> {
 /// verified, reading each run of them stored contiguously in one
 /// container with one ranged read; returns the metrics (containers read:
 /// those data was read from).
-pub(super) fn read_catalog_chunks(
+pub(crate) fn read_catalog_chunks(
     repo: &Repository,
     id: BackupId,
     chunks: &[ChunkRef],
