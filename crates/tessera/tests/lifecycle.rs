@@ -26,16 +26,36 @@ fn config(arrange: Arrange, trace: bool) -> Config {
     c
 }
 
+/// Backs up `data` as the next version of `source`: as a stream, or in a
+/// trace repository as the trace of its chunks (fingerprints and lengths).
 fn backup(repo: &Repository, source: &str, data: &[u8]) -> Outcome {
     let options = BackupOptions {
         source: source.into(),
         ..Default::default()
     };
-    let input = Input::Stream {
-        input: &mut &data[..],
-        name: "data",
-    };
-    tessera::backup::backup(repo, input, &options).unwrap()
+    backup_with(repo, data, &options).unwrap()
+}
+
+fn backup_with(repo: &Repository, data: &[u8], options: &BackupOptions) -> Result<Outcome> {
+    if !repo.config().trace {
+        let input = Input::Stream {
+            input: &mut &data[..],
+            name: "data",
+        };
+        return tessera::backup::backup(repo, input, options);
+    }
+    let chunker = repo.config().chunker.build().unwrap();
+    let algo = repo.config().fingerprint;
+    let mut lengths = Vec::new();
+    tessera::chunker::cut_all(chunker.as_ref(), data, true, &mut lengths);
+    let mut chunks = Vec::new();
+    let mut at = 0;
+    for len in lengths {
+        let end = at + len as usize;
+        chunks.push(Ok((algo.hash(&data[at..end]), len)));
+        at = end;
+    }
+    tessera::backup::backup(repo, Input::Trace(&mut chunks.into_iter()), options)
 }
 
 /// Restores every live backup to a file and to a writer (small windows) and
@@ -349,11 +369,7 @@ fn crash_during_backup_and_deletion_loses_nothing() {
                 source: "db".into(),
                 ..BackupOptions::default()
             };
-            let input = Input::Stream {
-                input: &mut &next[..],
-                name: "data",
-            };
-            let r = tessera::backup::backup(&repo, input, &options);
+            let r = backup_with(&repo, &next, &options);
             let id = repo.next_backup_id().unwrap() - 1;
             (r.is_ok(), id)
         };
