@@ -186,12 +186,14 @@ def stage(runs, key):
     return [r["backup"]["stage_seconds"].get(key, 0.0) for r in runs]
 if ok:
     secs = [r["backup"]["seconds"] for r in ok]
-    commit = stage(ok, "commit")
+    commit, lock = stage(ok, "commit"), stage(ok, "commit_lock")
     a = alone["runs"][0]["backup"]["stage_seconds"]
     print(f"clients' own seconds (backup --json): median {statistics.median(secs):.2f}, max "
           f"{max(secs):.2f}; commit stage median {statistics.median(commit):.3f}, max "
-          f"{max(commit):.3f} s (alone: {alone['runs'][0]['backup']['seconds']:.2f}, commit "
-          f"{a['commit']:.3f})")
+          f"{max(commit):.3f}; waiting for the commit lock median {statistics.median(lock):.3f}, "
+          f"max {max(lock):.3f}, sum {sum(lock):.3f} s (alone: "
+          f"{alone['runs'][0]['backup']['seconds']:.2f}, commit {a['commit']:.3f}, lock "
+          f"{a.get('commit_lock', 0.0):.3f})")
 print(f"clients: {len(ok)} committed, {n - len(ok)} failed"
       + "".join(f"\n  client {r['client']} failed: {' '.join(r['error'])}" for r in fleet["runs"] if r["code"]))
 assert int(listed) == len(ok), f"{listed} backups listed, {len(ok)} committed"
