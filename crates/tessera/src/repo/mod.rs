@@ -1054,10 +1054,14 @@ fn lock_waiting(
     // Polled, since a lock object cannot be waited on: first soon (the
     // commit lock is held for milliseconds, and waiters that all slept
     // 100 ms would idle a fleet of backups that start or end together),
-    // then less often, the interval doubling up to `retry` (spread by
-    // process, so that waiters do not retry in step).
-    let retry = Duration::from_millis(100 + u64::from(std::process::id() % 50));
-    let mut interval = Duration::from_millis(2 + u64::from(std::process::id() % 3));
+    // then less often, the interval doubling up to the backend's retry
+    // interval (an OS lock: 5 ms, so that a long waiter is not passed by
+    // newcomers; a lock object: 100 ms), spread by process so that waiters
+    // do not retry in step.
+    let base = backend.lock_retry();
+    let spread = base.as_millis().clamp(2, 100) as u64 / 2;
+    let retry = base + Duration::from_millis(u64::from(std::process::id()) % spread);
+    let mut interval = Duration::from_millis(2 + u64::from(std::process::id() % 3)).min(retry);
     let started = Instant::now();
     let mut reported = Duration::ZERO;
     loop {
