@@ -379,6 +379,43 @@ mod tests {
     }
 
     #[test]
+    fn remembered_records_answer_only_while_young() {
+        let (_dir, s) = store();
+        let put = |key: &str, r: &LockRecord| s.write(key, &serde_json::to_vec(r).unwrap());
+        // A young record read once answers from memory: its object is not
+        // read again (a holder rewrites it only to raise `refreshed`).
+        put("locks/live", &LockRecord::new(LockMode::Read)).unwrap();
+        assert!(conflict(s.as_ref(), LockMode::Exclusive, None)
+            .unwrap()
+            .is_some());
+        s.write("locks/live", b"not json").unwrap();
+        assert_eq!(conflict(s.as_ref(), LockMode::Backup, None).unwrap(), None);
+        // An old one is read again: a holder that refreshed it meanwhile
+        // must not be taken for stale.
+        let old = LockRecord {
+            refreshed: now_secs() - STALE.as_secs() - 10,
+            ..LockRecord::new(LockMode::Exclusive)
+        };
+        put("locks/old", &old).unwrap();
+        assert_eq!(conflict(s.as_ref(), LockMode::Backup, None).unwrap(), None);
+        put("locks/old", &LockRecord::new(LockMode::Exclusive)).unwrap();
+        let holder = conflict(s.as_ref(), LockMode::Backup, None).unwrap();
+        assert!(
+            holder
+                .as_deref()
+                .is_some_and(|h| h.contains("exclusive lock of")),
+            "{holder:?}"
+        );
+        // Objects no longer listed are forgotten.
+        s.delete("locks/live").unwrap();
+        conflict(s.as_ref(), LockMode::Read, None).unwrap();
+        let location = s.location();
+        let remembered = SEEN.lock().unwrap();
+        assert!(!remembered.contains_key(&(location.clone(), "locks/live".to_string())));
+        assert!(remembered.contains_key(&(location, "locks/old".to_string())));
+    }
+
+    #[test]
     fn a_lock_of_a_process_that_no_longer_runs_is_stale() {
         let r = LockRecord {
             pid: u32::MAX - 1,
