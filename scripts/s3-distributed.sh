@@ -7,7 +7,14 @@
 # must pass. Not part of CI.
 #
 #   scripts/s3-distributed.sh [ROUNDS]      # default 3 rounds
+#   scripts/s3-distributed.sh fleet [CLIENTS] [MB] [SHARED%]
+#       the fleet scenario (scripts/fleet.sh, defaults 8 x 32 MB, 60 %
+#       shared) on the cluster: the clients back up through nodes 0..2 at
+#       once, node 3 is killed FLEET_DURING_AFTER seconds (default 1) after
+#       they start and restarted once they end (FLEET_KILL=0: no kill);
+#       prints fleet.sh's figures, every committed backup verified
 #
+
 # MINIO=path uses that MinIO binary; otherwise .tools/bin/minio, built once
 # from the Go module proxy (`go install github.com/minio/minio@latest`,
 # several minutes). TESSERA_BIN=path uses that tessera binary instead of
@@ -15,6 +22,11 @@
 # any committed backup is lost or restores wrong.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+FLEET=
+if [[ ${1:-} == fleet ]]; then
+    FLEET=1
+    shift
+fi
 ROUNDS=${1:-3}
 CLIENTS=${CLIENTS:-4}
 export PATH=$PATH:/usr/local/go/bin
@@ -57,16 +69,26 @@ ENDPOINTS=()
 for i in 0 1 2 3; do
     ENDPOINTS+=("http://$ADDR:${PORTS[i]}$WORK/n$i/d1" "http://$ADDR:${PORTS[i]}$WORK/n$i/d2")
 done
-start_node() {
-    local i=$1
+# Each node is started by a script of its own ($WORK/start<i>.sh, which
+# records the PID in $WORK/pid<i>), so that the fleet's hooks can restart one.
+for i in 0 1 2 3; do
     mkdir -p "$WORK/n$i/d1" "$WORK/n$i/d2"
-    "$MINIO" server --quiet --address "$ADDR:${PORTS[i]}" "${ENDPOINTS[@]}" \
-        >>"$WORK/minio$i.log" 2>&1 &
-    PIDS[i]=$!
+    {
+        printf '%q ' "$MINIO" server --quiet --address "$ADDR:${PORTS[i]}" "${ENDPOINTS[@]}"
+        printf '>>%q 2>&1 &\necho $! >%q\n' "$WORK/minio$i.log" "$WORK/pid$i"
+    } >"$WORK/start$i.sh"
+done
+start_node() {
+    bash "$WORK/start$1.sh"
+    PIDS[$1]=$(cat "$WORK/pid$1")
 }
 stop_all() {
-    for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
-    wait 2>/dev/null || true
+    local f
+    for f in "$WORK"/pid*; do [[ -f $f ]] && kill "$(cat "$f")" 2>/dev/null || true; done
+    for f in "$WORK"/pid*; do
+        [[ -f $f ]] || continue
+        while kill -0 "$(cat "$f")" 2>/dev/null; do sleep 0.1; done
+    done
 }
 trap 'stop_all; rm -rf "$WORK"' EXIT
 for i in 0 1 2 3; do start_node "$i"; done
@@ -98,6 +120,18 @@ curl -sf -X PUT -H "x-amz-content-sha256: $E" --user "$AWS_ACCESS_KEY_ID:$AWS_SE
     --aws-sigv4 "aws:amz:us-east-1:s3" "http://$ADDR:${PORTS[0]}/tessera" >/dev/null
 # Clients talk to nodes 0..2; node 3 is the one killed.
 REPO_ON() { echo "s3:http://$ADDR:${PORTS[$1]}/tessera/dist"; }
+if [[ -n $FLEET ]]; then
+    export FLEET_REPOS="$(REPO_ON 0)-fleet $(REPO_ON 1)-fleet $(REPO_ON 2)-fleet" FLEET_MAY_FAIL=1
+    if [[ ${FLEET_KILL:-1} != 0 ]]; then
+        echo "node 3 is killed ${FLEET_DURING_AFTER:-1} s after the clients start, restarted after them" >&2
+        export FLEET_DURING="kill -9 \$(cat $WORK/pid3)"
+        health=http://$ADDR:${PORTS[3]}/minio/health/cluster
+        export FLEET_AFTER="bash $WORK/start3.sh; for _ in \$(seq 1500); do \
+curl -sf -o /dev/null $health && exit 0; sleep 0.2; done; echo node 3 did not rejoin >&2; exit 1"
+    fi
+    TESSERA=$T scripts/fleet.sh "$@"
+    exit
+fi
 export TESSERA_PASSWORD=dist TESSERA_KDF_MEMORY=64 TESSERA_KDF_ITERATIONS=1 TESSERA_INSECURE_KDF=1
 "$T" init "$(REPO_ON 0)" >/dev/null
 

@@ -289,6 +289,91 @@ fn lock_objects_exclude_and_a_dead_holders_lock_is_stale() {
     assert!(ok(["check", &repo]).contains("no problems"));
 }
 
+/// A `gc` waiting for a running backup on S3 is not starved by backups
+/// that keep starting (FORMAT.md §13.3, the queue lock: the lock object of
+/// mode `queue`), as `concurrent_backups.rs` shows on a local repository:
+/// once the `gc` waits, a backup given no time to wait fails naming the
+/// queue, and one that waits is held off until the `gc` has run — shown by
+/// a backup that would hold the writers' lock for ever (its input stays
+/// open until the `gc` ends): had it started, the `gc` could not finish.
+fn a_waiting_gc_holds_new_backups_off_on_s3() {
+    let Some(repo) = s3_repo("queue") else {
+        return;
+    };
+    ok(["init", &repo]);
+    let first = random_bytes(21, 200_000);
+    let mut running = start_backup(&repo, &first);
+    wait_until_locked(&repo);
+    let mut gc = cmd(["gc", "--json", &repo])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting gc");
+    // Until the gc has its queue lock object, short backups still run
+    // beside the running one; then one that may not wait fails, naming it.
+    let input = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(input.path(), random_bytes(22, 50_000)).unwrap();
+    let args: Vec<String> = ["--wait", "0s", "backup", "--json", &repo, "-"]
+        .map(String::from)
+        .to_vec();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let refused = loop {
+        let o = run_with_input(&args, input.path());
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        // (A probe can also meet the running backup's brief commit lock,
+        // or the gc's own brief probes: tried again.)
+        if !o.status.success() && err.contains("maintenance is queued") {
+            break o;
+        }
+        assert!(std::time::Instant::now() < deadline, "never queued: {err}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let line = assert_one_line_error(&args, &refused);
+    assert!(line.contains("maintenance is queued"), "{line}");
+    // A backup that waits (the default) and would never end by itself;
+    // its input is written after the gc (until it has its lock it reads
+    // nothing, and a full pipe would block this test).
+    let mut late = cmd(["backup", "--json", &repo, "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the late backup");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    drop(running.stdin.take());
+    let out = finish(running, "the running backup");
+    let first_id = num(&serde_json::from_str(out.trim()).unwrap(), "id");
+    let started = std::time::Instant::now();
+    while gc.try_wait().unwrap().is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(300) {
+            gc.kill().unwrap();
+            late.kill().unwrap();
+            panic!("the gc was starved by a backup that started after it");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    finish(gc, "the gc");
+    let late_data = random_bytes(23, 100_000);
+    let mut stdin = late.stdin.take().unwrap();
+    stdin.write_all(&late_data).unwrap();
+    drop(stdin);
+    let out = finish(late, "the late backup");
+    let late_id = num(&serde_json::from_str(out.trim()).unwrap(), "id");
+    assert!(late_id > first_id, "{late_id} after {first_id}");
+    for (id, data) in [(first_id, &first), (late_id, &late_data)] {
+        let o = cmd(["restore", &repo, &id.to_string(), "-"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success() && o.stdout == *data,
+            "backup {id} differs"
+        );
+    }
+    assert!(ok(["check", "--read-data", &repo]).contains("no problems"));
+}
+
 /// How many rounds the concurrency test runs (`TESSERA_S3_ROUNDS`; the
 /// longer campaign is `scripts/s3-concurrency.sh`).
 fn rounds() -> u64 {
@@ -531,10 +616,11 @@ macro_rules! named {
 /// names saying SKIPPED, when `TESSERA_TEST_S3` is not set.
 fn main() -> std::process::ExitCode {
     let server = std::env::var("TESSERA_TEST_S3").is_ok_and(|s| !s.is_empty());
-    let needs_server: [(&str, fn()); 5] = named![
+    let needs_server: [(&str, fn()); 6] = named![
         encrypted_container_repository_on_s3,
         unencrypted_repositories_with_other_indexes_and_the_lifecycle_layout_on_s3,
         lock_objects_exclude_and_a_dead_holders_lock_is_stale,
+        a_waiting_gc_holds_new_backups_off_on_s3,
         four_clients_back_up_at_once_with_gc_in_between_and_lose_nothing,
         copy_to_and_from_s3,
     ];

@@ -106,6 +106,10 @@ pub trait Layer: Send + Sync {
     fn remove_temporaries(&self) -> Result<u64> {
         self.inner().remove_temporaries()
     }
+    /// [`Locks::lock_retry`].
+    fn lock_retry(&self) -> std::time::Duration {
+        self.inner().lock_retry()
+    }
 
     /// [`Hints::will_read`].
     fn will_read(&self, keys: &[String]) {
@@ -204,6 +208,9 @@ impl<L: Layer> Locks for L {
     }
     fn remove_temporaries(&self) -> Result<u64> {
         Layer::remove_temporaries(self)
+    }
+    fn lock_retry(&self) -> std::time::Duration {
+        Layer::lock_retry(self)
     }
 }
 

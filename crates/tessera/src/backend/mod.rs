@@ -230,6 +230,12 @@ pub trait Locks: Send + Sync {
     fn remove_temporaries(&self) -> Result<u64> {
         Ok(0)
     }
+    /// How often a process waiting for a lock of this backend tries again
+    /// at most (FORMAT.md §13): a lock object costs requests to try, so the
+    /// default backs off to 100 ms; an OS lock costs a system call.
+    fn lock_retry(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(100)
+    }
 }
 
 /// Hints and statistics: what a caller may tell a backend to make it

@@ -6,6 +6,7 @@
 use super::{Backend, LockGuard, LockMode};
 use crate::error::{Error, Result};
 use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -159,12 +160,67 @@ fn found(store: &dyn Backend) -> Result<Vec<Found>> {
     Ok(all)
 }
 
-/// The first lock object other than `own` that conflicts with `mode`.
+/// Lock records this process read, by store location and key: a lock
+/// object's name is random and never reused, and its holder rewrites it
+/// only to raise `refreshed`, so a record read once still tells the mode,
+/// host and process, and — while its `refreshed` is less than [`STALE`]
+/// old — that it is not stale by age (the object's own `refreshed` is at
+/// least as recent). Waiting for a lock then costs a listing and a read of
+/// each new lock object per try, not a read of every one: with many
+/// clients, tries that each read every lock object last long enough to
+/// overlap, and racing tries all back off (FORMAT.md §13.1).
+static SEEN: std::sync::Mutex<BTreeMap<(String, String), LockRecord>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// The record of lock object `key`, from [`SEEN`] while that is younger
+/// than [`STALE`], otherwise read (and remembered); `None` if the object
+/// vanished meanwhile.
+fn record_of(
+    store: &dyn Backend,
+    location: &str,
+    key: &str,
+) -> Result<Option<std::result::Result<LockRecord, String>>> {
+    let id = (location.to_string(), key.to_string());
+    let young = |r: &LockRecord| now_secs().saturating_sub(r.refreshed) < STALE.as_secs();
+    if let Ok(seen) = SEEN.lock() {
+        if let Some(r) = seen.get(&id).filter(|r| young(r)) {
+            return Ok(Some(Ok(r.clone())));
+        }
+    }
+    let record = match store.read(key) {
+        Ok(bytes) => serde_json::from_slice::<LockRecord>(&bytes).map_err(|e| e.to_string()),
+        Err(Error::NotFound(_)) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if let (Ok(r), Ok(mut seen)) = (&record, SEEN.lock()) {
+        seen.insert(id, r.clone());
+    }
+    Ok(Some(record))
+}
+
+/// The first lock object other than `own` that conflicts with `mode`
+/// (records as [`record_of`] gives them).
 fn conflict(store: &dyn Backend, mode: LockMode, own: Option<&str>) -> Result<Option<String>> {
-    Ok(found(store)?
-        .into_iter()
-        .find(|f| Some(f.key.as_str()) != own && f.conflicts_with(mode))
-        .map(|f| f.describe()))
+    let location = store.location();
+    let names = store.list(LOCKS_DIR)?;
+    let keys: BTreeSet<String> = names.iter().map(|n| format!("{LOCKS_DIR}/{n}")).collect();
+    if let Ok(mut seen) = SEEN.lock() {
+        // Only listed objects are remembered: the others are gone for good.
+        seen.retain(|(l, k), _| *l != location || keys.contains(k));
+    }
+    for key in keys {
+        if Some(key.as_str()) == own {
+            continue;
+        }
+        let Some(record) = record_of(store, &location, &key)? else {
+            continue;
+        };
+        let f = Found { key, record };
+        if f.conflicts_with(mode) {
+            return Ok(Some(f.describe()));
+        }
+    }
+    Ok(None)
 }
 
 /// Takes the lock `mode` on `store` without waiting: fails with
@@ -320,6 +376,43 @@ mod tests {
         assert_eq!(remove(s.as_ref(), true).unwrap().len(), 2);
         drop(held);
         assert!(s.list(LOCKS_DIR).unwrap().is_empty());
+    }
+
+    #[test]
+    fn remembered_records_answer_only_while_young() {
+        let (_dir, s) = store();
+        let put = |key: &str, r: &LockRecord| s.write(key, &serde_json::to_vec(r).unwrap());
+        // A young record read once answers from memory: its object is not
+        // read again (a holder rewrites it only to raise `refreshed`).
+        put("locks/live", &LockRecord::new(LockMode::Read)).unwrap();
+        assert!(conflict(s.as_ref(), LockMode::Exclusive, None)
+            .unwrap()
+            .is_some());
+        s.write("locks/live", b"not json").unwrap();
+        assert_eq!(conflict(s.as_ref(), LockMode::Backup, None).unwrap(), None);
+        // An old one is read again: a holder that refreshed it meanwhile
+        // must not be taken for stale.
+        let old = LockRecord {
+            refreshed: now_secs() - STALE.as_secs() - 10,
+            ..LockRecord::new(LockMode::Exclusive)
+        };
+        put("locks/old", &old).unwrap();
+        assert_eq!(conflict(s.as_ref(), LockMode::Backup, None).unwrap(), None);
+        put("locks/old", &LockRecord::new(LockMode::Exclusive)).unwrap();
+        let holder = conflict(s.as_ref(), LockMode::Backup, None).unwrap();
+        assert!(
+            holder
+                .as_deref()
+                .is_some_and(|h| h.contains("exclusive lock of")),
+            "{holder:?}"
+        );
+        // Objects no longer listed are forgotten.
+        s.delete("locks/live").unwrap();
+        conflict(s.as_ref(), LockMode::Read, None).unwrap();
+        let location = s.location();
+        let remembered = SEEN.lock().unwrap();
+        assert!(!remembered.contains_key(&(location.clone(), "locks/live".to_string())));
+        assert!(remembered.contains_key(&(location, "locks/old".to_string())));
     }
 
     #[test]

@@ -347,6 +347,10 @@ pub struct StageSeconds {
     pub write: f64,
     /// Persisting index, recipe and snapshot.
     pub commit: f64,
+    /// Waiting for the commit lock of a shared backup (FORMAT.md §13.3),
+    /// in all: at its start, for more container ids and at its commit
+    /// (the last part is within `commit` too). 0 for other backups.
+    pub commit_lock: f64,
 }
 
 /// A committed backup: its metadata and statistics.

@@ -146,6 +146,9 @@ pub struct Repository {
     /// The compression dictionary writers use (docs/FORMAT.md §7.8): the
     /// newest the repository holds, or the one this handle trained.
     dictionary: Mutex<Option<Arc<Dictionary>>>,
+    /// Nanoseconds this handle waited for the commit lock, summed
+    /// ([`Repository::commit_lock_waited`]).
+    commit_waited: std::sync::atomic::AtomicU64,
 }
 
 /// How an opener gets the credentials of an encrypted repository: called
@@ -273,6 +276,7 @@ impl Repository {
             unlocked,
             fingerprinter,
             dictionary: Mutex::new(None),
+            commit_waited: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -564,7 +568,21 @@ impl Repository {
             return Ok(None);
         }
         let wait = self.wait.max(COMMIT_WAIT);
-        lock_waiting(self.backend.as_ref(), LockMode::Commit, wait, None).map(Some)
+        let started = Instant::now();
+        let taken = lock_waiting(self.backend.as_ref(), LockMode::Commit, wait, None);
+        let waited = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.commit_waited
+            .fetch_add(waited, std::sync::atomic::Ordering::Relaxed);
+        taken.map(Some)
+    }
+
+    /// How long this handle waited for the commit lock in all, taking it
+    /// included (a shared backup's `stage_seconds.commit_lock`).
+    pub fn commit_lock_waited(&self) -> Duration {
+        Duration::from_nanos(
+            self.commit_waited
+                .load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// Reserves `count` consecutive container ids for a shared backup, in
@@ -1033,7 +1051,17 @@ fn lock_waiting(
     wait: Duration,
     why: Option<&str>,
 ) -> Result<LockGuard> {
-    let retry = Duration::from_millis(100 + u64::from(std::process::id() % 50));
+    // Polled, since a lock object cannot be waited on: first soon (the
+    // commit lock is held for milliseconds, and waiters that all slept
+    // 100 ms would idle a fleet of backups that start or end together),
+    // then less often, the interval doubling up to the backend's retry
+    // interval (an OS lock: 5 ms, so that a long waiter is not passed by
+    // newcomers; a lock object: 100 ms), spread by process so that waiters
+    // do not retry in step.
+    let base = backend.lock_retry();
+    let spread = base.as_millis().clamp(2, 100) as u64 / 2;
+    let retry = base + Duration::from_millis(u64::from(std::process::id()) % spread);
+    let mut interval = Duration::from_millis(2 + u64::from(std::process::id() % 3)).min(retry);
     let started = Instant::now();
     let mut reported = Duration::ZERO;
     loop {
@@ -1050,7 +1078,8 @@ fn lock_waiting(
                         wait.as_secs()
                     ));
                 }
-                std::thread::sleep(retry.min(wait.saturating_sub(started.elapsed())));
+                std::thread::sleep(interval.min(wait.saturating_sub(started.elapsed())));
+                interval = (interval * 2).min(retry);
             }
             Err(Error::Locked(holder)) => {
                 return Err(Error::Locked(match why {

@@ -180,6 +180,7 @@ pub(crate) fn backup(
     );
     let mut snap = new_snapshot(id, options, logical_bytes, stats, tree);
     snap.stats.stage_seconds.commit = commit_started.elapsed().as_secs_f64();
+    snap.stats.stage_seconds.commit_lock = repo.commit_lock_waited().as_secs_f64();
     snap.stats.seconds = started.elapsed().as_secs_f64();
     snap.stats.throughput_mb_s = logical_bytes as f64 / 1e6 / snap.stats.seconds.max(1e-9);
     snap.stats.record_io(&repo.io_stats().since(&io_before));
@@ -356,7 +357,7 @@ fn container_stats(
             index: totals.index_time.as_secs_f64(),
             store: totals.store_time.as_secs_f64(),
             write: totals.write_time.as_secs_f64(),
-            commit: 0.0,
+            ..StageSeconds::default()
         },
         index: index.stats(),
         delta: delta_stats,
