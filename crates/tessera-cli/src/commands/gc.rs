@@ -2,13 +2,14 @@
 
 use anyhow::Result;
 use clap::Args;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::gc::{gc_with_progress, Defrag, GcOptions};
 use tessera::parse_size;
 
-use crate::output::human;
-use crate::progress::{quiet, Phases};
+use crate::output::{human, print, Form, Report};
+use crate::progress::Phases;
 use crate::repo_open::open;
 use crate::secrets::Access;
 
@@ -72,16 +73,16 @@ pub fn run(args: GcArgs, access: &Access) -> Result<ExitCode> {
         fill: !no_fill,
         sort_budget: sort_memory,
     };
-    print_gc(&gc_with_progress(&r, options, &Phases::default())?, json)?;
+    let stats = gc_with_progress(&r, options, &Phases::default())?;
+    print(&stats, Form::json_if(json))?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints what `gc` did.
-pub fn print_gc(s: &tessera::gc::GcStats, json: bool) -> Result<()> {
-    if json {
-        println!("{}", serde_json::to_string(s)?);
-    } else if !quiet() {
-        println!(
+impl Report for tessera::gc::GcStats {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        let s = self;
+        writeln!(
+            out,
             "gc: {} of {} containers involved, {} reclaimed, {} produced; {} live chunks ({}) moved; {} read, {} written, {} freed; {:.2} s",
             s.containers_involved,
             s.containers_total,
@@ -93,7 +94,6 @@ pub fn print_gc(s: &tessera::gc::GcStats, json: bool) -> Result<()> {
             human(s.bytes_written),
             human(s.bytes_freed.max(0) as u64),
             s.seconds
-        );
+        )
     }
-    Ok(())
 }

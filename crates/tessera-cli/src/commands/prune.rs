@@ -2,14 +2,14 @@
 
 use anyhow::Result;
 use clap::Args;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::gc::Defrag;
 use tessera::parse_size;
 
-use super::gc::print_gc;
-use crate::output::human;
-use crate::progress::{quiet, Phases};
+use crate::output::{human, print, Form, Report};
+use crate::progress::Phases;
 use crate::repo_open::open;
 use crate::secrets::Access;
 
@@ -63,40 +63,43 @@ pub fn run(args: PruneArgs, access: &Access) -> Result<ExitCode> {
         dry_run,
     };
     let report = tessera::commands::prune::prune_with_progress(&r, &options, &Phases::default())?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if !quiet() {
-        print_prune(&report)?;
-    }
+    print(&report, Form::pretty_json_if(json))?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints what `prune` planned and did.
-fn print_prune(report: &tessera::commands::prune::PruneReport) -> Result<()> {
-    if let Some(p) = &report.plan {
-        println!(
-            "{} containers: {} unused, {} wholly unused (deleted), {} repacked ({} copied); {} unused afterwards (GC threshold {:.1}%)",
-            p.containers,
-            human(p.unused_before),
-            p.containers_dead,
-            p.containers_repacked,
-            human(p.bytes_repacked),
-            human(p.unused_after),
-            p.threshold_pct
-        );
+/// What `prune` planned and did.
+impl Report for tessera::commands::prune::PruneReport {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        if let Some(p) = &self.plan {
+            writeln!(
+                out,
+                "{} containers: {} unused, {} wholly unused (deleted), {} repacked ({} copied); {} unused afterwards (GC threshold {:.1}%)",
+                p.containers,
+                human(p.unused_before),
+                p.containers_dead,
+                p.containers_repacked,
+                human(p.bytes_repacked),
+                human(p.unused_after),
+                p.threshold_pct
+            )?;
+        }
+        if let Some(l) = &self.lifecycle {
+            writeln!(
+                out,
+                "lifecycle layout: deleting a backup frees its space at once, nothing to repack; {} freed by finishing deletions",
+                human(l.bytes_freed)
+            )?;
+        } else if self.plan.is_none() {
+            writeln!(
+                out,
+                "lifecycle layout: deleting a backup frees its space at once, nothing to repack"
+            )?;
+        }
+        if let Some(g) = &self.gc {
+            g.text(out)?;
+        } else if self.dry_run {
+            writeln!(out, "dry run: nothing changed")?;
+        }
+        Ok(())
     }
-    if let Some(l) = &report.lifecycle {
-        println!(
-            "lifecycle layout: deleting a backup frees its space at once, nothing to repack; {} freed by finishing deletions",
-            human(l.bytes_freed)
-        );
-    } else if report.plan.is_none() {
-        println!("lifecycle layout: deleting a backup frees its space at once, nothing to repack");
-    }
-    if let Some(g) = &report.gc {
-        print_gc(g, false)?;
-    } else if report.dry_run {
-        println!("dry run: nothing changed");
-    }
-    Ok(())
 }
