@@ -7,7 +7,6 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::commands::check::{check_with_progress, CheckOptions, CheckReport, ProblemKind};
-use tessera::parse_size;
 use tessera::repo::config::Layout;
 
 use crate::output::{print, Form, Report};
@@ -20,14 +19,9 @@ use crate::secrets::Access;
 pub struct CheckArgs {
     /// The repository.
     repo: Location,
-    /// Also read all data and re-hash every chunk.
-    #[arg(long)]
-    read_data: bool,
-    /// Memory for each of check's structures that grow with the
-    /// repository (stored chunks, references); past it they spill to
-    /// temporary files.
-    #[arg(long, value_name = "SIZE", default_value = "32MiB", value_parser = parse_size)]
-    sort_memory: u64,
+    /// What to verify: --read-data, --sort-memory.
+    #[command(flatten)]
+    options: CheckOptions,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -37,14 +31,9 @@ pub struct CheckArgs {
 pub fn run(args: CheckArgs, access: &Access) -> Result<ExitCode> {
     let CheckArgs {
         repo,
-        read_data,
-        sort_memory,
+        options,
         json,
     } = args;
-    let options = CheckOptions {
-        read_data,
-        sort_budget: sort_memory,
-    };
     check_cmd(&repo, options, json, access)
 }
 

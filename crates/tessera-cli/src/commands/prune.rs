@@ -5,8 +5,6 @@ use clap::Args;
 use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
-use tessera::gc::Defrag;
-use tessera::parse_size;
 
 use crate::output::{human, print, Form, Report};
 use crate::progress::Phases;
@@ -18,23 +16,9 @@ use crate::secrets::Access;
 pub struct PruneArgs {
     /// The repository.
     repo: Location,
-    /// Unused space tolerated: a percentage per container (`5%`: repack
-    /// containers more than 5% unused), a total size (`1GiB`: repack the
-    /// emptiest containers until at most that much is unused), or
-    /// `unlimited` (delete only wholly unused containers).
-    #[arg(long, value_name = "PCT|SIZE", default_value = "5%")]
-    max_unused: tessera::commands::prune::MaxUnused,
-    /// Copy at most this many live bytes forward.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    max_repack: Option<u64>,
-    /// Order of the copied chunks: none, gccdf (defragments for the
-    /// newest backups), random, or fill (container order, with
-    /// gccdf's container fill).
-    #[arg(long, default_value = "none")]
-    defrag: Defrag,
-    /// Only show the plan.
-    #[arg(long)]
-    dry_run: bool,
+    /// What to reclaim: --max-unused, --max-repack, --defrag, --dry-run.
+    #[command(flatten)]
+    options: tessera::commands::prune::PruneOptions,
     /// Print the plan and what was done as JSON.
     #[arg(long)]
     json: bool,
@@ -44,24 +28,15 @@ pub struct PruneArgs {
 pub fn run(args: PruneArgs, access: &Access) -> Result<ExitCode> {
     let PruneArgs {
         repo,
-        max_unused,
-        max_repack,
-        defrag,
-        dry_run,
+        options,
         json,
     } = args;
-    let mode = if dry_run {
+    let mode = if options.dry_run {
         LockMode::Read
     } else {
         LockMode::Exclusive
     };
     let r = open(&repo, mode, access)?;
-    let options = tessera::commands::prune::PruneOptions {
-        max_unused,
-        max_repack,
-        defrag,
-        dry_run,
-    };
     let report = tessera::commands::prune::prune_with_progress(&r, &options, &Phases::default())?;
     print(&report, Form::pretty_json_if(json))?;
     Ok(ExitCode::SUCCESS)
