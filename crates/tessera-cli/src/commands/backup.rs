@@ -2,19 +2,22 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
+use serde::Serialize;
 use std::fs::File;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::backup::{backup, BackupOptions, Input, Outcome, TreeBackupOptions};
 use tessera::delta::DeltaKind;
+use tessera::format::snapshot::{BackupId, BackupStats, TreeRef};
+use tessera::layout::lifecycle::ArrangeStats;
 use tessera::parse_size;
 use tessera::repo::config::Compression;
 use tessera::Repository;
 
-use crate::output::{human, ratio_text, EXIT_INCOMPLETE};
-use crate::progress::{self, bytes_bar as progress_bar, quiet};
+use crate::output::{human, print, ratio_text, Form, Keys, Report, EXIT_INCOMPLETE};
+use crate::progress::{self, bytes_bar as progress_bar};
 use crate::repo_open::open;
 use crate::secrets::Access;
 
@@ -309,7 +312,7 @@ fn backup_cmd(
             r.backend().location()
         );
     }
-    print_backup(&r, &outcome, warnings, json)?;
+    print(&Committed::of(&r, &outcome, warnings), Form::json_if(json))?;
     if warnings.is_empty() {
         Ok(ExitCode::SUCCESS)
     } else {
@@ -365,105 +368,138 @@ fn backup_trace(_: &Repository, path: &Path, _: &BackupOptions) -> Result<Outcom
     )
 }
 
-/// Prints what a committed backup stored (`warnings`: the objects a tree
-/// backup could not read).
-fn print_backup(r: &Repository, outcome: &Outcome, warnings: &[String], json: bool) -> Result<()> {
-    let snap = &outcome.snapshot;
-    let s = &snap.stats;
-    if json {
-        let mut v = serde_json::to_value(s)?;
-        v["id"] = snap.id.into();
-        v["time"] = snap.time.into();
-        v["label"] = snap.label.clone().into();
-        v["source"] = snap.source.clone().into();
-        v["host"] = snap.host.clone().into();
-        v["tags"] = snap.tags.clone().into();
-        if let Some(a) = &outcome.arrange {
-            v["arrange"] = serde_json::to_value(a)?;
+/// What a committed backup stored: its snapshot's statistics, names and
+/// tree, the arranging that followed it and (tree backups) the objects it
+/// could not read.
+#[derive(Serialize)]
+struct Committed<'a> {
+    #[serde(flatten)]
+    stats: &'a BackupStats,
+    id: BackupId,
+    time: u64,
+    label: &'a str,
+    source: &'a str,
+    host: &'a str,
+    tags: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arrange: Option<&'a ArrangeStats>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    arrange_deferred: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tree: Option<&'a TreeRef>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warnings: Option<&'a [String]>,
+    /// The repository compresses (the text says how much).
+    #[serde(skip)]
+    compressing: bool,
+    /// The repository stores deltas (the text says how many).
+    #[serde(skip)]
+    delta: bool,
+}
+
+impl<'a> Committed<'a> {
+    fn of(r: &Repository, outcome: &'a Outcome, warnings: &'a [String]) -> Self {
+        let snap = &outcome.snapshot;
+        Committed {
+            stats: &snap.stats,
+            id: snap.id,
+            time: snap.time,
+            label: &snap.label,
+            source: &snap.source,
+            host: &snap.host,
+            tags: &snap.tags,
+            arrange: outcome.arrange.as_ref(),
+            arrange_deferred: outcome.arrange_deferred,
+            tree: snap.tree.as_ref(),
+            warnings: snap.tree.as_ref().map(|_| warnings),
+            compressing: r.config().encoding().is_some(),
+            delta: r.config().delta.kind != DeltaKind::None,
         }
-        if outcome.arrange_deferred {
-            v["arrange_deferred"] = true.into();
+    }
+}
+
+impl Report for Committed<'_> {
+    const KEYS: Keys = Keys::Sorted;
+
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        let s = self.stats;
+        writeln!(
+            out,
+            "backup {} committed: {} logical, {} stored (dedup {}), {} chunks ({} new, {} internal duplicates, {} rewritten), {} containers, {:.2} s, {:.0} MB/s",
+            self.id,
+            human(s.logical_bytes),
+            human(s.stored_bytes),
+            ratio_text(s.dedup_ratio),
+            s.chunks,
+            s.unique.chunks,
+            s.internal_duplicates.chunks,
+            s.rewritten.chunks,
+            s.containers_written,
+            s.seconds,
+            s.throughput_mb_s
+        )?;
+        let c = &s.compression;
+        if self.compressing {
+            writeln!(
+                out,
+                "compression ({}): {} stored before compression, {} after (compression {}; {} chunks compressed, {} raw)",
+                c.setting,
+                human(c.bytes_before),
+                human(c.bytes_after),
+                ratio_text(c.ratio),
+                c.compressed_chunks,
+                c.raw_chunks
+            )?;
         }
-        if let Some(t) = &snap.tree {
-            v["tree"] = serde_json::to_value(t)?;
-            v["warnings"] = serde_json::to_value(warnings)?;
+        let d = &s.delta;
+        if self.delta {
+            writeln!(
+                out,
+                "delta ({}): {} chunks stored as deltas ({} hash-less, {} Edelta), {} saved, {} PFCs, {} containers piggybacked, {} extra base reads",
+                d.policy,
+                d.delta_chunks,
+                d.hashless,
+                d.edelta,
+                human(d.bytes_saved),
+                d.pfc_chunks,
+                d.piggybacked_containers,
+                d.base_reads
+            )?;
         }
-        println!("{v}");
-        return Ok(());
+        if let Some(a) = self.arrange {
+            writeln!(
+                out,
+                "arranged: {} categories split, {} volume(s) written, {:.2} s",
+                a.categories_split, a.volumes_written, a.seconds
+            )?;
+        }
+        if self.arrange_deferred {
+            writeln!(out, "arranging deferred while other processes read the repository: it runs with the next backup or `tessera arrange`")?;
+        }
+        if let Some(t) = self.tree {
+            writeln!(
+                out,
+                "tree: {} entries, {} files ({}), catalog {}, {} skipped",
+                t.entries,
+                t.files,
+                human(t.catalog_offset),
+                human(t.catalog_bytes),
+                t.skipped
+            )?;
+            let parent = match t.parent {
+                Some(p) => format!("parent backup {p}"),
+                None => "no parent".into(),
+            };
+            writeln!(
+                out,
+                "files: {} new, {} changed, {} unmodified ({parent}); {} read, {} reused unread",
+                t.files_new,
+                t.files_changed,
+                t.files_unmodified,
+                human(t.bytes_read),
+                human(t.bytes_reused)
+            )?;
+        }
+        Ok(())
     }
-    if quiet() {
-        return Ok(());
-    }
-    println!(
-        "backup {} committed: {} logical, {} stored (dedup {}), {} chunks ({} new, {} internal duplicates, {} rewritten), {} containers, {:.2} s, {:.0} MB/s",
-        snap.id,
-        human(s.logical_bytes),
-        human(s.stored_bytes),
-        ratio_text(s.dedup_ratio),
-        s.chunks,
-        s.unique.chunks,
-        s.internal_duplicates.chunks,
-        s.rewritten.chunks,
-        s.containers_written,
-        s.seconds,
-        s.throughput_mb_s
-    );
-    let c = &s.compression;
-    if r.config().encoding().is_some() {
-        println!(
-            "compression ({}): {} stored before compression, {} after (compression {}; {} chunks compressed, {} raw)",
-            c.setting,
-            human(c.bytes_before),
-            human(c.bytes_after),
-            ratio_text(c.ratio),
-            c.compressed_chunks,
-            c.raw_chunks
-        );
-    }
-    let d = &s.delta;
-    if r.config().delta.kind != DeltaKind::None {
-        println!(
-            "delta ({}): {} chunks stored as deltas ({} hash-less, {} Edelta), {} saved, {} PFCs, {} containers piggybacked, {} extra base reads",
-            d.policy,
-            d.delta_chunks,
-            d.hashless,
-            d.edelta,
-            human(d.bytes_saved),
-            d.pfc_chunks,
-            d.piggybacked_containers,
-            d.base_reads
-        );
-    }
-    if let Some(a) = &outcome.arrange {
-        println!(
-            "arranged: {} categories split, {} volume(s) written, {:.2} s",
-            a.categories_split, a.volumes_written, a.seconds
-        );
-    }
-    if outcome.arrange_deferred {
-        println!("arranging deferred while other processes read the repository: it runs with the next backup or `tessera arrange`");
-    }
-    if let Some(t) = &snap.tree {
-        println!(
-            "tree: {} entries, {} files ({}), catalog {}, {} skipped",
-            t.entries,
-            t.files,
-            human(t.catalog_offset),
-            human(t.catalog_bytes),
-            t.skipped
-        );
-        let parent = match t.parent {
-            Some(p) => format!("parent backup {p}"),
-            None => "no parent".into(),
-        };
-        println!(
-            "files: {} new, {} changed, {} unmodified ({parent}); {} read, {} reused unread",
-            t.files_new,
-            t.files_changed,
-            t.files_unmodified,
-            human(t.bytes_read),
-            human(t.bytes_reused)
-        );
-    }
-    Ok(())
 }

@@ -1,13 +1,14 @@
 //! Printing of the browsing commands: `list`, `find`, `diff`, `dump`,
 //! `restore --tar` and `tag` (the work is done by the library).
 
-use crate::output::{data_stdout, human, EXIT_INCOMPLETE};
+use crate::output::{
+    data_stdout, human, json_record, json_text, print_json, Keys, EXIT_INCOMPLETE,
+};
 use crate::progress::{quiet, summary, summary_err};
 use crate::repo_open::{backup_id, open};
 use crate::secrets::Access;
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use serde_json::{json, Value};
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -96,28 +97,9 @@ pub fn list(repo: &Location, json: bool, filter: FilterArgs, access: &Access) ->
         Err(_) => !filtering,
     });
     if json {
-        let arr: Vec<Value> = shown
-            .map(|l| match &l.snapshot {
-                Ok(s) => {
-                    let mut v = json!({
-                        "id": s.id, "time": s.time, "local_time": snapshot_time(s, true),
-                        "label": s.label, "source": s.source, "host": s.host, "tags": s.tags,
-                        "logical_bytes": s.logical_bytes, "stored_bytes": s.stats.stored_bytes,
-                        "chunks": s.stats.chunks,
-                    });
-                    if let Some(t) = &s.tree {
-                        v["paths"] = json!(t.paths);
-                        v["files"] = t.files.into();
-                        v["entries"] = t.entries.into();
-                        v["file_bytes"] = t.catalog_offset.into();
-                    }
-                    v
-                }
-                Err(reason) => json!({ "id": l.id, "damaged": reason }),
-            })
-            .collect();
-        println!("{}", Value::Array(arr));
-        return Ok(());
+        let shown: Vec<tessera::repo::Listed> = shown.collect();
+        let records: Vec<ListRecord> = shown.iter().map(ListRecord::of).collect();
+        return print_json(&records, Keys::Sorted, false);
     }
     let mut out = io::stdout().lock();
     writeln!(
@@ -159,6 +141,68 @@ pub fn list(repo: &Location, json: bool, filter: FilterArgs, access: &Access) ->
     Ok(())
 }
 
+/// A backup as `list --json` shows it (a damaged one: its id and why).
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum ListRecord<'a> {
+    Backup {
+        id: BackupId,
+        time: u64,
+        local_time: String,
+        label: &'a str,
+        source: &'a str,
+        host: &'a str,
+        tags: &'a [String],
+        logical_bytes: u64,
+        stored_bytes: u64,
+        chunks: u64,
+        #[serde(flatten)]
+        tree: Option<ListedTree<'a>>,
+    },
+    Damaged {
+        id: BackupId,
+        damaged: &'a str,
+    },
+}
+
+/// What `list --json` adds for a tree backup.
+#[derive(serde::Serialize)]
+struct ListedTree<'a> {
+    paths: &'a [String],
+    files: u64,
+    entries: u64,
+    file_bytes: u64,
+}
+
+impl<'a> ListRecord<'a> {
+    fn of(l: &'a tessera::repo::Listed) -> Self {
+        match &l.snapshot {
+            Ok(s) => ListRecord::Backup {
+                id: s.id,
+                time: s.time,
+                local_time: snapshot_time(s, true),
+                label: &s.label,
+                source: &s.source,
+                host: &s.host,
+                tags: &s.tags,
+                logical_bytes: s.logical_bytes,
+                stored_bytes: s.stats.stored_bytes,
+                chunks: s.stats.chunks,
+                tree: s.tree.as_ref().map(|t| ListedTree {
+                    paths: &t.paths,
+                    files: t.files,
+                    entries: t.entries,
+                    file_bytes: t.catalog_offset,
+                }),
+            },
+            Err(reason) => ListRecord::Damaged {
+                id: l.id,
+                damaged: reason,
+            },
+        }
+    }
+}
+
 /// An entry `find --json` found: its record, and the backup it is in.
 #[derive(serde::Serialize)]
 struct Found {
@@ -166,14 +210,6 @@ struct Found {
     entry: EntryRecord,
     backup: BackupId,
     backup_time: String,
-}
-
-/// A record as one line of JSON (an engine output error on failure).
-fn record_json(v: &impl serde::Serialize) -> tessera::Result<String> {
-    serde_json::to_string(v).map_err(|e| tessera::Error::Output {
-        what: "stdout".into(),
-        source: io::Error::other(e),
-    })
 }
 
 /// Writes `text` to the buffered stdout, as an engine output error on failure.
@@ -201,24 +237,24 @@ pub fn find_cmd(
         write!(out, "[")?;
     }
     let stats = find(&r, pattern, &filter.filter(), |snap, e| {
-        let text = if json {
+        if json {
             let found = Found {
                 entry: EntryRecord::of(e),
                 backup: snap.id,
                 backup_time: snapshot_time(snap, true),
             };
-            format!("{}{}", if first { "" } else { "," }, record_json(&found)?)
-        } else {
-            format!(
-                "{:>6}  {}  {:<7} {:>12}  /{}\n",
-                snap.id,
-                snapshot_time(snap, false),
-                e.kind.name(),
-                e.size,
-                String::from_utf8_lossy(&e.path)
-            )
-        };
-        first = false;
+            let written = json_record(&mut out, first, &found);
+            first = false;
+            return written;
+        }
+        let text = format!(
+            "{:>6}  {}  {:<7} {:>12}  /{}\n",
+            snap.id,
+            snapshot_time(snap, false),
+            e.kind.name(),
+            e.size,
+            String::from_utf8_lossy(&e.path)
+        );
         emit(&mut out, &text)
     })
     .with_context(|| format!("searching {} for {pattern:?}", repo))?;
@@ -261,22 +297,22 @@ pub fn diff_cmd(r: &Repository, from: BackupId, to: BackupId, json: bool) -> Res
     }
     let mut first = true;
     let stats = diff(r, from, to, |c| {
-        let text = if json {
-            let record = record_json(&ChangeRecord::of(c))?;
-            format!("{}{record}", if first { "" } else { "," })
-        } else {
-            format!(
-                "{}    /{}\n",
-                change_letter(c.kind),
-                String::from_utf8_lossy(c.path())
-            )
-        };
-        first = false;
+        if json {
+            let written = json_record(&mut out, first, &ChangeRecord::of(c));
+            first = false;
+            return written;
+        }
+        let text = format!(
+            "{}    /{}\n",
+            change_letter(c.kind),
+            String::from_utf8_lossy(c.path())
+        );
         emit(&mut out, &text)
     })
     .with_context(|| format!("comparing backups {from} and {to}"))?;
     if json {
-        writeln!(out, "],\"stats\":{}}}", serde_json::to_string(&stats)?)?;
+        let stats = json_text(&stats, Keys::Declared, false)?;
+        writeln!(out, "],\"stats\":{stats}}}")?;
     } else {
         writeln!(
             out,
@@ -334,7 +370,7 @@ pub fn tar_restore_cmd(
     }
     .clone();
     let text = if json {
-        serde_json::to_string(&stats)?
+        json_text(&stats, Keys::Declared, false)?
     } else {
         format!(
             "wrote backup {} as tar to {output}: {} files ({}), {} directories, {} symbolic links, {} containers read ({} for the catalog), {:.2} s",
@@ -362,8 +398,7 @@ pub fn tar_restore_cmd(
 pub fn tag_cmd(r: &Repository, ids: &[BackupId], change: &TagChange, json: bool) -> Result<()> {
     let done = retag(r, ids, change).context("changing tags")?;
     if json {
-        println!("{}", serde_json::to_string(&done)?);
-        return Ok(());
+        return print_json(&done, Keys::Declared, false);
     }
     for t in done {
         let list = |tags: &[String]| match tags.is_empty() {

@@ -2,12 +2,14 @@
 
 use anyhow::Result;
 use clap::Args;
+use serde::Serialize;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
-use tessera::commands::check::{check_with_progress, CheckOptions, ProblemKind};
-use tessera::parse_size;
+use tessera::commands::check::{check_with_progress, CheckOptions, CheckReport, ProblemKind};
 use tessera::repo::config::Layout;
 
+use crate::output::{print, Form, Report};
 use crate::progress::{quiet, Phases};
 use crate::repo_open::open;
 use crate::secrets::Access;
@@ -17,14 +19,9 @@ use crate::secrets::Access;
 pub struct CheckArgs {
     /// The repository.
     repo: Location,
-    /// Also read all data and re-hash every chunk.
-    #[arg(long)]
-    read_data: bool,
-    /// Memory for each of check's structures that grow with the
-    /// repository (stored chunks, references); past it they spill to
-    /// temporary files.
-    #[arg(long, value_name = "SIZE", default_value = "32MiB", value_parser = parse_size)]
-    sort_memory: u64,
+    /// What to verify: --read-data, --sort-memory.
+    #[command(flatten)]
+    options: CheckOptions,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -34,14 +31,9 @@ pub struct CheckArgs {
 pub fn run(args: CheckArgs, access: &Access) -> Result<ExitCode> {
     let CheckArgs {
         repo,
-        read_data,
-        sort_memory,
+        options,
         json,
     } = args;
-    let options = CheckOptions {
-        read_data,
-        sort_budget: sort_memory,
-    };
     check_cmd(&repo, options, json, access)
 }
 
@@ -56,9 +48,45 @@ fn check_cmd(
     for w in &report.warnings {
         eprintln!("tessera: warning: {w}");
     }
-    if json {
-        println!("{}", serde_json::to_string(&report)?);
+    let checked = Checked {
+        report: &report,
+        repo,
+        read_data: options.read_data,
+        container_layout: r.config().layout == Layout::Container,
+    };
+    print(&checked, Form::json_if(json))?;
+    if report.is_ok() {
+        Ok(ExitCode::SUCCESS)
     } else {
+        if !json {
+            eprintln!(
+                "tessera: error: check found {} problem(s)",
+                report.problems.len()
+            );
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+/// What `tessera check` found, with what its text says about it.
+#[derive(Serialize)]
+#[serde(transparent)]
+struct Checked<'a> {
+    report: &'a CheckReport,
+    #[serde(skip)]
+    repo: &'a Location,
+    #[serde(skip)]
+    read_data: bool,
+    #[serde(skip)]
+    container_layout: bool,
+}
+
+impl Report for Checked<'_> {
+    const SUMMARY: bool = false;
+
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        let (report, repo) = (self.report, self.repo);
+        let container_layout = self.container_layout;
         // Damaged containers no backup uses any damage of: gc clears them.
         let used: std::collections::HashSet<&str> = report
             .problems
@@ -66,10 +94,10 @@ fn check_cmd(
             .filter(|p| !p.affected_backups.is_empty())
             .map(|p| p.object.as_str())
             .collect();
-        let container_layout = r.config().layout == Layout::Container;
         for p in &report.problems {
             let users: Vec<String> = p.affected_backups.iter().map(|b| b.to_string()).collect();
-            println!(
+            writeln!(
+                out,
                 "problem: {}: {} (affects backups: {})",
                 p.object,
                 p.detail,
@@ -84,16 +112,17 @@ fn check_cmd(
                         format!("none: no backup uses its damage; `tessera gc {repo}` clears it"),
                     (true, _) => "none".into(),
                 }
-            );
+            )?;
         }
         if quiet() {
             // Problems are listed above; the summary is chatter.
         } else {
-            println!(
+            writeln!(
+                out,
                 "checked {} containers ({} chunks{}), {} backups ({} references): {}{}",
                 report.containers,
                 report.stored_chunks,
-                if options.read_data {
+                if self.read_data {
                     format!(", {} re-hashed", report.chunks_verified)
                 } else {
                     String::new()
@@ -113,18 +142,8 @@ fn check_cmd(
                 } else {
                     String::new()
                 }
-            );
+            )?;
         }
-    }
-    if report.is_ok() {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        if !json {
-            eprintln!(
-                "tessera: error: check found {} problem(s)",
-                report.problems.len()
-            );
-        }
-        Ok(ExitCode::FAILURE)
+        Ok(())
     }
 }

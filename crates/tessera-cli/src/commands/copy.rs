@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::format::snapshot::BackupId;
 
-use crate::output::human;
+use crate::output::{human, print_json, Keys};
 use crate::progress::summary;
 use crate::repo_open::{backup_id, open};
 use crate::secrets::{Access, ToPasswordArgs};
@@ -94,7 +94,7 @@ fn copy_cmd(
         records.push(c);
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&records)?);
+        print_json(&records, Keys::Declared, true)?;
     }
     Ok(())
 }

@@ -2,10 +2,11 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 
-use crate::progress::summary;
+use crate::output::{print, Form, Report};
 use crate::repo_open::{backup_id, open};
 use crate::secrets::Access;
 
@@ -28,10 +29,18 @@ pub fn run(args: DeleteArgs, access: &Access) -> Result<ExitCode> {
     let id = backup_id(&r, &id)?;
     tessera::commands::delete::delete_backup(&r, id)
         .with_context(|| format!("deleting backup {id}"))?;
-    if json {
-        println!("{}", serde_json::json!({ "deleted": id }));
-    } else {
-        summary!("deleted backup {id}");
-    }
+    print(&Deleted { deleted: id }, Form::json_if(json))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `tessera delete` did.
+#[derive(serde::Serialize)]
+struct Deleted {
+    deleted: tessera::format::snapshot::BackupId,
+}
+
+impl Report for Deleted {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(out, "deleted backup {}", self.deleted)
+    }
 }

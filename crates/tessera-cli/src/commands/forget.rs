@@ -2,18 +2,19 @@
 
 use anyhow::Result;
 use clap::Args;
+use serde::Serialize;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::commands::forget::{
     forget, parse_group_by, ForgetOptions, ForgetReport, DEFAULT_GROUP_BY,
 };
 use tessera::commands::retention::{Count, Period, Policy};
-use tessera::gc::{gc_with_progress, GcOptions};
+use tessera::gc::{gc_with_progress, GcOptions, GcStats};
 use tessera::repo::config::Layout;
 
-use super::gc::print_gc;
-use crate::output::human;
-use crate::progress::{quiet, Phases};
+use crate::output::{human, print, Form, Keys, Report};
+use crate::progress::Phases;
 use crate::repo_open::open;
 use crate::secrets::Access;
 
@@ -114,27 +115,41 @@ pub fn run(args: ForgetArgs, access: &Access) -> Result<ExitCode> {
         } else {
             None
         };
-    if args.json {
-        let mut v = serde_json::to_value(&report)?;
-        v["gc"] = serde_json::to_value(&pruned)?;
-        println!("{}", serde_json::to_string_pretty(&v)?);
-    } else {
-        if !quiet() {
-            print_forget(&report);
-        }
-        if let Some(s) = &pruned {
-            print_gc(s, false)?;
+    let forgotten = Forgotten {
+        report: &report,
+        gc: pruned.as_ref(),
+    };
+    print(&forgotten, Form::pretty_json_if(args.json))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `tessera forget` decided and did, and the gc that followed it (`--prune`).
+#[derive(Serialize)]
+struct Forgotten<'a> {
+    #[serde(flatten)]
+    report: &'a ForgetReport,
+    gc: Option<&'a GcStats>,
+}
+
+impl Report for Forgotten<'_> {
+    const KEYS: Keys = Keys::Sorted;
+
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        forget_text(self.report, out)?;
+        match self.gc {
+            Some(s) => s.text(out),
+            None => Ok(()),
         }
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// group its name and counts and each backup newest first with the rules
 /// that keep it.
-fn print_forget(report: &ForgetReport) {
+fn forget_text(report: &ForgetReport, out: &mut dyn Write) -> io::Result<()> {
     let tz = jiff::tz::TimeZone::system();
     let keys: Vec<&str> = report.group_by.iter().map(|k| k.name()).collect();
-    println!(
+    writeln!(
+        out,
         "{} group(s) by {}",
         report.groups.len(),
         if keys.is_empty() {
@@ -142,7 +157,7 @@ fn print_forget(report: &ForgetReport) {
         } else {
             keys.join(",")
         }
-    );
+    )?;
     let mut groups = report.groups.iter();
     let mut group = None;
     for d in &report.decisions {
@@ -151,14 +166,15 @@ fn print_forget(report: &ForgetReport) {
                 .next()
                 .map(|g| format!(": keep {}, remove {}", g.keep.len(), g.remove.len()))
                 .unwrap_or_default();
-            println!(
+            writeln!(
+                out,
                 "group {}{counts}",
                 if d.group.is_empty() {
                     "(all)"
                 } else {
                     &d.group
                 }
-            );
+            )?;
             group = Some(&d.group);
         }
         let when = jiff::Timestamp::from_second(d.time)
@@ -170,27 +186,31 @@ fn print_forget(report: &ForgetReport) {
             .unwrap_or_else(|_| d.time.to_string());
         let why: Vec<String> = d.reasons.iter().map(ToString::to_string).collect();
         let verdict = if d.keep() { "keep  " } else { "remove" };
-        println!("  {:>6}  {when}  {verdict}  {}", d.id, why.join(", "));
+        writeln!(out, "  {:>6}  {when}  {verdict}  {}", d.id, why.join(", "))?;
     }
     for id in &report.unreadable {
-        println!(
+        writeln!(
+            out,
             "backup {id}: snapshot unreadable, left alone (see `tessera check`, `tessera repair`)"
-        );
+        )?;
     }
     let verb = if report.dry_run {
         "would remove"
     } else {
         "removed"
     };
-    println!(
+    writeln!(
+        out,
         "{verb} {} of {} backup(s)",
         report.removed.len(),
         report.decisions.len()
-    );
+    )?;
     if let Some(f) = &report.freed {
-        println!(
+        writeln!(
+            out,
             "freed {} at once (lifecycle layout: no gc needed)",
             human(f.bytes_freed)
-        );
+        )?;
     }
+    Ok(())
 }

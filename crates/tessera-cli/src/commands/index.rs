@@ -2,10 +2,11 @@
 
 use anyhow::{Context, Result};
 use clap::Subcommand;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 
-use crate::progress::summary;
+use crate::output::{print, Form, Report};
 use crate::repo_open::open;
 use crate::secrets::Access;
 
@@ -26,14 +27,16 @@ pub fn run(command: IndexCommand, access: &Access) -> Result<ExitCode> {
     let IndexCommand::Rebuild { repo, json } = command;
     let r = open(&repo, LockMode::Exclusive, access)?;
     let s = r.rebuild_index().context("rebuilding the index")?;
-    if json {
-        println!("{}", serde_json::to_string(&s)?);
-    } else {
-        summary!(
-            "index rebuilt: {} entries from {} containers",
-            s.entries,
-            s.containers_scanned
-        );
-    }
+    print(&s, Form::json_if(json))?;
     Ok(ExitCode::SUCCESS)
+}
+
+impl Report for tessera::index::IndexStats {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "index rebuilt: {} entries from {} containers",
+            self.entries, self.containers_scanned
+        )
+    }
 }

@@ -2,6 +2,7 @@
 
 use anyhow::Result;
 use clap::Args;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::Location;
 use tessera::chunker::{ChunkerKind, ChunkerParams};
@@ -14,7 +15,7 @@ use tessera::FingerprintAlgo;
 use tessera::Repository;
 use tessera::{parse_size, parse_size_u32};
 
-use crate::progress::summary;
+use crate::output::{print, Form, Keys, Report};
 use crate::secrets::{new_repo_key, tuned, Access, KdfArgs};
 
 /// Chunking and fingerprint options shared by `init` and `analyze`.
@@ -285,30 +286,54 @@ pub fn run(a: InitArgs, access: &Access) -> Result<ExitCode> {
             Repository::init_at(&tuned(&a.repo, access), config.clone(), Some(&key))?;
         }
     }
-    if a.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "repository": a.repo.to_string(),
-                "id": config.id,
-                "encryption": encryption.to_string(),
-                "compression": compression.to_string(),
-                "layout": config.layout,
-                "index": config.index,
-            })
-        );
-    } else if encryption == Encryption::None {
-        summary!(
-            "created unencrypted repository {} (compression {compression})",
-            a.repo
-        );
-    } else {
-        summary!(
-            "created encrypted repository {} ({encryption}, compression {compression})",
-            a.repo
-        );
-    }
+    let created = Created {
+        repository: a.repo.to_string(),
+        id: config.id,
+        encryption: encryption.to_string(),
+        compression: compression.to_string(),
+        layout: config.layout,
+        index: config.index,
+        encrypted: encryption != Encryption::None,
+    };
+    print(&created, Form::json_if(a.json))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The repository `tessera init` created.
+#[derive(serde::Serialize)]
+struct Created {
+    repository: String,
+    id: String,
+    encryption: String,
+    compression: String,
+    layout: Layout,
+    index: IndexKind,
+    #[serde(skip)]
+    encrypted: bool,
+}
+
+impl Report for Created {
+    const KEYS: Keys = Keys::Sorted;
+
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        let Created {
+            repository,
+            encryption,
+            compression,
+            ..
+        } = self;
+        if !self.encrypted {
+            writeln!(
+                out,
+                "created unencrypted repository {repository} (compression {compression})"
+            )
+        } else {
+            writeln!(
+                out,
+                "created encrypted repository {repository} ({encryption}, compression {compression})"
+            )
+        }
+    }
 }
 
 /// `on` or `off`.

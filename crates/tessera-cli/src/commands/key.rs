@@ -2,11 +2,13 @@
 
 use anyhow::Result;
 use clap::Subcommand;
+use serde::Serialize;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 use tessera::backend::{Location, LockMode};
 
-use crate::progress::summary;
+use crate::output::{print, Form, Keys, Report};
 use crate::secrets::{open_keeping_password, open_repo, Access, NewPasswordArgs};
 
 /// `tessera key …`: the key files of an encrypted repository.
@@ -64,49 +66,17 @@ pub fn run(command: KeyCommand, access: &Access) -> Result<ExitCode> {
             let r = open_repo(&repo, LockMode::Read, access)?;
             let keys = tessera::commands::key::list_keys(&r)?;
             let current = tessera::commands::key::current_key(&r);
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({ "keys": keys, "current": current })
-                );
-            } else {
-                println!(
-                    " {:<16} {:>12} {:>6}  created",
-                    "id", "memory KiB", "passes"
-                );
-                for k in keys {
-                    let mark = if Some(k.id.as_str()) == current {
-                        '*'
-                    } else {
-                        ' '
-                    };
-                    println!(
-                        "{mark}{:<16} {:>12} {:>6}  {}",
-                        k.id,
-                        k.kdf.memory_kib,
-                        k.kdf.iterations,
-                        humantime::format_rfc3339_seconds(
-                            std::time::UNIX_EPOCH + Duration::from_secs(k.created)
-                        )
-                    );
-                }
-            }
+            print(&KeyList { keys, current }, Form::json_if(json))?;
         }
         KeyCommand::Add { repo, new, json } => {
             let r = open_repo(&repo, LockMode::Backup, access)?;
             let id = tessera::commands::key::add_key(&r, &new.key()?)?;
-            match json {
-                true => println!("{}", serde_json::json!({ "added": id })),
-                false => summary!("added key {id}"),
-            }
+            print(&KeyChange::Added { added: id }, Form::json_if(json))?;
         }
         KeyCommand::Remove { repo, id, json } => {
             let r = open_repo(&repo, LockMode::Backup, access)?;
             tessera::commands::key::remove_key(&r, &id)?;
-            match json {
-                true => println!("{}", serde_json::json!({ "removed": id })),
-                false => summary!("removed key {id}"),
-            }
+            print(&KeyChange::Removed { removed: id }, Form::json_if(json))?;
         }
         KeyCommand::Passwd {
             repo,
@@ -120,13 +90,78 @@ pub fn run(command: KeyCommand, access: &Access) -> Result<ExitCode> {
             };
             let replaced = tessera::commands::key::current_key(&r).map(str::to_owned);
             let id = tessera::commands::key::change_password(&r, &key)?;
-            match json {
-                true => println!("{}", serde_json::json!({ "key": id, "replaced": replaced })),
-                false => summary!(
-                    "password changed: key {id} replaces the key used to open the repository"
-                ),
-            }
+            print(
+                &KeyChange::Passwd { key: id, replaced },
+                Form::json_if(json),
+            )?;
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `tessera key list`: the key files, and the one that opened the repository.
+#[derive(Serialize)]
+struct KeyList<'a> {
+    keys: Vec<tessera::crypto::KeyInfo>,
+    current: Option<&'a str>,
+}
+
+impl Report for KeyList<'_> {
+    const KEYS: Keys = Keys::Sorted;
+    const SUMMARY: bool = false;
+
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(
+            out,
+            " {:<16} {:>12} {:>6}  created",
+            "id", "memory KiB", "passes"
+        )?;
+        for k in &self.keys {
+            let mark = if Some(k.id.as_str()) == self.current {
+                '*'
+            } else {
+                ' '
+            };
+            writeln!(
+                out,
+                "{mark}{:<16} {:>12} {:>6}  {}",
+                k.id,
+                k.kdf.memory_kib,
+                k.kdf.iterations,
+                humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + Duration::from_secs(k.created)
+                )
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// What `tessera key add`, `remove` or `passwd` did.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum KeyChange {
+    Added {
+        added: String,
+    },
+    Removed {
+        removed: String,
+    },
+    Passwd {
+        key: String,
+        replaced: Option<String>,
+    },
+}
+
+impl Report for KeyChange {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        match self {
+            KeyChange::Added { added } => writeln!(out, "added key {added}"),
+            KeyChange::Removed { removed } => writeln!(out, "removed key {removed}"),
+            KeyChange::Passwd { key, .. } => writeln!(
+                out,
+                "password changed: key {key} replaces the key used to open the repository"
+            ),
+        }
+    }
 }

@@ -14,7 +14,7 @@ use tessera_lab::gen::{generate_with, GenOptions};
 use tessera_lab::trace::write_data_trace;
 
 use super::init::ChunkingArgs;
-use crate::output::human;
+use crate::output::{human, print_json, Keys};
 use crate::progress::{bytes_bar as progress_bar, summary};
 
 /// The arguments of `tessera gen`.
@@ -135,16 +135,15 @@ fn analyze_cmd(a: AnalyzeArgs) -> Result<()> {
     };
     let analysis = analyze_paths(&a.paths, input, &mut print_row)?;
     if json {
-        let mut v = serde_json::to_value(&analysis)?;
-        v["chunker"] = if a.trace {
-            serde_json::Value::from("trace")
-        } else {
-            serde_json::to_value(a.chunking.params())?
+        let analyzed = Analyzed {
+            analysis: &analysis,
+            chunker: match a.trace {
+                true => Chunker::Trace("trace"),
+                false => Chunker::Params(a.chunking.params()),
+            },
+            fingerprint: (!a.trace).then(|| a.chunking.fingerprint.name()),
         };
-        if !a.trace {
-            v["fingerprint"] = a.chunking.fingerprint.name().into();
-        }
-        println!("{v}");
+        print_json(&analyzed, Keys::Sorted, false)?;
     } else {
         println!(
             "all versions: {} bytes, {} chunks ({} distinct); internal {:.4}, adjacent {:.4}, skip {:.4}, unique {:.4}; exact dedup {:.3}x, NDF (skip stored again) {:.3}x",
@@ -226,4 +225,23 @@ pub fn experiment(args: ExperimentArgs) -> Result<ExitCode> {
         out.join("report.html").display()
     );
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `tessera analyze --json` prints: the analysis, the chunker and
+/// (chunked data) the fingerprint.
+#[derive(serde::Serialize)]
+struct Analyzed<'a, A: serde::Serialize> {
+    #[serde(flatten)]
+    analysis: &'a A,
+    chunker: Chunker,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fingerprint: Option<&'static str>,
+}
+
+/// The chunker of an analysis: its parameters, or `"trace"`.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum Chunker {
+    Trace(&'static str),
+    Params(tessera::chunker::ChunkerParams),
 }

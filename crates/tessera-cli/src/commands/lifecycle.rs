@@ -2,13 +2,14 @@
 
 use anyhow::Result;
 use clap::Args;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::format::snapshot::BackupId;
 use tessera::parse_size;
 
-use crate::output::human;
-use crate::progress::{quiet, Phases};
+use crate::output::{human, print, Form, Keys, Report};
+use crate::progress::Phases;
 use crate::repo_open::open;
 use crate::secrets::Access;
 
@@ -40,20 +41,23 @@ pub fn arrange(args: ArrangeArgs, access: &Access) -> Result<ExitCode> {
         sort_budget: sort_memory,
     };
     let s = tessera::layout::lifecycle::arrange_with_options(&r, &options, &Phases::default())?;
-    if json {
-        println!("{}", serde_json::to_string(&s)?);
-    } else if !quiet() {
-        println!(
-            "arranged {} round(s): {} categories split, {} volumes written, {} read, {} written, {:.2} s",
-            s.rounds,
-            s.categories_split,
-            s.volumes_written,
-            human(s.bytes_read),
-            human(s.bytes_written),
-            s.seconds
-        );
-    }
+    print(&s, Form::json_if(json))?;
     Ok(ExitCode::SUCCESS)
+}
+
+impl Report for tessera::layout::lifecycle::ArrangeStats {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(
+            out,
+            "arranged {} round(s): {} categories split, {} volumes written, {} read, {} written, {:.2} s",
+            self.rounds,
+            self.categories_split,
+            self.volumes_written,
+            human(self.bytes_read),
+            human(self.bytes_written),
+            self.seconds
+        )
+    }
 }
 
 /// The arguments of `tessera space`.
@@ -86,34 +90,53 @@ pub fn space(args: SpaceArgs, access: &Access) -> Result<ExitCode> {
         tessera::layout::lifecycle::space(&r, &ids)?
     };
     let trend = tessera::layout::lifecycle::trend(&r, &source)?;
-    if json {
-        println!(
-            "{}",
-            serde_json::json!({ "ids": ids, "freed_bytes": freed, "trend": trend })
-        );
-    } else {
-        if !ids.is_empty() {
-            let list: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
-            println!(
+    let report = Space {
+        ids,
+        freed_bytes: freed,
+        trend,
+    };
+    print(&report, Form::json_if(json))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What `tessera space` found.
+#[derive(serde::Serialize)]
+struct Space {
+    ids: Vec<BackupId>,
+    freed_bytes: u64,
+    trend: Vec<tessera::layout::lifecycle::VersionSpace>,
+}
+
+impl Report for Space {
+    const KEYS: Keys = Keys::Sorted;
+    const SUMMARY: bool = false;
+
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        if !self.ids.is_empty() {
+            let list: Vec<String> = self.ids.iter().map(|i| i.to_string()).collect();
+            writeln!(
+                out,
                 "deleting backups {} would free {}",
                 list.join(" "),
-                human(freed)
-            );
+                human(self.freed_bytes)
+            )?;
         }
-        println!(
+        writeln!(
+            out,
             "{:>8} {:>8} {:>12} {:>12}",
             "version", "backup", "new data", "volume"
-        );
-        for v in trend {
+        )?;
+        for v in &self.trend {
             let show = |b: Option<u64>| b.map_or_else(|| "-".into(), human);
-            println!(
+            writeln!(
+                out,
                 "{:>8} {:>8} {:>12} {:>12}",
                 v.version,
                 v.backup,
                 show(v.new_bytes),
                 show(v.volume_bytes)
-            );
+            )?;
         }
+        Ok(())
     }
-    Ok(ExitCode::SUCCESS)
 }

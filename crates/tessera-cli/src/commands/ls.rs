@@ -12,6 +12,7 @@ use tessera::tree::catalog::{Entry, Kind};
 use tessera::tree::{list_tree, EntryRecord};
 use tessera::Repository;
 
+use crate::output::json_record;
 use crate::repo_open::{backup_id, open};
 use crate::secrets::Access;
 
@@ -69,21 +70,16 @@ fn ls_cmd(
     }
     let wanted = path.map(|p| p.as_os_str().as_bytes());
     list_tree(r, id, wanted, recursive, |e| {
-        let line = if json {
-            let sep = if first { "" } else { "," };
-            let record = serde_json::to_string(&EntryRecord::of(e)).map_err(|err| {
-                tessera::Error::Output {
-                    what: "stdout".into(),
-                    source: io::Error::other(err),
-                }
-            })?;
-            format!("{sep}{record}")
-        } else if long {
+        if json {
+            let written = json_record(&mut out, first, &EntryRecord::of(e));
+            first = false;
+            return written;
+        }
+        let line = if long {
             format!("{}\n", entry_long(e))
         } else {
             format!("/{}\n", String::from_utf8_lossy(&e.path))
         };
-        first = false;
         out.write_all(line.as_bytes())
             .map_err(|err| tessera::Error::Output {
                 what: "stdout".into(),

@@ -2,14 +2,12 @@
 
 use anyhow::Result;
 use clap::Args;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
-use tessera::gc::Defrag;
-use tessera::parse_size;
 
-use super::gc::print_gc;
-use crate::output::human;
-use crate::progress::{quiet, Phases};
+use crate::output::{human, print, Form, Report};
+use crate::progress::Phases;
 use crate::repo_open::open;
 use crate::secrets::Access;
 
@@ -18,23 +16,9 @@ use crate::secrets::Access;
 pub struct PruneArgs {
     /// The repository.
     repo: Location,
-    /// Unused space tolerated: a percentage per container (`5%`: repack
-    /// containers more than 5% unused), a total size (`1GiB`: repack the
-    /// emptiest containers until at most that much is unused), or
-    /// `unlimited` (delete only wholly unused containers).
-    #[arg(long, value_name = "PCT|SIZE", default_value = "5%")]
-    max_unused: tessera::commands::prune::MaxUnused,
-    /// Copy at most this many live bytes forward.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    max_repack: Option<u64>,
-    /// Order of the copied chunks: none, gccdf (defragments for the
-    /// newest backups), random, or fill (container order, with
-    /// gccdf's container fill).
-    #[arg(long, default_value = "none")]
-    defrag: Defrag,
-    /// Only show the plan.
-    #[arg(long)]
-    dry_run: bool,
+    /// What to reclaim: --max-unused, --max-repack, --defrag, --dry-run.
+    #[command(flatten)]
+    options: tessera::commands::prune::PruneOptions,
     /// Print the plan and what was done as JSON.
     #[arg(long)]
     json: bool,
@@ -44,59 +28,53 @@ pub struct PruneArgs {
 pub fn run(args: PruneArgs, access: &Access) -> Result<ExitCode> {
     let PruneArgs {
         repo,
-        max_unused,
-        max_repack,
-        defrag,
-        dry_run,
+        options,
         json,
     } = args;
-    let mode = if dry_run {
+    let mode = if options.dry_run {
         LockMode::Read
     } else {
         LockMode::Exclusive
     };
     let r = open(&repo, mode, access)?;
-    let options = tessera::commands::prune::PruneOptions {
-        max_unused,
-        max_repack,
-        defrag,
-        dry_run,
-    };
     let report = tessera::commands::prune::prune_with_progress(&r, &options, &Phases::default())?;
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else if !quiet() {
-        print_prune(&report)?;
-    }
+    print(&report, Form::pretty_json_if(json))?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Prints what `prune` planned and did.
-fn print_prune(report: &tessera::commands::prune::PruneReport) -> Result<()> {
-    if let Some(p) = &report.plan {
-        println!(
-            "{} containers: {} unused, {} wholly unused (deleted), {} repacked ({} copied); {} unused afterwards (GC threshold {:.1}%)",
-            p.containers,
-            human(p.unused_before),
-            p.containers_dead,
-            p.containers_repacked,
-            human(p.bytes_repacked),
-            human(p.unused_after),
-            p.threshold_pct
-        );
+/// What `prune` planned and did.
+impl Report for tessera::commands::prune::PruneReport {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        if let Some(p) = &self.plan {
+            writeln!(
+                out,
+                "{} containers: {} unused, {} wholly unused (deleted), {} repacked ({} copied); {} unused afterwards (GC threshold {:.1}%)",
+                p.containers,
+                human(p.unused_before),
+                p.containers_dead,
+                p.containers_repacked,
+                human(p.bytes_repacked),
+                human(p.unused_after),
+                p.threshold_pct
+            )?;
+        }
+        if let Some(l) = &self.lifecycle {
+            writeln!(
+                out,
+                "lifecycle layout: deleting a backup frees its space at once, nothing to repack; {} freed by finishing deletions",
+                human(l.bytes_freed)
+            )?;
+        } else if self.plan.is_none() {
+            writeln!(
+                out,
+                "lifecycle layout: deleting a backup frees its space at once, nothing to repack"
+            )?;
+        }
+        if let Some(g) = &self.gc {
+            g.text(out)?;
+        } else if self.dry_run {
+            writeln!(out, "dry run: nothing changed")?;
+        }
+        Ok(())
     }
-    if let Some(l) = &report.lifecycle {
-        println!(
-            "lifecycle layout: deleting a backup frees its space at once, nothing to repack; {} freed by finishing deletions",
-            human(l.bytes_freed)
-        );
-    } else if report.plan.is_none() {
-        println!("lifecycle layout: deleting a backup frees its space at once, nothing to repack");
-    }
-    if let Some(g) = &report.gc {
-        print_gc(g, false)?;
-    } else if report.dry_run {
-        println!("dry run: nothing changed");
-    }
-    Ok(())
 }

@@ -2,14 +2,15 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
+use serde::Serialize;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
-use tessera::commands::repair::{repair_with_progress, RepairOptions};
-use tessera::gc::{gc_with_progress, GcOptions};
+use tessera::commands::repair::{repair_with_progress, RepairOptions, RepairReport};
+use tessera::gc::{gc_with_progress, GcOptions, GcStats};
 use tessera::repo::config::Layout;
 
-use super::gc::print_gc;
-use crate::output::EXIT_INCOMPLETE;
+use crate::output::{print, Form, Keys, Report, EXIT_INCOMPLETE};
 use crate::progress::{quiet, Phases};
 use crate::repo_open::open;
 use crate::secrets::Access;
@@ -71,26 +72,11 @@ fn repair_cmd(
         )?),
         false => None,
     };
-    if json {
-        let mut v = serde_json::to_value(&report)?;
-        v["gc"] = serde_json::to_value(&gc)?;
-        println!("{v}");
-    } else {
-        let verb = if report.dry_run { "would do" } else { "did" };
-        for a in &report.actions {
-            println!("{} ({verb}): {}: {}", a.kind, a.object, a.detail);
-        }
-        for u in &report.unrepaired {
-            let state = if u.forgotten { "forgotten" } else { "kept" };
-            println!("unrepaired: backup {} ({state}): {}", u.backup, u.reason);
-        }
-        if report.actions.is_empty() && report.unrepaired.is_empty() && !quiet() {
-            println!("nothing to repair");
-        }
-        if let Some(s) = &gc {
-            print_gc(s, false)?;
-        }
-    }
+    let repaired = Repaired {
+        report: &report,
+        gc: gc.as_ref(),
+    };
+    print(&repaired, Form::json_if(json))?;
     if gc.is_none() && !report.unused_damage.is_empty() {
         eprintln!(
             "tessera: warning: no backup uses the damage of {}: `check` reports it until \
@@ -106,4 +92,41 @@ fn repair_cmd(
         return Ok(ExitCode::from(EXIT_INCOMPLETE));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `tessera repair` did, and the gc that followed it (`--gc`).
+#[derive(Serialize)]
+struct Repaired<'a> {
+    #[serde(flatten)]
+    report: &'a RepairReport,
+    gc: Option<&'a GcStats>,
+}
+
+impl Report for Repaired<'_> {
+    const KEYS: Keys = Keys::Sorted;
+    /// What was repaired or left unrepaired is printed whatever the verbosity.
+    const SUMMARY: bool = false;
+
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        let report = self.report;
+        let verb = if report.dry_run { "would do" } else { "did" };
+        for a in &report.actions {
+            writeln!(out, "{} ({verb}): {}: {}", a.kind, a.object, a.detail)?;
+        }
+        for u in &report.unrepaired {
+            let state = if u.forgotten { "forgotten" } else { "kept" };
+            writeln!(
+                out,
+                "unrepaired: backup {} ({state}): {}",
+                u.backup, u.reason
+            )?;
+        }
+        if report.actions.is_empty() && report.unrepaired.is_empty() && !quiet() {
+            writeln!(out, "nothing to repair")?;
+        }
+        match self.gc {
+            Some(s) if !quiet() => s.text(out),
+            _ => Ok(()),
+        }
+    }
 }

@@ -16,7 +16,7 @@ use tessera::tree::{restore_tree, Overwrite, TarScope, TreeRestoreOptions};
 use tessera::Repository;
 
 use super::browse;
-use crate::output::{data_stdout, human, EXIT_INCOMPLETE};
+use crate::output::{data_stdout, human, json_text, print_json, Keys, EXIT_INCOMPLETE};
 use crate::progress::{self, bytes_bar as progress_bar, quiet, summary};
 use crate::repo_open::{backup_id, open};
 use crate::secrets::Access;
@@ -215,7 +215,7 @@ fn restore_cmd(
     };
     bar.finish_and_clear();
     let text = if json {
-        serde_json::to_string(&stats)?
+        json_text(&stats, Keys::Declared, false)?
     } else if stats.plan_only {
         format!(
             "planned restore of backup {} (trace repository: nothing written): {} in {} containers read, {} read, read amplification {:.3}, speed factor {:.2} MiB/container",
@@ -300,7 +300,7 @@ fn tree_restore_cmd(
         eprintln!("tessera: note: {note}");
     }
     if json {
-        println!("{}", serde_json::to_string(&stats)?);
+        print_json(&stats, Keys::Declared, false)?;
     } else {
         let mut extra = String::new();
         for (n, what) in [

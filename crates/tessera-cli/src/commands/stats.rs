@@ -2,10 +2,15 @@
 
 use anyhow::Result;
 use clap::Args;
+use serde::Serialize;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
+use tessera::format::snapshot::Snapshot;
+use tessera::repo::config::Config;
+use tessera::repo::RepoTotals;
 
-use crate::output::{human, ratio_text};
+use crate::output::{human, json_text, print, ratio_text, Form, Keys, Report};
 use crate::repo_open::{backup_id, open};
 use crate::secrets::Access;
 
@@ -33,21 +38,47 @@ fn stats(repo: &Location, id: Option<&str>, json: bool, access: &Access) -> Resu
     if let Some(id) = id {
         let id = backup_id(&r, id)?;
         let snap = r.snapshot(id)?;
-        if json {
-            println!("{}", serde_json::to_string(&snap)?);
-        } else {
-            println!("{}", serde_json::to_string_pretty(&snap)?);
-        }
-        return Ok(());
+        return print(&BackupStats(&snap), Form::json_if(json));
     }
-    let t = tessera::commands::stats::totals(&r)?;
-    if json {
-        let mut v = serde_json::to_value(&t)?;
-        v["config"] = serde_json::to_value(r.config())?;
-        println!("{v}");
-    } else {
-        let c = r.config();
-        println!(
+    let totals = Totals {
+        totals: tessera::commands::stats::totals(&r)?,
+        config: r.config(),
+        encrypted: r.is_encrypted(),
+    };
+    print(&totals, Form::json_if(json))
+}
+
+/// One backup's statistics: its snapshot (as text, indented JSON).
+#[derive(Serialize)]
+#[serde(transparent)]
+struct BackupStats<'a>(&'a Snapshot);
+
+impl Report for BackupStats<'_> {
+    const SUMMARY: bool = false;
+
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        writeln!(out, "{}", json_text(self.0, Keys::Declared, true)?)
+    }
+}
+
+/// The repository's totals and configuration.
+#[derive(Serialize)]
+struct Totals<'a> {
+    #[serde(flatten)]
+    totals: RepoTotals,
+    config: &'a Config,
+    #[serde(skip)]
+    encrypted: bool,
+}
+
+impl Report for Totals<'_> {
+    const KEYS: Keys = Keys::Sorted;
+    const SUMMARY: bool = false;
+
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        let (t, c) = (&self.totals, self.config);
+        writeln!(
+            out,
             "{} backups, {} logical, {} physical in {} containers, dedup {}, compression {}, total {}\nchunker {} {}/{}/{}, fingerprint {}{}, containers {}\nlayout {}, index {}, rewrite {}, delta {}\nencryption {}, compression {}",
             t.backups,
             human(t.logical_bytes),
@@ -61,7 +92,7 @@ fn stats(repo: &Location, id: Option<&str>, json: bool, access: &Access) -> Resu
             human(c.chunker.avg_size.into()),
             human(c.chunker.max_size.into()),
             c.fingerprint.name(),
-            if r.is_encrypted() { " (keyed)" } else { "" },
+            if self.encrypted { " (keyed)" } else { "" },
             human(c.container_size.into()),
             format!("{:?}", c.layout).to_lowercase(),
             format!("{:?}", c.index).to_lowercase(),
@@ -69,7 +100,6 @@ fn stats(repo: &Location, id: Option<&str>, json: bool, access: &Access) -> Resu
             c.delta.kind.name(),
             c.encryption,
             c.compression,
-        );
+        )
     }
-    Ok(())
 }

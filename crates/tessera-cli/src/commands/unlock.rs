@@ -2,11 +2,12 @@
 
 use anyhow::Result;
 use clap::Args;
+use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::Location;
 use tessera::Repository;
 
-use crate::progress::summary;
+use crate::output::{print, Form, Report};
 use crate::secrets::{tuned, Access};
 
 /// The arguments of `tessera unlock`.
@@ -31,13 +32,21 @@ pub fn run(args: UnlockArgs, access: &Access) -> Result<ExitCode> {
         json,
     } = args;
     let removed = Repository::unlock_at(&tuned(&repo, access), remove_all)?;
-    if json {
-        println!("{}", serde_json::json!({ "removed": removed }));
-    } else {
-        for line in &removed {
-            summary!("removed {line}");
-        }
-        summary!("{} lock object(s) removed", removed.len());
-    }
+    print(&Unlocked { removed }, Form::json_if(json))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `tessera unlock` removed.
+#[derive(serde::Serialize)]
+struct Unlocked {
+    removed: Vec<String>,
+}
+
+impl Report for Unlocked {
+    fn text(&self, out: &mut dyn Write) -> io::Result<()> {
+        for line in &self.removed {
+            writeln!(out, "removed {line}")?;
+        }
+        writeln!(out, "{} lock object(s) removed", self.removed.len())
+    }
 }

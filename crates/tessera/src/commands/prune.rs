@@ -60,16 +60,42 @@ impl std::str::FromStr for MaxUnused {
     }
 }
 
-/// What `prune` is asked to do.
+/// What `prune` is asked to do (with the `cli` feature, the arguments of
+/// `tessera prune`: their help is the command line's).
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct PruneOptions {
     /// Unused space tolerated.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            value_name = "PCT|SIZE",
+            default_value = "5%",
+            help = "Unused space tolerated: a percentage per container (`5%`: repack containers more than 5% unused), a total size (`1GiB`: repack the emptiest containers until at most that much is unused), or `unlimited` (delete only wholly unused containers)"
+        )
+    )]
     pub max_unused: MaxUnused,
     /// At most this many live bytes copied forward.
+    #[cfg_attr(feature = "cli", arg(
+        long,
+        value_name = "SIZE",
+        value_parser = crate::parse_size,
+        help = "Copy at most this many live bytes forward"
+    ))]
     pub max_repack: Option<u64>,
     /// Order of the chunks copied forward (GCCDF defragments).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            default_value = "none",
+            help = "Order of the copied chunks: none, gccdf (defragments for the newest backups), random, or fill (container order, with gccdf's container fill)"
+        )
+    )]
     pub defrag: Defrag,
     /// Only plan.
+    #[cfg_attr(feature = "cli", arg(long, help = "Only show the plan"))]
     pub dry_run: bool,
 }
 

@@ -85,21 +85,59 @@ impl std::str::FromStr for Defrag {
     }
 }
 
-/// Options of a garbage collection.
+/// Options of a garbage collection (with the `cli` feature, the arguments
+/// of `tessera gc`: their help is the command line's).
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct GcOptions {
     /// Utilization threshold in percent: a container with dead chunks is
     /// copied forward when its live bytes are at most `100 - threshold`
     /// percent of its stored bytes. 0 = perfect GC, 100 = only wholly dead containers.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long = "threshold",
+            value_name = "THRESHOLD",
+            default_value_t = 0.0,
+            help = "Utilization threshold in percent: 0 reclaims every dead byte (perfect GC), 100 only wholly dead containers"
+        )
+    )]
     pub threshold_pct: f64,
     /// Order of the migrated chunks.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            default_value = "none",
+            help = "Order of the migrated chunks: none (container order), gccdf (ownership clustering, newest backups first), random, or fill (container order, merging wholly live containers stored below half the container size as gccdf does: its container fill without the ownership analysis). In a compressed repository every backup's container is stored below half its size, so gccdf and fill copy each forward once into fuller containers: restores read far fewer containers for 2-4x GC's I/O (see docs/RESEARCH.md, GCCDF)"
+        )
+    )]
     pub defrag: Defrag,
     /// Containers per segment (the unit GCCDF reorders within, held in memory).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            default_value_t = 100,
+            help = "Containers per segment (GCCDF reorders within a segment, held in memory)"
+        )
+    )]
     pub segment: usize,
     /// GCCDF: a cluster smaller than this many bytes is not split further.
+    #[cfg_attr(feature = "cli", arg(
+        long,
+        default_value = "64KiB",
+        value_parser = crate::parse_size,
+        help = "GCCDF: clusters smaller than this are not split further"
+    ))]
     pub split_threshold: u64,
     /// GCCDF, random and fill: also copy forward wholly live containers
     /// stored below half the container size, to fill containers ([`Fill`]).
+    #[cfg_attr(feature = "cli", arg(
+        long = "no-fill",
+        action = clap::ArgAction::SetFalse,
+        help = "GCCDF and random: do not copy forward wholly live containers below half the container size (no container fill)"
+    ))]
     pub fill: bool,
     /// Memory (bytes) of each of GC's two structures that grow with the
     /// repository, beyond which they spill to temporary files: the mark
@@ -107,6 +145,13 @@ pub struct GcOptions {
     /// externally; select and sweep then hold one container's live chunks
     /// at a time — the delta-compressing repositories' selection still
     /// loads them all) and the map of the chunks it moved.
+    #[cfg_attr(feature = "cli", arg(
+        long = "sort-memory",
+        value_name = "SIZE",
+        default_value = "32MiB",
+        value_parser = crate::parse_size,
+        help = "Memory for each of GC's structures that grow with the repository (live chunks, moved chunks); past it they spill to temporary files"
+    ))]
     pub sort_budget: u64,
 }
 

@@ -5,15 +5,28 @@ use crate::format::snapshot::BackupId;
 use crate::util::spill::DEFAULT_SORT_BUDGET;
 use serde::Serialize;
 
-/// Options of a check.
+/// Options of a check (with the `cli` feature, the arguments of `tessera
+/// check`: their help is the command line's).
 #[derive(Clone, Copy, Debug)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct CheckOptions {
     /// Read every container whole and re-hash every chunk.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, help = "Also read all data and re-hash every chunk")
+    )]
     pub read_data: bool,
     /// Memory (bytes) of each of the check's structures that grow with the
     /// repository — the stored chunks, the references of the backups, the
     /// bases of deltas — beyond which they are sorted to temporary files
     /// and compared as sorted streams.
+    #[cfg_attr(feature = "cli", arg(
+        long = "sort-memory",
+        value_name = "SIZE",
+        default_value = "32MiB",
+        value_parser = crate::parse_size,
+        help = "Memory for each of check's structures that grow with the repository (stored chunks, references); past it they spill to temporary files"
+    ))]
     pub sort_budget: u64,
 }
 
