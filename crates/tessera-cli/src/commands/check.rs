@@ -7,7 +7,6 @@ use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::commands::check::{check_with_progress, CheckOptions, CheckReport, ProblemKind};
-use tessera::repo::config::Layout;
 
 use crate::output::{print, Form, Report};
 use crate::progress::{quiet, Phases};
@@ -52,7 +51,7 @@ fn check_cmd(
         report: &report,
         repo,
         read_data: options.read_data,
-        container_layout: r.config().layout == Layout::Container,
+        needs_gc: tessera::layout::needs_gc(&r),
     };
     print(&checked, Form::json_if(json))?;
     if report.is_ok() {
@@ -78,7 +77,7 @@ struct Checked<'a> {
     #[serde(skip)]
     read_data: bool,
     #[serde(skip)]
-    container_layout: bool,
+    needs_gc: bool,
 }
 
 impl Report for Checked<'_> {
@@ -86,7 +85,7 @@ impl Report for Checked<'_> {
 
     fn text(&self, out: &mut dyn Write) -> io::Result<()> {
         let (report, repo) = (self.report, self.repo);
-        let container_layout = self.container_layout;
+        let needs_gc = self.needs_gc;
         // Damaged containers no backup uses any damage of: gc clears them.
         let used: std::collections::HashSet<&str> = report
             .problems
@@ -106,7 +105,7 @@ impl Report for Checked<'_> {
                     (true, ProblemKind::Derived) =>
                         "none: derived data, rebuilt automatically or by `repair`".into(),
                     (true, ProblemKind::Damaged)
-                        if container_layout
+                        if needs_gc
                             && p.object.starts_with("containers/")
                             && !used.contains(p.object.as_str()) =>
                         format!("none: no backup uses its damage; `tessera gc {repo}` clears it"),

@@ -11,7 +11,6 @@ use tessera::commands::forget::{
 };
 use tessera::commands::retention::{Count, Period, Policy};
 use tessera::gc::{gc_with_progress, GcOptions, GcStats};
-use tessera::repo::config::Layout;
 
 use crate::output::{human, print, Form, Keys, Report};
 use crate::progress::Phases;
@@ -106,7 +105,7 @@ pub fn run(args: ForgetArgs, access: &Access) -> Result<ExitCode> {
     let r = open(&args.repo, mode, access)?;
     let report = forget(&r, &args.options()?)?;
     let pruned =
-        if args.prune && r.config().layout == Layout::Container && !report.removed.is_empty() {
+        if args.prune && tessera::layout::needs_gc(&r) && !report.removed.is_empty() {
             Some(gc_with_progress(
                 &r,
                 GcOptions::default(),

@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::commands::repair::{repair_with_progress, RepairOptions, RepairReport};
 use tessera::gc::{gc_with_progress, GcOptions, GcStats};
-use tessera::repo::config::Layout;
 
 use crate::output::{print, Form, Keys, Report, EXIT_INCOMPLETE};
 use crate::progress::{quiet, Phases};
@@ -64,7 +63,7 @@ fn repair_cmd(
     let report = repair_with_progress(&r, options, &Phases::default())
         .context("repairing the repository")?;
     // Damage no backup uses is garbage: gc clears it (`--gc`), or says how.
-    let gc = match then_gc && r.config().layout == Layout::Container {
+    let gc = match then_gc && tessera::layout::needs_gc(&r) {
         true => Some(gc_with_progress(
             &r,
             GcOptions::default(),
