@@ -412,7 +412,12 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
         .await
         .unwrap();
     assert_eq!(scripts, json!(0));
+    // The first plot, at the top of the window.
+    c.execute("window.scrollTo(0, document.querySelector('#report-body figure').getBoundingClientRect().top + window.scrollY - 60)", vec![])
+        .await
+        .unwrap();
     screenshot(&c, "reports").await;
+    c.execute("window.scrollTo(0, 0)", vec![]).await.unwrap();
 
     // Forget backup 1 from the table: what it frees first, then confirmed.
     click(&c, "#nav-backups").await;
