@@ -6,7 +6,7 @@
 //! beneath its target, never through a symbolic link it finds there, and
 //! reports the entries it could not restore.
 
-use crate::api::{backup_id, blocking, checked_path, to_json, ApiError, ApiResult};
+use crate::api::{backup_id, blocking, checked_path, hex_path, to_json, ApiError, ApiResult};
 use crate::State;
 use axum::body::Body;
 use axum::extract::rejection::JsonRejection;
@@ -22,6 +22,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tessera::backend::LockMode;
+use tessera::commands::check::last::{self as last_check, LastCheck};
 use tessera::commands::check::{check_with_progress, CheckOptions};
 use tessera::repo::config::Layout;
 use tessera::restore::{restore_to_path, ExistingFile, RestoreOptions};
@@ -113,6 +114,9 @@ struct RestoreRequest {
     /// Paths in the backup (with what is below them); none, or `/`: all.
     #[serde(default)]
     paths: Vec<String>,
+    /// More paths, as their bytes in hex (names that are not UTF-8).
+    #[serde(default)]
+    paths_hex: Vec<String>,
     #[serde(default)]
     overwrite: OverwriteMode,
     #[serde(default)]
@@ -123,16 +127,18 @@ struct RestoreRequest {
 
 /// The selection of `paths` (catalog form, `..` refused): everything when
 /// none is given or one is the root.
-fn selection(paths: &[String]) -> ApiResult<Selection> {
-    let mut exact = Vec::with_capacity(paths.len());
+fn selection(paths: &[String], paths_hex: &[String]) -> ApiResult<Selection> {
+    let mut exact = Vec::with_capacity(paths.len() + paths_hex.len());
     for p in paths {
-        let c = checked_path(p)?;
-        if c.is_empty() {
-            return Ok(Selection::default());
-        }
-        exact.push(String::from_utf8_lossy(&c).into_owned());
+        exact.push(checked_path(p)?);
     }
-    Ok(Selection::of_paths(&exact)?)
+    for h in paths_hex {
+        exact.push(hex_path(h)?);
+    }
+    if exact.iter().any(|c| c.is_empty()) {
+        return Ok(Selection::default());
+    }
+    Ok(Selection::of_byte_paths(&exact))
 }
 
 /// `POST /api/restore`: restores a selection of a backup's paths (or all
@@ -152,7 +158,7 @@ async fn restore(
             q.target
         )));
     }
-    let select = selection(&q.paths)?;
+    let select = selection(&q.paths, &q.paths_hex)?;
     blocking(&state, move |r| {
         let id = backup_id(r, &q.backup.text())?;
         let target = Path::new(&q.target);
@@ -183,7 +189,7 @@ fn restore_stream(
     target: &Path,
     q: &RestoreRequest,
 ) -> ApiResult<Json<Value>> {
-    if !q.paths.is_empty() || q.delete || q.verify {
+    if !q.paths.is_empty() || !q.paths_hex.is_empty() || q.delete || q.verify {
         return Err(ApiError::bad(format!(
             "backup {id} is a stream backup: paths, delete and verify apply to tree backups only"
         )));
@@ -263,6 +269,7 @@ async fn check(
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let repo = state.repo.clone().read_owned().await;
+    let keep = state.last_check_dir.clone();
     tokio::task::spawn_blocking(move || {
         let lines = Lines {
             tx,
@@ -272,7 +279,16 @@ async fn check(
             .map_err(|e| e.to_string())
             .and_then(|report| {
                 let v = serde_json::to_value(&report).map_err(|e| e.to_string())?;
-                Ok(json!({ "event": "report", "ok": report.is_ok(), "report": v }))
+                let mut end = json!({ "event": "report", "ok": report.is_ok(), "report": v });
+                if let Some(root) = keep {
+                    // Kept for the health view, also after a restart.
+                    let record = LastCheck::new(&repo, options.read_data, "serve", report);
+                    end["kept"] = match last_check::save(&root, &record) {
+                        Ok(path) => json!(path.display().to_string()),
+                        Err(e) => json!({ "error": e.to_string() }),
+                    };
+                }
+                Ok(end)
             })
             .unwrap_or_else(|e| json!({ "event": "error", "error": e }));
         lines.send(last);

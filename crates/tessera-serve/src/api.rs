@@ -118,15 +118,39 @@ pub(crate) fn backup_id(repo: &Repository, text: &str) -> ApiResult<BackupId> {
 /// A path in a backup as the API takes it (`/home/ann`), in catalog form;
 /// a `..` component (outside the backup) or a NUL byte is refused.
 pub fn checked_path(path: &str) -> ApiResult<Vec<u8>> {
-    if path.split('/').any(|c| c == "..") {
+    checked_bytes(path.as_bytes())
+}
+
+/// [`checked_path`] of a path's bytes (any but NUL: names need not be UTF-8).
+pub fn checked_bytes(path: &[u8]) -> ApiResult<Vec<u8>> {
+    let shown = String::from_utf8_lossy(path);
+    if path.split(|&b| b == b'/').any(|c| c == b"..") {
         return Err(ApiError::bad(format!(
-            "{path:?}: a path with `..` would leave the backup: give an absolute path inside it"
+            "{shown:?}: a path with `..` would leave the backup: give an absolute path inside it"
         )));
     }
-    if path.contains('\0') {
-        return Err(ApiError::bad(format!("{path:?}: a path has no NUL byte")));
+    if path.contains(&0) {
+        return Err(ApiError::bad(format!("{shown:?}: a path has no NUL byte")));
     }
-    Ok(normalize_path(path.as_bytes()).to_vec())
+    Ok(normalize_path(path).to_vec())
+}
+
+/// The path a request names: `path` (text), or `path_hex` (its bytes in
+/// hex, for names that are not UTF-8, as listings give them); not both.
+pub fn path_param(path: Option<&str>, path_hex: Option<&str>) -> ApiResult<Option<Vec<u8>>> {
+    match (path, path_hex) {
+        (Some(_), Some(_)) => Err(ApiError::bad("give `path` or `path_hex`, not both")),
+        (Some(p), None) => checked_path(p).map(Some),
+        (None, Some(h)) => hex_path(h).map(Some),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A path given in hex (`path_hex`), checked as [`checked_path`].
+pub fn hex_path(h: &str) -> ApiResult<Vec<u8>> {
+    let bytes =
+        hex::decode(h).map_err(|e| ApiError::bad(format!("path_hex {h:?}: not hex: {e}")))?;
+    checked_bytes(&bytes)
 }
 
 /// `offset` and `limit` of a paged list.
@@ -269,6 +293,7 @@ async fn backup(
 #[derive(Deserialize)]
 struct PathQuery {
     path: Option<String>,
+    path_hex: Option<String>,
     // Not `#[serde(flatten)]`ed: flattened numbers fail to parse from a query.
     offset: Option<u64>,
     limit: Option<u64>,
@@ -281,7 +306,7 @@ async fn tree(
     Path(id): Path<String>,
     Query(q): Query<PathQuery>,
 ) -> ApiResult<Json<Value>> {
-    let wanted = q.path.as_deref().map(checked_path).transpose()?;
+    let wanted = path_param(q.path.as_deref(), q.path_hex.as_deref())?;
     let mut window = Window::new(&Paging {
         offset: q.offset,
         limit: q.limit,
@@ -289,12 +314,19 @@ async fn tree(
     blocking(&state, move |r| {
         let id = backup_id(r, &id)?;
         list_tree(r, id, wanted.as_deref(), false, |e| {
-            window.push(|| EntryRecord::of(e));
+            window.push(|| {
+                // Every entry's bytes, to name it back whatever they are.
+                let mut record = EntryRecord::of(e);
+                record.path_hex.get_or_insert_with(|| hex::encode(&e.path));
+                record
+            });
             Ok(())
         })?;
         let mut v = window.json()?;
         v["backup"] = id.into();
-        v["path"] = shown_path(wanted.as_deref().unwrap_or_default()).into();
+        let at = wanted.as_deref().unwrap_or_default();
+        v["path"] = shown_path(at).into();
+        v["path_hex"] = hex::encode(at).into();
         Ok(Json(v))
     })
     .await
@@ -404,6 +436,7 @@ fn download_name(path: &[u8], ext: &str) -> String {
 #[derive(Deserialize)]
 struct FileQuery {
     path: Option<String>,
+    path_hex: Option<String>,
     /// A directory's archive: `tar` (the default) or `zip`.
     format: Option<String>,
 }
@@ -417,7 +450,7 @@ async fn file(
     Path(id): Path<String>,
     Query(q): Query<FileQuery>,
 ) -> ApiResult<Response> {
-    let wanted = checked_path(q.path.as_deref().unwrap_or("/"))?;
+    let wanted = path_param(q.path.as_deref(), q.path_hex.as_deref())?.unwrap_or_default();
     let zip = match q.format.as_deref() {
         None | Some("tar") => false,
         Some("zip") => true,
@@ -568,15 +601,49 @@ async fn space(
     .await
 }
 
-/// `GET /api/health`: the quarantined chunks (those a check or a repair
-/// found damaged: no new backup uses them), per container or lineage.
+/// The last check's record as the health view shows it: when, how, its
+/// counts and its report; `null` when none is kept (`{"error"}` when the
+/// record cannot be read).
+fn last_check_json(root: Option<&std::path::Path>, r: &Repository) -> Value {
+    use tessera::commands::check::ProblemKind;
+    let Some(root) = root else {
+        return Value::Null;
+    };
+    match tessera::commands::check::last::load(root, &r.config().id) {
+        Ok(None) => Value::Null,
+        Err(e) => json!({ "error": e.to_string() }),
+        Ok(Some(c)) => {
+            let problems = &c.report.problems;
+            let count = |k: ProblemKind| problems.iter().filter(|p| p.kind == k).count();
+            let mut affected: Vec<BackupId> = problems
+                .iter()
+                .flat_map(|p| p.affected_backups.iter().copied())
+                .collect();
+            affected.sort_unstable();
+            affected.dedup();
+            json!({
+                "time": c.time, "by": c.by, "read_data": c.read_data, "location": c.location,
+                "ok": c.report.is_ok(), "problems": problems.len(),
+                "damaged": problems.len() - count(ProblemKind::Derived),
+                "derived": count(ProblemKind::Derived),
+                "affected_backups": affected, "report": c.report,
+            })
+        }
+    }
+}
+
+/// `GET /api/health`: the last check's result (kept between runs) and the
+/// quarantined chunks (those a check or a repair found damaged: no new
+/// backup uses them), per container or lineage.
 async fn health(Shared(state): Shared<Arc<State>>) -> ApiResult<Json<Value>> {
     use tessera::repo::quarantine::{self, Quarantined};
     let count = |q: &Quarantined| match q {
         Quarantined::All => json!("all"),
         Quarantined::Chunks(c) => json!(c.len()),
     };
+    let root = state.last_check_dir.clone();
     blocking(&state, move |r| {
+        let last_check = last_check_json(root.as_deref(), r);
         let backend = r.backend();
         let mut items = Vec::new();
         let containers = quarantine::load(backend.as_ref())?;
@@ -595,7 +662,9 @@ async fn health(Shared(state): Shared<Arc<State>>) -> ApiResult<Json<Value>> {
                 items.push(json!({ "lineage": name, "chunks": count(&q) }));
             }
         }
-        Ok(Json(json!({ "quarantine": items })))
+        Ok(Json(
+            json!({ "last_check": last_check, "kept": root.is_some(), "quarantine": items }),
+        ))
     })
     .await
 }

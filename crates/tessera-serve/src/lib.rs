@@ -13,6 +13,7 @@
 use axum::routing::get;
 use axum::Router;
 use std::net::{SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::Arc;
 use tessera::Repository;
 
@@ -20,6 +21,7 @@ pub mod act;
 pub mod api;
 pub mod auth;
 pub mod page;
+pub mod reports;
 
 /// Why the server did not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +55,14 @@ pub struct Options {
     pub read_only: bool,
     /// Allow a non-loopback `listen`.
     pub insecure: bool,
+    /// Where the last check's record is kept (the per-user cache root,
+    /// `tessera::backend::cache_root()`; FORMAT.md §13.4): read for the
+    /// health view, written by `POST /api/check`. `None`: no record is
+    /// read or kept.
+    pub last_check_dir: Option<PathBuf>,
+    /// The directory of the lab's experiment reports (`GET /api/reports`),
+    /// if any.
+    pub reports: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -61,6 +71,8 @@ impl Default for Options {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             read_only: true,
             insecure: false,
+            last_check_dir: None,
+            reports: None,
         }
     }
 }
@@ -74,6 +86,10 @@ pub struct State {
     pub token: String,
     /// Whether write endpoints are refused.
     pub read_only: bool,
+    /// Where the last check's record is kept ([`Options::last_check_dir`]).
+    pub last_check_dir: Option<PathBuf>,
+    /// The directory of the experiment reports ([`Options::reports`]).
+    pub reports: Option<PathBuf>,
 }
 
 /// A bound server, not yet serving: its address and token are known.
@@ -106,6 +122,8 @@ impl Server {
             repo: Arc::new(tokio::sync::RwLock::new(repo)),
             token: auth::new_token().map_err(|e| Error::Random(e.to_string()))?,
             read_only: options.read_only,
+            last_check_dir: options.last_check_dir.clone(),
+            reports: options.reports.clone(),
         });
         Ok(Server {
             listener,
@@ -174,6 +192,7 @@ pub fn router(state: Arc<State>) -> Router {
         .route("/style.css", get(page::style))
         .merge(api::routes())
         .merge(act::routes())
+        .merge(reports::routes())
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,

@@ -48,7 +48,8 @@ pub async fn security_headers(request: Request, next: Next) -> Response {
         (header::CACHE_CONTROL, "no-store"),
         (header::X_FRAME_OPTIONS, "DENY"),
     ] {
-        h.insert(name, HeaderValue::from_static(value));
+        // A handler's own policy (a served report's) stays.
+        h.entry(name).or_insert(HeaderValue::from_static(value));
     }
     response
 }

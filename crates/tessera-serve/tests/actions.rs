@@ -10,6 +10,7 @@ use common::{noise, served, served_writable, Served};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::fs;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use tessera::repo::config::Layout;
@@ -347,4 +348,125 @@ async fn forget_in_the_container_layout_leaves_the_space_to_gc() {
     assert_eq!(status, StatusCode::OK, "{v}");
     assert!(v["note"].as_str().unwrap().contains("gc"), "{v}");
     assert_eq!(c.backups().await, [1]);
+}
+
+/// GET `/api/health` of the server at `base`.
+async fn health(http: &reqwest::Client, base: &str, token: &str) -> Value {
+    let r = http
+        .get(format!("{base}/api/health"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    serde_json::from_slice(&r.bytes().await.unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn the_last_check_is_kept_and_shown_after_a_restart() {
+    use std::os::unix::fs::PermissionsExt;
+    let c = Client::writable(Layout::Container);
+    let h = health(&c.http, &c.s.base, &c.s.token).await;
+    assert_eq!(
+        (h["last_check"].clone(), h["kept"].clone()),
+        (Value::Null, true.into()),
+        "{h}"
+    );
+    let files = |dir: &Path| {
+        let mut f = walk_files(dir);
+        f.retain(|p| !p.to_string_lossy().contains("lock"));
+        f.sort();
+        f
+    };
+    let repo_before = files(&c.s.dir.path().join("repo"));
+    let r = c
+        .http
+        .post(format!("{}/api/check", c.s.base))
+        .bearer_auth(&c.s.token)
+        .send()
+        .await
+        .unwrap();
+    let text = r.text().await.unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["ok"], true, "{text}");
+    // Kept outside the repository, in the cache directory, the owner's alone.
+    let kept = PathBuf::from(last["kept"].as_str().expect(&text));
+    assert!(kept.starts_with(c.s.dir.path().join("cache")), "{kept:?}");
+    let mode = fs::metadata(&kept).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    assert_eq!(files(&c.s.dir.path().join("repo")), repo_before);
+    // A new server (a restart; read-only too) shows it.
+    let read_only = tessera_serve::Options::default();
+    let (base, token) = common::serve_again(&c.s, &read_only);
+    let h = health(&c.http, &base, &token).await;
+    let lc = &h["last_check"];
+    assert_eq!(lc["ok"], true, "{h}");
+    assert_eq!(
+        (lc["problems"].clone(), lc["damaged"].clone()),
+        (0.into(), 0.into()),
+        "{h}"
+    );
+    assert_eq!(
+        (lc["by"].clone(), lc["read_data"].clone()),
+        ("serve".into(), false.into())
+    );
+    assert_eq!(lc["report"]["backups"], 2, "{h}");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(lc["time"].as_u64().unwrap().abs_diff(now) < 600, "{h}");
+    // A damaged record is said so, not taken for a check.
+    let mut bytes = fs::read(&kept).unwrap();
+    let end = bytes.len() - 3;
+    bytes[end] ^= 1;
+    fs::write(&kept, bytes).unwrap();
+    let h = health(&c.http, &base, &token).await;
+    assert!(
+        h["last_check"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("corrupt"),
+        "{h}"
+    );
+}
+
+#[tokio::test]
+async fn names_that_are_not_utf8_are_restored_by_their_bytes() {
+    let options = tessera_serve::Options {
+        read_only: false,
+        ..tessera_serve::Options::default()
+    };
+    let s = common::served_odd(&options);
+    let c = Client {
+        http: reqwest::Client::new(),
+        s,
+    };
+    let target = c.s.dir.path().join("restored");
+    let mut odd = c.s.src.join("odd").into_os_string().into_vec();
+    odd.extend_from_slice(b"/\xff.bin");
+    let hex: String = odd[1..].iter().map(|b| format!("{b:02x}")).collect();
+    let (status, v) = c
+        .post(
+            "/api/restore",
+            json!({ "backup": 2, "target": target, "paths_hex": [hex] }),
+        )
+        .await;
+    assert_eq!(
+        (status, v["complete"].clone()),
+        (StatusCode::OK, true.into()),
+        "{v}"
+    );
+    assert_eq!(v["files"], 1, "{v}");
+    let restored = target.join(std::ffi::OsStr::from_bytes(&odd[1..]));
+    assert_eq!(fs::read(restored).unwrap(), common::ODD_BYTES);
+    for bad in ["zz", "2e2e2f6574632f706173737764"] {
+        let (status, v) = c
+            .post(
+                "/api/restore",
+                json!({ "backup": 2, "target": target, "paths_hex": [bad] }),
+            )
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}: {v}");
+    }
 }

@@ -378,3 +378,132 @@ async fn space_says_what_deleting_frees_in_the_lifecycle_layout() {
     c.json("/api/space", &[("ids", "9")], StatusCode::NOT_FOUND)
         .await;
 }
+
+#[tokio::test]
+async fn names_that_are_not_utf8_are_listed_and_downloaded_by_their_bytes() {
+    use std::os::unix::ffi::OsStrExt;
+    let c = Client {
+        http: reqwest::Client::new(),
+        s: common::served_odd(&tessera_serve::Options::default()),
+    };
+    let odd = c.s.path("odd");
+    let v = c
+        .json("/api/backups/1/tree", &[("path", &odd)], StatusCode::OK)
+        .await;
+    let items = v["items"].as_array().unwrap();
+    // Every entry has its bytes in hex, the odd ones most of all.
+    assert!(items.iter().all(|e| e["path_hex"].is_string()), "{v}");
+    let file = items
+        .iter()
+        .find(|e| e["path_hex"].as_str().unwrap().ends_with("2fff2e62696e"))
+        .expect("the file named with byte 0xff");
+    assert!(file["path"].as_str().unwrap().contains('\u{fffd}'));
+    let hex = file["path_hex"].as_str().unwrap();
+    let r = c.get("/api/backups/1/file", &[("path_hex", hex)]).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(&r.bytes().await.unwrap()[..], common::ODD_BYTES);
+    // A directory named so is listed by its bytes too.
+    let dir = items
+        .iter()
+        .find(|e| e["kind"] == "dir")
+        .expect("the directory named with byte 0xfe");
+    let inner = c
+        .json(
+            "/api/backups/1/tree",
+            &[("path_hex", dir["path_hex"].as_str().unwrap())],
+            StatusCode::OK,
+        )
+        .await;
+    assert_eq!(inner["total"], 1, "{inner}");
+    assert!(inner["items"][0]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("/in.txt"));
+    let mut want = c.s.src.join("odd").as_os_str().as_bytes()[1..].to_vec();
+    want.extend_from_slice(b"/dir\xfe");
+    assert_eq!(inner["path_hex"], hex_of(&want));
+    for q in [
+        [("path_hex", "zz"), ("limit", "1")],
+        [("path_hex", "2e2e"), ("limit", "1")],
+        [("path_hex", hex), ("path", "/x")],
+    ] {
+        c.json("/api/backups/1/tree", &q, StatusCode::BAD_REQUEST)
+            .await;
+    }
+}
+
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[tokio::test]
+async fn zip_keeps_links_as_links_and_says_what_it_left_out() {
+    let c = Client {
+        http: reqwest::Client::new(),
+        s: common::served_odd(&tessera_serve::Options::default()),
+    };
+    let odd = c.s.path("odd");
+    let r = c
+        .get("/api/backups/1/file", &[("path", &odd), ("format", "zip")])
+        .await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let bytes = r.bytes().await.unwrap();
+    let mut zip = zip::ZipArchive::new(std::io::Cursor::new(&bytes[..])).unwrap();
+    let comment = String::from_utf8_lossy(zip.comment()).into_owned();
+    assert!(comment.contains("FIFO"), "{comment:?}");
+    let names: Vec<String> = zip.file_names().map(|n| n.unwrap().into_owned()).collect();
+    assert!(!names.iter().any(|n| n.ends_with("fifo")), "{names:?}");
+    let mut link = zip.by_name("odd/link").unwrap();
+    assert_eq!(
+        link.unix_mode().unwrap() & 0o170000,
+        0o120000,
+        "a symbolic link"
+    );
+    let mut target = String::new();
+    std::io::Read::read_to_string(&mut link, &mut target).unwrap();
+    assert_eq!(target, "../a.txt");
+}
+
+#[tokio::test]
+async fn experiment_reports_are_listed_and_served_inert() {
+    let reports = tempfile::tempdir().unwrap();
+    let d = reports.path();
+    std::fs::write(d.join("report.html"), "<h1>r</h1><svg></svg>").unwrap();
+    std::fs::write(d.join("results.csv"), "system,version\nexact,1\n").unwrap();
+    std::fs::write(d.join("secret.key"), "no").unwrap();
+    let options = tessera_serve::Options {
+        reports: Some(d.to_path_buf()),
+        ..tessera_serve::Options::default()
+    };
+    let c = Client {
+        http: reqwest::Client::new(),
+        s: common::served_with(tessera::repo::config::Layout::Container, &options),
+    };
+    let v = c.json("/api/reports", &[], StatusCode::OK).await;
+    let names: Vec<&str> = v["reports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["report.html", "results.csv"], "{v}");
+    let r = c.get("/api/reports/report.html", &[]).await;
+    assert_eq!(r.status(), StatusCode::OK);
+    let csp = r.headers()["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        csp.contains("sandbox") && !csp.contains("script-src"),
+        "{csp}"
+    );
+    assert!(r.text().await.unwrap().contains("<svg>"));
+    for name in ["secret.key", "..%2Fx.csv", "nothing.csv"] {
+        let r = c.get(&format!("/api/reports/{name}"), &[]).await;
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{name}");
+    }
+    // A server without reports says where they would come from.
+    let plain = Client::new();
+    let v = plain.json("/api/reports", &[], StatusCode::NOT_FOUND).await;
+    assert!(v["error"].as_str().unwrap().contains("--reports"), "{v}");
+}

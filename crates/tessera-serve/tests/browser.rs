@@ -7,7 +7,7 @@
 mod common;
 
 use base64::Engine;
-use common::{noise, served_writable};
+use common::{noise, served_with};
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
 use std::net::TcpListener;
@@ -126,10 +126,31 @@ fn main() -> std::process::ExitCode {
     libtest_mimic::run(&libtest_mimic::Arguments::from_args(), vec![trial]).exit_code()
 }
 
+/// A small seeded lab experiment (as `tessera experiment` runs it) in
+/// `dir`: the directory of its reports.
+fn lab_reports(dir: &Path) -> PathBuf {
+    use tessera_lab::experiment::{run, ExperimentConfig};
+    let config = dir.join("experiment.toml");
+    std::fs::write(
+        &config,
+        "name = \"tiny\"\ncompression = [\"off\"]\n[dataset.generate]\nversions = 3\nsize = \"300KB\"\nseed = 7\n[[systems]]\nname = \"exact\"\n[[systems]]\nname = \"mfdedup\"\nlayout = \"lifecycle\"\n",
+    )
+    .unwrap();
+    let out = dir.join("out");
+    run(&ExperimentConfig::load(&config).unwrap(), &out, &mut |_| {}).unwrap();
+    out
+}
+
 async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forgets(
     chromedriver: &Path,
 ) {
-    let s = served_writable(tessera::repo::config::Layout::Container);
+    let lab = tempfile::tempdir().unwrap();
+    let options = tessera_serve::Options {
+        read_only: false,
+        reports: Some(lab_reports(lab.path())),
+        ..tessera_serve::Options::default()
+    };
+    let s = served_with(tessera::repo::config::Layout::Container, &options);
     let driver = start_driver(chromedriver);
     let caps = json!({ "goog:chromeOptions": { "args": [
         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
@@ -215,6 +236,35 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
             == noise(3 << 20, 7),
         "downloaded bytes differ"
     );
+
+    // A directory of 5000 entries: one page of 1000 rows in the document,
+    // the count of all, the next page on demand.
+    let bar = c.find(Locator::Css("#path-input")).await.unwrap();
+    bar.clear().await.unwrap();
+    bar.send_keys(&format!("{}\u{E007}", s.path("many")))
+        .await
+        .unwrap();
+    let range = until(&c, "document.getElementById('tree-range').textContent.endsWith('of 5000 entries') && document.getElementById('tree-range').textContent").await;
+    assert_eq!(range, json!("1–1000 of 5000 entries"));
+    let rows = c
+        .execute(
+            "return document.querySelectorAll('#browse-table tbody tr').length",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rows, json!(1000));
+    click(&c, "#tree-next").await;
+    until(
+        &c,
+        "document.getElementById('tree-range').textContent === '1001–2000 of 5000 entries'",
+    )
+    .await;
+    until(
+        &c,
+        "[...document.querySelectorAll('#browse-table td')].some(t => t.textContent === 'f01000')",
+    )
+    .await;
 
     // The path bar jumps straight to a deep directory.
     let bar = c.find(Locator::Css("#path-input")).await.unwrap();
@@ -331,7 +381,43 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
     )
     .await;
     assert_eq!(quarantine, json!("No quarantined chunks."));
+    // The check is kept: the Health view shows it as the last check.
+    let last = until(&c, "document.getElementById('last-check-verdict') && document.getElementById('last-check-verdict').textContent").await;
+    assert!(
+        last.as_str().unwrap().contains("no problems found"),
+        "{last}"
+    );
     screenshot(&c, "health").await;
+
+    // The lab's experiment report: its files, tables and SVG plots.
+    click(&c, "#nav-reports").await;
+    let plots = until(&c, "document.querySelectorAll('#report-body svg').length").await;
+    assert!(plots.as_u64().unwrap() >= 3, "{plots} plots");
+    let files = c
+        .find(Locator::Css("#reports-list"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        files.contains("report.html") && files.contains("results.csv"),
+        "{files}"
+    );
+    let scripts = c
+        .execute(
+            "return document.querySelectorAll('#report-body script, #report-body [onload]').length",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(scripts, json!(0));
+    // The first plot, at the top of the window.
+    c.execute("window.scrollTo(0, document.querySelector('#report-body figure').getBoundingClientRect().top + window.scrollY - 60)", vec![])
+        .await
+        .unwrap();
+    screenshot(&c, "reports").await;
+    c.execute("window.scrollTo(0, 0)", vec![]).await.unwrap();
 
     // Forget backup 1 from the table: what it frees first, then confirmed.
     click(&c, "#nav-backups").await;

@@ -6,7 +6,9 @@ use serde::Serialize;
 use std::io::{self, Write};
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
+use tessera::commands::check::last::{self, LastCheck};
 use tessera::commands::check::{check_with_progress, CheckOptions, CheckReport, ProblemKind};
+use tessera::Repository;
 
 use crate::output::{print, Form, Report};
 use crate::progress::{quiet, Phases};
@@ -36,6 +38,22 @@ pub fn run(args: CheckArgs, access: &Access) -> Result<ExitCode> {
     check_cmd(&repo, options, json, access)
 }
 
+/// Keeps the report as the repository's last check (FORMAT.md §13.4) in
+/// the per-user cache directory, for `tessera serve`'s health view; not
+/// with `--no-cache`. A failure to keep it is a warning: the check ran.
+fn keep_record(r: &Repository, options: CheckOptions, report: &CheckReport, access: &Access) {
+    if access.transfer.cache_limit == 0 {
+        return;
+    }
+    let Some(root) = tessera::backend::cache_root() else {
+        return;
+    };
+    let record = LastCheck::new(r, options.read_data, "check", report.clone());
+    if let Err(e) = last::save(&root, &record) {
+        eprintln!("tessera: warning: keeping the check's result: {e}");
+    }
+}
+
 fn check_cmd(
     repo: &Location,
     options: CheckOptions,
@@ -47,6 +65,7 @@ fn check_cmd(
     for w in &report.warnings {
         eprintln!("tessera: warning: {w}");
     }
+    keep_record(&r, options, &report, access);
     let checked = Checked {
         report: &report,
         repo,

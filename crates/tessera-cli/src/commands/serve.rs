@@ -6,6 +6,7 @@ use crate::secrets::Access;
 use anyhow::{Context, Result};
 use clap::Args;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 
@@ -26,6 +27,11 @@ pub struct ServeArgs {
     /// in clear.
     #[arg(long)]
     insecure: bool,
+    /// A directory of experiment reports to show (`tessera experiment
+    /// --out DIR`); found by itself when REPO is a lab repository
+    /// (DIR/repos/SYSTEM).
+    #[arg(long, value_name = "DIR")]
+    reports: Option<PathBuf>,
 }
 
 /// Opens the repository with a shared read lock (held while serving:
@@ -35,6 +41,17 @@ pub fn run(args: ServeArgs, access: &Access) -> Result<ExitCode> {
         listen: args.listen,
         read_only: args.read_only,
         insecure: args.insecure,
+        // The last check's record, beside the metadata caches (FORMAT.md
+        // §13.4); not with --no-cache.
+        last_check_dir: (access.transfer.cache_limit != 0)
+            .then(tessera::backend::cache_root)
+            .flatten(),
+        reports: args.reports.clone().or_else(|| match &args.repo {
+            Location::Local(path) => std::fs::canonicalize(path)
+                .ok()
+                .and_then(|p| tessera_serve::reports::beside_lab_repository(&p)),
+            Location::S3(_) => None,
+        }),
     };
     if !options.listen.ip().is_loopback() && !options.insecure {
         // Refused before the password is asked for.

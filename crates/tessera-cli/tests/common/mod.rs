@@ -41,7 +41,13 @@ where
         .env("TESSERA_KDF_MEMORY", "64")
         .env("TESSERA_KDF_ITERATIONS", "1")
         .env("TESSERA_INSECURE_KDF", "1")
-        .env_remove("TESSERA_NEW_PASSWORD");
+        .env_remove("TESSERA_NEW_PASSWORD")
+        // The per-user cache (object stores' metadata, the last check's
+        // record) in the build's scratch directory, not the user's.
+        .env(
+            "XDG_CACHE_HOME",
+            Path::new(env!("CARGO_TARGET_TMPDIR")).join("xdg-cache"),
+        );
     c
 }
 

@@ -7,7 +7,18 @@ const TOKEN = new URLSearchParams(location.search).get("token") || "";
 const PAGE = 100;         // backups per page
 const TREE_PAGE = 1000;   // directory entries per page
 const $ = (id) => document.getElementById(id);
-const state = { backupsOffset: 0, backupsTotal: 0, selected: new Set(), browse: { id: null, path: "/", offset: 0 }, picked: new Set(), diffOffset: 0, readOnly: true };
+const state = { backupsOffset: 0, backupsTotal: 0, selected: new Set(), browse: { id: null, path: "/", hex: null, offset: 0 }, picked: new Set(), diffOffset: 0, readOnly: true };
+
+// A path whose bytes are not UTF-8 is shown with U+FFFD and named to the
+// API by its bytes in hex (`path_hex`), as the listing gives them.
+const notText = (path) => path.includes("\uFFFD");
+const where = (path, hex) => (hex ? { path_hex: hex } : { path });
+function hexBytes(hex) {
+  const b = new Uint8Array(hex.length / 2);
+  for (let i = 0; i < b.length; i++) b[i] = parseInt(hex.substr(2 * i, 2), 16);
+  return b;
+}
+const bytesHex = (b) => Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 
 async function api(path, params) {
   const q = new URLSearchParams(params || {});
@@ -28,8 +39,8 @@ async function post(path, body, params) {
   return answer;
 }
 
-function fileUrl(id, path, format) {
-  const q = { path, token: TOKEN };
+function fileUrl(id, path, format, hex) {
+  const q = { ...where(path, hex), token: TOKEN };
   if (format) q.format = format;
   return `/api/backups/${id}/file?` + new URLSearchParams(q);
 }
@@ -70,6 +81,7 @@ function show(view) {
   showError(null);
   if (view === "stats") loadStats().catch(showError);
   if (view === "health") loadHealth().catch(showError);
+  if (view === "reports") loadReports().catch(showError);
   if (view === "browse" && state.browse.id == null) openLatest().catch(showError);
 }
 
@@ -204,19 +216,20 @@ async function openLatest() {
   else $("tree-range").textContent = "no tree backup in the repository";
 }
 
-async function openBackup(id, path, offset = 0) {
+async function openBackup(id, path, offset = 0, hex = null) {
   if (state.browse.id !== id) state.picked.clear();
-  state.browse = { id, path, offset };
+  state.browse = { id, path, hex, offset };
   pickedChanged();
   show("browse");
   $("browse-id").textContent = id;
   $("browse-backup").value = id;
   $("path-input").value = path;
-  $("tar-link").href = fileUrl(id, path);
-  $("zip-link").href = fileUrl(id, path, "zip");
-  drawCrumbs(id, path);
+  $("tar-link").href = fileUrl(id, path, null, hex);
+  $("zip-link").href = fileUrl(id, path, "zip", hex);
+  drawCrumbs(id, path, hex);
   const params = { limit: TREE_PAGE, offset };
-  if (path !== "/") params.path = path;
+  if (hex) params.path_hex = hex;
+  else if (path !== "/") params.path = path;
   try {
     const page = await api(`backups/${id}/tree`, params);
     $("tree-range").textContent = page.total ? `${page.offset + 1}–${page.offset + page.items.length} of ${page.total} entries` : "empty";
@@ -233,18 +246,21 @@ function entryRow(id, e) {
   const name = e.path.split("/").pop() || e.path;
   // At the top, the paths given to the backup are shown whole.
   const shown = state.browse.path === "/" ? e.path : name;
+  const hex = notText(e.path) ? e.path_hex : null;
   const nameCell = e.kind === "dir"
-    ? el("button", { type: "button", class: "link dir", onclick: () => openBackup(id, e.path) }, `${shown}/`)
+    ? el("button", { type: "button", class: "link dir", onclick: () => openBackup(id, e.path, 0, hex) }, `${shown}/`)
     : el("span", {}, shown);
   let down = "";
-  if (e.kind === "file" || e.kind === "hardlink") down = el("a", { href: fileUrl(id, e.path), download: name, class: "download" }, "Download");
-  else if (e.kind === "dir") down = el("span", {}, el("a", { href: fileUrl(id, e.path), download: `${name}.tar` }, "tar"), " ",
-    el("a", { href: fileUrl(id, e.path, "zip"), download: `${name}.zip`, class: "zip" }, "zip"));
+  if (e.kind === "file" || e.kind === "hardlink") down = el("a", { href: fileUrl(id, e.path, null, hex), download: name, class: "download" }, "Download");
+  else if (e.kind === "dir") down = el("span", {}, el("a", { href: fileUrl(id, e.path, null, hex), download: `${name}.tar` }, "tar"), " ",
+    el("a", { href: fileUrl(id, e.path, "zip", hex), download: `${name}.zip`, class: "zip" }, "zip"));
   else if (e.target) down = el("span", { class: "muted" }, `→ ${e.target}`);
   const box = el("input", { type: "checkbox", class: "pick", "aria-label": `select ${e.path} for restore` });
-  box.checked = state.picked.has(e.path);
+  // Picked paths: as text, or `hex:` and their bytes.
+  const key = hex ? `hex:${hex}` : e.path;
+  box.checked = state.picked.has(key);
   box.addEventListener("change", () => {
-    if (box.checked) state.picked.add(e.path); else state.picked.delete(e.path);
+    if (box.checked) state.picked.add(key); else state.picked.delete(key);
     pickedChanged();
   });
   return el("tr", {}, el("td", {}, box), el("td", {}, nameCell), el("td", {}, e.kind), el("td", { class: "num" }, e.kind === "dir" ? "" : human(e.size)),
@@ -265,7 +281,9 @@ async function runRestore(paths) {
   if (!target) { out.textContent = "Type the directory to restore into (an absolute path on the server's machine)."; return; }
   out.textContent = "restoring…";
   try {
-    const r = await post("restore", { backup: Number(state.browse.id), target, paths, overwrite: $("restore-overwrite").value });
+    const text = paths.filter((p) => !p.startsWith("hex:"));
+    const paths_hex = paths.filter((p) => p.startsWith("hex:")).map((p) => p.slice(4));
+    const r = await post("restore", { backup: Number(state.browse.id), target, paths: text, paths_hex, overwrite: $("restore-overwrite").value });
     const head = el("p", { class: r.complete ? "ok" : "error" }, r.complete
       ? `Restored backup ${r.id} into ${r.target}: ${r.files} files (${human(r.bytes_restored)}), ${r.dirs} directories, ${r.symlinks} symbolic links${r.kept ? `, ${r.kept} kept as they were` : ""}.`
       : `Restore of backup ${r.id} into ${r.target} is incomplete: ${(r.failed || []).length} entries could not be restored, ${(r.lost_files || []).length} files were lost; everything else was restored.`);
@@ -277,9 +295,25 @@ async function runRestore(paths) {
   }
 }
 
-function drawCrumbs(id, path) {
-  const parts = path.split("/").filter(Boolean);
+function drawCrumbs(id, path, hex) {
   const crumbs = [el("button", { type: "button", class: "link", onclick: () => openBackup(id, "/") }, `backup ${id}`)];
+  if (hex) {
+    // Cut the bytes at each "/": every ancestor named by its own bytes.
+    const bytes = hexBytes(hex), dec = new TextDecoder();
+    let start = 0;
+    for (let i = 0; i <= bytes.length; i++) {
+      if (i < bytes.length && bytes[i] !== 0x2f) continue;
+      if (i > start) {
+        const upto = bytes.subarray(0, i), to = "/" + dec.decode(upto);
+        const toHex = notText(to) ? bytesHex(upto) : null;
+        crumbs.push(" / ", el("button", { type: "button", class: "link", onclick: () => openBackup(id, to, 0, toHex) }, dec.decode(bytes.subarray(start, i))));
+      }
+      start = i + 1;
+    }
+    $("crumbs").replaceChildren(...crumbs);
+    return;
+  }
+  const parts = path.split("/").filter(Boolean);
   parts.forEach((p, i) => {
     const to = "/" + parts.slice(0, i + 1).join("/");
     crumbs.push(" / ", el("button", { type: "button", class: "link", onclick: () => openBackup(id, to) }, p));
@@ -373,9 +407,23 @@ async function runCheck() {
   }
 }
 
-// The quarantined chunks: damage a check or repair found, kept out of new backups.
+// The last check (kept between runs, from `tessera check` or this page) and
+// the quarantined chunks: damage a check or repair found, kept out of new backups.
 async function loadHealth() {
   const h = await api("health");
+  const c = h.last_check, out = $("last-check");
+  if (!c) {
+    out.replaceChildren(el("p", { class: "muted" }, h.kept
+      ? "No check of this repository is on record for this user: run one (here, or `tessera check`)."
+      : "The last check's result is not kept (the server runs with --no-cache)."));
+  } else if (c.error) {
+    out.replaceChildren(el("p", { class: "error" }, `The last check's record cannot be read: ${c.error}`));
+  } else {
+    const how = `${c.read_data ? "with --read-data" : "metadata only"}, by ${c.by === "serve" ? "this page" : "tessera check"}`;
+    const verdict = c.ok ? "no problems found" : `${c.problems} problem(s): ${c.damaged} damaged or missing, ${c.derived} in derived data${c.affected_backups.length ? `; backups affected: ${c.affected_backups.join(", ")}` : ""}`;
+    out.replaceChildren(el("p", { class: c.ok ? "ok" : "error", id: "last-check-verdict" }, `${when(c.time)} (${how}): ${verdict}.`),
+      el("p", { class: "muted" }, `Checked ${c.report.containers} containers and ${c.report.backups} backups.`));
+  }
   const q = h.quarantine;
   $("quarantine-summary").textContent = q.length
     ? `${q.length} object(s) hold quarantined chunks (found damaged by a check or repair; no new backup uses them; see \`tessera repair\`):`
@@ -396,6 +444,39 @@ function showReport(r) {
 
 // ---- Wiring --------------------------------------------------------------
 
+// ---- Reports -------------------------------------------------------------
+
+// A served report's URL (opened in a tab of its own, where it runs nothing).
+const reportUrl = (name) => `/api/reports/${encodeURIComponent(name)}?` + new URLSearchParams({ token: TOKEN });
+
+// The lab's experiment reports: the files, then report.html's tables and
+// SVG plots brought into the page (as data: no script, no link, no style).
+async function loadReports() {
+  const r = await api("reports");
+  $("reports-dir").textContent = `In ${r.dir}:`;
+  $("reports-list").replaceChildren(...r.reports.map((f) => el("li", {},
+    el("a", { href: reportUrl(f.name), target: "_blank", rel: "noopener" }, f.name), ` (${human(f.bytes)}, ${when(f.mtime)})`)));
+  const html = r.reports.find((f) => f.name === "report.html");
+  if (!html) { $("report-body").replaceChildren(); return; }
+  const res = await fetch(reportUrl("report.html"));
+  if (!res.ok) throw new Error(`report.html: ${res.status} ${res.statusText}`);
+  const doc = new DOMParser().parseFromString(await res.text(), "text/html");
+  const keep = [...doc.body.children].filter((n) => ["H1", "H2", "H3", "TABLE", "FIGURE", "P"].includes(n.tagName));
+  $("report-body").replaceChildren(...keep.map((n) => inert(document.importNode(n, true))));
+}
+
+// `node` without what could act: scripts, embedded objects, handlers,
+// links and inline style.
+function inert(node) {
+  for (const bad of node.querySelectorAll("script, style, foreignObject, iframe, object, embed, link, a, use")) bad.replaceWith(...(bad.tagName === "A" ? bad.childNodes : []));
+  for (const n of [node, ...node.querySelectorAll("*")]) {
+    for (const a of [...n.attributes]) {
+      if (/^on/i.test(a.name) || /href$/i.test(a.name) || a.name === "style" || a.name === "src") n.removeAttribute(a.name);
+    }
+  }
+  return node;
+}
+
 function init() {
   for (const b of document.querySelectorAll("header nav button")) b.addEventListener("click", () => show(b.dataset.view));
   $("backups-prev").addEventListener("click", () => { state.backupsOffset = Math.max(0, state.backupsOffset - PAGE); loadBackups().catch(showError); });
@@ -407,8 +488,8 @@ function init() {
   $("restore-form").addEventListener("submit", (ev) => { ev.preventDefault(); runRestore([...state.picked].sort()); });
   $("restore-all").addEventListener("click", () => runRestore([]));
   $("check-form").addEventListener("submit", (ev) => { ev.preventDefault(); runCheck(); });
-  $("tree-prev").addEventListener("click", () => openBackup(state.browse.id, state.browse.path, Math.max(0, state.browse.offset - TREE_PAGE)));
-  $("tree-next").addEventListener("click", () => openBackup(state.browse.id, state.browse.path, state.browse.offset + TREE_PAGE));
+  $("tree-prev").addEventListener("click", () => openBackup(state.browse.id, state.browse.path, Math.max(0, state.browse.offset - TREE_PAGE), state.browse.hex));
+  $("tree-next").addEventListener("click", () => openBackup(state.browse.id, state.browse.path, state.browse.offset + TREE_PAGE, state.browse.hex));
   $("path-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
     let p = $("path-input").value.trim() || "/";
@@ -424,6 +505,8 @@ function init() {
   });
   show("backups");
   loadBackups().catch(showError);
+  // The Reports view, when the server has experiment reports.
+  api("reports").then(() => { $("nav-reports").hidden = false; }).catch(() => {});
   api("stats").then((s) => {
     $("location").textContent = s.location;
     state.readOnly = !!s.read_only;

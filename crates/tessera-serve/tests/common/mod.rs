@@ -72,8 +72,61 @@ pub fn served_writable(layout: Layout) -> Served {
 
 /// [`served`], in a repository of `layout`, the server run with `options`.
 pub fn served_with(layout: Layout, server: &Options) -> Served {
+    served_full(layout, server, false)
+}
+
+/// [`served`] with also `odd/`: a file named with byte 0xff, a directory
+/// named with byte 0xfe holding `in.txt`, a symbolic link `link` to
+/// `../a.txt` and a FIFO `fifo` (in both backups).
+pub fn served_odd(server: &Options) -> Served {
+    served_full(Layout::Container, server, true)
+}
+
+/// The bytes of `odd/\xff.bin`.
+pub const ODD_BYTES: &[u8] = b"not UTF-8, still a file\n";
+
+fn odd_entries(src: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let odd = src.join("odd");
+    write(
+        &odd.join(std::ffi::OsStr::from_bytes(b"\xff.bin")),
+        ODD_BYTES,
+    );
+    write(
+        &odd.join(std::ffi::OsStr::from_bytes(b"dir\xfe"))
+            .join("in.txt"),
+        b"inside\n",
+    );
+    std::os::unix::fs::symlink("../a.txt", odd.join("link")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(odd.join("fifo"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+}
+
+/// Another server on the repository of `s` (as after a restart), with
+/// `options` and the last check kept where `s`'s server keeps it: its
+/// base URL and token.
+pub fn serve_again(s: &Served, options: &Options) -> (String, String) {
+    let repo =
+        Repository::open(&s.dir.path().join("repo"), tessera::backend::LockMode::Read).unwrap();
+    let options = Options {
+        last_check_dir: Some(s.dir.path().join("cache")),
+        ..options.clone()
+    };
+    let server = Server::bind(repo, &options).unwrap();
+    let (addr, token) = (server.addr(), server.token().to_string());
+    std::thread::spawn(move || server.run());
+    (format!("http://{addr}"), token)
+}
+
+fn served_full(layout: Layout, server: &Options, odd: bool) -> Served {
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
+    if odd {
+        odd_entries(&src);
+    }
     write(&src.join("a.txt"), b"hello, tessera\n");
     write(&src.join("docs/big.bin"), &noise(3 << 20, 7));
     write(&src.join("docs/deep/x/y/z.txt"), b"deep\n");
@@ -115,7 +168,17 @@ pub fn served_with(layout: Layout, server: &Options) -> Served {
     drop(repo);
     let repo =
         Repository::open(&dir.path().join("repo"), tessera::backend::LockMode::Read).unwrap();
-    let server = Server::bind(repo, server).unwrap();
+    // The last check is kept in the test's directory, never the user's cache.
+    let server = Options {
+        last_check_dir: Some(
+            server
+                .last_check_dir
+                .clone()
+                .unwrap_or_else(|| dir.path().join("cache")),
+        ),
+        ..server.clone()
+    };
+    let server = Server::bind(repo, &server).unwrap();
     let (addr, token, url) = (server.addr(), server.token().to_string(), server.url());
     std::thread::spawn(move || server.run());
     Served {

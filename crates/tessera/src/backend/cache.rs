@@ -34,12 +34,28 @@ pub(crate) fn is_cached(key: &str, part: Part) -> bool {
 }
 
 /// The directory of the caches of all repositories:
-/// `$XDG_CACHE_HOME/tessera`, else `~/.cache/tessera`.
-pub(crate) fn default_root() -> Option<PathBuf> {
+/// `$XDG_CACHE_HOME/tessera`, else `~/.cache/tessera` (`None` without
+/// either variable).
+pub fn default_root() -> Option<PathBuf> {
     let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
     match env("XDG_CACHE_HOME") {
         Some(dir) => Some(PathBuf::from(dir).join("tessera")),
         None => env("HOME").map(|home| PathBuf::from(home).join(".cache").join("tessera")),
+    }
+}
+
+/// The name, below the cache root, of the cache of the repository whose
+/// configuration has the id `id`: the id itself if it holds only ASCII
+/// letters, digits, `-` and `_`, else its BLAKE3 hash in hex (FORMAT.md
+/// §13.2).
+pub fn cache_dir_name(id: &str) -> String {
+    let plain = !id.is_empty()
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    match plain {
+        true => id.to_string(),
+        false => blake3::hash(id.as_bytes()).to_hex().to_string(),
     }
 }
 
@@ -58,15 +74,7 @@ pub(crate) struct MetaCache {
 impl MetaCache {
     /// The cache of the repository `id` below `root`, created if needed.
     pub(crate) fn open(root: &Path, id: &str, limit: u64) -> io::Result<MetaCache> {
-        let plain = !id.is_empty()
-            && id
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-        let name = match plain {
-            true => id.to_string(),
-            false => blake3::hash(id.as_bytes()).to_hex().to_string(),
-        };
-        let dir = root.join(name);
+        let dir = root.join(cache_dir_name(id));
         // The cache holds repository metadata: the owner's alone, as the repository.
         super::private::create_dirs(&dir)?;
         let used = usage(&dir)?.iter().map(|e| e.1).sum();

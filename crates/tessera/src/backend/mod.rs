@@ -25,6 +25,7 @@ pub mod testing;
 mod throttle;
 
 pub use buffers::AlignedBuf;
+pub use cache::{cache_dir_name, default_root as cache_root};
 pub use counting::{Counting, IoStats};
 pub use layer::Layer;
 pub use local::Local;

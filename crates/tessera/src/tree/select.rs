@@ -20,6 +20,9 @@ pub struct Selection {
     /// The backed-up paths relative patterns are taken relative to
     /// ([`Selection::for_backup`]).
     roots: Option<Vec<String>>,
+    /// Exact catalog paths, as bytes ([`Selection::of_byte_paths`]): when
+    /// there are some, they are the include patterns.
+    exact: Vec<Vec<u8>>,
 }
 
 impl Selection {
@@ -63,6 +66,7 @@ impl Selection {
             patterns: include.to_vec(),
             include_of: inc.iter().map(|(i, _, _)| *i).collect(),
             roots: roots.map(<[String]>::to_vec),
+            exact: Vec::new(),
         })
     }
 
@@ -87,7 +91,41 @@ impl Selection {
             patterns: paths.to_vec(),
             include_of: (0..inc.len()).collect(),
             roots: None,
+            exact: Vec::new(),
         })
+    }
+
+    /// A selection of exactly `paths` (catalog form, bytes: `home/ann/a.txt`,
+    /// any bytes but NUL, names that are not UTF-8 included) and what is
+    /// below each, compared byte for byte: what the web interface restores.
+    /// A path with an empty, `.` or `..` component selects nothing.
+    pub fn of_byte_paths(paths: &[Vec<u8>]) -> Self {
+        let exact: Vec<Vec<u8>> = paths
+            .iter()
+            .map(|p| {
+                let start = p.iter().position(|&b| b != b'/').unwrap_or(p.len());
+                let end = p.iter().rposition(|&b| b != b'/').map_or(start, |e| e + 1);
+                p[start..end.max(start)].to_vec()
+            })
+            .collect();
+        let literal = match exact.as_slice() {
+            [p] if p
+                .split(|&b| b == b'/')
+                .all(|c| !c.is_empty() && c != b"." && c != b"..") =>
+            {
+                Some(p.clone())
+            }
+            _ => None,
+        };
+        Selection {
+            literal,
+            patterns: exact
+                .iter()
+                .map(|p| format!("/{}", String::from_utf8_lossy(p)))
+                .collect(),
+            exact,
+            ..Selection::default()
+        }
     }
 
     /// The catalog path below which every selected path lies, when the
@@ -99,7 +137,7 @@ impl Selection {
 
     /// Whether the selection has include patterns (else it takes everything).
     pub fn has_include(&self) -> bool {
-        self.include.is_some()
+        self.include.is_some() || !self.exact.is_empty()
     }
 
     /// The number of include patterns.
@@ -109,6 +147,9 @@ impl Selection {
 
     /// Marks in `hits` (by include pattern) the patterns matching `path` itself.
     pub fn hits(&self, path: &[u8], hits: &mut [bool]) {
+        for (p, h) in self.exact.iter().zip(hits.iter_mut()) {
+            *h |= p == path;
+        }
         if let Some(set) = &self.include {
             for g in set.matches(relative_path(path)) {
                 if let Some(h) = self.include_of.get(g).and_then(|&i| hits.get_mut(i)) {
@@ -144,7 +185,11 @@ impl Selection {
     /// pattern (its parents are not considered): what `find` looks for.
     pub fn matches_path(&self, path: &[u8]) -> bool {
         let hit = |set: &GlobSet| set.is_match(relative_path(path));
-        self.include.as_ref().is_none_or(hit) && !self.exclude.as_ref().is_some_and(hit)
+        let included = match self.exact.is_empty() {
+            true => self.include.as_ref().is_none_or(hit),
+            false => self.exact.iter().any(|p| p == path),
+        };
+        included && !self.exclude.as_ref().is_some_and(hit)
     }
 
     /// Whether the entry at `path` is selected.
@@ -157,7 +202,14 @@ impl Selection {
                     .filter(|&(_, &b)| b == b'/')
                     .any(|(i, _)| set.is_match(relative_path(&path[..i])))
         };
-        self.include.as_ref().is_none_or(hit) && !self.exclude.as_ref().is_some_and(hit)
+        let below = |p: &Vec<u8>| {
+            path.starts_with(p) && (path.len() == p.len() || path.get(p.len()) == Some(&b'/'))
+        };
+        let included = match self.exact.is_empty() {
+            true => self.include.as_ref().is_none_or(hit),
+            false => self.exact.iter().any(below),
+        };
+        included && !self.exclude.as_ref().is_some_and(hit)
     }
 }
 
@@ -343,6 +395,22 @@ mod tests {
         let one = Selection::of_paths(&["/home/ann/".into()]).unwrap();
         assert_eq!(one.literal(), Some(b"home/ann".to_vec()));
         assert!(!Selection::of_paths(&[]).unwrap().has_include());
+    }
+
+    #[test]
+    fn byte_paths_are_compared_byte_for_byte() {
+        let s = Selection::of_byte_paths(&[b"/d/\xff*".to_vec(), b"top/".to_vec()]);
+        assert!(s.has_include());
+        assert!(s.matches(b"d/\xff*") && s.matches(b"d/\xff*/below"));
+        assert!(!s.matches(b"d/\xffx") && !s.matches(b"d/\xff*x") && !s.matches(b"d"));
+        assert!(s.matches(b"top") && s.matches(b"top/x") && !s.matches(b"a/top"));
+        assert!(s.matches_path(b"top") && !s.matches_path(b"top/x"));
+        let mut hits = [false, false];
+        s.hits(b"top", &mut hits);
+        assert_eq!(hits, [false, true]);
+        assert_eq!(s.unmatched(&hits), ["/d/\u{fffd}*"]);
+        let one = Selection::of_byte_paths(&[b"/x/\xfe".to_vec()]);
+        assert_eq!(one.literal(), Some(b"x/\xfe".to_vec()));
     }
 
     #[test]

@@ -9,8 +9,9 @@
 //! compressed already, and storing streams at the speed of the restore),
 //! with the catalog's permission bits and modification time (UTC, within
 //! the DOS range 1980–2107, else 1980-01-01). Symbolic links are stored as
-//! links. Zip has no hard links, FIFOs or devices: they are left out, each
-//! kind named once in the statistics' notes. A name that is not UTF-8 is
+//! links (Unix mode `0o120000` in the external attributes). Zip has no hard
+//! links, FIFOs or devices: they are left out, each kind named once in the
+//! statistics' notes and in the archive's comment. A name that is not UTF-8 is
 //! stored with replacement characters.
 
 use super::catalog::{Entry, Kind};
@@ -137,7 +138,15 @@ impl Sink for ZipSink<'_> {
             }
         }
         match self.zip.take() {
-            Some(zip) => zip.finish().map(drop).map_err(zip_err),
+            Some(mut zip) => {
+                // What was left out, said in the archive too (its comment:
+                // `unzip -z`), as the headers are sent before it is known.
+                if !stats.notes.is_empty() {
+                    let comment = format!("tessera: {}", stats.notes.join("; "));
+                    zip.set_comment(comment).map_err(zip_err)?;
+                }
+                zip.finish().map(drop).map_err(zip_err)
+            }
             None => Ok(()),
         }
     }

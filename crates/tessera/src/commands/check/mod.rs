@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::progress::{Progress, Silent};
 use crate::repo::Repository;
 
+pub mod last;
 pub(crate) mod records;
 pub(crate) mod report;
 pub(crate) use records::index_problems;

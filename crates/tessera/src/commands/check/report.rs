@@ -3,7 +3,7 @@
 use crate::error::Error;
 use crate::format::snapshot::BackupId;
 use crate::util::spill::DEFAULT_SORT_BUDGET;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Options of a check (with the `cli` feature, the arguments of `tessera
 /// check`: their help is the command line's).
@@ -40,7 +40,7 @@ impl Default for CheckOptions {
 }
 
 /// The kind of a problem, so that a repair can tell what to do with it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProblemKind {
     /// An object holding backup data (snapshot, recipe, container,
@@ -62,7 +62,7 @@ pub enum ProblemKind {
 }
 
 /// One problem found, with the backups it affects.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Problem {
     /// What kind of problem this is.
     pub kind: ProblemKind,
@@ -101,7 +101,8 @@ impl Problem {
 }
 
 /// What a check found.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CheckReport {
     /// Containers examined.
     pub containers: u64,
