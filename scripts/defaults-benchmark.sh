@@ -29,6 +29,12 @@
 #                machine). Default 0 (warm cache).
 #   NODICT       1 (default): also a `--compression-dictionary off`
 #                repository, and a table of dictionary vs no dictionary
+#   BASELINE     binary for the `nodict` repository (default TESSERA): e.g.
+#                a build of an earlier commit, to compare stored bytes with
+#                what per-chunk compression stored then
+#   LOGIN        1 (default): also a `login` configuration: defaults after
+#                `tessera login` (sessions in $WORK/sessions), every command
+#                run without the password; a table of login vs plain
 #   WORK         scratch directory (default a new one under /tmp; removed at
 #                the end unless given)
 set -euo pipefail
@@ -58,6 +64,12 @@ mkdir -p "$WORK"
 # Real key derivation for `defaults`: no cheap test settings inherited.
 unset TESSERA_KDF_MEMORY TESSERA_KDF_ITERATIONS TESSERA_INSECURE_KDF TESSERA_REPOSITORY
 export TESSERA_PASSWORD=defaults-benchmark
+# Sessions of the `login` configuration: never the user's runtime directory.
+export TESSERA_SESSION_DIR=$WORK/sessions
+BASELINE=${BASELINE:-$TESSERA}
+BIN=$TESSERA
+# Prefix of every command of the configuration being run.
+PREFIX=()
 
 # The versions, each unpacked once into $WORK/src/NNNN.
 if [ ! -d "$WORK/src" ]; then
@@ -87,7 +99,7 @@ timed() {
     local name=$1
     shift
     cold
-    /usr/bin/time -f '%e %M %U %S' -o "$WORK/t" "$@" >/dev/null 2>"$WORK/err" ||
+    /usr/bin/time -f '%e %M %U %S' -o "$WORK/t" "${PREFIX[@]}" "$@" >/dev/null 2>"$WORK/err" </dev/null ||
         { cat "$WORK/err" >&2; echo "failed: $*" >&2; exit 1; }
     # seconds, peak RSS KiB, CPU seconds (user + system)
     tail -1 "$WORK/t" | awk '{ print $1, $2, $3 + $4 }' >>"$WORK/m/$config.$name"
@@ -98,18 +110,22 @@ run_config() {
     shift
     local repo=$WORK/repo-$config wc=$WORK/wc
     rm -rf "$repo" "$wc"
-    "$TESSERA" init "$repo" "$@" >/dev/null
+    "$BIN" init "$repo" "$@" >/dev/null
+    if [ "$config" = login ]; then
+        "$BIN" login "$repo" >/dev/null
+        PREFIX=(env -u TESSERA_PASSWORD)
+    fi
     mkdir -p "$wc"
     for i in $(seq 1 "$VERSIONS"); do
         rsync -a --delete "$WORK/src/$i/" "$wc/"
-        timed backup "$TESSERA" backup "$repo" "$wc"
+        timed backup "$BIN" backup "$repo" "$wc"
     done
     du -sb "$repo" | cut -f1 >"$WORK/m/$config.stored"
     for _ in $(seq 1 "$RUNS"); do
-        timed rebackup "$TESSERA" backup "$repo" "$wc"
+        timed rebackup "$BIN" backup "$repo" "$wc"
     done
     for r in $(seq 1 "$RUNS"); do
-        timed restore "$TESSERA" restore "$repo" latest "$WORK/out-$config-$r"
+        timed restore "$BIN" restore "$repo" latest "$WORK/out-$config-$r"
     done
     # The restored tree holds the working copy's files (restore verifies
     # every chunk; this checks that the whole tree came back).
@@ -117,16 +133,17 @@ run_config() {
         { echo "$config: the full restore has not the working copy's file count" >&2; exit 1; }
     rm -rf "$WORK"/out-"$config"-*
     for r in $(seq 1 "$RUNS"); do
-        timed onefile "$TESSERA" restore "$repo" latest "$WORK/one-$config-$r" --include "$ONE_FILE"
+        timed onefile "$BIN" restore "$repo" latest "$WORK/one-$config-$r" --include "$ONE_FILE"
         [ -n "$(find "$WORK/one-$config-$r" -type f -path "$ONE_FILE")" ] ||
             { echo "$config: one-file restore wrote no $ONE_FILE" >&2; exit 1; }
         rm -rf "$WORK/one-$config-$r"
     done
     for _ in $(seq 1 "$RUNS"); do
-        timed list "$TESSERA" list "$repo"
-        timed ls "$TESSERA" ls "$repo" latest
+        timed list "$BIN" list "$repo"
+        timed ls "$BIN" ls "$repo" latest
     done
     rm -rf "$repo" "$wc"
+    PREFIX=()
 }
 
 rm -rf "$WORK/m"
@@ -136,7 +153,11 @@ run_config defaults
 # Defaults without the compression dictionary (FORMAT.md §7.8): what the
 # dictionary saves, and what it costs in backup and restore time.
 if [ "${NODICT:-1}" = 1 ]; then
-    run_config nodict --compression-dictionary off
+    BIN=$BASELINE run_config nodict --compression-dictionary off
+    BIN=$TESSERA
+fi
+if [ "${LOGIN:-1}" = 1 ]; then
+    run_config login
 fi
 
 # stat FILE COLUMN: "median min max" of column COLUMN (1 seconds, 2 KiB,
@@ -202,6 +223,27 @@ if [ -f "$WORK/m/nodict.stored" ]; then
         d=$(stat "$WORK/m/defaults.$name" 1)
         row "$name s" "$(med "$n")" "$(med "$d")" "$(spread "$n")" "$(spread "$d")"
     done
+fi
+if [ -f "$WORK/m/login.stored" ]; then
+    echo
+    echo "defaults after \`tessera login\` (no key derivation per command) vs plain, same run"
+    printf '%-26s %12s %-15s %12s %-15s %7s\n' "" "plain" "" "login" "" "l/p"
+    row "first backup s" "$(first "$WORK/m/plain.backup")" "$(first "$WORK/m/login.backup")"
+    for name in rebackup restore onefile list ls; do
+        p=$(stat "$WORK/m/plain.$name" 1)
+        d=$(stat "$WORK/m/login.$name" 1)
+        row "$name s" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
+    done
+    for name in rebackup restore onefile list; do
+        p=$(stat "$WORK/m/plain.$name" 3)
+        d=$(stat "$WORK/m/login.$name" 3)
+        row "CPU s, $name" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
+    done
+    for name in backup rebackup restore onefile list ls; do
+        row "peak RSS MiB, $name" "$(peak "$WORK/m/plain.$name")" "$(peak "$WORK/m/login.$name")"
+    done
+    echo "one-file restore, login - plain: $(awk -v d="$(med "$(stat "$WORK/m/login.onefile" 1)")" \
+        -v p="$(med "$(stat "$WORK/m/plain.onefile" 1)")" 'BEGIN { printf "%+.3f s", d - p }')"
 fi
 echo "one-file restore, defaults - plain: $(awk -v d="$(med "$(stat "$WORK/m/defaults.onefile" 1)")" \
     -v p="$(med "$(stat "$WORK/m/plain.onefile" 1)")" 'BEGIN { printf "%+.3f s", d - p }')"

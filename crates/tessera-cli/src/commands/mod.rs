@@ -29,6 +29,7 @@ mod prune;
 mod repair;
 mod restore;
 mod serve;
+mod session;
 mod stats;
 mod unlock;
 
@@ -130,6 +131,12 @@ pub enum Command {
     /// Manage the password key files of an encrypted repository.
     #[command(subcommand)]
     Key(key::KeyCommand),
+    /// Open an encrypted repository once and keep the key derived from the
+    /// password in $XDG_RUNTIME_DIR (0600, with an expiry) so that later
+    /// commands open it without the password or the key derivation.
+    Login(session::LoginArgs),
+    /// End the sessions of an encrypted repository (`tessera login`).
+    Logout(session::LogoutArgs),
 }
 
 impl Command {
@@ -171,6 +178,8 @@ impl Command {
             Command::Index(a) => index::run(a, access),
             Command::Unlock(a) => unlock::run(a, access),
             Command::Key(a) => key::run(a, access),
+            Command::Login(a) => session::login(a, access),
+            Command::Logout(a) => session::logout(a, access),
         }
     }
 }

@@ -47,6 +47,15 @@ pub fn run(args: MountArgs, access: &Access) -> Result<ExitCode> {
         mountpoint,
         cache,
     } = args;
+    // The key derivation's lanes (and parallel reads) run on rayon's pool,
+    // started before `serve` blocks the termination signals: its threads
+    // block them too, or SIGTERM would kill the process in one of them
+    // instead of reaching the thread that waits for it and unmounts.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .start_handler(|_| {
+            let _ = block_signals();
+        })
+        .build_global();
     let r = open(&repo, LockMode::Read, access)?;
     let cache = parse_size(&cache).map_err(|e| anyhow::anyhow!("--cache: {e}"))?;
     let fs = MountedRepo::new(r, cache)?;

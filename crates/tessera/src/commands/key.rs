@@ -57,3 +57,20 @@ pub fn change_password(repo: &Repository, key: &NewKey) -> Result<String> {
         .delete(&format!("{}/{old}", keyfile::KEYS_DIR))?;
     Ok(new)
 }
+
+/// Keeps the key that opened `repo` for `lifetime` in the user's session
+/// directory (`tessera login`, crypto::session), so that later commands
+/// open it without deriving the key from the password.
+pub fn login(
+    repo: &Repository,
+    lifetime: std::time::Duration,
+) -> Result<crate::crypto::session::Session> {
+    crate::crypto::session::login(unlocked(repo)?, lifetime)
+}
+
+/// Ends the sessions of every key file of `repo` (`tessera logout`);
+/// returns how many there were.
+pub fn logout(repo: &Repository) -> Result<usize> {
+    unlocked(repo)?;
+    crate::crypto::session::logout(repo.backend().as_ref())
+}

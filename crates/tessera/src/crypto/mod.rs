@@ -9,6 +9,7 @@
 mod backend;
 pub mod keyfile;
 mod object;
+pub mod session;
 
 pub use backend::Encrypting;
 pub use keyfile::{KdfParams, KeyInfo, KEYS_DIR};
@@ -119,6 +120,8 @@ impl NewKey {
 pub(crate) struct Unlocked {
     master: MasterKey,
     key_id: String,
+    /// The key the password derived for that key file (kept by `login`).
+    wrapping: Option<keyfile::Wrapping>,
 }
 
 impl Unlocked {
@@ -148,7 +151,11 @@ pub(crate) fn create_key(backend: &dyn crate::backend::Backend, key: &NewKey) ->
     let master = MasterKey::generate()?;
     let kdf = key.checked_kdf()?;
     let key_id = keyfile::add(backend, &master, key.password.as_bytes(), kdf)?;
-    Ok(Unlocked { master, key_id })
+    Ok(Unlocked {
+        master,
+        key_id,
+        wrapping: None,
+    })
 }
 
 /// The master key that `credentials` unwrap from a key file of `backend`.
@@ -156,12 +163,16 @@ pub(crate) fn unlock(
     backend: &dyn crate::backend::Backend,
     credentials: &Credentials,
 ) -> Result<Unlocked> {
-    let (master, key_id) = keyfile::unlock(
+    let (master, key_id, wrapping) = keyfile::unlock_wrapping(
         backend,
         credentials.password.as_bytes(),
         credentials.key_id.as_deref(),
     )?;
-    Ok(Unlocked { master, key_id })
+    Ok(Unlocked {
+        master,
+        key_id,
+        wrapping: Some(wrapping),
+    })
 }
 
 /// Fills `buf` from the operating system's random generator.

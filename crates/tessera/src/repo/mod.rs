@@ -422,7 +422,11 @@ impl Repository {
             match decode_stored(backend.location(), &bytes)? {
                 Stored::Plain(config) => (backend, config, None),
                 Stored::Sealed(encryption, sealed) => {
-                    let unlocked = crypto::unlock(backend.as_ref(), &unlock()?)?;
+                    // A session (`tessera login`) spares the key derivation.
+                    let unlocked = match crypto::session::unlock(backend.as_ref()) {
+                        Some(u) => u,
+                        None => crypto::unlock(backend.as_ref(), &unlock()?)?,
+                    };
                     let cipher = unlocked.cipher(encryption)?;
                     let config = Config::decode(&cipher.open(CONFIG_KEY, &sealed)?)?;
                     if config.encryption != encryption {
