@@ -104,16 +104,15 @@ pub fn run(args: ForgetArgs, access: &Access) -> Result<ExitCode> {
     };
     let r = open(&args.repo, mode, access)?;
     let report = forget(&r, &args.options()?)?;
-    let pruned =
-        if args.prune && tessera::layout::needs_gc(&r) && !report.removed.is_empty() {
-            Some(gc_with_progress(
-                &r,
-                GcOptions::default(),
-                &Phases::default(),
-            )?)
-        } else {
-            None
-        };
+    let pruned = if args.prune && tessera::layout::needs_gc(&r) && !report.removed.is_empty() {
+        Some(gc_with_progress(
+            &r,
+            GcOptions::default(),
+            &Phases::default(),
+        )?)
+    } else {
+        None
+    };
     let forgotten = Forgotten {
         report: &report,
         gc: pruned.as_ref(),
