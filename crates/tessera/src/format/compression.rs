@@ -31,10 +31,8 @@ pub const MAX_OVERHEAD: usize = 1;
 pub const LEVEL_FASTEST: i32 = 1;
 /// zstd level of `default`, and of `auto` without a dictionary.
 pub const LEVEL_DEFAULT: i32 = 3;
-/// zstd level of `auto` with a dictionary (FORMAT.md §7.8): on small
-/// source files 4 % smaller than level 3 for little more time, as most of
-/// what a chunk can refer to is in the dictionary.
-pub const LEVEL_AUTO_DICT: i32 = 5;
+/// zstd level of `auto` with a dictionary (FORMAT.md §7.8).
+pub use crate::format::dictionary::LEVEL as LEVEL_AUTO_DICT;
 /// zstd level of `max`.
 pub const LEVEL_MAX: i32 = 19;
 /// Highest zstd level accepted as `N`.
