@@ -85,6 +85,18 @@ async fn screenshot(c: &Client, name: &str) {
     .unwrap();
 }
 
+/// The number of elements `css` selects.
+async fn count(c: &Client, css: &str) -> u64 {
+    c.execute(
+        "return document.querySelectorAll(arguments[0]).length",
+        vec![json!(css)],
+    )
+    .await
+    .unwrap()
+    .as_u64()
+    .unwrap()
+}
+
 async fn click(c: &Client, css: &str) {
     c.find(Locator::Css(css))
         .await
@@ -237,8 +249,10 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
         "downloaded bytes differ"
     );
 
-    // A directory of 5000 entries: one page of 1000 rows in the document,
-    // the count of all, the next page on demand.
+    // A directory of 5000 entries: a page of 1000 entries and the count of
+    // all, of which only the rows in view (and a margin) are in the
+    // document; scrolled to the end, the page's last entry; the next page
+    // on demand.
     let bar = c.find(Locator::Css("#path-input")).await.unwrap();
     bar.clear().await.unwrap();
     bar.send_keys(&format!("{}\u{E007}", s.path("many")))
@@ -246,14 +260,56 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
         .unwrap();
     let range = until(&c, "document.getElementById('tree-range').textContent.endsWith('of 5000 entries') && document.getElementById('tree-range').textContent").await;
     assert_eq!(range, json!("1–1000 of 5000 entries"));
-    let rows = c
+    let drawn = count(&c, "#browse-table tbody tr").await;
+    assert!((20..=100).contains(&drawn), "{drawn} rows drawn of 1000");
+    // The page is as tall as its 1000 rows.
+    let tall = c
         .execute(
-            "return document.querySelectorAll('#browse-table tbody tr').length",
+            "return document.getElementById('browse-table').getBoundingClientRect().height",
             vec![],
         )
         .await
         .unwrap();
-    assert_eq!(rows, json!(1000));
+    assert!(
+        tall.as_f64().unwrap() > 1000.0 * 20.0,
+        "table {tall}px tall"
+    );
+    c.execute(
+        "window.scrollTo(0, document.documentElement.scrollHeight)",
+        vec![],
+    )
+    .await
+    .unwrap();
+    until(
+        &c,
+        "[...document.querySelectorAll('#browse-table td')].some(t => t.textContent === 'f00999')",
+    )
+    .await;
+    let drawn = count(&c, "#browse-table tbody tr").await;
+    assert!((20..=100).contains(&drawn), "{drawn} rows drawn at the end");
+    // Keyboard: from the last row's checkbox, Up moves to the row above;
+    // Ctrl+Home to the first row, drawn again.
+    c.execute("[...document.querySelectorAll('#browse-table tbody tr')].find(r => r.textContent.includes('f00999')).querySelector('input.pick').focus()", vec![])
+        .await
+        .unwrap();
+    let focused = "document.activeElement.closest('tr').cells[1].textContent";
+    c.active_element()
+        .await
+        .unwrap()
+        .send_keys("\u{E013}")
+        .await
+        .unwrap();
+    until(&c, &format!("{focused} === 'f00998'")).await;
+    c.active_element()
+        .await
+        .unwrap()
+        .send_keys("\u{E009}\u{E011}")
+        .await
+        .unwrap();
+    until(&c, &format!("{focused} === 'f00000'")).await;
+    let drawn = count(&c, "#browse-table tbody tr").await;
+    assert!((20..=100).contains(&drawn), "{drawn} rows drawn at the top");
+    c.execute("window.scrollTo(0, 0)", vec![]).await.unwrap();
     click(&c, "#tree-next").await;
     until(
         &c,

@@ -79,11 +79,155 @@ function show(view) {
     if (b.dataset.view === view) b.setAttribute("aria-current", "page"); else b.removeAttribute("aria-current");
   }
   showError(null);
+  for (const t of Object.values(tables)) t.schedule();
   if (view === "stats") loadStats().catch(showError);
   if (view === "health") loadHealth().catch(showError);
   if (view === "reports") loadReports().catch(showError);
   if (view === "browse" && state.browse.id == null) openLatest().catch(showError);
 }
+
+// ---- Rows in view ----------------------------------------------------------
+
+// A page of rows (100 backups, 1000 entries of a directory or changes of a
+// diff) is drawn only where it is seen: the rows in the window and MARGIN
+// more on each side; two spacer rows stand for the others, at the rows'
+// measured height, so the scroll bar is that of the whole page. A row is
+// made when it comes into range and kept while it stays there (a focused
+// checkbox or button stays the same element). Keyboard: Tab reaches every
+// row (a focused row is scrolled into view, and the rows past it drawn);
+// Up/Down (and Page Up/Down, Ctrl+Home/End) move the focus to the same
+// column of another row, drawing it first.
+const MARGIN = 20;          // rows drawn beyond the window on each side
+const VIRTUAL_FROM = 60;    // a page of fewer rows is drawn whole
+
+class VirtualRows {
+  constructor(table) {
+    this.body = table.tBodies[0];
+    this.columns = table.tHead.rows[0].cells.length;
+    this.items = [];
+    this.make = null;
+    this.rows = new Map();      // index -> row element, those in the document
+    this.range = [0, 0];
+    this.rowHeight = 0;         // measured: the drawn rows' mean height
+    this.pending = false;
+    this.top = this.spacer();
+    this.bottom = this.spacer();
+    const later = () => this.schedule();
+    window.addEventListener("scroll", later, { passive: true });
+    window.addEventListener("resize", later);
+    this.body.addEventListener("keydown", (ev) => this.key(ev));
+  }
+
+  spacer() {
+    return el("tr", { class: "spacer", "aria-hidden": "true" }, el("td", { colspan: this.columns }));
+  }
+
+  // Shows `items`, each row made by `make(item)`.
+  show(items, make) {
+    this.items = items;
+    this.make = make;
+    this.rows.clear();
+    this.range = [0, 0];
+    if (items.length < VIRTUAL_FROM) {
+      this.body.replaceChildren(...items.map((_, i) => this.row(i)));
+      this.range = [0, items.length];
+      return;
+    }
+    this.body.replaceChildren(this.top, this.bottom);
+    // Twice: the first draw measures the rows, the second fills the window.
+    this.draw();
+    this.draw();
+  }
+
+  clear() { this.show([], null); }
+
+  // The number of rows in the document (spacers left out).
+  get drawn() { return this.rows.size; }
+
+  row(i) {
+    let r = this.rows.get(i);
+    if (!r) {
+      r = this.make(this.items[i]);
+      r.dataset.index = i;
+      this.rows.set(i, r);
+    }
+    return r;
+  }
+
+  schedule() {
+    if (this.pending || this.items.length < VIRTUAL_FROM) return;
+    this.pending = true;
+    requestAnimationFrame(() => { this.pending = false; this.draw(); });
+  }
+
+  // The rows from the window's top and bottom, MARGIN more on each side.
+  wanted() {
+    const n = this.items.length, h = this.rowHeight || 32;
+    // Where the rows start, in the window's coordinates (the top spacer's top).
+    const start = this.body.getBoundingClientRect().top;
+    let first = Math.floor(-start / h) - MARGIN, last = Math.ceil((window.innerHeight - start) / h) + MARGIN;
+    first = Math.max(0, Math.min(first, n - 1));
+    last = Math.max(first + Math.min(n - first, MARGIN), Math.min(last, n));
+    return [first, last];
+  }
+
+  draw() {
+    const n = this.items.length;
+    if (n < VIRTUAL_FROM) return;
+    const [first, last] = this.wanted();
+    if (first === this.range[0] && last === this.range[1]) return;
+    for (const [i, r] of this.rows) {
+      if (i < first || i >= last) { r.remove(); this.rows.delete(i); }
+    }
+    // The rows kept stay where they are (a focused one keeps the focus);
+    // new ones go before and after them.
+    let prev = this.top;
+    for (let i = first; i < last; i++) {
+      const r = this.row(i);
+      if (prev.nextSibling !== r) prev.after(r);
+      prev = r;
+    }
+    this.range = [first, last];
+    const a = this.rows.get(first).getBoundingClientRect(), b = this.rows.get(last - 1).getBoundingClientRect();
+    if (b.bottom > a.top) this.rowHeight = (b.bottom - a.top) / (last - first);
+    const h = this.rowHeight || 32;
+    this.top.firstChild.style.height = `${first * h}px`;
+    this.bottom.firstChild.style.height = `${(n - last) * h}px`;
+    this.top.hidden = first === 0;
+    this.bottom.hidden = last === n;
+  }
+
+  // Up/Down, Page Up/Down, Ctrl+Home/End in a row: the focus to the same
+  // column of another row.
+  key(ev) {
+    const tr = ev.target.closest("tr");
+    if (!tr || tr.dataset.index == null || ev.altKey || ev.metaKey) return;
+    const i = Number(tr.dataset.index), n = this.items.length;
+    const page = Math.max(1, Math.floor(window.innerHeight / (this.rowHeight || 32)) - 1);
+    const to = { ArrowDown: i + 1, ArrowUp: i - 1, PageDown: i + page, PageUp: i - page }[ev.key]
+      ?? (ev.ctrlKey && ev.key === "Home" ? 0 : ev.ctrlKey && ev.key === "End" ? n - 1 : null);
+    if (to == null) return;
+    ev.preventDefault();
+    const cell = ev.target.closest("td");
+    this.focusRow(Math.max(0, Math.min(n - 1, to)), cell ? cell.cellIndex : 0);
+  }
+
+  focusRow(i, column) {
+    if (!this.rows.has(i)) {
+      // Bring row i to the middle of the window, then draw.
+      const h = this.rowHeight || 32;
+      window.scrollTo(0, window.scrollY + this.body.getBoundingClientRect().top + i * h - window.innerHeight / 2);
+      this.draw();
+    }
+    const r = this.rows.get(i);
+    if (!r) return;
+    const pick = (node) => node && node.querySelector("button, a[href], input");
+    const target = pick(r.cells[column]) || pick(r);
+    if (target) target.focus();
+  }
+}
+
+const tables = {};
 
 // ---- Backups -------------------------------------------------------------
 
@@ -94,8 +238,7 @@ async function loadBackups() {
   $("backups-range").textContent = `${first}–${page.offset + page.items.length} of ${page.total} (newest first)`;
   $("backups-prev").disabled = page.offset === 0;
   $("backups-next").disabled = page.offset + page.items.length >= page.total;
-  const body = $("backups-table").tBodies[0];
-  body.replaceChildren(...page.items.map(backupRow));
+  tables.backups.show(page.items, backupRow);
   drawChart(page.items.filter((b) => !b.damaged).slice().reverse());
   if (page.items.length && !$("diff-from").value) {
     const ids = page.items.map((b) => b.id);
@@ -235,9 +378,9 @@ async function openBackup(id, path, offset = 0, hex = null) {
     $("tree-range").textContent = page.total ? `${page.offset + 1}–${page.offset + page.items.length} of ${page.total} entries` : "empty";
     $("tree-prev").disabled = page.offset === 0;
     $("tree-next").disabled = page.offset + page.items.length >= page.total;
-    $("browse-table").tBodies[0].replaceChildren(...page.items.map((e) => entryRow(id, e)));
+    tables.browse.show(page.items, (e) => entryRow(id, e));
   } catch (e) {
-    $("browse-table").tBodies[0].replaceChildren();
+    tables.browse.clear();
     showError(e);
   }
 }
@@ -333,12 +476,12 @@ async function runDiff() {
     $("diff-range").textContent = r.total ? `${r.offset + 1}–${r.offset + r.items.length} of ${r.total}` : "no differences";
     $("diff-prev").disabled = r.offset === 0;
     $("diff-next").disabled = r.offset + r.items.length >= r.total;
-    $("diff-table").tBodies[0].replaceChildren(...r.items.map((c) => el("tr", { class: `change-${c.change}` },
+    tables.diff.show(r.items, (c) => el("tr", { class: `change-${c.change}` },
       el("td", {}, c.change), el("td", { class: "paths" }, c.path),
-      el("td", { class: "num" }, c.old ? human(c.old.size) : ""), el("td", { class: "num" }, c.new ? human(c.new.size) : ""))));
+      el("td", { class: "num" }, c.old ? human(c.old.size) : ""), el("td", { class: "num" }, c.new ? human(c.new.size) : "")));
   } catch (e) {
     $("diff-summary").textContent = `Error: ${e.message}`;
-    $("diff-table").tBodies[0].replaceChildren();
+    tables.diff.clear();
   }
 }
 
@@ -478,6 +621,7 @@ function inert(node) {
 }
 
 function init() {
+  for (const name of ["backups", "browse", "diff"]) tables[name] = new VirtualRows($(`${name}-table`));
   for (const b of document.querySelectorAll("header nav button")) b.addEventListener("click", () => show(b.dataset.view));
   $("backups-prev").addEventListener("click", () => { state.backupsOffset = Math.max(0, state.backupsOffset - PAGE); loadBackups().catch(showError); });
   $("backups-next").addEventListener("click", () => { state.backupsOffset += PAGE; loadBackups().catch(showError); });
