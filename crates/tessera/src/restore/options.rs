@@ -20,6 +20,7 @@ pub struct RestoreOptions<'a> {
         arg(
             id = "cache",
             long = "cache",
+            value_name = "CACHE",
             default_value = "lru",
             help = "Restore cache policy: lru, opt (Belady, using the recipe) or faa (forward assembly area of --cache-size containers)"
         )
