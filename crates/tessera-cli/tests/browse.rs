@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{cmd, fail, init, ok, random_bytes, run};
+use common::{backup_tree, cmd, fail, init, json, ok, random_bytes, run};
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fs::{self, File, FileTimes};
@@ -54,10 +54,6 @@ fn make_tree(root: &Path) {
         1_234_567_890,
     );
     symlink(format!("{LONG}/../docs/a.txt"), root.join("link")).unwrap();
-}
-
-fn json(out: &str) -> serde_json::Value {
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
 }
 
 /// One tar entry as read back: kind, mode, mtime, uid, contents or link target.
@@ -158,7 +154,7 @@ fn setup() -> (tempfile::TempDir, PathBuf, PathBuf) {
     make_tree(&src);
     let repo = dir.path().join("repo");
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     (dir, repo, src)
 }
 
@@ -331,7 +327,7 @@ fn diff_reports_added_removed_changed_and_metadata_only() {
     // A file replaced by a directory of the same name.
     fs::remove_file(src.join(LONG).join("file-with-a-long-name-too.txt")).unwrap();
     fs::create_dir(src.join(LONG).join("file-with-a-long-name-too.txt")).unwrap();
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
 
     let (list, stats) = changes(&repo, "1", "2", &src);
     let expected: Vec<(String, String)> = [
@@ -420,7 +416,7 @@ fn find_searches_every_backup_newest_first() {
     let (_dir, repo, src) = setup();
     fs::remove_file(src.join("docs/a.txt")).unwrap();
     write(&src.join("docs/b.txt"), b"b", 0o644, 9);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     let found = json(&ok([
         "find".as_ref(),
         repo.as_os_str(),

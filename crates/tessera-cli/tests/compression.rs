@@ -136,14 +136,7 @@ fn incompressible_chunks_are_stored_raw() {
     let mut sizes = Vec::new();
     for setting in ["auto", "off"] {
         let repo = dir.path().join(setting);
-        ok([
-            "init",
-            repo.to_str().unwrap(),
-            "--encryption",
-            "none",
-            "--compression",
-            setting,
-        ]);
+        init_with(&repo, &["--encryption", "none", "--compression", setting]);
         let v = backup_stats(&repo, &input, &[]);
         sizes.push(tree_bytes(&repo.join("containers")));
         if setting == "auto" {
@@ -163,14 +156,7 @@ fn a_flipped_byte_in_a_compressed_chunk_is_detected() {
     let dir = tempfile::tempdir().unwrap();
     let repo = dir.path().join("repo");
     // Unencrypted, so that the flip reaches the zstd frame itself.
-    ok([
-        "init",
-        repo.to_str().unwrap(),
-        "--encryption",
-        "none",
-        "--compression",
-        "default",
-    ]);
+    init_with(&repo, &["--encryption", "none", "--compression", "default"]);
     let input = dir.path().join("in");
     let data = text(5, 1 << 20);
     std::fs::write(&input, &data).unwrap();

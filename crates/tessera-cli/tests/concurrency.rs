@@ -15,16 +15,7 @@ use std::process::{Child, Stdio};
 /// Starts `tessera backup --json REPO -` and feeds it `first` bytes, keeping
 /// its standard input open: a backup in progress.
 fn start_backup(repo: &Path, first: &[u8]) -> Child {
-    let mut child = cmd(["backup", "--json", &repo.display().to_string(), "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting tessera backup");
-    let stdin = child.stdin.as_mut().expect("piped stdin");
-    stdin.write_all(first).expect("feeding the backup");
-    stdin.flush().expect("feeding the backup");
-    child
+    start_backup_with(&[], &repo.display().to_string(), first)
 }
 
 /// Feeds `rest`, closes standard input and returns the committed id.

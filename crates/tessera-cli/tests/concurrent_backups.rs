@@ -88,14 +88,16 @@ fn finish(child: Child, what: &str) -> serde_json::Value {
 }
 
 /// Ids of the committed backups of `repo`.
-fn ids(repo: &str) -> Vec<u64> {
-    let v: serde_json::Value =
-        serde_json::from_str(ok(["list", "--json", repo]).trim()).expect("list --json");
-    v.as_array()
-        .expect("an array")
-        .iter()
-        .map(|s| num(s, "id"))
-        .collect()
+/// Runs `tessera ARGS < INPUT` until it fails (for two minutes at most): its output.
+fn refused(args: &[String], input: &Path) -> std::process::Output {
+    let started = std::time::Instant::now();
+    loop {
+        let o = run_with_input(args, input);
+        if !o.status.success() {
+            return o;
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(120));
+    }
 }
 
 /// Restores backup `id` of `repo` below `target` and compares it with `src`.
@@ -146,7 +148,7 @@ fn four_clients_and_a_gc(repo: &str, tmp: &Path, index: &str) {
     assert!(!distinct.contains(&first), "ids {committed:?}");
     let mut all = distinct.clone();
     all.insert(first);
-    assert_eq!(ids(repo), all.into_iter().collect::<Vec<_>>());
+    assert_eq!(list_ids(repo), all.into_iter().collect::<Vec<_>>());
     // The base file was committed before: every client deduplicated it
     // instead of storing it again.
     for (c, v) in done.iter().enumerate() {
@@ -351,7 +353,7 @@ fn killed_writers_never_lose_a_committed_backup() {
         }
         // Every committed backup stays listed; those of this round (and,
         // every 10th round and at the end, all) restore byte for byte.
-        let listed: BTreeSet<u64> = ids(&repo).into_iter().collect();
+        let listed: BTreeSet<u64> = list_ids(&repo).into_iter().collect();
         // A forget keeps the newest KEEP_LAST backups (one group: every
         // backup here has the same host, paths and source); those stay
         // listed, as nothing else deletes backups.
@@ -526,14 +528,7 @@ fn a_second_writer_of_an_old_repository_is_told_what_to_do() {
     let args: Vec<String> = ["--wait", "0s", "backup", "--json", &repo, "-"]
         .map(String::from)
         .to_vec();
-    let started = std::time::Instant::now();
-    let refused = loop {
-        let o = run_with_input(&args, &input);
-        if !o.status.success() {
-            break o;
-        }
-        assert!(started.elapsed() < std::time::Duration::from_secs(120));
-    };
+    let refused = refused(&args, &input);
     let line = assert_one_line_error(&args, &refused);
     for want in [
         "locked",
@@ -609,14 +604,7 @@ fn a_waiting_gc_is_not_starved_by_backups_that_keep_starting() {
     let args: Vec<String> = ["--wait", "0s", "backup", "--json", &repo, "-"]
         .map(String::from)
         .to_vec();
-    let started = std::time::Instant::now();
-    let refused = loop {
-        let o = run_with_input(&args, &input);
-        if !o.status.success() {
-            break o;
-        }
-        assert!(started.elapsed() < std::time::Duration::from_secs(120));
-    };
+    let refused = refused(&args, &input);
     let line = assert_one_line_error(&args, &refused);
     assert!(line.contains("maintenance is queued"), "{line}");
     // A backup that waits (the default) and would never end by itself.

@@ -6,7 +6,10 @@
 
 mod common;
 
-use common::{cmd, init_plain, ok, ok_with_input, random_bytes, write_random_file, TEST_PASSWORD};
+use common::{
+    backup_tree, cmd, init_layout, init_plain, json, ok, ok_with_input, random_bytes, sorted_names,
+    write_random_file, TEST_PASSWORD,
+};
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -38,16 +41,8 @@ fn assert_same(a: &Path, b: &Path) {
     let mb = fs::symlink_metadata(b).unwrap_or_else(|e| panic!("{}: {e}", b.display()));
     assert_eq!(ma.file_type(), mb.file_type(), "{}", b.display());
     if ma.is_dir() {
-        let names = |p: &Path| {
-            let mut v: Vec<_> = fs::read_dir(p)
-                .unwrap()
-                .map(|e| e.unwrap().file_name())
-                .collect();
-            v.sort();
-            v
-        };
-        assert_eq!(names(a), names(b), "{}", b.display());
-        for n in names(a) {
+        assert_eq!(sorted_names(a), sorted_names(b), "{}", b.display());
+        for n in sorted_names(a) {
             assert_same(&a.join(&n), &b.join(&n));
         }
     } else if ma.is_symlink() {
@@ -59,10 +54,6 @@ fn assert_same(a: &Path, b: &Path) {
             b.display()
         );
     }
-}
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 /// `tessera copy --json SRC DST`, the destination's password in `TESSERA_TO_PASSWORD`.
@@ -138,12 +129,7 @@ fn copy_round_trip_between_layouts_and_keys_restores_identically() {
         dir.path().join("back"),
     );
     init_plain(&plain);
-    ok([
-        "init".as_ref(),
-        lifecycle.as_os_str(),
-        "--layout".as_ref(),
-        "lifecycle".as_ref(),
-    ]);
+    init_layout(&lifecycle, "lifecycle");
     ok([
         "init".as_ref(),
         back.as_os_str(),
@@ -157,7 +143,7 @@ fn copy_round_trip_between_layouts_and_keys_restores_identically() {
     // Two versions of a tree (the second reuses unchanged files) and a stream.
     let src = dir.path().join("src");
     make_tree(&src, 1);
-    ok(["backup".as_ref(), plain.as_os_str(), src.as_os_str()]);
+    backup_tree(&plain, &src);
     let stream = dir.path().join("stream.bin");
     fs::write(&stream, random_bytes(9, 700_000)).unwrap();
     ok_with_input(
@@ -172,7 +158,7 @@ fn copy_round_trip_between_layouts_and_keys_restores_identically() {
     );
     write_random_file(&src.join("a/b/two"), 77, 123_456);
     fs::write(src.join("new"), b"new file").unwrap();
-    ok(["backup".as_ref(), plain.as_os_str(), src.as_os_str()]);
+    backup_tree(&plain, &src);
 
     let first = copy(&plain, &lifecycle);
     let records = first.as_array().unwrap();

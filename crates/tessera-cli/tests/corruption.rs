@@ -169,14 +169,7 @@ fn flipped_byte_in_container_is_reported_and_contained() {
     bytes[at] ^= 0x01;
     std::fs::write(&path, &bytes).unwrap();
 
-    let args = vec![
-        "check".to_string(),
-        f.repo.display().to_string(),
-        "--read-data".to_string(),
-    ];
-    let out = run(&args);
-    assert_one_line_error(&args, &out);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = failed_check(&f);
     assert_eq!(
         affected(&stdout, &object),
         BTreeSet::from([1, 3]),
@@ -206,6 +199,19 @@ fn flipped_byte_in_container_is_reported_and_contained() {
     assert_restore_fails_cleanly(&f, 1, &object);
     assert_restore_fails_cleanly(&f, 3, &object);
     assert_restores(&f, 2);
+}
+
+/// The report of a `check --read-data` of the fixture's repository, which
+/// fails with a one-line error.
+fn failed_check(f: &Fixture) -> String {
+    let args = vec![
+        "check".to_string(),
+        f.repo.display().to_string(),
+        "--read-data".to_string(),
+    ];
+    let out = run(&args);
+    assert_one_line_error(&args, &out);
+    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 /// CRC-32C (Castagnoli), bitwise; enough for a few MiB in a test.
@@ -249,14 +255,7 @@ fn corruption_hidden_from_checksums_is_caught_by_fingerprints() {
     bytes[36..40].copy_from_slice(&header_crc.to_le_bytes());
     std::fs::write(&path, &bytes).unwrap();
 
-    let args = vec![
-        "check".to_string(),
-        f.repo.display().to_string(),
-        "--read-data".to_string(),
-    ];
-    let out = run(&args);
-    assert_one_line_error(&args, &out);
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = failed_check(&f);
     let users = affected(&stdout, &object);
     assert!(
         !users.is_empty() && users.is_subset(&BTreeSet::from([1, 3])),

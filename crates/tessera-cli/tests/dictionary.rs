@@ -52,15 +52,7 @@ fn du(dir: &Path) -> u64 {
 
 /// Whether the trees `a` and `b` hold the same files with the same bytes.
 fn assert_same_tree(a: &Path, b: &Path) {
-    let names = |p: &Path| {
-        let mut v: Vec<_> = std::fs::read_dir(p)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        v.sort();
-        v
-    };
-    let (na, nb) = (names(a), names(b));
+    let (na, nb) = (sorted_names(a), sorted_names(b));
     assert_eq!(na, nb, "{}", b.display());
     for n in na {
         let (pa, pb) = (a.join(&n), b.join(&n));
@@ -99,7 +91,7 @@ fn small_files_train_a_dictionary_that_restores_checks_and_copies() {
         "off".as_ref(),
     ]);
     for repo in [&with, &without] {
-        ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+        backup_tree(repo, &src);
     }
     assert_eq!(dictionaries(&with).len(), 1, "the first backup trains one");
     assert!(dictionaries(&without).is_empty());
@@ -110,7 +102,7 @@ fn small_files_train_a_dictionary_that_restores_checks_and_copies() {
     assert!(a < b, "containers with a dictionary {a} bytes, without {b}");
     // A second backup uses the same dictionary, adds none.
     std::fs::write(src.join("pkg0/new.py"), b"import os\nprint(os.getcwd())\n").unwrap();
-    ok(["backup".as_ref(), with.as_os_str(), src.as_os_str()]);
+    backup_tree(&with, &src);
     assert_eq!(dictionaries(&with).len(), 1);
 
     let out = dir.path().join("out");
@@ -156,7 +148,7 @@ fn a_damaged_dictionary_is_named_not_a_panic() {
     write_tree(&src, 2000);
     let repo = dir.path().join("repo");
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     let names = dictionaries(&repo);
     assert_eq!(names.len(), 1);
     let path = repo.join("dictionaries").join(&names[0]);

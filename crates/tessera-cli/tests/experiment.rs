@@ -128,7 +128,7 @@ fn rerun_into_its_own_output_directory_works() {
             "tiny\n"
         );
         // A fresh repository each run: backups 1 and 2 only.
-        assert_eq!(list_ids(&out.join("repos").join("exact")), vec![1, 2]);
+        assert_eq!(list_ids(out.join("repos").join("exact")), vec![1, 2]);
     }
     // Another experiment may not reuse it.
     let other = experiment_file(tmp.path(), "other", &["exact"], "");
@@ -137,7 +137,7 @@ fn rerun_into_its_own_output_directory_works() {
         line.contains("holds the output of experiment \"tiny\", not \"other\""),
         "{line}"
     );
-    assert_eq!(list_ids(&out.join("repos").join("exact")), vec![1, 2]);
+    assert_eq!(list_ids(out.join("repos").join("exact")), vec![1, 2]);
 }
 
 #[test]

@@ -56,7 +56,7 @@ fn ls_long_shows_special_bits_and_device_numbers() {
     }
     let repo = dir.path().join("repo");
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     let lines = ls_long(&repo, &src);
     assert!(
         line_of(&lines, "setuid").starts_with("-rwsr-xr-x "),

@@ -360,18 +360,19 @@ fn quarantined_chunk_is_stored_again_whatever_the_index() {
     for index in ["exact", "ddfs", "lazy", "hid", "ehid", "eager"] {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
-        ok([
-            "init",
-            repo.to_str().unwrap(),
-            "--encryption",
-            "none",
-            "--compression",
-            "off",
-            "--index",
-            index,
-            "--container-size",
-            "256KiB",
-        ]);
+        init_with(
+            &repo,
+            &[
+                "--encryption",
+                "none",
+                "--compression",
+                "off",
+                "--index",
+                index,
+                "--container-size",
+                "256KiB",
+            ],
+        );
         let data = random_bytes(21, 1_000_000);
         let input = tmp.path().join("input");
         std::fs::write(&input, &data).unwrap();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{cmd, ok, random_bytes, write_random_file};
+use common::{backup_tree, cmd, init_layout, ok, random_bytes, sorted_names, write_random_file};
 use std::fs;
 use std::io::Read;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
@@ -164,13 +164,8 @@ fn every_file_of_a_mounted_backup_reads_as_restored_in_both_layouts() {
     fs::write(&stream, random_bytes(3, 900_000)).unwrap();
     for layout in ["container", "lifecycle"] {
         let repo = dir.path().join(format!("repo-{layout}"));
-        ok([
-            "init".as_ref(),
-            repo.as_os_str(),
-            "--layout".as_ref(),
-            layout.as_ref(),
-        ]);
-        ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+        init_layout(&repo, layout);
+        backup_tree(&repo, &src);
         common::ok_with_input(["backup".as_ref(), repo.as_os_str(), "-".as_ref()], &stream);
         let restored = dir.path().join(format!("restored-{layout}"));
         ok([
@@ -223,15 +218,10 @@ fn every_file_of_a_mounted_backup_reads_as_restored_in_both_layouts() {
         }
         assert_eq!(files, 24);
         // The listing of a mounted directory is the source's.
-        let names = |p: &Path| {
-            let mut v: Vec<_> = fs::read_dir(p)
-                .unwrap()
-                .map(|e| e.unwrap().file_name())
-                .collect();
-            v.sort();
-            v
-        };
-        assert_eq!(names(&src.join("d1")), names(&mounted_src.join("d1")));
+        assert_eq!(
+            sorted_names(&src.join("d1")),
+            sorted_names(&mounted_src.join("d1"))
+        );
         // The stream backup is one file; `latest` and `sources/` link to it.
         assert!(fs::read(at.join("ids/2")).unwrap() == fs::read(&stream).unwrap());
         assert!(fs::read(at.join("latest")).unwrap() == fs::read(&stream).unwrap());
@@ -239,7 +229,7 @@ fn every_file_of_a_mounted_backup_reads_as_restored_in_both_layouts() {
             fs::read_link(at.join("latest")).unwrap(),
             Path::new("ids/2")
         );
-        let sources = names(&at.join("sources"));
+        let sources = sorted_names(&at.join("sources"));
         assert_eq!(sources.len(), 2, "{sources:?}");
         let tree_source = sources
             .iter()
@@ -250,8 +240,8 @@ fn every_file_of_a_mounted_backup_reads_as_restored_in_both_layouts() {
             .unwrap();
         let via_source = at.join("sources").join(tree_source).join("latest");
         assert_eq!(
-            names(&via_source.join(src.strip_prefix("/").unwrap())),
-            names(&src)
+            sorted_names(&via_source.join(src.strip_prefix("/").unwrap())),
+            sorted_names(&src)
         );
         // Read-only.
         assert!(fs::write(mounted_src.join("new"), b"x").is_err());
@@ -293,15 +283,10 @@ fn dictionary_compressed_files_read_back_through_mount_in_both_layouts() {
     let src = dir.path().join("src");
     for layout in ["container", "lifecycle"] {
         let repo = dir.path().join(format!("repo-{layout}"));
-        ok([
-            "init".as_ref(),
-            repo.as_os_str(),
-            "--layout".as_ref(),
-            layout.as_ref(),
-        ]);
+        init_layout(&repo, layout);
         for version in 1..=2 {
             write_similar_files(&src, 1500, version);
-            ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+            backup_tree(&repo, &src);
         }
         let dicts = fs::read_dir(repo.join("dictionaries"))
             .map(|d| {

@@ -13,16 +13,17 @@ use std::path::{Path, PathBuf};
 fn setup(layout: &str) -> (tempfile::TempDir, PathBuf, PathBuf, Vec<u8>) {
     let tmp = tempfile::tempdir().unwrap();
     let repo = tmp.path().join("repo");
-    ok([
-        "init",
-        repo.to_str().unwrap(),
-        "--encryption",
-        "none",
-        "--layout",
-        layout,
-        "--container-size",
-        "256KiB",
-    ]);
+    init_with(
+        &repo,
+        &[
+            "--encryption",
+            "none",
+            "--layout",
+            layout,
+            "--container-size",
+            "256KiB",
+        ],
+    );
     let data = random_bytes(7, 2_000_000);
     let input = tmp.path().join("input");
     std::fs::write(&input, &data).unwrap();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{init, ok, run};
+use common::{backup_tree, init, run};
 use std::ffi::OsStr;
 use std::fs::{self, File, FileTimes};
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
@@ -84,7 +84,7 @@ fn a_one_file_restore_creates_missing_ancestors_and_leaves_existing_ones() {
     }
     let repo = dir.path().join("repo");
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     let file = src.join("a/b/c/f");
     for (k, mode) in [
         "",
@@ -171,7 +171,7 @@ fn a_hard_link_restores_and_dumps_by_any_of_its_names() {
     fs::hard_link(src.join("f"), src.join("x/h")).unwrap();
     let repo = dir.path().join("repo");
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     // By its second name alone.
     let t1 = dir.path().join("t1");
     let out = restore(
@@ -235,7 +235,7 @@ fn relative_patterns_and_patterns_that_match_nothing() {
     fs::write(src.join("etc/apt/sources.list"), b"deb x\n").unwrap();
     let repo = dir.path().join("repo");
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     let target = dir.path().join("t");
     let out = restore(
         &repo,
@@ -329,7 +329,7 @@ fn a_link_in_the_target_is_never_followed_and_conflicts_are_reported() {
     fs::write(deep.join("leaf"), b"deep").unwrap();
     let repo = dir.path().join("repo");
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     let outside = dir.path().join("outside");
     fs::create_dir(&outside).unwrap();
     let target = dir.path().join("t".repeat(120));

@@ -35,14 +35,7 @@ fn keep_last_is_per_source_so_a_rare_source_keeps_its_history() {
     for layout in ["container", "lifecycle"] {
         let tmp = tempfile::tempdir().unwrap();
         let repo = tmp.path().join("repo");
-        ok([
-            "init",
-            repo.to_str().unwrap(),
-            "--layout",
-            layout,
-            "--encryption",
-            "none",
-        ]);
+        init_with(&repo, &["--layout", layout, "--encryption", "none"]);
         let file = tmp.path().join("f");
         // The busy source is backed up 6 times, the rare one twice, interleaved.
         let mut rare = Vec::new();

@@ -6,7 +6,6 @@ mod common;
 use common::*;
 use std::io::Write;
 use std::path::Path;
-use std::process::Stdio;
 
 /// 24 successive versions of a random file, each made from the previous one
 /// by random insertions, deletions and overwrites, all backed up into one
@@ -68,17 +67,7 @@ fn successive_edited_versions_round_trip() {
 }
 
 fn backup_stdin(repo: &Path, data: &[u8]) -> serde_json::Value {
-    let mut child = cmd([
-        "backup".as_ref(),
-        "--json".as_ref(),
-        repo.as_os_str(),
-        "-".as_ref(),
-    ])
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let mut child = spawn_stream_backup(repo, &[]);
     let mut stdin = child.stdin.take().unwrap();
     let owned = data.to_vec();
     let feeder = std::thread::spawn(move || {
@@ -164,17 +153,7 @@ fn one_gib_round_trip() {
     let repo = tmp.path().join("repo");
     init(&repo);
 
-    let mut child = cmd([
-        "backup".as_ref(),
-        "--json".as_ref(),
-        repo.as_os_str(),
-        "-".as_ref(),
-    ])
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let mut child = spawn_stream_backup(&repo, &[]);
     let mut stdin = child.stdin.take().unwrap();
     let feeder = std::thread::spawn(move || {
         let mut w = std::io::BufWriter::with_capacity(1 << 20, &mut stdin);
@@ -231,7 +210,7 @@ fn backup_prints_the_delta_line_only_with_a_delta_policy() {
             "--delta".as_ref(),
             delta.as_ref(),
         ]);
-        let out = ok(["backup".as_ref(), repo.as_os_str(), input.as_os_str()]);
+        let out = backup_tree(&repo, &input);
         assert!(out.contains("committed"), "{out}");
         assert_eq!(
             out.lines().any(|l| l.starts_with("delta (")),

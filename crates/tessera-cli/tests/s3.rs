@@ -63,16 +63,6 @@ fn backup(repo: &str, inputs: &[&Path], args: &[&str]) -> serde_json::Value {
 }
 
 /// Ids of the committed backups.
-fn ids(repo: &str) -> Vec<u64> {
-    let v: serde_json::Value =
-        serde_json::from_str(ok(["list", "--json", repo]).trim()).expect("list --json");
-    v.as_array()
-        .expect("an array")
-        .iter()
-        .map(|s| num(s, "id"))
-        .collect()
-}
-
 /// Asserts that directories `a` and `b` hold the same files, byte for byte.
 fn assert_same_tree(a: &Path, b: &Path) {
     let out = Command::new("diff")
@@ -128,7 +118,7 @@ fn scenario(repo: &str, init_args: &[&str], work: &Path) {
         num(&again["duplicates"], "bytes") >= 3 << 20,
         "a repeated file stored again: {again}"
     );
-    assert_eq!(ids(repo), vec![first, second, num(&again, "id")]);
+    assert_eq!(list_ids(repo), vec![first, second, num(&again, "id")]);
 
     let restored = work.join("file.out");
     ok([
@@ -147,7 +137,7 @@ fn scenario(repo: &str, init_args: &[&str], work: &Path) {
     if !init_args.contains(&"lifecycle") {
         ok(["gc", repo]);
     }
-    assert_eq!(ids(repo).len(), 2);
+    assert_eq!(list_ids(repo).len(), 2);
     assert!(ok(["check", "--read-data", repo]).contains("no problems"));
     assert_tree_restores(repo, second, &tree, &work.join("after-gc"));
 }
@@ -184,16 +174,7 @@ fn unencrypted_repositories_with_other_indexes_and_the_lifecycle_layout_on_s3() 
 /// keeping its input open: a backup in progress, holding its lock.
 fn start_backup(repo: &str, first: &[u8]) -> Child {
     // It waits for the lock, which the probes of `wait_until_locked` take.
-    let mut child = cmd(["--wait", "1m", "backup", "--json", repo, "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("starting tessera backup");
-    let stdin = child.stdin.as_mut().expect("piped stdin");
-    stdin.write_all(first).expect("feeding the backup");
-    stdin.flush().expect("feeding the backup");
-    child
+    start_backup_with(&["--wait", "1m"], repo, first)
 }
 
 /// Waits until a backup holds its lock: a second writer is refused.
@@ -229,7 +210,7 @@ fn lock_objects_exclude_and_a_dead_holders_lock_is_stale() {
     let err = wait_until_locked(&repo);
     assert!(err.contains("backup lock of"), "{err}");
     assert!(ok(["unlock", &repo]).contains("0 lock object(s) removed"));
-    assert!(ids(&repo).is_empty());
+    assert!(list_ids(&repo).is_empty());
     let mut stdin = live.stdin.take().unwrap();
     stdin.write_all(&data[1000..]).unwrap();
     drop(stdin);
@@ -239,7 +220,7 @@ fn lock_objects_exclude_and_a_dead_holders_lock_is_stale() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(ids(&repo), vec![1]);
+    assert_eq!(list_ids(&repo), vec![1]);
 
     // A killed backup leaves its lock object: stale (its process is gone),
     // so it excludes nobody, not even an exclusive `gc`, and `unlock`
@@ -477,7 +458,7 @@ fn four_clients_back_up_at_once_with_gc_in_between_and_lose_nothing() {
             "round {round}: {shared_written} bytes written for {own_bytes} own bytes and {SHARED} shared"
         );
         // Nothing committed is lost, and everything restores identically.
-        let listed = ids(&repo);
+        let listed = list_ids(&repo);
         assert_eq!(
             listed,
             expected.keys().copied().collect::<Vec<_>>(),
@@ -549,7 +530,7 @@ fn copy_to_and_from_s3() {
         assert_eq!(copied(&copy(src, dst)), 2, "{src} -> {dst}");
         assert_eq!(copied(&copy(src, dst)), 0, "{src} -> {dst} again");
         assert!(ok(["check", "--read-data", dst]).contains("no problems"));
-        let ids = ids(dst);
+        let ids = list_ids(dst);
         assert_eq!(ids.len(), 2);
         let restored = work.path().join(format!("file-{}", dst.len()));
         ok([

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{cmd, init, ok};
+use common::{backup_tree, cmd, init, ok};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::Stdio;
@@ -31,18 +31,10 @@ fn serve_prints_its_url_and_stops_cleanly_on_a_signal() {
     std::fs::create_dir(&src).unwrap();
     std::fs::write(src.join("a.txt"), b"served\n").unwrap();
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     for signal in [libc::SIGTERM, libc::SIGINT] {
-        let mut child = cmd(["serve".as_ref(), repo.as_os_str()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
+        let (mut child, first) =
+            spawn_serve(cmd(["serve".as_ref(), repo.as_os_str()]).stderr(Stdio::piped()));
         let url = first.trim();
         let rest = url.strip_prefix("http://").expect(url);
         let (addr, query) = rest.split_once('/').unwrap();
@@ -105,6 +97,21 @@ fn get(addr: &str, path_and_query: &str) -> (String, String) {
     )
 }
 
+/// Spawns `command` (a `tessera serve`) with standard input closed and
+/// standard output piped: the child and the first line it prints (its URL).
+fn spawn_serve(command: &mut std::process::Command) -> (std::process::Child, String) {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    (child, first)
+}
+
 /// `tessera serve ARGS` started; the child, its address and `?token=…`.
 fn start_serve(
     args: &[&std::ffi::OsStr],
@@ -112,17 +119,7 @@ fn start_serve(
 ) -> (std::process::Child, String, String) {
     let mut all = vec!["serve".as_ref()];
     all.extend_from_slice(args);
-    let mut child = cmd(all)
-        .env("XDG_CACHE_HOME", cache)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut first = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    let (child, first) = spawn_serve(cmd(all).env("XDG_CACHE_HOME", cache).stderr(Stdio::null()));
     let rest = first.trim().strip_prefix("http://").unwrap().to_string();
     let (addr, query) = rest.split_once('/').unwrap();
     (child, addr.to_string(), query.to_string())
@@ -137,7 +134,7 @@ fn the_last_check_is_kept_private_and_shown_by_serve() {
     std::fs::create_dir(&src).unwrap();
     std::fs::write(src.join("a.txt"), b"checked\n").unwrap();
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     let before = dir_listing(&repo);
     // --no-cache: nothing kept.
     let out = cmd(["check".as_ref(), repo.as_os_str(), "--no-cache".as_ref()])

@@ -43,7 +43,7 @@ fn a_login_opens_without_password_until_logout() {
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("a.txt"), b"hello sessions\n").unwrap();
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     let list = ["list".as_ref(), repo.as_os_str()];
 
     // Without a session, no password: refused.

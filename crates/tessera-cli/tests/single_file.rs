@@ -6,18 +6,13 @@
 
 mod common;
 
-use common::{fail, init, ok, random_bytes, run};
+use common::{fail, init, json, ok, random_bytes, run};
 use std::ffi::OsStr;
 use std::fs::{self, File, FileTimes};
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::time::{Duration, UNIX_EPOCH};
-
-fn json(text: &str) -> serde_json::Value {
-    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
-}
 
 /// Writes `data` to `path` with `mode` and a modification time of `secs`
 /// seconds and `nanos` nanoseconds after the epoch.
@@ -40,16 +35,7 @@ fn backup(repo: &Path, args: &[&OsStr]) -> serde_json::Value {
 
 /// `backup --json REPO - ARGS...` with `data` on standard input, parsed.
 fn backup_stdin(repo: &Path, data: &[u8], args: &[&str]) -> serde_json::Value {
-    let mut child = common::cmd(
-        ["backup", "--json", repo.to_str().unwrap(), "-"]
-            .iter()
-            .chain(args),
-    )
-    .stdin(Stdio::piped())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .spawn()
-    .unwrap();
+    let mut child = common::spawn_stream_backup(repo, args);
     child.stdin.take().unwrap().write_all(data).unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success(), "{out:?}");

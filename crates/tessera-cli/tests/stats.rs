@@ -55,14 +55,7 @@ fn ratios_after_forget_and_prune_are_those_of_a_copy() {
         // same chunks would compress (slightly) differently there, and this
         // test is about what stats counts, not about the compressor.
         for r in [&repo, &copy] {
-            ok([
-                "init",
-                r.to_str().unwrap(),
-                "--layout",
-                layout,
-                "--compression-dictionary",
-                "off",
-            ]);
+            init_with(r, &["--layout", layout, "--compression-dictionary", "off"]);
         }
         // The first backup stores compressible text; the second keeps it
         // and adds incompressible bytes, all it stores itself.

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{fail, init, ok, random_bytes, run};
+use common::{backup_tree, fail, init, init_layout, json, ok, random_bytes, run};
 use std::ffi::OsStr;
 use std::fs::{self, File, FileTimes};
 use std::os::unix::ffi::OsStrExt;
@@ -121,8 +121,15 @@ fn restored(target: &Path, original: &Path) -> PathBuf {
     target.join(original.strip_prefix("/").unwrap())
 }
 
-fn json(out: &str) -> serde_json::Value {
-    serde_json::from_str(out.trim()).expect("JSON output")
+/// `tessera ls -l REPO 1 PATH`.
+fn ls_long(repo: &Path, path: &Path) -> String {
+    ok([
+        "ls".as_ref(),
+        "-l".as_ref(),
+        repo.as_os_str(),
+        "1".as_ref(),
+        path.as_os_str(),
+    ])
 }
 
 #[test]
@@ -133,12 +140,7 @@ fn tree_round_trip_is_metadata_exact_in_both_layouts() {
     make_tree(&src);
     for layout in ["container", "lifecycle"] {
         let repo = dir.path().join(format!("repo-{layout}"));
-        ok([
-            "init".as_ref(),
-            repo.as_os_str(),
-            "--layout".as_ref(),
-            layout.as_ref(),
-        ]);
+        init_layout(&repo, layout);
         let b = json(&ok([
             "backup".as_ref(),
             "--json".as_ref(),
@@ -259,7 +261,7 @@ fn ls_lists_the_catalog() {
     make_tree(&src);
     let repo = dir.path().join("repo");
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     let top = ok(["ls".as_ref(), repo.as_os_str(), "1".as_ref()]);
     assert_eq!(top.trim(), src.display().to_string());
     let children = ok([
@@ -278,13 +280,7 @@ fn ls_lists_the_catalog() {
             format!("{s}/empty")
         ]
     );
-    let long = ok([
-        "ls".as_ref(),
-        "-l".as_ref(),
-        repo.as_os_str(),
-        "1".as_ref(),
-        src.join("a").as_os_str(),
-    ]);
+    let long = ls_long(&repo, &src.join("a"));
     assert!(
         long.lines()
             .any(|l| l.starts_with("lrwxrwxrwx") && l.ends_with("a/dangling -> ../nowhere")),
@@ -334,7 +330,7 @@ fn restoring_one_file_reads_only_its_chunks() {
             "--container-size".as_ref(),
             "1MiB".as_ref(),
         ]);
-        ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+        backup_tree(&repo, &src);
         let full = json(&ok([
             "restore".as_ref(),
             "--json".as_ref(),
@@ -756,7 +752,7 @@ fn unchanged_files_are_not_read_in_both_layouts() {
             assert_eq!(older["unique"]["bytes"], older["logical_bytes"], "{older}");
         }
         assert_restores(dir.path(), &repo, 7, &src);
-        let human = ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+        let human = backup_tree(&repo, &src);
         assert!(
             human.contains("files: 0 new, 0 changed, 5 unmodified (parent backup 6); 0 B read"),
             "{human}"
@@ -911,12 +907,7 @@ fn every_entry_kind_round_trips_exactly_in_both_layouts() {
     assert!(sparse.blocks() * 512 < sparse.len());
     for layout in ["container", "lifecycle"] {
         let repo = dir.path().join(format!("repo-{layout}"));
-        ok([
-            "init".as_ref(),
-            repo.as_os_str(),
-            "--layout".as_ref(),
-            layout.as_ref(),
-        ]);
+        init_layout(&repo, layout);
         let out = run([
             "backup".as_ref(),
             "--json".as_ref(),
@@ -951,13 +942,7 @@ fn every_entry_kind_round_trips_exactly_in_both_layouts() {
         assert_exact_tree(&src, &back);
         drop(std::os::unix::net::UnixListener::bind(a_dir.join("sock")).unwrap());
         set_mtime(&a_dir, at(1_200_000_000, 6));
-        let listed = ok([
-            "ls".as_ref(),
-            "-l".as_ref(),
-            repo.as_os_str(),
-            "1".as_ref(),
-            src.join("a").as_os_str(),
-        ]);
+        let listed = ls_long(&repo, &src.join("a"));
         assert!(
             listed
                 .lines()
@@ -1057,7 +1042,7 @@ fn selection_flags_leave_out_what_they_name() {
     let linked = dir.path().join("linked");
     fs::create_dir(&linked).unwrap();
     symlink(src.join("other"), linked.join("to-other")).unwrap();
-    ok(["backup".as_ref(), repo.as_os_str(), linked.as_os_str()]);
+    backup_tree(&repo, &linked);
     assert_eq!(listed_below(&repo, "3", &linked), ["to-other"]);
     ok([
         "backup".as_ref(),
@@ -1153,7 +1138,7 @@ fn restore_overwrite_modes_delete_and_verify() {
     }
     let repo = dir.path().join("repo");
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     let out = dir.path().join("out");
     let restore = |extra: &[&str]| {
         let mut args: Vec<&OsStr> = vec!["restore".as_ref(), "--json".as_ref()];
@@ -1227,7 +1212,7 @@ fn a_restore_onto_a_full_file_system_fails_cleanly() {
     fs::write(src.join("b-big"), random_bytes(3, 3 << 20)).unwrap();
     let repo = dir.path().join("repo");
     init(&repo);
-    ok(["backup".as_ref(), repo.as_os_str(), src.as_os_str()]);
+    backup_tree(&repo, &src);
     let target = mnt.join("out");
     let out = run([
         "restore".as_ref(),

@@ -46,15 +46,30 @@ impl Client {
         )
     }
 
-    async fn backups(&self) -> Vec<u64> {
+    /// GET `path` with the token; the JSON answer.
+    async fn get(&self, path: &str) -> Value {
         let r = self
             .http
-            .get(format!("{}/api/backups", self.s.base))
+            .get(format!("{}{path}", self.s.base))
             .bearer_auth(&self.s.token)
             .send()
             .await
             .unwrap();
-        let v: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+        serde_json::from_slice(&r.bytes().await.unwrap()).unwrap()
+    }
+
+    /// POST `/api/check?read_data=true` with the token: the streamed answer.
+    async fn check_read_data(&self) -> reqwest::Response {
+        self.http
+            .post(format!("{}/api/check?read_data=true", self.s.base))
+            .bearer_auth(&self.s.token)
+            .send()
+            .await
+            .unwrap()
+    }
+
+    async fn backups(&self) -> Vec<u64> {
+        let v = self.get("/api/backups").await;
         v["items"]
             .as_array()
             .unwrap()
@@ -223,13 +238,7 @@ async fn a_whole_backup_restores_and_bad_requests_are_refused() {
 #[tokio::test]
 async fn a_check_streams_its_phases_and_ends_with_the_report() {
     let c = Client::writable(Layout::Container);
-    let r = c
-        .http
-        .post(format!("{}/api/check?read_data=true", c.s.base))
-        .bearer_auth(&c.s.token)
-        .send()
-        .await
-        .unwrap();
+    let r = c.check_read_data().await;
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(r.headers()["content-type"], "application/x-ndjson");
     let text = r.text().await.unwrap();
@@ -253,13 +262,7 @@ async fn a_check_streams_its_phases_and_ends_with_the_report() {
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
     fs::write(&victim, bytes).unwrap();
-    let r = c
-        .http
-        .post(format!("{}/api/check?read_data=true", c.s.base))
-        .bearer_auth(&c.s.token)
-        .send()
-        .await
-        .unwrap();
+    let r = c.check_read_data().await;
     assert_eq!(r.status(), StatusCode::OK);
     let text = r.text().await.unwrap();
     let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
@@ -270,14 +273,7 @@ async fn a_check_streams_its_phases_and_ends_with_the_report() {
     );
     assert!(!last["report"]["problems"].as_array().unwrap().is_empty());
     // The check quarantined the damaged chunk: the health view lists it.
-    let r = c
-        .http
-        .get(format!("{}/api/health", c.s.base))
-        .bearer_auth(&c.s.token)
-        .send()
-        .await
-        .unwrap();
-    let health: Value = serde_json::from_slice(&r.bytes().await.unwrap()).unwrap();
+    let health = c.get("/api/health").await;
     let q = health["quarantine"].as_array().unwrap();
     assert_eq!(q.len(), 1, "{health}");
     assert!(

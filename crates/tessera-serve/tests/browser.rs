@@ -106,6 +106,33 @@ async fn click(c: &Client, css: &str) {
         .unwrap();
 }
 
+/// The text of the element `css` selects.
+async fn text(c: &Client, css: &str) -> String {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Types `keys` into the field `css` selects.
+async fn type_into(c: &Client, css: &str, keys: &str) {
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .send_keys(keys)
+        .await
+        .unwrap();
+}
+
+/// Clears the field `css` selects and types `keys` into it.
+async fn replace_in(c: &Client, css: &str, keys: &str) {
+    let field = c.find(Locator::Css(css)).await.unwrap();
+    field.clear().await.unwrap();
+    field.send_keys(keys).await.unwrap();
+}
+
 /// The one test of this file, ignored (its name saying SKIPPED) without
 /// chromedriver.
 fn main() -> std::process::ExitCode {
@@ -223,13 +250,7 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
         "[...document.querySelectorAll('#browse-table td')].some(t => t.textContent === 'big.bin')",
     )
     .await;
-    let crumbs = c
-        .find(Locator::Css("#crumbs"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let crumbs = text(&c, "#crumbs").await;
     let crumbs: Vec<&str> = crumbs.split_whitespace().filter(|w| *w != "/").collect();
     assert!(crumbs.ends_with(&["src", "docs"]), "{crumbs:?}");
     screenshot(&c, "browse").await;
@@ -253,11 +274,7 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
     // all, of which only the rows in view (and a margin) are in the
     // document; scrolled to the end, the page's last entry; the next page
     // on demand.
-    let bar = c.find(Locator::Css("#path-input")).await.unwrap();
-    bar.clear().await.unwrap();
-    bar.send_keys(&format!("{}\u{E007}", s.path("many")))
-        .await
-        .unwrap();
+    replace_in(&c, "#path-input", &format!("{}\u{E007}", s.path("many"))).await;
     let range = until(&c, "document.getElementById('tree-range').textContent.endsWith('of 5000 entries') && document.getElementById('tree-range').textContent").await;
     assert_eq!(range, json!("1–1000 of 5000 entries"));
     let drawn = count(&c, "#browse-table tbody tr").await;
@@ -323,11 +340,12 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
     .await;
 
     // The path bar jumps straight to a deep directory.
-    let bar = c.find(Locator::Css("#path-input")).await.unwrap();
-    bar.clear().await.unwrap();
-    bar.send_keys(&format!("{}\u{E007}", s.path("docs/deep/x/y")))
-        .await
-        .unwrap();
+    replace_in(
+        &c,
+        "#path-input",
+        &format!("{}\u{E007}", s.path("docs/deep/x/y")),
+    )
+    .await;
     until(
         &c,
         "[...document.querySelectorAll('#browse-table td')].some(t => t.textContent === 'z.txt')",
@@ -342,12 +360,7 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
     .await
     .unwrap();
     let picked = s.dir.path().join("picked");
-    c.find(Locator::Css("#restore-target"))
-        .await
-        .unwrap()
-        .send_keys(picked.to_str().unwrap())
-        .await
-        .unwrap();
+    type_into(&c, "#restore-target", picked.to_str().unwrap()).await;
     click(&c, "#restore-selected").await;
     let said = until(&c, "document.querySelector('#restore-result p') && document.querySelector('#restore-result p').textContent").await;
     assert!(said.as_str().unwrap().starts_with("Restored"), "{said}");
@@ -364,9 +377,7 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
     let docs = whole.join(s.path("docs").trim_start_matches('/'));
     std::fs::create_dir_all(docs.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(&outside, &docs).unwrap();
-    let target = c.find(Locator::Css("#restore-target")).await.unwrap();
-    target.clear().await.unwrap();
-    target.send_keys(whole.to_str().unwrap()).await.unwrap();
+    replace_in(&c, "#restore-target", whole.to_str().unwrap()).await;
     click(&c, "#restore-all").await;
     let failed = until(&c, "document.querySelector('#restore-failed') && document.querySelector('#restore-failed').textContent").await;
     assert!(
@@ -388,13 +399,7 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
         "document.querySelectorAll('#diff-table tbody tr').length >= 2",
     )
     .await;
-    let summary = c
-        .find(Locator::Css("#diff-summary"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let summary = text(&c, "#diff-summary").await;
     assert!(
         summary.contains("1 added") && summary.contains("1 changed"),
         "{summary}"
@@ -408,20 +413,9 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
         "document.querySelectorAll('#stats-list div').length > 5",
     )
     .await;
-    let stats = c
-        .find(Locator::Css("#stats-list"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let stats = text(&c, "#stats-list").await;
     assert!(stats.contains("Backups"), "{stats}");
-    c.find(Locator::Css("#space-ids"))
-        .await
-        .unwrap()
-        .send_keys("1\u{E007}")
-        .await
-        .unwrap();
+    type_into(&c, "#space-ids", "1\u{E007}").await;
     let answer = until(&c, "document.getElementById('space-result').textContent.length > 1 && document.getElementById('space-result').textContent").await;
     assert!(answer.as_str().unwrap().contains("lifecycle"), "{answer}");
     screenshot(&c, "stats").await;
@@ -449,13 +443,7 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
     click(&c, "#nav-reports").await;
     let plots = until(&c, "document.querySelectorAll('#report-body svg').length").await;
     assert!(plots.as_u64().unwrap() >= 3, "{plots} plots");
-    let files = c
-        .find(Locator::Css("#reports-list"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let files = text(&c, "#reports-list").await;
     assert!(
         files.contains("report.html") && files.contains("results.csv"),
         "{files}"
@@ -492,13 +480,7 @@ async fn browser_shows_backups_browses_downloads_restores_diffs_checks_and_forge
         "document.querySelectorAll('#backups-table tbody tr').length === 1",
     )
     .await;
-    let result = c
-        .find(Locator::Css("#forget-result"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let result = text(&c, "#forget-result").await;
     assert!(result.starts_with("Deleted backup 1"), "{result}");
 
     // A phone-sized window: the backups still fit.

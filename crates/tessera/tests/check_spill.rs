@@ -6,10 +6,9 @@
 
 mod common;
 
-use common::{copy_dir, edit, Rng};
+use common::{backup_bytes, copy_dir, edit, small_chunker, Rng};
 use proptest::prelude::*;
-use tessera::backup::{backup, BackupOptions};
-use tessera::chunker::{ChunkerKind, ChunkerParams};
+use tessera::backup::BackupOptions;
 use tessera::delta::DeltaKind;
 use tessera::gc::DEFAULT_SORT_BUDGET;
 use tessera::repo::config::Config;
@@ -35,12 +34,7 @@ fn damage() -> impl Strategy<Value = Damage> {
 fn config(delta: DeltaKind) -> Config {
     let mut c = Config::new("check-spill".into());
     c.delta.kind = delta;
-    c.chunker = ChunkerParams {
-        kind: ChunkerKind::Fastcdc,
-        min_size: 256,
-        avg_size: 1024,
-        max_size: 4096,
-    };
+    c.chunker = small_chunker();
     c.container_size = 16 * 1024;
     c
 }
@@ -61,7 +55,7 @@ proptest! {
         let mut current = Rng(seed | 1).bytes(60_000);
         for (edits, seed) in versions {
             current = edit(&current, u32::from(edits), 3000, seed);
-            backup(&repo, tessera::backup::Input::Stream { input: &mut &current[..], name: "mem" }, &BackupOptions::default()).map(|o| o.snapshot).unwrap();
+            backup_bytes(&repo, &current[..], "mem", &BackupOptions::default()).map(|o| o.snapshot).unwrap();
         }
         let containers = repo.containers().unwrap();
         let backups = repo.backups().unwrap();

@@ -2,12 +2,13 @@
 //! sparse, their entries go cold and the next backup stores the fragmented
 //! chunks again (FTU); restores stay byte-identical and `check` passes.
 
-use tessera::backup::{backup, BackupOptions};
+mod common;
+
+use common::{backup_bytes, full_check, restored};
+use tessera::backup::BackupOptions;
 use tessera::chunker::{ChunkerKind, ChunkerParams};
-use tessera::commands::check::{check, CheckOptions};
 use tessera::format::snapshot::Snapshot;
 use tessera::repo::config::{Config, IndexKind};
-use tessera::restore::{restore, RestoreOptions};
 use tessera::Repository;
 
 const CHUNK: usize = 4096;
@@ -58,22 +59,9 @@ fn repo(index: IndexKind, consult_cold: bool) -> (tempfile::TempDir, Repository)
 }
 
 fn run(repo: &Repository, data: &[u8]) -> Snapshot {
-    backup(
-        repo,
-        tessera::backup::Input::Stream {
-            input: &mut &data[..],
-            name: "input",
-        },
-        &BackupOptions::default(),
-    )
-    .map(|o| o.snapshot)
-    .unwrap()
-}
-
-fn restored(repo: &Repository, id: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    restore(repo, id, &mut out, &RestoreOptions::default()).unwrap();
-    out
+    backup_bytes(repo, data, "input", &BackupOptions::default())
+        .map(|o| o.snapshot)
+        .unwrap()
 }
 
 /// Backs up v1, v2, v2, v2; returns the snapshots.
@@ -90,14 +78,7 @@ fn scenario(index: IndexKind, consult_cold: bool) -> Vec<Snapshot> {
     for s in &snaps[1..] {
         assert!(restored(&repo, s.id) == v2, "backup {} differs", s.id);
     }
-    let report = check(
-        &repo,
-        CheckOptions {
-            read_data: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let report = full_check(&repo);
     assert!(report.is_ok(), "{report:?}");
     snaps
 }

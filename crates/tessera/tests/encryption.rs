@@ -4,12 +4,11 @@
 
 mod common;
 
-use common::Rng;
+use common::{backup_bytes, full_check, Rng};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tessera::backend::LockMode;
-use tessera::backup::{backup, BackupOptions};
-use tessera::commands::check::{check, CheckOptions};
+use tessera::backup::BackupOptions;
 use tessera::crypto::{Credentials, KdfParams, NewKey};
 use tessera::repo::config::{Config, Encryption, IndexKind, Layout};
 use tessera::restore::{restore, RestoreOptions};
@@ -82,16 +81,9 @@ fn populated(path: &Path, config: Config) -> Vec<Vec<u8>> {
             source: if i == 1 { "other" } else { "default" }.into(),
             ..BackupOptions::default()
         };
-        backup(
-            &repo,
-            tessera::backup::Input::Stream {
-                input: &mut &v[..],
-                name: "input",
-            },
-            &options,
-        )
-        .map(|o| o.snapshot)
-        .unwrap();
+        backup_bytes(&repo, &v[..], "input", &options)
+            .map(|o| o.snapshot)
+            .unwrap();
     }
     versions
 }
@@ -156,18 +148,7 @@ fn round_trip_and_no_plaintext_or_unkeyed_fingerprint_on_disk() {
         let path = tmp.path().join("repo");
         let versions = populated(&path, config);
         let repo = open(&path, LockMode::Read, PASSWORD).unwrap();
-        assert!(
-            check(
-                &repo,
-                CheckOptions {
-                    read_data: true,
-                    ..Default::default()
-                }
-            )
-            .unwrap()
-            .is_ok(),
-            "{name}"
-        );
+        assert!(full_check(&repo).is_ok(), "{name}");
         let algo = repo.config().fingerprint;
         let mut needles: Vec<Vec<u8>> = Vec::new();
         for (i, v) in versions.iter().enumerate() {
@@ -238,14 +219,7 @@ fn a_flipped_byte_in_any_object_fails_authentication_naming_it() {
                     "lifecycle/v",
                 ];
                 if at == original.len() / 2 && primary.iter().any(|p| key.starts_with(p)) {
-                    let report = check(
-                        &repo,
-                        CheckOptions {
-                            read_data: true,
-                            ..Default::default()
-                        },
-                    )
-                    .unwrap();
+                    let report = full_check(&repo);
                     assert!(
                         report.problems.iter().any(|p| (p.object == key
                             || p.detail.starts_with(&format!("{key}:")))

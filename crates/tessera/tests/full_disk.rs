@@ -5,16 +5,15 @@
 
 mod common;
 
+use common::{backup_bytes, full_check, restored};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tessera::backend::testing::{Gate, Gated, Mutation};
 use tessera::backend::LockMode;
-use tessera::backup::{backup, BackupOptions};
-use tessera::commands::check::{check, CheckOptions};
+use tessera::backup::BackupOptions;
 use tessera::repo::config::Config;
-use tessera::restore::{restore, RestoreOptions};
 use tessera::{Error, Repository, Result};
 
 /// The writes a backend was asked to make: key and size, in order.
@@ -101,24 +100,11 @@ fn prepare(root: &Path) {
     let (first, second, _) = inputs();
     let repo = Repository::init(root, config()).unwrap();
     for (i, input) in [first, second].iter().enumerate() {
-        let snap = backup(
-            &repo,
-            tessera::backup::Input::Stream {
-                input: &mut &input[..],
-                name: "input",
-            },
-            &BackupOptions::default(),
-        )
-        .map(|o| o.snapshot)
-        .unwrap();
+        let snap = backup_bytes(&repo, &input[..], "input", &BackupOptions::default())
+            .map(|o| o.snapshot)
+            .unwrap();
         assert_eq!(snap.id, i as u64 + 1);
     }
-}
-
-fn restored(repo: &Repository, id: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    restore(repo, id, &mut out, &RestoreOptions::default()).unwrap();
-    out
 }
 
 /// Runs the third backup with `budget` bytes of free space; returns the
@@ -127,16 +113,9 @@ fn backup_with_budget(root: &Path, budget: u64) -> (Result<u64>, Vec<(String, us
     let (_, _, third) = inputs();
     let (disk, writes) = FullDisk::new(root, budget);
     let repo = Repository::open_with_backend(Box::new(disk), LockMode::Exclusive).unwrap();
-    let result = backup(
-        &repo,
-        tessera::backup::Input::Stream {
-            input: &mut &third[..],
-            name: "third",
-        },
-        &BackupOptions::default(),
-    )
-    .map(|o| o.snapshot)
-    .map(|s| s.id);
+    let result = backup_bytes(&repo, &third[..], "third", &BackupOptions::default())
+        .map(|o| o.snapshot)
+        .map(|s| s.id);
     let writes = writes.lock().unwrap().clone();
     (result, writes)
 }
@@ -160,14 +139,7 @@ fn is_storage_full(e: &Error) -> bool {
 fn assert_consistent(root: &Path) {
     let (first, second, third) = inputs();
     let repo = Repository::open(root, LockMode::Exclusive).unwrap();
-    let report = check(
-        &repo,
-        CheckOptions {
-            read_data: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let report = full_check(&repo);
     assert!(
         report.is_ok(),
         "check found problems: {:?}",
@@ -176,25 +148,11 @@ fn assert_consistent(root: &Path) {
     assert_eq!(repo.backups().unwrap(), vec![1, 2]);
     assert_eq!(restored(&repo, 1), first);
     assert_eq!(restored(&repo, 2), second);
-    let snap = backup(
-        &repo,
-        tessera::backup::Input::Stream {
-            input: &mut &third[..],
-            name: "third",
-        },
-        &BackupOptions::default(),
-    )
-    .map(|o| o.snapshot)
-    .unwrap();
+    let snap = backup_bytes(&repo, &third[..], "third", &BackupOptions::default())
+        .map(|o| o.snapshot)
+        .unwrap();
     assert_eq!(restored(&repo, snap.id), third);
-    let report = check(
-        &repo,
-        CheckOptions {
-            read_data: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let report = full_check(&repo);
     assert!(
         report.is_ok(),
         "check found problems: {:?}",
@@ -310,15 +268,8 @@ fn full_disk_during_init() {
     drop(repo);
     let repo = Repository::open(dir.path(), LockMode::Exclusive).unwrap();
     let input = data(9, 100_000);
-    let snap = backup(
-        &repo,
-        tessera::backup::Input::Stream {
-            input: &mut &input[..],
-            name: "input",
-        },
-        &BackupOptions::default(),
-    )
-    .map(|o| o.snapshot)
-    .unwrap();
+    let snap = backup_bytes(&repo, &input[..], "input", &BackupOptions::default())
+        .map(|o| o.snapshot)
+        .unwrap();
     assert_eq!(restored(&repo, snap.id), input);
 }

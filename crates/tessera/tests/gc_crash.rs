@@ -5,13 +5,12 @@
 
 mod common;
 
-use common::{copy_dir, Rng};
+use common::{backup_bytes, copy_dir, full_check, small_chunker, Rng};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use tessera::backend::testing::{Gate, Gated, Mutation};
 use tessera::backend::LockMode;
-use tessera::backup::{backup, BackupOptions};
-use tessera::chunker::{ChunkerKind, ChunkerParams};
+use tessera::backup::BackupOptions;
 use tessera::commands::check::{check, CheckOptions};
 use tessera::delta::DeltaKind;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions};
@@ -43,14 +42,7 @@ impl Gate for Crashing {
 
 fn verify(path: &Path, live: &[(u64, Vec<u8>)]) {
     let repo = Repository::open(path, LockMode::Exclusive).unwrap();
-    let report = check(
-        &repo,
-        CheckOptions {
-            read_data: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let report = full_check(&repo);
     assert!(report.is_ok(), "{:?}", report.problems);
     assert_eq!(
         repo.backups().unwrap(),
@@ -79,12 +71,7 @@ fn interrupted_gc_loses_nothing(delta: DeltaKind) {
     let base = dir.path().join("base");
     let mut config = Config::new("gc-crash".into());
     config.delta.kind = delta;
-    config.chunker = ChunkerParams {
-        kind: ChunkerKind::Fastcdc,
-        min_size: 256,
-        avg_size: 1024,
-        max_size: 4096,
-    };
+    config.chunker = small_chunker();
     config.container_size = 16 * 1024;
     let repo = Repository::init(&base, config).unwrap();
     let mut data = Rng(1).bytes(150_000);
@@ -98,16 +85,9 @@ fn interrupted_gc_loses_nothing(delta: DeltaKind) {
             let i = (v as usize * 7919 + k * 7001) % data.len();
             data[i] ^= 0x5a;
         }
-        let snap = backup(
-            &repo,
-            tessera::backup::Input::Stream {
-                input: &mut &data[..],
-                name: "mem",
-            },
-            &BackupOptions::default(),
-        )
-        .map(|o| o.snapshot)
-        .unwrap();
+        let snap = backup_bytes(&repo, &data[..], "mem", &BackupOptions::default())
+            .map(|o| o.snapshot)
+            .unwrap();
         deltas += snap.stats.delta.delta_chunks;
         versions.push((snap.id, data.clone()));
     }

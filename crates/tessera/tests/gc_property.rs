@@ -5,11 +5,10 @@
 
 mod common;
 
-use common::{edit, Rng};
+use common::{backup_bytes, edit, full_check, small_chunker, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
-use tessera::backup::{backup, BackupOptions};
-use tessera::chunker::{ChunkerKind, ChunkerParams};
+use tessera::backup::BackupOptions;
 use tessera::commands::check::{check, CheckOptions};
 use tessera::delta::DeltaKind;
 use tessera::gc::{forget_keep_last, gc, Defrag, GcOptions, DEFAULT_SORT_BUDGET};
@@ -83,25 +82,13 @@ fn small_config(rewrite: RewriteKind, delta: DeltaKind) -> Config {
         limit: Some(0.5),
         ..RewriteParams::default()
     };
-    c.chunker = ChunkerParams {
-        kind: ChunkerKind::Fastcdc,
-        min_size: 256,
-        avg_size: 1024,
-        max_size: 4096,
-    };
+    c.chunker = small_chunker();
     c.container_size = 16 * 1024;
     c
 }
 
 fn verify(repo: &Repository, originals: &BTreeMap<u64, Vec<u8>>) {
-    let report = check(
-        repo,
-        CheckOptions {
-            read_data: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let report = full_check(repo);
     assert!(
         report.is_ok(),
         "check found problems: {:?}",
@@ -151,7 +138,7 @@ proptest! {
             match s {
                 Step::Backup { edits, seed } => {
                     current = edit(&current, u32::from(edits), 3000, seed);
-                    let snap = backup(&repo, tessera::backup::Input::Stream { input: &mut &current[..], name: "mem" }, &BackupOptions::default()).map(|o| o.snapshot).unwrap();
+                    let snap = backup_bytes(&repo, &current[..], "mem", &BackupOptions::default()).map(|o| o.snapshot).unwrap();
                     live.insert(snap.id, current.clone());
                 }
                 Step::Forget { keep } => {
@@ -189,6 +176,18 @@ proptest! {
     }
 }
 
+/// Backs up `data` into `repo`, records it in `live`, then forgets all but
+/// the last `keep` backups (dropping them from `live`).
+fn back_up_keeping(repo: &Repository, data: &[u8], keep: usize, live: &mut BTreeMap<u64, Vec<u8>>) {
+    let snap = backup_bytes(repo, data, "mem", &BackupOptions::default())
+        .map(|o| o.snapshot)
+        .unwrap();
+    live.insert(snap.id, data.to_vec());
+    for id in forget_keep_last(repo, keep, false).unwrap() {
+        live.remove(&id);
+    }
+}
+
 /// A chunk that a rewriting policy copied, live both in its old container
 /// (through an older backup) and in the rewritten copy (through a newer
 /// one), is copied forward once when GC selects both containers, and every
@@ -206,20 +205,7 @@ fn two_live_copies_of_a_chunk_are_copied_forward_once() {
         let mut merged = 0;
         for v in 0..24u64 {
             current = edit(&current, 6, 3000, v);
-            let snap = backup(
-                &repo,
-                tessera::backup::Input::Stream {
-                    input: &mut &current[..],
-                    name: "mem",
-                },
-                &BackupOptions::default(),
-            )
-            .map(|o| o.snapshot)
-            .unwrap();
-            live.insert(snap.id, current.clone());
-            for id in forget_keep_last(&repo, 6, false).unwrap() {
-                live.remove(&id);
-            }
+            back_up_keeping(&repo, &current, 6, &mut live);
             let stats = gc(&repo, GcOptions::default()).unwrap();
             merged += stats.copies_merged;
             verify(&repo, &live);
@@ -253,11 +239,7 @@ proptest! {
         let mut live: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
         for (edits, seed) in versions {
             current = edit(&current, u32::from(edits), 3000, seed);
-            let snap = backup(&repo, tessera::backup::Input::Stream { input: &mut &current[..], name: "mem" }, &BackupOptions::default()).map(|o| o.snapshot).unwrap();
-            live.insert(snap.id, current.clone());
-            for id in forget_keep_last(&repo, keep, false).unwrap() {
-                live.remove(&id);
-            }
+            back_up_keeping(&repo, &current, keep, &mut live);
             let options = GcOptions {
                 threshold_pct: f64::from(threshold),
                 defrag,
@@ -292,20 +274,7 @@ fn gccdf_fill_merges_the_partial_containers_of_backups() {
     let mut refilled = 0;
     for v in 0..8u64 {
         current = edit(&current, 3, 3000, v);
-        let snap = backup(
-            &repo,
-            tessera::backup::Input::Stream {
-                input: &mut &current[..],
-                name: "mem",
-            },
-            &BackupOptions::default(),
-        )
-        .map(|o| o.snapshot)
-        .unwrap();
-        live.insert(snap.id, current.clone());
-        for id in forget_keep_last(&repo, 3, false).unwrap() {
-            live.remove(&id);
-        }
+        back_up_keeping(&repo, &current, 3, &mut live);
         let options = GcOptions {
             defrag: Defrag::Gccdf,
             ..GcOptions::default()

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{copy_dir, edit, Rng};
+use common::{copy_dir, edit, full_check, Rng};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -65,14 +65,7 @@ fn verify_all(
     dir: &Path,
     originals: &BTreeMap<u64, Vec<u8>>,
 ) -> Vec<lifecycle::LifecycleRestoreStats> {
-    let report = tessera::commands::check::check(
-        repo,
-        CheckOptions {
-            read_data: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let report = full_check(repo);
     assert!(
         report.is_ok(),
         "check found problems: {:?}",
@@ -284,6 +277,18 @@ impl Gate for FailAfter {
     }
 }
 
+/// The repository at `root` opened exclusively through a back end that
+/// fails every request after the first `budget`.
+fn failing_after(root: &Path, budget: i64) -> Repository {
+    let backend = Gated::local(
+        root,
+        FailAfter {
+            budget: Arc::new(AtomicI64::new(budget)),
+        },
+    );
+    Repository::open_with_backend(Box::new(backend), LockMode::Exclusive).unwrap()
+}
+
 #[test]
 fn crash_at_every_request_of_arranging_then_resume_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -311,14 +316,7 @@ fn crash_at_every_request_of_arranging_then_resume_loses_nothing() {
         let _ = std::fs::remove_dir_all(&root);
         copy_dir(&pristine, &root);
         let result = {
-            let backend = Gated::local(
-                &root,
-                FailAfter {
-                    budget: Arc::new(AtomicI64::new(budget)),
-                },
-            );
-            let repo =
-                Repository::open_with_backend(Box::new(backend), LockMode::Exclusive).unwrap();
+            let repo = failing_after(&root, budget);
             lifecycle::arrange(&repo)
         };
         let repo = Repository::open(&root, LockMode::Exclusive).unwrap();
@@ -357,14 +355,7 @@ fn crash_during_backup_and_deletion_loses_nothing() {
     for budget in 0..12 {
         let next = edit(&data, 6, 6000, 500 + budget as u64);
         let committed = {
-            let backend = Gated::local(
-                &root,
-                FailAfter {
-                    budget: Arc::new(AtomicI64::new(budget)),
-                },
-            );
-            let repo =
-                Repository::open_with_backend(Box::new(backend), LockMode::Exclusive).unwrap();
+            let repo = failing_after(&root, budget);
             let options = BackupOptions {
                 source: "db".into(),
                 ..BackupOptions::default()
@@ -386,14 +377,7 @@ fn crash_during_backup_and_deletion_loses_nothing() {
     for budget in 0..8 {
         let victim = *originals.keys().nth(1 + budget as usize % 3).unwrap();
         {
-            let backend = Gated::local(
-                &root,
-                FailAfter {
-                    budget: Arc::new(AtomicI64::new(budget)),
-                },
-            );
-            let repo =
-                Repository::open_with_backend(Box::new(backend), LockMode::Exclusive).unwrap();
+            let repo = failing_after(&root, budget);
             let _ = lifecycle::delete_backups(&repo, &[victim]);
         }
         let repo = Repository::open(&root, LockMode::Exclusive).unwrap();
@@ -432,14 +416,7 @@ fn crash_while_removing_a_lineage_then_reusing_its_source() {
             }
         }
         {
-            let backend = Gated::local(
-                &root,
-                FailAfter {
-                    budget: Arc::new(AtomicI64::new(budget)),
-                },
-            );
-            let repo =
-                Repository::open_with_backend(Box::new(backend), LockMode::Exclusive).unwrap();
+            let repo = failing_after(&root, budget);
             let _ = lifecycle::forget_keep_last(&repo, 0);
         }
         let repo = Repository::open(&root, LockMode::Exclusive).unwrap();
@@ -595,24 +572,10 @@ fn trace_repository_plans_restores_from_metadata() {
         &LifecycleRestoreOptions::default()
     )
     .is_err());
-    let report = tessera::commands::check::check(
-        &trace,
-        CheckOptions {
-            read_data: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let report = full_check(&trace);
     assert!(report.is_ok(), "{:?}", report.problems);
     lifecycle::delete_backups(&trace, &[ids[0].0, ids[3].0]).unwrap();
-    let report = tessera::commands::check::check(
-        &trace,
-        CheckOptions {
-            read_data: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let report = full_check(&trace);
     assert!(report.is_ok(), "{:?}", report.problems);
 }
 
@@ -644,14 +607,7 @@ fn check_finds_a_damaged_volume_and_names_the_affected_backups() {
     )
     .unwrap();
     assert!(quick.is_ok(), "metadata intact: {:?}", quick.problems);
-    let full = tessera::commands::check::check(
-        &repo,
-        CheckOptions {
-            read_data: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let full = full_check(&repo);
     assert_eq!(full.problems.len(), 1, "{:?}", full.problems);
     assert_eq!(full.problems[0].affected_backups, vec![ids[0], ids[1]]);
     let err = lifecycle::restore_to_file(

@@ -5,11 +5,10 @@
 
 mod common;
 
-use common::Rng;
+use common::{backup_bytes, full_check, Rng};
 use std::path::Path;
 use tessera::backend::{Backend, Layer, Local, LockGuard, LockMode};
-use tessera::backup::{backup, BackupOptions};
-use tessera::commands::check::{check, CheckOptions};
+use tessera::backup::BackupOptions;
 use tessera::repo::config::{Config, Layout};
 use tessera::restore::{restore, RestoreOptions};
 use tessera::{Error, Repository};
@@ -23,16 +22,9 @@ fn new_repo(layout: Layout) -> tempfile::TempDir {
     config.layout = layout;
     let repo = Repository::init(dir.path(), config).unwrap();
     let input = vec![7u8; 100_000];
-    backup(
-        &repo,
-        tessera::backup::Input::Stream {
-            input: &mut &input[..],
-            name: "input",
-        },
-        &BackupOptions::default(),
-    )
-    .map(|o| o.snapshot)
-    .unwrap();
+    backup_bytes(&repo, &input[..], "input", &BackupOptions::default())
+        .map(|o| o.snapshot)
+        .unwrap();
     dir
 }
 
@@ -56,16 +48,9 @@ fn maintenance_excludes_everybody() {
     }
     // The holder is unaffected and can still back up.
     let input = vec![9u8; 50_000];
-    let snap = backup(
-        &holder,
-        tessera::backup::Input::Stream {
-            input: &mut &input[..],
-            name: "input",
-        },
-        &BackupOptions::default(),
-    )
-    .map(|o| o.snapshot)
-    .unwrap();
+    let snap = backup_bytes(&holder, &input[..], "input", &BackupOptions::default())
+        .map(|o| o.snapshot)
+        .unwrap();
     assert_eq!(snap.id, 2);
     drop(holder);
     // Released with the repository.
@@ -81,16 +66,9 @@ fn a_backup_excludes_writers_but_readers_read_committed_state() {
     assert_locked(Repository::open(dir.path(), LockMode::Exclusive));
     let reader = Repository::open(dir.path(), LockMode::Read).unwrap();
     let input = vec![9u8; 50_000];
-    backup(
-        &writer,
-        tessera::backup::Input::Stream {
-            input: &mut &input[..],
-            name: "input",
-        },
-        &BackupOptions::default(),
-    )
-    .map(|o| o.snapshot)
-    .unwrap();
+    backup_bytes(&writer, &input[..], "input", &BackupOptions::default())
+        .map(|o| o.snapshot)
+        .unwrap();
     assert_eq!(reader.backups().unwrap(), vec![1, 2]);
     let mut out = Vec::new();
     restore(&reader, 2, &mut out, &RestoreOptions::default()).unwrap();
@@ -116,16 +94,9 @@ fn a_handle_does_only_what_it_was_opened_for() {
     let dir = new_repo(Layout::Container);
     let reader = Repository::open(dir.path(), LockMode::Read).unwrap();
     let input = vec![1u8; 10_000];
-    let err = backup(
-        &reader,
-        tessera::backup::Input::Stream {
-            input: &mut &input[..],
-            name: "input",
-        },
-        &BackupOptions::default(),
-    )
-    .map(|o| o.snapshot)
-    .unwrap_err();
+    let err = backup_bytes(&reader, &input[..], "input", &BackupOptions::default())
+        .map(|o| o.snapshot)
+        .unwrap_err();
     assert!(matches!(err, Error::NotOpenFor { .. }), "{err:?}");
     drop(reader);
     let writer = Repository::open(dir.path(), LockMode::Backup).unwrap();
@@ -222,26 +193,12 @@ fn shared_backups_share_and_take_turns_committing() {
     drop(section);
     drop(b.commit_section().unwrap());
     let input = vec![3u8; 80_000];
-    let one = backup(
-        &a,
-        tessera::backup::Input::Stream {
-            input: &mut &input[..],
-            name: "a",
-        },
-        &BackupOptions::default(),
-    )
-    .map(|o| o.snapshot)
-    .unwrap();
-    let two = backup(
-        &b,
-        tessera::backup::Input::Stream {
-            input: &mut &input[..],
-            name: "b",
-        },
-        &BackupOptions::default(),
-    )
-    .map(|o| o.snapshot)
-    .unwrap();
+    let one = backup_bytes(&a, &input[..], "a", &BackupOptions::default())
+        .map(|o| o.snapshot)
+        .unwrap();
+    let two = backup_bytes(&b, &input[..], "b", &BackupOptions::default())
+        .map(|o| o.snapshot)
+        .unwrap();
     assert_eq!((one.id, two.id), (1, 2));
     drop((a, b));
 
@@ -365,14 +322,7 @@ fn writers_race(layout: Layout, trial: u64) -> usize {
         );
     }
     // Whatever failed left only garbage: the committed state checks clean.
-    let report = check(
-        &repo,
-        CheckOptions {
-            read_data: true,
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let report = full_check(&repo);
     assert!(
         report.is_ok(),
         "{layout:?} trial {trial}: {:?}",
@@ -388,14 +338,7 @@ fn race_one(root: &Path, input: &[u8], source: &str) -> tessera::Result<u64> {
         source: source.into(),
         ..BackupOptions::default()
     };
-    backup(
-        &repo,
-        tessera::backup::Input::Stream {
-            input: &mut &input[..],
-            name: "input",
-        },
-        &options,
-    )
-    .map(|o| o.snapshot)
-    .map(|s| s.id)
+    backup_bytes(&repo, input, "input", &options)
+        .map(|o| o.snapshot)
+        .map(|s| s.id)
 }

@@ -31,49 +31,19 @@ pub struct BackupArgs {
     /// metadata; or `-` alone for standard input, backed up as a stream.
     #[arg(required_unless_present_any = ["trace", "files_from"], conflicts_with = "trace")]
     inputs: Vec<String>,
-    /// Tree backups: leave out paths matching this gitignore-style
-    /// pattern (repeatable; a leading `/` anchors at the file-system root).
-    #[arg(long, value_name = "PATTERN")]
-    exclude: Vec<String>,
+    /// The tree backup's options: --exclude, --iexclude,
+    /// --exclude-if-present, --exclude-caches, --exclude-larger-than,
+    /// --follow-symlinks, --stdin-name, --one-file-system, --parent, --force.
+    #[command(flatten)]
+    tree: TreeBackupOptions,
     /// Tree backups: read exclude patterns from this file, one a line
     /// (blank lines and lines starting with `#` ignored; repeatable).
     #[arg(long, value_name = "FILE")]
     exclude_file: Vec<PathBuf>,
-    /// Tree backups: like --exclude, ignoring case (repeatable).
-    #[arg(long, value_name = "PATTERN")]
-    iexclude: Vec<String>,
-    /// Tree backups: leave out directories holding a file of this name (repeatable).
-    #[arg(long, value_name = "NAME")]
-    exclude_if_present: Vec<String>,
-    /// Tree backups: leave out directories holding a CACHEDIR.TAG with
-    /// the standard signature.
-    #[arg(long)]
-    exclude_caches: bool,
-    /// Tree backups: leave out regular files larger than SIZE (e.g. 100MiB).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
-    exclude_larger_than: Option<u64>,
     /// Tree backups: back up the paths listed in this file too, one a
     /// line (blank lines and lines starting with `#` ignored; repeatable).
     #[arg(long, value_name = "FILE")]
     files_from: Vec<PathBuf>,
-    /// Tree backups: back up what symbolic links point to, not the links.
-    #[arg(long)]
-    follow_symlinks: bool,
-    /// With `-`: back up standard input as a tree backup holding one
-    /// file of this path (listed, found and restored like any file;
-    /// restic's --stdin-filename).
-    #[arg(long, value_name = "NAME")]
-    stdin_name: Option<String>,
-    /// Tree backups: do not descend into other file systems.
-    #[arg(long)]
-    one_file_system: bool,
-    /// Tree backups: reuse the unchanged files of this backup (default:
-    /// the latest tree backup of the same source).
-    #[arg(long, value_name = "ID", conflicts_with = "force")]
-    parent: Option<u64>,
-    /// Tree backups: read every file, even those unchanged since the parent.
-    #[arg(long)]
-    force: bool,
     /// A fingerprint trace (Destor text or FSL hashfile) to replay instead of data.
     #[arg(long, value_name = "FILE")]
     trace: Option<PathBuf>,
@@ -111,18 +81,9 @@ pub fn run(args: BackupArgs, access: &Access) -> Result<ExitCode> {
     let BackupArgs {
         repo,
         inputs,
-        mut exclude,
+        mut tree,
         exclude_file,
-        iexclude,
-        exclude_if_present,
-        exclude_caches,
-        exclude_larger_than,
         files_from,
-        follow_symlinks,
-        stdin_name,
-        one_file_system,
-        parent,
-        force,
         trace,
         label,
         source,
@@ -133,9 +94,15 @@ pub fn run(args: BackupArgs, access: &Access) -> Result<ExitCode> {
         json,
     } = args;
     for file in &exclude_file {
-        exclude.extend(tessera::tree::select::read_patterns(file)?);
+        tree.excludes
+            .extend(tessera::tree::select::read_patterns(file)?);
     }
-    let input = backup_input(&inputs, !files_from.is_empty(), stdin_name.is_some(), trace)?;
+    let input = backup_input(
+        &inputs,
+        !files_from.is_empty(),
+        tree.stdin_name.is_some(),
+        trace,
+    )?;
     let mut inputs: Vec<PathBuf> = inputs.iter().map(PathBuf::from).collect();
     for file in &files_from {
         let listed = tessera::tree::select::read_paths(file)?;
@@ -144,18 +111,6 @@ pub fn run(args: BackupArgs, access: &Access) -> Result<ExitCode> {
         }
         inputs.extend(listed);
     }
-    let tree = TreeBackupOptions {
-        stdin_name,
-        excludes: exclude,
-        iexcludes: iexclude,
-        exclude_if_present,
-        exclude_caches,
-        exclude_larger_than,
-        follow_symlinks,
-        one_file_system,
-        parent,
-        force,
-    };
     let naming = Naming {
         label,
         source,

@@ -7,10 +7,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use tessera::backend::{Location, LockMode};
 use tessera::format::snapshot::BackupId;
-use tessera::restore::plan::CachePolicy;
-use tessera::restore::{
-    restore, restore_to_path, ExistingFile, RestoreOptions, DEFAULT_CACHE_CONTAINERS,
-};
+use tessera::restore::{restore, restore_to_path, ExistingFile, RestoreOptions};
 use tessera::tree::select::Selection;
 use tessera::tree::{restore_tree, Overwrite, TarScope, TreeRestoreOptions};
 use tessera::Repository;
@@ -65,23 +62,13 @@ pub struct RestoreArgs {
     /// against the backup's fingerprints.
     #[arg(long)]
     verify: bool,
-    /// Restore cache policy: lru, opt (Belady, using the recipe) or faa
-    /// (forward assembly area of --cache-size containers).
-    #[arg(long, default_value = "lru")]
-    cache: CachePolicy,
-    /// Containers held by the restore cache (at least 1; at most as
-    /// many as the machine's memory holds).
-    #[arg(long, default_value_t = DEFAULT_CACHE_CONTAINERS)]
-    cache_size: usize,
     /// Tree backups: write the selected entries as a tar stream to OUTPUT
     /// (`-`: standard output; else a new file) instead of into a directory.
     #[arg(long)]
     tar: bool,
-    /// Salvage a damaged backup: write every chunk that verifies, zeros
-    /// in place of missing or damaged chunks, list the lost byte ranges
-    /// and exit with status 3 when any were lost.
-    #[arg(long)]
-    skip_damaged: bool,
+    /// The restore's options: --cache, --cache-size, --skip-damaged.
+    #[command(flatten)]
+    restore: RestoreOptions<'static>,
     /// Print the metrics as one JSON object (to stderr when restoring to stdout).
     #[arg(long)]
     json: bool,
@@ -98,22 +85,14 @@ pub fn run(args: RestoreArgs, access: &Access) -> Result<ExitCode> {
         overwrite,
         delete,
         verify,
-        cache,
-        cache_size,
         tar,
-        skip_damaged,
+        restore,
         json,
     } = args;
     let overwrite = overwrite.map(Overwrite::from).unwrap_or_default();
     let r = open(&repo, LockMode::Read, access)?;
     let id = backup_id(&r, &id)?;
     if let Some(tree) = r.snapshot(id)?.tree {
-        let restore = RestoreOptions {
-            cache_containers: cache_size,
-            policy: cache,
-            progress: None,
-            skip_damaged,
-        };
         // Relative patterns: relative to each backed-up path.
         let selection = Selection::for_backup(&include, &exclude, &tree.paths)?;
         if tar {
@@ -145,13 +124,7 @@ pub fn run(args: RestoreArgs, access: &Access) -> Result<ExitCode> {
         );
     } else {
         let existing = existing_file(id, overwrite)?;
-        let options = RestoreOptions {
-            cache_containers: cache_size,
-            policy: cache,
-            progress: None,
-            skip_damaged,
-        };
-        restore_cmd(&r, id, &output, existing, options, json)
+        restore_cmd(&r, id, &output, existing, restore, json)
     }
 }
 

@@ -6,6 +6,7 @@
 use rand::rngs::{SmallRng, StdRng};
 use rand::{Rng, RngCore, SeedableRng};
 use std::collections::BTreeSet;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
@@ -209,15 +210,83 @@ pub fn num(v: &serde_json::Value, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("field {field} missing or not a number in {v}"))
 }
 
-/// Ids of the committed backups (`tessera list --json`).
-pub fn list_ids(repo: &Path) -> Vec<u64> {
-    let out = ok(["list".as_ref(), "--json".as_ref(), repo.as_os_str()]);
+/// Ids of the committed backups (`tessera list --json`) of `repo` (a
+/// path or a location).
+pub fn list_ids(repo: impl AsRef<OsStr>) -> Vec<u64> {
+    let out = ok(["list".as_ref(), "--json".as_ref(), repo.as_ref()]);
     let v: serde_json::Value = serde_json::from_str(out.trim()).expect("list --json prints JSON");
     v.as_array()
         .expect("list --json prints an array")
         .iter()
         .map(|s| num(s, "id"))
         .collect()
+}
+
+/// `text` (a command's `--json` output) parsed.
+pub fn json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// `tessera init REPO ARGS…`.
+pub fn init_with(repo: &Path, args: &[&str]) {
+    let mut all: Vec<&OsStr> = vec!["init".as_ref(), repo.as_os_str()];
+    all.extend(args.iter().map(OsStr::new));
+    ok(all);
+}
+
+/// `tessera init REPO --layout LAYOUT`.
+pub fn init_layout(repo: &Path, layout: &str) {
+    init_with(repo, &["--layout", layout]);
+}
+
+/// `tessera backup REPO PATH` (a tree backup); its text output.
+pub fn backup_tree(repo: &Path, path: &Path) -> String {
+    ok(["backup".as_ref(), repo.as_os_str(), path.as_os_str()])
+}
+
+/// The names in directory `dir`, sorted.
+pub fn sorted_names(dir: &Path) -> Vec<OsString> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Spawns `tessera backup --json REPO - ARGS…` with its standard streams
+/// piped: the caller feeds standard input.
+pub fn spawn_stream_backup(repo: &Path, args: &[&str]) -> std::process::Child {
+    let mut all: Vec<&OsStr> = vec![
+        "backup".as_ref(),
+        "--json".as_ref(),
+        repo.as_os_str(),
+        "-".as_ref(),
+    ];
+    all.extend(args.iter().map(OsStr::new));
+    cmd(all)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Starts `tessera ARGS… backup --json REPO -` and feeds it `first` bytes,
+/// keeping its standard input open: a backup in progress.
+pub fn start_backup_with(args: &[&str], repo: &str, first: &[u8]) -> std::process::Child {
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend(["backup", "--json", repo, "-"]);
+    let mut child = cmd(all)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting tessera backup");
+    let stdin = child.stdin.as_mut().expect("piped stdin");
+    stdin.write_all(first).expect("feeding the backup");
+    stdin.flush().expect("feeding the backup");
+    child
 }
 
 /// Names of the container objects of `repo` (without hidden temporary files).

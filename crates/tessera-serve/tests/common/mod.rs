@@ -145,26 +145,18 @@ fn served_full(layout: Layout, server: &Options, odd: bool) -> Served {
         ..BackupOptions::default()
     };
     let paths = std::slice::from_ref(&src);
-    backup(
-        &repo,
-        Input::Tree {
+    let tree = TreeBackupOptions::default();
+    let back_up = || {
+        let input = Input::Tree {
             paths,
-            options: &TreeBackupOptions::default(),
-        },
-        &options,
-    )
-    .unwrap();
+            options: &tree,
+        };
+        backup(&repo, input, &options).unwrap()
+    };
+    back_up();
     write(&src.join("a.txt"), b"hello again, tessera\n");
     write(&src.join("new.txt"), b"new\n");
-    backup(
-        &repo,
-        Input::Tree {
-            paths,
-            options: &TreeBackupOptions::default(),
-        },
-        &options,
-    )
-    .unwrap();
+    back_up();
     drop(repo);
     let repo =
         Repository::open(&dir.path().join("repo"), tessera::backend::LockMode::Read).unwrap();

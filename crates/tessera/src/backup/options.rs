@@ -32,32 +32,108 @@ pub struct BackupOptions<'a> {
     pub sort_budget: Option<u64>,
 }
 
-/// What to back up of the given paths.
+/// What to back up of the given paths (with the `cli` feature, the tree
+/// options of `tessera backup`: their help is the command line's).
 #[derive(Clone, Debug, Default)]
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct TreeBackupOptions {
     /// Gitignore-style patterns of paths to leave out (`*.tmp`, `cache/`,
     /// `/home/ann/big`: a leading `/` anchors at the file-system root).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            id = "exclude",
+            long = "exclude",
+            value_name = "PATTERN",
+            help = "Tree backups: leave out paths matching this gitignore-style pattern (repeatable; a leading `/` anchors at the file-system root)"
+        )
+    )]
     pub excludes: Vec<String>,
-    /// Do not descend into directories on other file systems.
-    pub one_file_system: bool,
-    /// The backup whose unchanged files are reused (default: the latest
-    /// tree backup of the same source).
-    pub parent: Option<BackupId>,
-    /// Read every file, reusing nothing.
-    pub force: bool,
     /// Patterns like `excludes`, matched regardless of case.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            id = "iexclude",
+            long = "iexclude",
+            value_name = "PATTERN",
+            help = "Tree backups: like --exclude, ignoring case (repeatable)"
+        )
+    )]
     pub iexcludes: Vec<String>,
     /// Leave out a directory holding a file of one of these names.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            value_name = "NAME",
+            help = "Tree backups: leave out directories holding a file of this name (repeatable)"
+        )
+    )]
     pub exclude_if_present: Vec<String>,
     /// Leave out a directory holding a `CACHEDIR.TAG` with the standard signature.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            help = "Tree backups: leave out directories holding a CACHEDIR.TAG with the standard signature"
+        )
+    )]
     pub exclude_caches: bool,
     /// Leave out regular files larger than this many bytes.
+    #[cfg_attr(feature = "cli", arg(
+        long,
+        value_name = "SIZE",
+        value_parser = crate::parse_size,
+        help = "Tree backups: leave out regular files larger than SIZE (e.g. 100MiB)"
+    ))]
     pub exclude_larger_than: Option<u64>,
     /// Back up what symbolic links point to instead of the links.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            help = "Tree backups: back up what symbolic links point to, not the links"
+        )
+    )]
     pub follow_symlinks: bool,
     /// Back up standard input as one regular file of this path (relative
     /// or absolute; `backup - --stdin-name NAME`) instead of the paths.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            value_name = "NAME",
+            help = "With `-`: back up standard input as a tree backup holding one file of this path (listed, found and restored like any file; restic's --stdin-filename)"
+        )
+    )]
     pub stdin_name: Option<String>,
+    /// Do not descend into directories on other file systems.
+    #[cfg_attr(
+        feature = "cli",
+        arg(long, help = "Tree backups: do not descend into other file systems")
+    )]
+    pub one_file_system: bool,
+    /// The backup whose unchanged files are reused (default: the latest
+    /// tree backup of the same source).
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            value_name = "ID",
+            conflicts_with = "force",
+            help = "Tree backups: reuse the unchanged files of this backup (default: the latest tree backup of the same source)"
+        )
+    )]
+    pub parent: Option<BackupId>,
+    /// Read every file, reusing nothing.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            help = "Tree backups: read every file, even those unchanged since the parent"
+        )
+    )]
+    pub force: bool,
 }
 
 /// A committed backup: its snapshot, the arranging that followed it

@@ -10,17 +10,44 @@ use std::time::Instant;
 /// Default container cache size, in containers.
 pub const DEFAULT_CACHE_CONTAINERS: usize = 32;
 
-/// Options of one restore.
+/// Options of one restore (with the `cli` feature, the restore options of
+/// `tessera restore`: their help is the command line's).
+#[cfg_attr(feature = "cli", derive(clap::Args))]
 pub struct RestoreOptions<'a> {
-    /// Containers the cache holds (forward assembly: its area is this many containers' size).
-    pub cache_containers: usize,
     /// Cache policy.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            id = "cache",
+            long = "cache",
+            value_name = "CACHE",
+            default_value = "lru",
+            help = "Restore cache policy: lru, opt (Belady, using the recipe) or faa (forward assembly area of --cache-size containers)"
+        )
+    )]
     pub policy: CachePolicy,
+    /// Containers the cache holds (forward assembly: its area is this many containers' size).
+    #[cfg_attr(feature = "cli", arg(
+        id = "cache_size",
+        long = "cache-size",
+        value_name = "CACHE_SIZE",
+        default_value_t = DEFAULT_CACHE_CONTAINERS,
+        help = "Containers held by the restore cache (at least 1; at most as many as the machine's memory holds)"
+    ))]
+    pub cache_containers: usize,
     /// Told the number of bytes the restore will write, then the number
     /// restored so far (a closure `Fn(u64)` gets the latter alone).
+    #[cfg_attr(feature = "cli", arg(skip))]
     pub progress: Option<&'a dyn ByteProgress>,
     /// Salvage: write zeros for the bytes of chunks that are missing or
     /// damaged (listed in [`RestoreStats::lost`]) instead of failing.
+    #[cfg_attr(
+        feature = "cli",
+        arg(
+            long,
+            help = "Salvage a damaged backup: write every chunk that verifies, zeros in place of missing or damaged chunks, list the lost byte ranges and exit with status 3 when any were lost"
+        )
+    )]
     pub skip_damaged: bool,
 }
 

@@ -6,8 +6,12 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use tessera::backend::LockMode;
+use tessera::backup::{backup, BackupOptions, Input, Outcome};
 use tessera::chunker::{ChunkerKind, ChunkerParams};
+use tessera::commands::check::{check, CheckOptions, CheckReport};
 use tessera::repo::config::{Arrange, Config, Layout};
+use tessera::restore::{restore, RestoreOptions};
+use tessera::Repository;
 
 /// A lifecycle-layout configuration with small chunks (FastCDC
 /// 512/2048/8192) and small parts, so that categories and volumes span
@@ -24,6 +28,16 @@ pub fn small_lifecycle_config(name: &str, arrange: Arrange) -> Config {
     c.arrange = arrange;
     c.lifecycle_part_bytes = 16 * 1024;
     c
+}
+
+/// FastCDC chunking of 256/1024/4096 bytes: many chunks from little data.
+pub fn small_chunker() -> ChunkerParams {
+    ChunkerParams {
+        kind: ChunkerKind::Fastcdc,
+        min_size: 256,
+        avg_size: 1024,
+        max_size: 4096,
+    }
 }
 
 /// A xorshift generator: deterministic test data from a seed.
@@ -168,4 +182,40 @@ pub fn damage_ndf_table(root: &Path, pick: usize, flip: Option<usize>) {
         }
         None => std::fs::remove_file(path).unwrap(),
     }
+}
+
+/// The report of a `check` of `repo` that reads every chunk (`--read-data`).
+pub fn full_check(repo: &Repository) -> CheckReport {
+    check(
+        repo,
+        CheckOptions {
+            read_data: true,
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Backs up `data` into `repo` as one stream named `name`; the outcome.
+pub fn backup_bytes(
+    repo: &Repository,
+    data: &[u8],
+    name: &str,
+    options: &BackupOptions,
+) -> tessera::Result<Outcome> {
+    backup(
+        repo,
+        Input::Stream {
+            input: &mut &data[..],
+            name,
+        },
+        options,
+    )
+}
+
+/// The bytes backup `id` of `repo` restores to (default options).
+pub fn restored(repo: &Repository, id: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    restore(repo, id, &mut out, &RestoreOptions::default()).unwrap();
+    out
 }

@@ -2,7 +2,24 @@
 //! files read ahead by a few threads) or, for unchanged files, the parent's
 //! chunks, then the catalog, as one segmented stream for the front end.
 
-use super::*;
+use super::parent::{ParentChunks, ParentRecord, ParentWalk};
+use super::{AHEAD_BYTES, AHEAD_OBJECTS, REUSED_AT_ONCE, SMALL_FILE};
+use crate::backup::{Outcome, SegmentRead, Segments};
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::format::snapshot::TreeRef;
+use crate::tree::catalog::{CatalogBytes, CatalogWriter, Entry, Kind, Xattr};
+use crate::tree::catalog_path;
+use crate::tree::meta::{read_file_xattrs, read_xattrs, Names};
+use crate::tree::walk::{At, Found, Status, Step, Steps, Walked};
+use crossbeam_channel::{bounded, Receiver, Sender};
+use rustix::fs::FileType;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fs::{File, Metadata};
+use std::io::{ErrorKind, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 
 pub(super) enum State {
     /// Between files: the next read walks on.

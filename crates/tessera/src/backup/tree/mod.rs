@@ -4,37 +4,24 @@ mod feed;
 mod parent;
 mod stdin;
 
-use feed::*;
-use parent::*;
-use stdin::*;
+use feed::{read_small_files, Job, State, TreeFeed};
+use parent::{ParentBatch, ParentChunks, ParentWalk, Usable};
+use stdin::stdin_file;
 
-use super::{
-    run, run_with, BackupOptions, Outcome, SegmentRead, Segments, Source, TreeBackupOptions,
-};
+use super::{run, run_with, BackupOptions, Outcome, Source, TreeBackupOptions};
 use crate::error::{Error, Result};
-use crate::fingerprint::Fingerprint;
 use crate::format::snapshot::{BackupId, ChunkRef, TreeRef, CATALOG_VERSION};
-use crate::layout::stream::Refetch;
-use crate::repo::quarantine::Quarantined;
 use crate::repo::Repository;
-use crate::restore::{restore_selection, RestoreOptions};
-use crate::tree::catalog::{CatalogBytes, CatalogWriter, Entry, Kind, Xattr};
-use crate::tree::meta::{read_file_xattrs, read_xattrs, Names};
+use crate::tree::catalog::CatalogWriter;
+use crate::tree::meta::Names;
+use crate::tree::relative_path;
 #[cfg(test)]
 use crate::tree::stream::for_each_entry;
 use crate::tree::stream::{for_each_record, tree_of};
-use crate::tree::walk::{
-    examine_batches, At, Excludes, Found, Status, Step, StepBatch, Steps, Walk, Walked,
-};
-use crate::tree::{catalog_order, catalog_path, relative_path};
-use crossbeam_channel::{bounded, Receiver, Sender};
-use rustix::fs::FileType;
+use crate::tree::walk::{examine_batches, Excludes, StepBatch, Steps, Walk};
+use crossbeam_channel::bounded;
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::fs::{self, File, Metadata};
-use std::io::{ErrorKind, Read};
-use std::ops::Range;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::MetadataExt;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -353,7 +340,11 @@ pub(crate) fn roots(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fingerprint::Fingerprint;
     use crate::repo::config::Config;
+    use crate::tree::catalog::Kind;
+    use crate::tree::catalog_path;
+    use std::os::unix::fs::MetadataExt;
 
     /// Data chunks and catalog entries (without access times, which reading
     /// may change) of tree backup `id`.

@@ -2,8 +2,20 @@
 //! (both in catalog order) to find unchanged files, and its chunks fetched
 //! again when a back end must store a reused chunk after all.
 
-use super::*;
+use crate::error::{Error, Result};
+use crate::fingerprint::Fingerprint;
+use crate::format::snapshot::{BackupId, ChunkRef};
+use crate::layout::stream::Refetch;
 use crate::layout::Reusable;
+use crate::repo::quarantine::Quarantined;
+use crate::repo::Repository;
+use crate::restore::{restore_selection, RestoreOptions};
+use crate::tree::catalog::Entry;
+use crate::tree::catalog_order;
+use crossbeam_channel::Receiver;
+use std::collections::{HashSet, VecDeque};
+use std::ops::Range;
+use std::sync::{Arc, Mutex};
 
 /// The chunks of the parent backup's unchanged files, and their bytes when
 /// a back end must store them after all: restored from the repository

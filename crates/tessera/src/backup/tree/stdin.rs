@@ -1,7 +1,10 @@
 //! Standard input backed up as one regular file of a tree (`backup -
 //! --stdin-name NAME`).
 
-use super::*;
+use crate::error::{Error, Result};
+use crate::tree::catalog::{Entry, Kind};
+use crate::tree::meta::Names;
+use std::fs::File;
 
 /// Standard input as a file to read, and its catalog entry at `name`:
 /// mode 0644, the user's ids, the current time.

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::format::snapshot::{BackupId, ChunkRef};
 use crate::layout::container::{self, Container, ContainerId};
 use crate::repo::Repository;
-use crate::restore::salvage::*;
+use crate::restore::salvage::{clone_error, Found, LostRange, Sink};
 use lru::LruCache;
 use std::io::Write;
 use std::num::NonZeroUsize;

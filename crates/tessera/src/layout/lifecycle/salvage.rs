@@ -7,7 +7,7 @@ use crate::fingerprint::{Fingerprint, FingerprintMap};
 use crate::format::snapshot::{BackupId, ChunkRef};
 use crate::layout::lifecycle::format::{self, ReadLog};
 use crate::repo::Repository;
-use crate::restore::salvage::*;
+use crate::restore::salvage::{clone_error, not_found, LostRange, Sink};
 use std::io::Write;
 use std::sync::Arc;
 
