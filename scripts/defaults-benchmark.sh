@@ -205,6 +205,8 @@ for name in rebackup restore onefile list ls; do
     d=$(stat "$WORK/m/defaults.$name" 3)
     row "CPU s, $name" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
 done
+row "CPU s, first backup" "$(head -1 "$WORK/m/plain.backup" | awk '{ print $3 }')" \
+    "$(head -1 "$WORK/m/defaults.backup" | awk '{ print $3 }')"
 row "CPU s, all backups" "$(awk '{ s += $3 } END { print s }' "$WORK/m/plain.backup")" \
     "$(awk '{ s += $3 } END { print s }' "$WORK/m/defaults.backup")"
 for name in backup rebackup restore onefile list ls; do

@@ -144,8 +144,12 @@ pub struct Repository {
     /// Computes the repository's (keyed, if encrypted) fingerprints.
     fingerprinter: Fingerprinter,
     /// The compression dictionary writers use (docs/FORMAT.md §7.8): the
-    /// newest the repository holds, or the one this handle trained.
-    dictionary: Mutex<Option<Arc<Dictionary>>>,
+    /// newest the repository holds, or the one this handle trained; `None`
+    /// until a writer first asks ([`Repository::dictionary`]: only then are
+    /// the dictionary objects read).
+    dictionary: Mutex<Option<Option<Arc<Dictionary>>>>,
+    /// How many dictionaries the repository listed when it was opened.
+    dictionaries_listed: usize,
     /// Nanoseconds this handle waited for the commit lock, summed
     /// ([`Repository::commit_lock_waited`]).
     commit_waited: std::sync::atomic::AtomicU64,
@@ -276,36 +280,52 @@ impl Repository {
             unlocked,
             fingerprinter,
             dictionary: Mutex::new(None),
+            dictionaries_listed: 0,
             commit_waited: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
-    /// Reads and registers the repository's compression dictionaries
-    /// (docs/FORMAT.md §7.8), so that every entry naming one decodes; a
-    /// damaged one fails only the entries naming it (`check` reports it).
-    fn load_dictionaries(&self) -> Result<()> {
+    /// Registers the repository's compression dictionaries by name
+    /// (docs/FORMAT.md §7.8), so that every entry naming one decodes: each
+    /// is read when an entry first names it; a damaged one fails only the
+    /// entries naming it (`check` reports it).
+    fn list_dictionaries(&mut self) -> Result<()> {
         if !self.config.dictionaries() {
             return Ok(());
         }
-        let loaded = dictionary::load_all(self.backend.as_ref())?;
-        if let Ok(mut d) = self.dictionary.lock() {
-            *d = loaded.newest;
-        }
+        self.dictionaries_listed = dictionary::announce(&self.backend)?;
         Ok(())
     }
 
     /// The compression dictionary a backup compresses with, if the
-    /// repository holds one.
-    pub fn dictionary(&self) -> Option<Arc<Dictionary>> {
-        self.dictionary.lock().ok().and_then(|d| d.clone())
+    /// repository holds one: the newest, read (all of them, once per
+    /// handle) when first asked for.
+    pub fn dictionary(&self) -> Result<Option<Arc<Dictionary>>> {
+        let mut d = self
+            .dictionary
+            .lock()
+            .map_err(|_| Error::Pipeline("the dictionary handle was poisoned".into()))?;
+        if let Some(known) = d.as_ref() {
+            return Ok(known.clone());
+        }
+        let newest = match self.config.dictionaries() && self.dictionaries_listed > 0 {
+            true => dictionary::load_all(self.backend.as_ref())?.newest,
+            false => None,
+        };
+        *d = Some(newest.clone());
+        Ok(newest)
     }
 
     /// Whether a backup compressing under `encoding` should train a
-    /// dictionary: the repository may hold them and holds none yet.
+    /// dictionary: the repository may hold them and held none when it was
+    /// opened (nor has this handle trained one). Reads no dictionary.
     pub fn wants_dictionary(&self, encoding: Option<crate::repo::config::Compression>) -> bool {
-        self.config.dictionaries()
-            && encoding.is_some_and(|c| c.is_on())
-            && self.dictionary().is_none()
+        let known = self.dictionary.lock().ok().and_then(|d| d.clone());
+        let none = match known {
+            Some(d) => d.is_none(),
+            None => self.dictionaries_listed == 0,
+        };
+        self.config.dictionaries() && encoding.is_some_and(|c| c.is_on()) && none
     }
 
     /// Trains a compression dictionary from `samples` and stores it
@@ -323,7 +343,7 @@ impl Repository {
             None => dictionary::create(self.backend.as_ref(), samples)?,
         };
         if let Ok(mut d) = self.dictionary.lock() {
-            d.clone_from(&dict);
+            *d = Some(dict.clone());
         }
         Ok(dict)
     }
@@ -460,7 +480,7 @@ impl Repository {
         let mut repo = Repository::assemble(counting, config, mode, locks, unlocked);
         repo.shared = shared;
         repo.wait = wait;
-        repo.load_dictionaries()?;
+        repo.list_dictionaries()?;
         Ok(repo)
     }
 

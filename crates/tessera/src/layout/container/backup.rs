@@ -68,6 +68,7 @@ pub(crate) fn backup(
         repo.reserve_containers(CONTAINER_BLOCK)
     };
     let train = |samples: &[&[u8]]| repo.train_dictionary(samples);
+    let find_dictionary = || repo.dictionary();
     let history_key = rewrite_history_key(&options.source);
     let history = read_history(repo, &history_key)?;
     let mut filter = config
@@ -114,7 +115,9 @@ pub(crate) fn backup(
         store.ids_end = first_ids.end;
         store.more_ids = Some(&more_ids);
         store.encoding = encoding;
-        store.dictionary = repo.dictionary();
+        // The dictionary is read when the first container is opened: a
+        // backup that stores nothing never reads it.
+        store.find_dictionary = Some(&find_dictionary);
         if repo.wants_dictionary(encoding) && !config.trace {
             store.train = Some(&train);
         }
@@ -644,6 +647,9 @@ struct Store<'a> {
     more_ids: Option<&'a MoreIds<'a>>,
     /// The compression dictionary entries are compressed with (FORMAT.md §7.8).
     dictionary: Option<Arc<Dictionary>>,
+    /// Finds the repository's dictionary when the first container is
+    /// opened (taken then: asked once).
+    find_dictionary: Option<&'a FindDictionary<'a>>,
     /// Trains and stores a dictionary from the entries of the first
     /// container sealed, when the repository wants one.
     train: Option<&'a TrainDictionary<'a>>,
@@ -659,6 +665,9 @@ const TRAIN_CONTAINERS: usize = 4;
 
 /// Trains and stores a compression dictionary from samples.
 type TrainDictionary<'a> = dyn Fn(&[&[u8]]) -> Result<Option<Arc<Dictionary>>> + 'a;
+
+/// The repository's compression dictionary, read when first needed.
+type FindDictionary<'a> = dyn Fn() -> Result<Option<Arc<Dictionary>>> + 'a;
 
 /// Reserves the next block of container ids of a shared backup.
 type MoreIds<'a> = dyn Fn() -> Result<std::ops::Range<ContainerId>> + 'a;
@@ -721,6 +730,7 @@ impl<'a> Store<'a> {
             ids_end: ContainerId::MAX,
             more_ids: None,
             dictionary: None,
+            find_dictionary: None,
             train: None,
             pending: Vec::new(),
             totals: StoreTotals::default(),
@@ -846,6 +856,11 @@ impl<'a> Store<'a> {
                     b = b.with_deltas();
                 }
                 if let Some(setting) = self.encoding {
+                    if let Some(find) = self.find_dictionary.take() {
+                        if self.train.is_none() {
+                            self.dictionary = find()?;
+                        }
+                    }
                     b = b
                         .with_encoding(setting)
                         .with_dictionary(self.dictionary.clone());

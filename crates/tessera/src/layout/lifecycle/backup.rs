@@ -130,7 +130,9 @@ impl<'a> Dedup<'a> {
             move |p, _| cat_key(name, v, v, p),
         );
         if let Some(setting) = encoding {
-            new_cat = new_cat.encoding(setting).with_dictionary(repo.dictionary());
+            new_cat = new_cat
+                .encoding(setting)
+                .with_dictionary(repo.dictionary()?);
         }
         // Without a dictionary yet, this backup's first chunks train one for
         // the backups after it (FORMAT.md §7.8).
