@@ -45,13 +45,13 @@ pub enum Command {
     Restore(restore::RestoreArgs),
     /// List the entries of a tree backup.
     Ls(ls::LsArgs),
+    /// Serve a web interface to the repository: browse, download and
+    /// compare backups, see where the space goes (docs/API.md).
+    Serve(serve::ServeArgs),
     /// Serve the repository's backups as a read-only file system at
     /// MOUNTPOINT (FUSE): `ids/<ID>/…`, `sources/<SOURCE>/<ID>`,
     /// `latest`. Runs in the foreground until `umount MOUNTPOINT` or
     /// Ctrl-C (SIGINT, SIGTERM, SIGHUP), then unmounts.
-    /// Serve a web interface to the repository: browse, download and
-    /// compare backups, see where the space goes (docs/API.md).
-    Serve(serve::ServeArgs),
     Mount(mount::MountArgs),
     /// Copy backups into another repository (its chunking, layout and keys),
     /// deduplicated against what it holds; backups it already holds are
@@ -59,7 +59,6 @@ pub enum Command {
     /// destination's from `--to-password-file`, `--to-password-command` or
     /// `TESSERA_TO_PASSWORD`.
     Copy(copy::CopyArgs),
-    /// List the backups.
     /// List the backups: time (local), host, paths or source, tags, files and sizes.
     List(browse::ListArgs),
     /// Find entries by a glob on their path in every tree backup, newest first.
