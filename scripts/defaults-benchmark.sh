@@ -35,6 +35,11 @@
 #   LOGIN        1 (default): also a `login` configuration: defaults after
 #                `tessera login` (sessions in $WORK/sessions), every command
 #                run without the password; a table of login vs plain
+#   RESTORE_DIR  where restores write (default WORK). A tmpfs (e.g. a
+#                directory in /dev/shm) leaves out the file system's cost of
+#                creating files, which on ext4 varies up to 3x with how
+#                recently files were deleted (see run_config), and so
+#                compares what the configurations themselves cost
 #   WORK         scratch directory (default a new one under /tmp; removed at
 #                the end unless given)
 set -euo pipefail
@@ -58,9 +63,13 @@ RUNS=${RUNS:-5}
 ONE_FILE=${ONE_FILE:-'*/src/server.c'}
 DROP_CACHES=${DROP_CACHES:-0}
 KEEP_WORK=${WORK:+1}
+RESTORE_DIR_GIVEN=${RESTORE_DIR:+1}
 WORK=${WORK:-$(mktemp -d /tmp/tessera-defaults.XXXXXX)}
 mkdir -p "$WORK"
+RESTORE_DIR=${RESTORE_DIR:-$WORK}
+mkdir -p "$RESTORE_DIR"
 [ -n "$KEEP_WORK" ] || trap 'rm -rf "$WORK"' EXIT
+[ -z "$RESTORE_DIR_GIVEN" ] || trap 'rm -rf "$RESTORE_DIR"/out-* "$RESTORE_DIR"/one-*; [ -n "$KEEP_WORK" ] || rm -rf "$WORK"' EXIT
 # Real key derivation for `defaults`: no cheap test settings inherited.
 unset TESSERA_KDF_MEMORY TESSERA_KDF_ITERATIONS TESSERA_INSECURE_KDF TESSERA_REPOSITORY
 export TESSERA_PASSWORD=defaults-benchmark
@@ -108,8 +117,12 @@ timed() {
 run_config() {
     local config=$1
     shift
-    local repo=$WORK/repo-$config wc=$WORK/wc
-    rm -rf "$repo" "$wc"
+    # Nothing is deleted until every configuration has run: on ext4 every
+    # file created within a minute or so of many deletions pays a scan of
+    # the freed inodes (fs/ext4/ialloc.c, recently_deleted), which made the
+    # restores of whichever configuration ran after another's clean-up up
+    # to 3x slower (scripts/tree-benchmark.py explains it).
+    local repo=$WORK/repo-$config wc=$WORK/wc-$config
     "$BIN" init "$repo" "$@" >/dev/null
     if [ "$config" = login ]; then
         "$BIN" login "$repo" >/dev/null
@@ -125,28 +138,26 @@ run_config() {
         timed rebackup "$BIN" backup "$repo" "$wc"
     done
     for r in $(seq 1 "$RUNS"); do
-        timed restore "$BIN" restore "$repo" latest "$WORK/out-$config-$r"
+        timed restore "$BIN" restore "$repo" latest "$RESTORE_DIR/out-$config-$r"
     done
     # The restored tree holds the working copy's files (restore verifies
     # every chunk; this checks that the whole tree came back).
-    [ "$(find "$WORK/out-$config-1" -type f | wc -l)" = "$(find "$wc" -type f | wc -l)" ] ||
+    [ "$(find "$RESTORE_DIR/out-$config-1" -type f | wc -l)" = "$(find "$wc" -type f | wc -l)" ] ||
         { echo "$config: the full restore has not the working copy's file count" >&2; exit 1; }
-    rm -rf "$WORK"/out-"$config"-*
     for r in $(seq 1 "$RUNS"); do
-        timed onefile "$BIN" restore "$repo" latest "$WORK/one-$config-$r" --include "$ONE_FILE"
-        [ -n "$(find "$WORK/one-$config-$r" -type f -path "$ONE_FILE")" ] ||
+        timed onefile "$BIN" restore "$repo" latest "$RESTORE_DIR/one-$config-$r" --include "$ONE_FILE"
+        [ -n "$(find "$RESTORE_DIR/one-$config-$r" -type f -path "$ONE_FILE")" ] ||
             { echo "$config: one-file restore wrote no $ONE_FILE" >&2; exit 1; }
-        rm -rf "$WORK/one-$config-$r"
     done
     for _ in $(seq 1 "$RUNS"); do
         timed list "$BIN" list "$repo"
         timed ls "$BIN" ls "$repo" latest
     done
-    rm -rf "$repo" "$wc"
     PREFIX=()
 }
 
-rm -rf "$WORK/m"
+# A reused WORK's outputs of an earlier run (see run_config on deleting).
+rm -rf "$WORK/m" "$WORK"/repo-* "$WORK"/wc-* "$RESTORE_DIR"/out-* "$RESTORE_DIR"/one-*
 mkdir -p "$WORK/m"
 run_config plain --encryption none --compression off
 run_config defaults
@@ -180,7 +191,7 @@ med() { echo "$1" | awk '{ print $1 }'; }
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')
 echo "series: $(basename "$ARCHIVE"), $VERSIONS versions, $(du -sb "$WORK/src" | cut -f1) bytes unpacked; RUNS=$RUNS; DROP_CACHES=$DROP_CACHES"
-echo "machine: $cpu, $(nproc) CPUs, load $load; binary $TESSERA"
+echo "machine: $cpu, $(nproc) CPUs, load $load; binary $TESSERA; restores into $RESTORE_DIR"
 printf '%-26s %12s %-15s %12s %-15s %7s\n' "" "plain" "" "defaults" "" "d/p"
 row "stored MiB" "$(awk '{ printf "%.2f", $1 / 1048576 }' "$WORK/m/plain.stored")" \
     "$(awk '{ printf "%.2f", $1 / 1048576 }' "$WORK/m/defaults.stored")"

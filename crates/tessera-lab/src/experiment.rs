@@ -198,15 +198,7 @@ impl SystemSpec {
         if let Some(v) = self.smr_level {
             c.rewrite.smr_level = v;
         }
-        c.layout = match self.layout.as_str() {
-            "container" => Layout::Container,
-            "lifecycle" => Layout::Lifecycle,
-            other => {
-                return Err(format!(
-                    "unknown layout {other:?} (expected container or lifecycle)"
-                ))
-            }
-        };
+        c.layout = self.layout.parse::<Layout>()?;
         self.cache.parse::<CachePolicy>()?;
         c.validate().map_err(|e| e.to_string())?;
         if self.cache_size == 0 {

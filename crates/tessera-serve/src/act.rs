@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 use tessera::backend::LockMode;
 use tessera::commands::check::last::{self as last_check, LastCheck};
 use tessera::commands::check::{check_with_progress, CheckOptions};
-use tessera::repo::config::Layout;
 use tessera::restore::{restore_to_path, ExistingFile, RestoreOptions};
 use tessera::tree::select::Selection;
 use tessera::tree::{restore_tree, Overwrite, TreeRestoreOptions};
@@ -329,10 +328,7 @@ async fn forget(
         for &id in &ids {
             r.snapshot(id)?;
         }
-        Ok(match r.config().layout {
-            Layout::Lifecycle => Some(tessera::layout::lifecycle::space(r, &ids)?),
-            Layout::Container => None,
-        })
+        Ok(tessera::layout::freed_by_deleting(r, &ids)?)
     })
     .await?;
     if q.dry_run {

@@ -16,7 +16,6 @@ use serde_json::{json, Value};
 use std::io::Write;
 use std::sync::Arc;
 use tessera::format::snapshot::{BackupId, Snapshot};
-use tessera::repo::config::Layout;
 use tessera::restore::{restore, RestoreOptions};
 use tessera::tree::catalog::Kind;
 use tessera::tree::dump::normalize_path;
@@ -581,15 +580,11 @@ async fn space(
         })
         .collect::<ApiResult<Vec<_>>>()?;
     blocking(&state, move |r| {
-        if r.config().layout != Layout::Lifecycle {
+        let Some(freed) = tessera::layout::freed_by_deleting(r, &ids)? else {
             return Err(ApiError::new(
                 StatusCode::NOT_IMPLEMENTED,
                 "what deleting backups frees is known exactly only in the lifecycle layout; in the container layout it depends on which chunks gc finds unreferenced afterwards, and no estimate is made yet (`tessera forget --dry-run` lists what would go, not its size)",
             ));
-        }
-        let freed = match ids.is_empty() {
-            true => 0,
-            false => tessera::layout::lifecycle::space(r, &ids)?,
         };
         let trend = match &q.source {
             Some(source) => serde_json::to_value(tessera::layout::lifecycle::trend(r, source)?)

@@ -192,13 +192,7 @@ pub struct InitArgs {
 }
 
 fn parse_layout(s: &str) -> Result<Layout, String> {
-    match s {
-        "container" => Ok(Layout::Container),
-        "lifecycle" => Ok(Layout::Lifecycle),
-        other => Err(format!(
-            "unknown layout {other:?} (expected container or lifecycle)"
-        )),
-    }
+    s.parse()
 }
 
 fn parse_arrange(s: &str) -> Result<Arrange, String> {

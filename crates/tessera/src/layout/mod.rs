@@ -210,3 +210,30 @@ pub(crate) fn check(
         Layout::Lifecycle => lifecycle::check(repo, options, progress),
     }
 }
+
+/// Bytes that deleting backups `ids` would free at once, where the layout
+/// knows it exactly: the lifecycle layout (`lifecycle::space`); `None` in
+/// the container layout, where it depends on what `gc` later finds
+/// unreferenced.
+pub fn freed_by_deleting(repo: &Repository, ids: &[BackupId]) -> Result<Option<u64>> {
+    match repo.config().layout {
+        Layout::Container => Ok(None),
+        Layout::Lifecycle if ids.is_empty() => Ok(Some(0)),
+        Layout::Lifecycle => lifecycle::space(repo, ids).map(Some),
+    }
+}
+
+/// A layout by its name in the configuration (`container`, `lifecycle`).
+impl std::str::FromStr for Layout {
+    type Err = String;
+
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "container" => Ok(Layout::Container),
+            "lifecycle" => Ok(Layout::Lifecycle),
+            other => Err(format!(
+                "unknown layout {other:?} (expected container or lifecycle)"
+            )),
+        }
+    }
+}

@@ -365,7 +365,7 @@ impl Config {
             ehid_consult_cold: false,
             ehid_sparse_pct: DEFAULT_EHID_SPARSE_PCT,
             rewrite: crate::rewrite::RewriteParams::default(),
-            layout: Layout::Container,
+            layout: Layout::default(),
             arrange: Arrange::Auto,
             lifecycle_part_bytes: DEFAULT_LIFECYCLE_PART_BYTES,
             delta: crate::delta::DeltaParams::default(),

@@ -328,10 +328,12 @@ impl Bases<'_> {
     }
 }
 
-/// A chunk on its way to the output: stored whole in a container, a delta
-/// waiting for its base, or decoded.
+/// A chunk on its way to the output: stored whole in a container, stored
+/// compressed (decoded with the window's verification, in parallel), a
+/// delta waiting for its base, or decoded.
 enum Piece {
     Whole(Arc<Container>, usize),
+    Encoded(Arc<Container>, usize),
     Delta {
         delta: Vec<u8>,
         base: container::BaseRef,
@@ -345,9 +347,18 @@ impl Piece {
     fn bytes(&self) -> &[u8] {
         match self {
             Piece::Whole(ct, i) => ct.plain(*i).unwrap_or_default(),
-            Piece::Delta { .. } => &[],
+            Piece::Encoded(..) | Piece::Delta { .. } => &[],
             Piece::Decoded(bytes) => bytes,
         }
+    }
+
+    /// Decodes a compressed piece (see [`Piece::Encoded`]), then verifies
+    /// the chunk's bytes against `c`.
+    fn decode_and_verify(&mut self, algo: &Fingerprinter, c: &ChunkRef) -> Result<()> {
+        if let Piece::Encoded(ct, i) = self {
+            *self = Piece::Decoded(ct.entry(*i)?.into_owned());
+        }
+        c.verify(algo, self.bytes())
     }
 }
 
@@ -376,9 +387,10 @@ impl Assembly<'_, '_> {
             fingerprint: c.fp.to_string(),
         })?;
         match ct.base(i) {
-            // Stored as it is: used in place; compressed: decoded now.
+            // Stored as it is: used in place; compressed: decoded with
+            // the window, in parallel.
             None if ct.plain(i).is_some() => Ok(Piece::Whole(ct.clone(), i)),
-            None => Ok(Piece::Decoded(ct.entry(i)?.into_owned())),
+            None => Ok(Piece::Encoded(ct.clone(), i)),
             Some(base) => {
                 self.bases.want(base.container, held(base.container));
                 Ok(Piece::Delta {
@@ -514,10 +526,10 @@ impl Assembly<'_, '_> {
                         _ => pieces.push((p, &window[k], k)),
                     }
                 }
-                place(&pieces, self.algo, &offsets, &mut area)?;
+                place(&mut pieces, self.algo, &offsets, &mut area)?;
             }
             self.decode(deltas.iter_mut().map(|(p, c, _)| (p, *c)), |_| None)?;
-            place(&deltas, self.algo, &offsets, &mut area)?;
+            place(&mut deltas, self.algo, &offsets, &mut area)?;
             self.out.write_all(&area).map_err(|e| Error::Output {
                 what: "output".into(),
                 source: e,
@@ -531,17 +543,17 @@ impl Assembly<'_, '_> {
     }
 }
 
-/// Verifies `pieces` (chunk, reference, index in the window) in parallel,
-/// then copies them to their `offsets` in the assembly `area`.
+/// Decodes and verifies `pieces` (chunk, reference, index in the window)
+/// in parallel, then copies them to their `offsets` in the assembly `area`.
 fn place(
-    pieces: &[(Piece, &ChunkRef, usize)],
+    pieces: &mut [(Piece, &ChunkRef, usize)],
     algo: &Fingerprinter,
     offsets: &[usize],
     area: &mut [u8],
 ) -> Result<()> {
     pieces
-        .par_iter()
-        .try_for_each(|(p, c, _)| c.verify(algo, p.bytes()))?;
+        .par_iter_mut()
+        .try_for_each(|(p, c, _)| p.decode_and_verify(algo, c))?;
     for (p, _, k) in pieces {
         let bytes = p.bytes();
         area[offsets[*k]..offsets[*k] + bytes.len()].copy_from_slice(bytes);
@@ -549,7 +561,7 @@ fn place(
     Ok(())
 }
 
-/// Verifies every chunk of the window (in parallel), then writes them in
+/// Decodes and verifies every chunk of the window (in parallel), then writes them in
 /// order: chunks lying back to back in a container in one write (a run of
 /// a fresh backup's chunks is a container's whole data section), which
 /// passes the output's buffer by instead of being copied into it.
@@ -560,8 +572,8 @@ fn flush_window(
     stats: &mut RestoreStats,
 ) -> Result<()> {
     window
-        .par_iter()
-        .try_for_each(|(p, c)| c.verify(algo, p.bytes()))?;
+        .par_iter_mut()
+        .try_for_each(|(p, c)| p.decode_and_verify(algo, c))?;
     let mut write = |bytes: &[u8]| {
         out.write_all(bytes).map_err(|e| Error::Output {
             what: "output".into(),
