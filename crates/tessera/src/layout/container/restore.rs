@@ -450,6 +450,9 @@ impl Assembly<'_, '_> {
         }
         let mut stats = RestoreStats::default();
         let mut window: Vec<(Piece, &ChunkRef)> = Vec::new();
+        // The window before, verified and waiting to be written: it is
+        // written while the next one is decoded and verified.
+        let mut ready: Vec<(Piece, &ChunkRef)> = Vec::new();
         let mut window_bytes = 0u64;
         for (k, (c, step)) in chunks.iter().zip(steps).enumerate() {
             if let Step::Load { evict } = step {
@@ -473,11 +476,21 @@ impl Assembly<'_, '_> {
                 self.decode(window.iter_mut().map(|(p, c)| (p, *c)), |id| {
                     cache.get(&id).cloned()
                 })?;
-                flush_window(&mut window, self.algo, self.out, &mut stats)?;
+                let (algo, out) = (self.algo, &mut *self.out);
+                let (mut verified, mut written) = (Ok(()), Ok(()));
+                rayon::in_place_scope(|s| {
+                    s.spawn(|_| verified = verify_window(&mut window, algo));
+                    written = write_window(&mut ready, out, &mut stats);
+                });
+                written?;
+                verified?;
+                std::mem::swap(&mut ready, &mut window);
                 window_bytes = 0;
                 report_done(self.options, stats.bytes_restored);
             }
         }
+        write_window(&mut ready, self.out, &mut stats)?;
+        report_done(self.options, stats.bytes_restored);
         Ok(stats)
     }
 
@@ -561,19 +574,22 @@ fn place(
     Ok(())
 }
 
-/// Decodes and verifies every chunk of the window (in parallel), then writes them in
-/// order: chunks lying back to back in a container in one write (a run of
-/// a fresh backup's chunks is a container's whole data section), which
-/// passes the output's buffer by instead of being copied into it.
-fn flush_window(
+/// Decodes and verifies every chunk of the window, in parallel.
+fn verify_window(window: &mut [(Piece, &ChunkRef)], algo: &Fingerprinter) -> Result<()> {
+    window
+        .par_iter_mut()
+        .try_for_each(|(p, c)| p.decode_and_verify(algo, c))
+}
+
+/// Writes a verified window's chunks in order, emptying it: chunks lying
+/// back to back in a container in one write (a run of a fresh backup's
+/// chunks is a container's whole data section), which passes the output's
+/// buffer by instead of being copied into it.
+fn write_window(
     window: &mut Vec<(Piece, &ChunkRef)>,
-    algo: &Fingerprinter,
     out: &mut dyn Write,
     stats: &mut RestoreStats,
 ) -> Result<()> {
-    window
-        .par_iter_mut()
-        .try_for_each(|(p, c)| p.decode_and_verify(algo, c))?;
     let mut write = |bytes: &[u8]| {
         out.write_all(bytes).map_err(|e| Error::Output {
             what: "output".into(),
