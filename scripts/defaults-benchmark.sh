@@ -11,8 +11,9 @@
 # after each. Then, on each repository: RUNS unchanged re-backups, full
 # restores of the last backup, one-file restores (`--include`) and `list`s.
 # Prints per configuration: stored bytes (`du -sb` of the repository), the
-# first backup's time and all VERSIONS backups' total, the medians (and
-# min–max) of the repeated commands, every command's peak RSS, and the
+# total of all VERSIONS backups, the medians (and min–max) of the repeated
+# commands and of FIRST_RUNS first backups of the first version (each into
+# a new repository), timed to the millisecond, every command's peak RSS, and the
 # ratios defaults/plain; and the CPU time (user + system) of each, which a
 # loaded machine distorts less than wall time.
 #
@@ -23,6 +24,8 @@
 #                beside the workspace, or /work/shared/data/…)
 #   VERSIONS     how many versions to sync and back up (default 12)
 #   RUNS         repeats of the re-backup, restores and list (default 5)
+#   FIRST_RUNS   first backups of the first version, each into a new
+#                repository, for the first backup's median (default RUNS)
 #   ONE_FILE     glob of the one file to restore (default */src/server.c)
 #   DROP_CACHES  1: `sync; echo 3 > /proc/sys/vm/drop_caches` before every
 #                timed command (cold cache; needs root; slows everyone on the
@@ -60,6 +63,7 @@ fi
 [ -f "$ARCHIVE" ] || { echo "no series archive (set ARCHIVE)" >&2; exit 1; }
 VERSIONS=${VERSIONS:-12}
 RUNS=${RUNS:-5}
+FIRST_RUNS=${FIRST_RUNS:-$RUNS}
 ONE_FILE=${ONE_FILE:-'*/src/server.c'}
 DROP_CACHES=${DROP_CACHES:-0}
 KEEP_WORK=${WORK:+1}
@@ -103,15 +107,20 @@ cold() {
 }
 
 # timed NAME CMD...: runs CMD (output discarded), appends "seconds rss_kib
-# cpu_seconds" to $WORK/m/$config.NAME.
+# cpu_seconds" to $WORK/m/$config.NAME. The wall time is taken to the
+# microsecond around the command (/usr/bin/time gives hundredths, too
+# coarse for commands of 0.05 s).
 timed() {
-    local name=$1
+    local name=$1 t0 t1
     shift
     cold
+    t0=$EPOCHREALTIME
     /usr/bin/time -f '%e %M %U %S' -o "$WORK/t" "${PREFIX[@]}" "$@" >/dev/null 2>"$WORK/err" </dev/null ||
         { cat "$WORK/err" >&2; echo "failed: $*" >&2; exit 1; }
+    t1=$EPOCHREALTIME
     # seconds, peak RSS KiB, CPU seconds (user + system)
-    tail -1 "$WORK/t" | awk '{ print $1, $2, $3 + $4 }' >>"$WORK/m/$config.$name"
+    tail -1 "$WORK/t" | awk -v t0="$t0" -v t1="$t1" '{ printf "%.3f %s %s\n", t1 - t0, $2, $3 + $4 }' \
+        >>"$WORK/m/$config.$name"
 }
 
 run_config() {
@@ -154,10 +163,21 @@ run_config() {
         timed ls "$BIN" ls "$repo" latest
     done
     PREFIX=()
+    # First backups again, each of the first version into a new
+    # repository: the first backup's median and spread.
+    for r in $(seq 1 "$FIRST_RUNS"); do
+        "$BIN" init "$WORK/first-$config-$r" "$@" >/dev/null
+        if [ "$config" = login ]; then
+            "$BIN" login "$WORK/first-$config-$r" >/dev/null
+            PREFIX=(env -u TESSERA_PASSWORD)
+        fi
+        timed first "$BIN" backup "$WORK/first-$config-$r" "$WORK/src/1"
+        PREFIX=()
+    done
 }
 
 # A reused WORK's outputs of an earlier run (see run_config on deleting).
-rm -rf "$WORK/m" "$WORK"/repo-* "$WORK"/wc-* "$RESTORE_DIR"/out-* "$RESTORE_DIR"/one-*
+rm -rf "$WORK/m" "$WORK"/repo-* "$WORK"/first-* "$WORK"/wc-* "$RESTORE_DIR"/out-* "$RESTORE_DIR"/one-*
 mkdir -p "$WORK/m"
 run_config plain --encryption none --compression off
 run_config defaults
@@ -177,7 +197,6 @@ stat() {
     awk -v c="$2" '{ print $c }' "$1" | sort -g |
         awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print m, a[1], a[NR] }'
 }
-first() { head -1 "$1" | awk '{ print $1 }'; }
 total() { awk '{ s += $1 } END { print s }' "$1"; }
 peak() { awk 'BEGIN { m = 0 } { if ($2 > m) m = $2 } END { printf "%.1f", m / 1024 }' "$1"; }
 
@@ -195,7 +214,9 @@ echo "machine: $cpu, $(nproc) CPUs, load $load; binary $TESSERA; restores into $
 printf '%-26s %12s %-15s %12s %-15s %7s\n' "" "plain" "" "defaults" "" "d/p"
 row "stored MiB" "$(awk '{ printf "%.2f", $1 / 1048576 }' "$WORK/m/plain.stored")" \
     "$(awk '{ printf "%.2f", $1 / 1048576 }' "$WORK/m/defaults.stored")"
-row "first backup s" "$(first "$WORK/m/plain.backup")" "$(first "$WORK/m/defaults.backup")"
+p=$(stat "$WORK/m/plain.first" 1)
+d=$(stat "$WORK/m/defaults.first" 1)
+row "first backup s" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
 row "all $VERSIONS backups s" "$(total "$WORK/m/plain.backup")" "$(total "$WORK/m/defaults.backup")"
 for name in rebackup restore onefile list ls; do
     case $name in
@@ -216,8 +237,9 @@ for name in rebackup restore onefile list ls; do
     d=$(stat "$WORK/m/defaults.$name" 3)
     row "CPU s, $name" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
 done
-row "CPU s, first backup" "$(head -1 "$WORK/m/plain.backup" | awk '{ print $3 }')" \
-    "$(head -1 "$WORK/m/defaults.backup" | awk '{ print $3 }')"
+p=$(stat "$WORK/m/plain.first" 3)
+d=$(stat "$WORK/m/defaults.first" 3)
+row "CPU s, first backup" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
 row "CPU s, all backups" "$(awk '{ s += $3 } END { print s }' "$WORK/m/plain.backup")" \
     "$(awk '{ s += $3 } END { print s }' "$WORK/m/defaults.backup")"
 for name in backup rebackup restore onefile list ls; do
@@ -229,7 +251,9 @@ if [ -f "$WORK/m/nodict.stored" ]; then
     printf '%-26s %12s %-15s %12s %-15s %7s\n' "" "no dict" "" "dict" "" "d/n"
     row "stored MiB" "$(awk '{ printf "%.2f", $1 / 1048576 }' "$WORK/m/nodict.stored")" \
         "$(awk '{ printf "%.2f", $1 / 1048576 }' "$WORK/m/defaults.stored")"
-    row "first backup s" "$(first "$WORK/m/nodict.backup")" "$(first "$WORK/m/defaults.backup")"
+    n=$(stat "$WORK/m/nodict.first" 1)
+    d=$(stat "$WORK/m/defaults.first" 1)
+    row "first backup s" "$(med "$n")" "$(med "$d")" "$(spread "$n")" "$(spread "$d")"
     row "all $VERSIONS backups s" "$(total "$WORK/m/nodict.backup")" "$(total "$WORK/m/defaults.backup")"
     for name in rebackup restore onefile; do
         n=$(stat "$WORK/m/nodict.$name" 1)
@@ -241,16 +265,15 @@ if [ -f "$WORK/m/login.stored" ]; then
     echo
     echo "defaults after \`tessera login\` (no key derivation per command) vs plain, same run"
     printf '%-26s %12s %-15s %12s %-15s %7s\n' "" "plain" "" "login" "" "l/p"
-    row "first backup s" "$(first "$WORK/m/plain.backup")" "$(first "$WORK/m/login.backup")"
-    for name in rebackup restore onefile list ls; do
+    for name in first rebackup restore onefile list ls; do
         p=$(stat "$WORK/m/plain.$name" 1)
         d=$(stat "$WORK/m/login.$name" 1)
-        row "$name s" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
+        row "${name/first/first backup} s" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
     done
-    for name in rebackup restore onefile list; do
+    for name in first rebackup restore onefile list; do
         p=$(stat "$WORK/m/plain.$name" 3)
         d=$(stat "$WORK/m/login.$name" 3)
-        row "CPU s, $name" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
+        row "CPU s, ${name/first/first backup}" "$(med "$p")" "$(med "$d")" "$(spread "$p")" "$(spread "$d")"
     done
     for name in backup rebackup restore onefile list ls; do
         row "peak RSS MiB, $name" "$(peak "$WORK/m/plain.$name")" "$(peak "$WORK/m/login.$name")"

@@ -25,10 +25,12 @@ const KIND: &[u8; 4] = b"DICT";
 /// a zstd frame (FORMAT.md §7.8); version 1 (stored as it is) is read too.
 const VERSION: u32 = 2;
 /// zstd level of the frame of a version-2 object (written once per
-/// repository: the dictionary's text shrinks to about a third). Level 15:
-/// on a 112 KiB dictionary of Redis sources 0.02 s of CPU for 41,077 B,
-/// where level 19 took 0.07 s for 40,888 B (docs/MEASUREMENTS.md).
-const OBJECT_LEVEL: i32 = 15;
+/// repository: the dictionary's text shrinks to about 40 %). Level 9: on a
+/// 112 KiB dictionary of Redis sources 46,713 B, 4 % more than level 15's
+/// 44,932 B in a quarter of its time; the object is made on the first
+/// backup's critical path, between training and compressing
+/// (docs/MEASUREMENTS.md).
+const OBJECT_LEVEL: i32 = 9;
 /// Bytes of the payload before the dictionary itself.
 const PAYLOAD_HEADER: usize = 20;
 /// Largest dictionary Tessera trains.

@@ -81,6 +81,13 @@ const HINT_AHEAD: usize = 4;
 /// Bytes of chunks verified together in parallel.
 const WINDOW_BYTES: u64 = 8 * 1024 * 1024;
 
+/// Bytes of compressed or delta chunks decoded together in parallel: a
+/// window ends early at this many, so that the decoded chunks (each in a
+/// buffer of its own) reuse the memory freed by the window before instead
+/// of touching fresh pages: on an 8 MB restore of compressed chunks, 45 %
+/// fewer page faults, 10 % less CPU and a lower peak (docs/MEASUREMENTS.md).
+const DECODED_WINDOW_BYTES: u64 = 1024 * 1024;
+
 /// Memory assumed where `/proc/meminfo` cannot be read: 256 GiB.
 pub const FALLBACK_MEMORY_BYTES: u64 = 256 << 30;
 
@@ -453,7 +460,7 @@ impl Assembly<'_, '_> {
         // The window before, verified and waiting to be written: it is
         // written while the next one is decoded and verified.
         let mut ready: Vec<(Piece, &ChunkRef)> = Vec::new();
-        let mut window_bytes = 0u64;
+        let (mut window_bytes, mut decoded_bytes) = (0u64, 0u64);
         for (k, (c, step)) in chunks.iter().zip(steps).enumerate() {
             if let Step::Load { evict } = step {
                 if let Some(victim) = evict {
@@ -470,9 +477,13 @@ impl Assembly<'_, '_> {
             if last_use.get(&c.container) == Some(&k) {
                 cache.remove(&c.container);
             }
+            if !matches!(piece, Piece::Whole(..)) {
+                decoded_bytes += u64::from(c.len);
+            }
             window.push((piece, c));
             window_bytes += u64::from(c.len);
-            if window_bytes >= WINDOW_BYTES || k + 1 == chunks.len() {
+            let full = window_bytes >= WINDOW_BYTES || decoded_bytes >= DECODED_WINDOW_BYTES;
+            if full || k + 1 == chunks.len() {
                 self.decode(window.iter_mut().map(|(p, c)| (p, *c)), |id| {
                     cache.get(&id).cloned()
                 })?;
@@ -485,7 +496,7 @@ impl Assembly<'_, '_> {
                 written?;
                 verified?;
                 std::mem::swap(&mut ready, &mut window);
-                window_bytes = 0;
+                (window_bytes, decoded_bytes) = (0, 0);
                 report_done(self.options, stats.bytes_restored);
             }
         }
