@@ -121,8 +121,10 @@ pub(crate) fn backup(
         if repo.wants_dictionary(encoding) && !config.trace {
             store.train = Some(&train);
         }
-        // Containers that are encoded or encrypted anyway are copied once,
-        // when written, instead of when filled and again then.
+        // Containers that are encoded or encrypted anyway hold their chunks
+        // (each copied out of its read block) and encode them when written,
+        // straight into the object, instead of filling a buffer that is
+        // encoded into a second one.
         store.hold = encoding.is_some() || repo.backend().transforms_objects();
         let stored = store_chunks(
             index.as_mut(),
@@ -653,6 +655,8 @@ struct Store<'a> {
     /// Trains and stores a dictionary from the entries of the first
     /// container sealed, when the repository wants one.
     train: Option<&'a TrainDictionary<'a>>,
+    /// How much of the recent chunks' bytes this backup stores.
+    recent: Recent,
     /// Containers sealed while the dictionary is still to be trained
     /// (at most [`TRAIN_CONTAINERS`]): written once it is.
     pending: Vec<Builder>,
@@ -668,6 +672,43 @@ type TrainDictionary<'a> = dyn Fn(&[&[u8]]) -> Result<Option<Arc<Dictionary>>> +
 
 /// The repository's compression dictionary, read when first needed.
 type FindDictionary<'a> = dyn Fn() -> Result<Option<Arc<Dictionary>>> + 'a;
+
+/// Bytes of the chunks met lately, and of those stored, both halved as
+/// they pass [`RECENT_BYTES`]: whether a held chunk is copied out of its
+/// read block ([`Recent::sparse`]).
+#[derive(Default)]
+struct Recent {
+    seen: u64,
+    stored: u64,
+}
+
+/// See [`Recent`].
+const RECENT_BYTES: u64 = 16 << 20;
+
+impl Recent {
+    fn seen(&mut self, len: u32) {
+        self.seen += u64::from(len);
+        if self.seen > RECENT_BYTES {
+            self.seen /= 2;
+            self.stored /= 2;
+        }
+    }
+
+    fn stored(&mut self, len: u32) {
+        self.stored += u64::from(len);
+    }
+
+    /// Whether under half of the recent bytes are stored. A chunk held by
+    /// reference keeps its whole 1 MiB read block alive until its
+    /// container is written: where most chunks are duplicates, the
+    /// containers in flight pinned blocks of chunks they do not store
+    /// (encrypted 0.9 GB tree of 78 Redis versions: peak 187 MiB, plain
+    /// 74–77), so the chunk is copied out instead (97–102 MiB). Where most
+    /// are stored, the blocks are needed anyway and the copy is saved.
+    fn sparse(&self) -> bool {
+        self.stored * 2 < self.seen
+    }
+}
 
 /// Reserves the next block of container ids of a shared backup.
 type MoreIds<'a> = dyn Fn() -> Result<std::ops::Range<ContainerId>> + 'a;
@@ -733,6 +774,7 @@ impl<'a> Store<'a> {
             find_dictionary: None,
             train: None,
             pending: Vec::new(),
+            recent: Recent::default(),
             totals: StoreTotals::default(),
         }
     }
@@ -750,6 +792,7 @@ impl<'a> Store<'a> {
             decision,
             rewrite,
         } = v;
+        self.recent.seen(chunk.len);
         // A duplicate already rewritten earlier in this stream uses that copy.
         let here = match decision {
             Decision::Unique => None,
@@ -881,6 +924,7 @@ impl<'a> Store<'a> {
                 self.open.insert(b)
             }
         };
+        self.recent.stored(chunk.len);
         let whole = compressed.is_none();
         if data.is_some() {
             self.totals.entries += 1;
@@ -888,6 +932,9 @@ impl<'a> Store<'a> {
         }
         match (&chunk.data, compressed) {
             (_, Some(c)) => builder.push_delta(chunk.fp, &c.delta, c.base)?,
+            (Some(d), None) if self.hold && self.recent.sparse() => {
+                builder.push_shared(chunk.fp, &Bytes::copy_from_slice(d), features)
+            }
             (Some(d), None) => builder.push_shared(chunk.fp, d, features),
             (None, None) => builder.push_len(chunk.fp, chunk.len),
         }
@@ -954,5 +1001,37 @@ impl<'a> Store<'a> {
         self.totals.next_container = self.next_container;
         self.totals.delta = self.delta;
         Ok(self.totals)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn held_chunks_are_copied_where_most_recent_bytes_are_duplicates() {
+        let mut r = Recent::default();
+        // A fresh stream: everything stored, the read blocks kept anyway.
+        for _ in 0..4096 {
+            r.seen(8192);
+            r.stored(8192);
+        }
+        assert!(!r.sparse());
+        // Then mostly duplicates: one chunk in four stored.
+        for i in 0..4096 {
+            r.seen(8192);
+            if i % 4 == 0 {
+                r.stored(8192);
+            }
+        }
+        assert!(r.sparse());
+        // The window stays bounded, so the stream's start is forgotten.
+        assert!(r.seen <= RECENT_BYTES);
+        // And stored data again turns the copies off.
+        for _ in 0..4096 {
+            r.seen(8192);
+            r.stored(8192);
+        }
+        assert!(!r.sparse());
     }
 }
