@@ -122,7 +122,8 @@ pub(crate) fn backup(
             store.train = Some(&train);
         }
         // Containers that are encoded or encrypted anyway hold their chunks
-        // (each copied out of its read block) and encode them when written,
+        // (copied out of their read blocks while most recent chunks are
+        // duplicates: [`Recent::sparse`]) and encode them when written,
         // straight into the object, instead of filling a buffer that is
         // encoded into a second one.
         store.hold = encoding.is_some() || repo.backend().transforms_objects();
@@ -702,8 +703,8 @@ impl Recent {
     /// reference keeps its whole 1 MiB read block alive until its
     /// container is written: where most chunks are duplicates, the
     /// containers in flight pinned blocks of chunks they do not store
-    /// (encrypted 0.9 GB tree of 78 Redis versions: peak 187 MiB, plain
-    /// 74–77), so the chunk is copied out instead (97–102 MiB). Where most
+    /// (encrypted 0.9 GB tree of 78 Redis versions: peak 170–188 MiB, plain
+    /// 66–74), so the chunk is copied out instead (93 MiB). Where most
     /// are stored, the blocks are needed anyway and the copy is saved.
     fn sparse(&self) -> bool {
         self.stored * 2 < self.seen
